@@ -1,0 +1,336 @@
+// MetaImage (.mha with its voxels inside, .mhd + a data file), the format of ITK's test data.
+//
+// The text header is parsed and checked here: VTK 9.1's vtkMetaImageReader ignores TransformMatrix
+// (its images have no direction) and its MetaIO library prints to stderr on broken files. VTK then
+// decodes the voxels (raw or zlib-compressed, either byte order). Writing is done here: VTK's writer
+// drops the direction too.
+//
+// MetaImage coordinates are LPS, like ours. TransformMatrix lists the axis vectors one after the
+// other (ITK's convention): for NDims = 2, "a b c d" means the i axis is (a, b) and the j axis (c, d).
+#include "io/raw_image.hpp"
+#include "io/vtk_support.hpp"
+
+#include <vtkImageData.h>
+#include <vtkMetaImageReader.h>
+#include <vtkNew.h>
+
+#include <algorithm>
+#include <bit>
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <optional>
+#include <sstream>
+
+namespace tessera::io_detail {
+
+namespace {
+
+struct MetaElementType {
+    std::string_view name;
+    ScalarType scalar_type;
+};
+
+constexpr MetaElementType meta_element_types[] = {
+    {"MET_UCHAR", ScalarType::U8},      {"MET_CHAR", ScalarType::I8},   {"MET_USHORT", ScalarType::U16},
+    {"MET_SHORT", ScalarType::I16},     {"MET_UINT", ScalarType::U32},  {"MET_INT", ScalarType::I32},
+    {"MET_ULONG", ScalarType::U32},     {"MET_LONG", ScalarType::I32},  {"MET_ULONG_LONG", ScalarType::U64},
+    {"MET_LONG_LONG", ScalarType::I64}, {"MET_FLOAT", ScalarType::F32}, {"MET_DOUBLE", ScalarType::F64},
+};
+
+std::string_view meta_name_of(ScalarType type) {
+    for (const MetaElementType& element : meta_element_types) {
+        // MET_ULONG / MET_LONG share their types with MET_UINT / MET_INT; the latter come first.
+        if (element.scalar_type == type) return element.name;
+    }
+    TESSERA_ASSERT(false, "no MetaImage element type for " << scalar_type_name(type));
+    return "";
+}
+
+std::string lower(std::string text) {
+    std::transform(text.begin(), text.end(), text.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    return text;
+}
+
+std::string trim(const std::string& text) {
+    const std::size_t begin = text.find_first_not_of(" \t\r\n");
+    if (begin == std::string::npos) return "";
+    const std::size_t end = text.find_last_not_of(" \t\r\n");
+    return text.substr(begin, end - begin + 1);
+}
+
+struct MetaHeader {
+    std::map<std::string, std::string> fields;  // lower-case key → value
+    std::uint64_t header_bytes = 0;             // where LOCAL data starts
+
+    const std::string* find(std::initializer_list<const char*> keys) const {
+        for (const char* key : keys) {
+            const auto found = fields.find(key);
+            if (found != fields.end()) return &found->second;
+        }
+        return nullptr;
+    }
+};
+
+MetaHeader parse_meta_header(const std::filesystem::path& path) {
+    // The header is text ending with the ElementDataFile line; read a bounded prefix so a large binary
+    // file with a .mha name is not pulled into memory as one "line".
+    constexpr std::size_t max_header_bytes = 1 << 20;
+    std::ifstream in(path, std::ios::binary);
+    TESSERA_CHECK(in.is_open(), "cannot open " << quoted(path) << ": " << std::strerror(errno));
+    std::string prefix(max_header_bytes, '\0');
+    in.read(prefix.data(), static_cast<std::streamsize>(prefix.size()));
+    prefix.resize(static_cast<std::size_t>(in.gcount()));
+
+    MetaHeader header;
+    std::size_t begin = 0;
+    int line_number = 0;
+    while (begin < prefix.size()) {
+        std::size_t end = prefix.find('\n', begin);
+        const bool complete = end != std::string::npos;
+        if (!complete) end = prefix.size();
+        const std::string line = prefix.substr(begin, end - begin);
+        const std::size_t next = complete ? end + 1 : end;
+        ++line_number;
+        begin = next;
+        if (trim(line).empty()) continue;
+        const bool printable =
+            std::all_of(line.begin(), line.end(), [](unsigned char c) { return c >= 32 || c == '\t' || c == '\r'; });
+        const std::size_t equals = line.find('=');
+        const std::string key = equals == std::string::npos ? "" : lower(trim(line.substr(0, equals)));
+        TESSERA_CHECK(printable && !key.empty() && line.size() < 4096,
+                      quoted(path) << " is not a MetaImage file: line " << line_number
+                                   << " of its header is not 'Key = Value' text. Is it another kind of file "
+                                   << "saved with a " << full_extension(path) << " extension?");
+        header.fields[key] = trim(line.substr(equals + 1));
+        if (key == "elementdatafile") {
+            header.header_bytes = next;
+            return header;
+        }
+    }
+    TESSERA_CHECK(!header.fields.empty(),
+                  quoted(path) << " is not a MetaImage file: it is empty or holds no 'Key = Value' header");
+    TESSERA_FAIL(quoted(path) << " is not a complete MetaImage header: it has no ElementDataFile line (the last "
+                              << "line of a MetaImage header, naming where the voxels are)");
+}
+
+template <class T>
+std::vector<T> parse_list(const std::filesystem::path& path, const MetaHeader& header, const char* key,
+                          std::size_t expected_count) {
+    const std::string* text = header.find({key});
+    if (text == nullptr) return {};
+    std::istringstream in(*text);
+    std::vector<T> values;
+    T value{};
+    while (in >> value) values.push_back(value);
+    TESSERA_CHECK(in.eof() && values.size() == expected_count,
+                  quoted(path) << " has a malformed MetaImage header: expected " << expected_count << " numbers in '"
+                               << key << " = " << *text << "'");
+    return values;
+}
+
+bool is_true(const std::string* text) {
+    return text != nullptr && lower(*text) == "true";
+}
+
+std::string format_number(double value) {
+    if (value == 0.0) value = 0.0;
+    char buffer[40];
+    std::snprintf(buffer, sizeof buffer, "%.17g", value);
+    return buffer;
+}
+
+}  // namespace
+
+RawImage read_metaimage(const std::filesystem::path& path) {
+    const MetaHeader header = parse_meta_header(path);
+
+    // Dimensions.
+    const std::string* ndims_text = header.find({"ndims"});
+    TESSERA_CHECK(ndims_text != nullptr, quoted(path) << " has no NDims in its MetaImage header");
+    int num_dims = 0;
+    TESSERA_CHECK(std::istringstream(*ndims_text) >> num_dims,
+                  quoted(path) << " has a malformed MetaImage header: NDims = " << *ndims_text);
+    TESSERA_CHECK(num_dims >= 1 && num_dims <= 4,
+                  quoted(path) << " has NDims = " << num_dims << ": Tessera reads 2D and 3D images");
+    const auto count = static_cast<std::size_t>(num_dims);
+    const std::vector<std::int64_t> dim_size = parse_list<std::int64_t>(path, header, "dimsize", count);
+    TESSERA_CHECK(!dim_size.empty(), quoted(path) << " has no DimSize in its MetaImage header");
+    for (std::size_t axis = 0; axis < count; ++axis) {
+        TESSERA_CHECK(dim_size[axis] >= 1, quoted(path)
+                                               << " has a zero or negative dimension: DimSize = "
+                                               << header.find({"dimsize"})->c_str() << ". The header is damaged.");
+    }
+    TESSERA_CHECK(num_dims < 4 || dim_size[3] == 1, quoted(path) << " holds " << dim_size[3]
+                                                                 << " volumes (a 4D image): Tessera reads single 2D "
+                                                                 << "or 3D images; extract one volume first.");
+
+    // Voxel type.
+    const std::string* type_text = header.find({"elementtype"});
+    TESSERA_CHECK(type_text != nullptr, quoted(path) << " has no ElementType in its MetaImage header");
+    const auto element = std::find_if(std::begin(meta_element_types), std::end(meta_element_types),
+                                      [&](const MetaElementType& e) { return e.name == *type_text; });
+    TESSERA_CHECK(element != std::end(meta_element_types),
+                  quoted(path) << " stores voxels as " << *type_text << ", an unsupported voxel type: Tessera "
+                               << "reads one integer or floating-point value per voxel (MET_UCHAR ... MET_DOUBLE).");
+    int channels = 1;
+    if (const std::string* text = header.find({"elementnumberofchannels"})) {
+        std::istringstream(*text) >> channels;
+    }
+    TESSERA_CHECK(channels == 1,
+                  quoted(path) << " stores " << channels << " values per voxel (ElementNumberOfChannels = " << channels
+                               << ": complex or vector data), an unsupported voxel type: Tessera reads "
+                               << "one value per voxel. Save one channel (e.g. the magnitude) as its own image.");
+    TESSERA_CHECK(!header.find({"binarydata"}) || is_true(header.find({"binarydata"})),
+                  quoted(path) << " stores its voxels as ASCII text (BinaryData = False), which Tessera does "
+                               << "not read: save it with binary data.");
+
+    // Where the voxels are, and whether the file holds them all.
+    const std::string& data_file = header.fields.at("elementdatafile");
+    TESSERA_CHECK(lower(data_file) != "list" && data_file.find('%') == std::string::npos,
+                  quoted(path) << " spreads its voxels over several files (ElementDataFile = " << data_file
+                               << "): Tessera reads one data file; save the image as a single .mha.");
+    const bool local = lower(data_file) == "local";
+    const std::filesystem::path data_path = local ? path : path.parent_path() / data_file;
+    TESSERA_CHECK(local || std::filesystem::is_regular_file(data_path),
+                  quoted(path) << " keeps its voxels in " << quoted(data_path)
+                               << ", which does not exist: copy the data file next to the header.");
+    const std::uint64_t element_bytes = scalar_type_size(element->scalar_type);
+    std::uint64_t num_voxels = 1;
+    for (std::int64_t extent : dim_size) {
+        TESSERA_CHECK(extent <= std::numeric_limits<std::int32_t>::max() &&
+                          num_voxels <= (std::uint64_t{1} << 40) / static_cast<std::uint64_t>(extent),
+                      quoted(path) << " claims DimSize = " << header.find({"dimsize"})->c_str()
+                                   << ", which is not plausible: the header is damaged.");
+        num_voxels *= static_cast<std::uint64_t>(extent);
+    }
+    std::error_code error;
+    const std::uint64_t file_bytes = std::filesystem::file_size(data_path, error);
+    const std::uint64_t available = local ? file_bytes - std::min(file_bytes, header.header_bytes) : file_bytes;
+    const bool compressed = is_true(header.find({"compresseddata"}));
+    std::string size_text;
+    for (std::size_t axis = 0; axis < count; ++axis) size_text += (axis ? "×" : "") + std::to_string(dim_size[axis]);
+    if (!compressed) {
+        const std::uint64_t needed = num_voxels * element_bytes;
+        TESSERA_CHECK(available >= needed,
+                      quoted(path) << " is truncated: its header promises " << size_text << " "
+                                   << scalar_type_name(element->scalar_type) << " voxels (" << needed << " bytes) but "
+                                   << (local ? "the file holds only " : quoted(data_path) + " holds only ") << available
+                                   << " bytes of voxel data. Get a complete copy.");
+    } else if (const std::string* text = header.find({"compresseddatasize"})) {
+        std::uint64_t compressed_bytes = 0;
+        std::istringstream(*text) >> compressed_bytes;
+        TESSERA_CHECK(available >= compressed_bytes, quoted(path)
+                                                         << " is truncated: its header promises " << compressed_bytes
+                                                         << " bytes of compressed voxels but only " << available
+                                                         << " are there. Get a complete copy.");
+    }
+
+    // Geometry.
+    RawImage raw;
+    ImageGeometry& geometry = raw.geometry;
+    for (std::size_t axis = 0; axis < std::min<std::size_t>(count, 3); ++axis) geometry.size[axis] = dim_size[axis];
+    std::vector<double> spacing = parse_list<double>(path, header, "elementspacing", count);
+    if (spacing.empty()) spacing = parse_list<double>(path, header, "elementsize", count);
+    for (std::size_t axis = 0; axis < std::min<std::size_t>(spacing.size(), 3); ++axis) {
+        TESSERA_CHECK(std::isfinite(spacing[axis]) && spacing[axis] > 0,
+                      quoted(path) << " has a zero or negative voxel spacing (ElementSpacing axis " << axis << " = "
+                                   << spacing[axis] << " mm). The header is damaged.");
+        geometry.spacing[axis] = spacing[axis];
+    }
+    const char* origin_key = header.find({"offset"}) ? "offset" : header.find({"position"}) ? "position" : "origin";
+    const std::vector<double> origin = parse_list<double>(path, header, origin_key, count);
+    for (std::size_t axis = 0; axis < std::min<std::size_t>(origin.size(), 3); ++axis)
+        geometry.origin[axis] = origin[axis];
+    const char* matrix_key = header.find({"transformmatrix"}) ? "transformmatrix"
+                             : header.find({"rotation"})      ? "rotation"
+                                                              : "orientation";
+    const std::vector<double> matrix = parse_list<double>(path, header, matrix_key, count * count);
+    if (!matrix.empty()) {
+        const std::size_t kept = std::min<std::size_t>(count, 3);
+        for (std::size_t axis = 0; axis < kept; ++axis) {
+            for (std::size_t component = 0; component < kept; ++component) {
+                geometry.direction[component * 3 + axis] = matrix[axis * count + component];
+            }
+        }
+    }
+
+    // Voxels.
+    vtkNew<vtkMetaImageReader> reader;
+    VtkErrorCapture capture(reader);
+    reader->SetFileName(path.c_str());
+    reader->Update();
+    TESSERA_CHECK(!capture.has_errors() && reader->GetErrorCode() == 0,
+                  quoted(path) << " could not be read as MetaImage: "
+                               << (capture.has_errors() ? capture.message() : "VTK's reader failed without saying why")
+                               << (compressed ? " (is the compressed data complete?)" : ""));
+    vtkImageData* image = reader->GetOutput();
+    int dimensions[3] = {0, 0, 0};
+    image->GetDimensions(dimensions);
+    TESSERA_CHECK(dimensions[0] == geometry.size[0] && dimensions[1] == geometry.size[1] &&
+                      dimensions[2] == geometry.size[2] && image->GetNumberOfScalarComponents() == 1,
+                  quoted(path) << " could not be read as MetaImage: VTK decoded " << dimensions[0] << "×"
+                               << dimensions[1] << "×" << dimensions[2] << " voxels, the header says " << size_text
+                               << (compressed ? " (is the compressed data complete?)" : ""));
+    attach_vtk_voxels(raw, image);
+    TESSERA_CHECK(scalar_type_size(raw.scalar_type) == element_bytes,
+                  quoted(path) << " could not be read: VTK decoded " << scalar_type_name(raw.scalar_type)
+                               << " voxels for ElementType " << *type_text);
+    raw.source_scalar_type = std::string(scalar_type_name(element->scalar_type));
+    return raw;
+}
+
+void write_metaimage(const ImageGeometry& geometry, const EncodedVoxels& voxels, const std::filesystem::path& path) {
+    static_assert(std::endian::native == std::endian::little, "the MetaImage writer assumes little-endian");
+    const bool local = full_extension(path) == ".mha";
+    std::filesystem::path data_path = path;
+    data_path.replace_extension(".raw");
+
+    std::ostringstream text;
+    auto triple = [](const std::array<double, 3>& values) {
+        return format_number(values[0]) + " " + format_number(values[1]) + " " + format_number(values[2]);
+    };
+    const auto& d = geometry.direction;
+    text << "ObjectType = Image\n"
+         << "NDims = 3\n"
+         << "BinaryData = True\n"
+         << "BinaryDataByteOrderMSB = False\n"
+         << "CompressedData = False\n"
+         // Axis vectors one after the other: the columns of our direction matrix.
+         << "TransformMatrix = " << triple({d[0], d[3], d[6]}) << " " << triple({d[1], d[4], d[7]}) << " "
+         << triple({d[2], d[5], d[8]}) << "\n"
+         << "Offset = " << triple(geometry.origin) << "\n"
+         << "CenterOfRotation = 0 0 0\n"
+         << "ElementSpacing = " << triple(geometry.spacing) << "\n"
+         << "DimSize = " << geometry.size[0] << " " << geometry.size[1] << " " << geometry.size[2] << "\n"
+         << "ElementType = " << meta_name_of(voxels.scalar_type) << "\n"
+         << "ElementDataFile = " << (local ? std::string("LOCAL") : data_path.filename().string()) << "\n";
+
+    auto write_file = [&](const std::filesystem::path& target, const std::string& prefix, bool with_voxels) {
+        std::ofstream out(target, std::ios::binary | std::ios::trunc);
+        TESSERA_CHECK(out.is_open(), "cannot write " << quoted(target) << ": " << std::strerror(errno)
+                                                     << ". Check that the folder exists and is writable.");
+        out.write(prefix.data(), static_cast<std::streamsize>(prefix.size()));
+        if (with_voxels) {
+            out.write(reinterpret_cast<const char*>(voxels.bytes.data()),
+                      static_cast<std::streamsize>(voxels.bytes.size()));
+        }
+        out.close();
+        TESSERA_CHECK(!out.fail(),
+                      "cannot write " << quoted(target) << ": " << std::strerror(errno) << " (is the disk full?)");
+    };
+    if (local) {
+        write_file(path, text.str(), true);
+    } else {
+        write_file(data_path, "", true);
+        write_file(path, text.str(), false);
+    }
+}
+
+}  // namespace tessera::io_detail

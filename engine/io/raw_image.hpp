@@ -1,0 +1,74 @@
+// Internal to engine/io: voxels as a format reader found them, before they become a Volume or a
+// LabelMap, and the per-format readers and writers behind volume_io.hpp. No toolkit types here.
+//
+// A reader hands back the toolkit's own buffer (VTK image, OpenCV matrix) with its element type and how
+// its rows and slices are ordered; one conversion pass then writes the f32 or i32 tensor, so a volume
+// is copied exactly once after decoding.
+#pragma once
+
+#include "io/volume.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tessera::io_detail {
+
+enum class ScalarType : std::uint8_t { U8, I8, U16, I16, U32, I32, U64, I64, F32, F64 };
+
+std::string_view scalar_type_name(ScalarType type);  // "uint8", "int16", "float32", ...
+std::size_t scalar_type_size(ScalarType type);       // bytes
+bool is_integer(ScalarType type);
+// Inverse of scalar_type_name; false for names it does not know.
+bool scalar_type_from_name(std::string_view name, ScalarType& type);
+
+struct RawImage {
+    ImageGeometry geometry;  // in the order of the file, LPS mm
+    ScalarType scalar_type = ScalarType::F32;
+    const void* voxels = nullptr;       // size[0] × size[1] × size[2] elements, i fastest
+    std::shared_ptr<const void> owner;  // keeps `voxels` alive
+    bool rows_reversed = false;         // stored row r is geometry row size[1] - 1 - r
+    bool slices_reversed = false;       // stored slice s is geometry slice size[2] - 1 - s
+    double slope = 1.0;                 // value = stored * slope + intercept
+    double intercept = 0.0;
+    std::string source_scalar_type;  // element type in the file, as scalar_type_name
+};
+
+// f32 [D, H, W] with slope and intercept applied.
+Tensor to_volume_voxels(const RawImage& image);
+// i32 [D, H, W]; throws, naming `path` and the first offending voxel, if a value is not a whole number
+// in the int32 range.
+Tensor to_label_voxels(const RawImage& image, const std::filesystem::path& path);
+
+// A dense buffer in the element type chosen for writing, i fastest.
+struct EncodedVoxels {
+    ScalarType scalar_type = ScalarType::F32;
+    std::vector<std::byte> bytes;
+};
+
+// "'dir/file.nii.gz'": how messages name a file.
+std::string quoted(const std::filesystem::path& path);
+// Lower-case extension including a ".gz" before it: ".nii.gz", ".mha", "" for none.
+std::string full_extension(const std::filesystem::path& path);
+
+// ---- per-format readers and writers ---------------------------------------------------------------
+
+RawImage read_nifti(const std::filesystem::path& path);
+void write_nifti(const ImageGeometry& geometry, const EncodedVoxels& voxels, const std::filesystem::path& path);
+
+RawImage read_metaimage(const std::filesystem::path& path);
+void write_metaimage(const ImageGeometry& geometry, const EncodedVoxels& voxels, const std::filesystem::path& path);
+
+// A folder holding one series, or a single file.
+RawImage read_dicom(const std::filesystem::path& path);
+bool has_dicom_preamble(const std::filesystem::path& path);
+
+// PNG, JPEG or TIFF; every page of a TIFF becomes a slice.
+RawImage read_image2d(const std::filesystem::path& path);
+std::size_t count_tiff_pages(const std::filesystem::path& path);
+
+}  // namespace tessera::io_detail

@@ -1,0 +1,275 @@
+// Format detection and the public read/write entry points; the formats live in <format>_io.cpp.
+#include "io/volume_io.hpp"
+
+#include "io/raw_image.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace tessera {
+
+using io_detail::EncodedVoxels;
+using io_detail::full_extension;
+using io_detail::quoted;
+using io_detail::RawImage;
+using io_detail::ScalarType;
+
+namespace {
+
+std::string joined(const std::vector<std::string>& items) {
+    std::string text;
+    for (const std::string& item : items) text += (text.empty() ? "" : ", ") + item;
+    return text;
+}
+
+void check_exists(const std::filesystem::path& path) {
+    std::error_code error;
+    TESSERA_CHECK(std::filesystem::exists(path, error),
+                  "cannot read " << quoted(path) << ": no such file or folder. Check the path.");
+}
+
+RawImage read_raw(const std::filesystem::path& path) {
+    check_exists(path);
+    switch (detect_volume_format(path)) {
+        case VolumeFormat::Nifti:
+            return io_detail::read_nifti(path);
+        case VolumeFormat::MetaImage:
+            return io_detail::read_metaimage(path);
+        case VolumeFormat::DicomSeries:
+            return io_detail::read_dicom(path);
+        case VolumeFormat::TiffStack:
+        case VolumeFormat::Image2D:
+            return io_detail::read_image2d(path);
+    }
+    TESSERA_ASSERT(false, "unhandled volume format");
+    return {};
+}
+
+void check_writable_extension(const std::filesystem::path& path) {
+    const std::vector<std::string> writable = writable_volume_extensions();
+    const std::string extension = full_extension(path);
+    TESSERA_CHECK(std::find(writable.begin(), writable.end(), extension) != writable.end(),
+                  "cannot write " << quoted(path) << ": Tessera writes volumes as " << joined(writable)
+                                  << (extension.empty() ? "; the name has no extension" : ", not " + extension) << ".");
+}
+
+void check_geometry_for_writing(const ImageGeometry& geometry, const Tensor& voxels, DType dtype,
+                                const std::filesystem::path& path) {
+    for (int axis = 0; axis < 3; ++axis) {
+        TESSERA_CHECK(geometry.size[axis] > 0, "cannot write " << quoted(path) << ": grid size along axis " << axis
+                                                               << " is " << geometry.size[axis]);
+        TESSERA_CHECK(std::isfinite(geometry.spacing[axis]) && geometry.spacing[axis] > 0,
+                      "cannot write " << quoted(path) << ": voxel spacing along axis " << axis << " is "
+                                      << geometry.spacing[axis] << " mm, it must be positive");
+    }
+    const Shape expected = {geometry.size[2], geometry.size[1], geometry.size[0]};
+    TESSERA_CHECK(voxels.is_defined() && voxels.shape() == expected && voxels.dtype() == dtype,
+                  "cannot write " << quoted(path) << ": expected " << dtype_name(dtype) << " voxels of shape "
+                                  << shape_to_string(expected) << " ([D, H, W] of the geometry), got "
+                                  << (voxels.is_defined() ? dtype_name(voxels.dtype()) : "no") << " voxels of shape "
+                                  << shape_to_string(voxels.shape()));
+}
+
+template <class Target, class Source>
+EncodedVoxels encode(const Source* values, std::int64_t count, ScalarType type) {
+    EncodedVoxels encoded;
+    encoded.scalar_type = type;
+    encoded.bytes.resize(static_cast<std::size_t>(count) * sizeof(Target));
+    auto* out = reinterpret_cast<Target*>(encoded.bytes.data());
+    for (std::int64_t index = 0; index < count; ++index) out[index] = static_cast<Target>(values[index]);
+    return encoded;
+}
+
+template <class Source>
+EncodedVoxels encode_as(const Source* values, std::int64_t count, ScalarType type) {
+    switch (type) {
+        case ScalarType::U8:
+            return encode<std::uint8_t>(values, count, type);
+        case ScalarType::I8:
+            return encode<std::int8_t>(values, count, type);
+        case ScalarType::U16:
+            return encode<std::uint16_t>(values, count, type);
+        case ScalarType::I16:
+            return encode<std::int16_t>(values, count, type);
+        case ScalarType::U32:
+            return encode<std::uint32_t>(values, count, type);
+        case ScalarType::I32:
+            return encode<std::int32_t>(values, count, type);
+        case ScalarType::U64:
+            return encode<std::uint64_t>(values, count, type);
+        case ScalarType::I64:
+            return encode<std::int64_t>(values, count, type);
+        case ScalarType::F32:
+            return encode<float>(values, count, type);
+        case ScalarType::F64:
+            return encode<double>(values, count, type);
+    }
+    TESSERA_ASSERT(false, "unhandled scalar type");
+    return {};
+}
+
+// Range of whole numbers an integer type holds exactly (as double).
+void integer_range(ScalarType type, double& lowest, double& highest) {
+    switch (type) {
+        case ScalarType::U8:
+            lowest = 0;
+            highest = 255;
+            return;
+        case ScalarType::I8:
+            lowest = -128;
+            highest = 127;
+            return;
+        case ScalarType::U16:
+            lowest = 0;
+            highest = 65535;
+            return;
+        case ScalarType::I16:
+            lowest = -32768;
+            highest = 32767;
+            return;
+        case ScalarType::U32:
+            lowest = 0;
+            highest = 4294967295.0;
+            return;
+        case ScalarType::I32:
+            lowest = -2147483648.0;
+            highest = 2147483647.0;
+            return;
+        // Beyond 2^53 doubles skip integers; f32 voxels never get there exactly anyway.
+        case ScalarType::U64:
+            lowest = 0;
+            highest = 9007199254740992.0;
+            return;
+        case ScalarType::I64:
+            lowest = -9007199254740992.0;
+            highest = 9007199254740992.0;
+            return;
+        default:
+            lowest = 0;
+            highest = -1;
+            return;
+    }
+}
+
+// The volume's source type when every voxel fits it exactly, else float32.
+ScalarType volume_write_type(const Volume& volume, const float* values, std::int64_t count) {
+    ScalarType source{};
+    if (!io_detail::scalar_type_from_name(volume.source_scalar_type, source) || !io_detail::is_integer(source)) {
+        return ScalarType::F32;
+    }
+    double lowest = 0, highest = 0;
+    integer_range(source, lowest, highest);
+    for (std::int64_t index = 0; index < count; ++index) {
+        const double value = values[index];
+        if (!(value >= lowest && value <= highest) || std::nearbyint(value) != value) return ScalarType::F32;
+    }
+    return source;
+}
+
+ScalarType label_write_type(const std::int32_t* labels, std::int64_t count) {
+    std::int32_t lowest = 0, highest = 0;
+    if (count > 0) {
+        const auto [minimum, maximum] = std::minmax_element(labels, labels + count);
+        lowest = *minimum;
+        highest = *maximum;
+    }
+    if (lowest >= 0 && highest <= 255) return ScalarType::U8;
+    if (lowest >= -32768 && highest <= 32767) return ScalarType::I16;
+    return ScalarType::I32;
+}
+
+void write_encoded(const ImageGeometry& geometry, const EncodedVoxels& voxels, const std::filesystem::path& path) {
+    const std::string extension = full_extension(path);
+    if (extension == ".nii" || extension == ".nii.gz") {
+        io_detail::write_nifti(geometry, voxels, path);
+    } else {
+        io_detail::write_metaimage(geometry, voxels, path);
+    }
+}
+
+}  // namespace
+
+std::string_view volume_format_name(VolumeFormat format) {
+    switch (format) {
+        case VolumeFormat::Nifti:
+            return "NIfTI";
+        case VolumeFormat::MetaImage:
+            return "MetaImage";
+        case VolumeFormat::DicomSeries:
+            return "DICOM series";
+        case VolumeFormat::TiffStack:
+            return "TIFF stack";
+        case VolumeFormat::Image2D:
+            return "2D image";
+    }
+    return "?";
+}
+
+std::vector<std::string> supported_volume_extensions() {
+    return {".nii", ".nii.gz", ".mha", ".mhd", ".dcm", ".tif", ".tiff", ".png", ".jpg", ".jpeg"};
+}
+
+std::vector<std::string> writable_volume_extensions() {
+    return {".nii", ".nii.gz", ".mha", ".mhd"};
+}
+
+VolumeFormat detect_volume_format(const std::filesystem::path& path) {
+    std::error_code error;
+    if (std::filesystem::is_directory(path, error)) return VolumeFormat::DicomSeries;
+    const std::string extension = full_extension(path);
+    if (extension == ".nii" || extension == ".nii.gz") return VolumeFormat::Nifti;
+    if (extension == ".mha" || extension == ".mhd") return VolumeFormat::MetaImage;
+    if (extension == ".dcm") return VolumeFormat::DicomSeries;
+    if (extension == ".png" || extension == ".jpg" || extension == ".jpeg") return VolumeFormat::Image2D;
+    if (extension == ".tif" || extension == ".tiff") {
+        if (!std::filesystem::is_regular_file(path, error)) return VolumeFormat::TiffStack;
+        return io_detail::count_tiff_pages(path) > 1 ? VolumeFormat::TiffStack : VolumeFormat::Image2D;
+    }
+    if (std::filesystem::is_regular_file(path, error) && io_detail::has_dicom_preamble(path)) {
+        return VolumeFormat::DicomSeries;
+    }
+    TESSERA_FAIL("cannot tell the format of "
+                 << quoted(path) << ": "
+                 << (extension.empty() ? "it has no extension" : "unknown extension " + extension)
+                 << ". Supported: " << joined(supported_volume_extensions()) << ", or a folder of DICOM files.");
+}
+
+Volume read_volume(const std::filesystem::path& path) {
+    const RawImage raw = read_raw(path);
+    Volume volume;
+    volume.geometry = raw.geometry;
+    volume.voxels = io_detail::to_volume_voxels(raw);
+    volume.source_scalar_type = raw.source_scalar_type;
+    volume.source_path = path.string();
+    return volume;
+}
+
+LabelMap read_label_map(const std::filesystem::path& path) {
+    const RawImage raw = read_raw(path);
+    LabelMap label_map;
+    label_map.geometry = raw.geometry;
+    label_map.labels = io_detail::to_label_voxels(raw, path);
+    label_map.source_path = path.string();
+    return label_map;
+}
+
+void write_volume(const Volume& volume, const std::filesystem::path& path) {
+    check_writable_extension(path);
+    check_geometry_for_writing(volume.geometry, volume.voxels, DType::F32, path);
+    const Tensor dense = volume.voxels.contiguous();
+    const float* values = dense.data<float>();
+    const std::int64_t count = dense.num_elements();
+    write_encoded(volume.geometry, encode_as(values, count, volume_write_type(volume, values, count)), path);
+}
+
+void write_label_map(const LabelMap& label_map, const std::filesystem::path& path) {
+    check_writable_extension(path);
+    check_geometry_for_writing(label_map.geometry, label_map.labels, DType::I32, path);
+    const Tensor dense = label_map.labels.contiguous();
+    const std::int32_t* labels = dense.data<std::int32_t>();
+    const std::int64_t count = dense.num_elements();
+    write_encoded(label_map.geometry, encode_as(labels, count, label_write_type(labels, count)), path);
+}
+
+}  // namespace tessera

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Regenerates the README's screenshots from the built studio, under Xvfb with Qt's xcb platform.
+# Usage: resources/screenshots/regenerate.sh [build-dir]   (make screenshots does this)
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+build=${1:-$root/build}
+out=$root/resources/screenshots
+app=$build/app/tessera
+[ -x "$app" ] || { echo "build the studio first (make build): $app is missing" >&2; exit 1; }
+data=/usr/share/doc/insighttoolkit5-examples/examples/Data
+# A scratch settings folder, so the screenshots do not depend on (or change) the user's window layout.
+export XDG_CONFIG_HOME=$(mktemp -d)
+trap 'rm -rf "$XDG_CONFIG_HOME"' EXIT
+shoot() {  # shoot <png> <arguments...>
+  local png=$1; shift
+  QT_QPA_PLATFORM=xcb xvfb-run -a -s "-screen 0 1280x800x24" "$app" --size 1240x760 --screenshot "$out/$png" "$@"
+}
+shoot viewer_mri.png "$data/KmeansTest_T1UCharRaw.nii.gz" --labels "$data/KmeansTest_T1RawSkullStrip.nii.gz"
+shoot viewer_ct_phantom.png --phantom 3d
+shoot viewer_2d.png "$data/BrainProtonDensitySliceBorder20.png" --labels "$data/BrainProtonDensitySliceBorder20Mask.png" || \
+  shoot viewer_2d.png --phantom 2d
+echo "screenshots written to $out"

@@ -1,0 +1,203 @@
+// MainWindow: opening real scans and label maps, errors that lose nothing, presets, 2D layout,
+// recent files and drag-and-drop.
+#include "data/examples.hpp"
+#include "gl_test_main.hpp"
+#include "io/volume_io.hpp"
+#include "widgets/label_legend.hpp"
+#include "widgets/main_window.hpp"
+#include "widgets/slice_view.hpp"
+
+#include <QComboBox>
+#include <QMenu>
+#include <QMimeData>
+#include <QSettings>
+#include <QSlider>
+#include <QTemporaryDir>
+#include <QTreeWidget>
+#include <QUrl>
+
+using namespace tessera;
+using namespace tessera::ui;
+
+namespace {
+const QString data_dir = QStringLiteral("/usr/share/doc/insighttoolkit5-examples/examples/Data/");
+QString example(const char* name) { return data_dir + QLatin1String(name); }
+}  // namespace
+
+class tst_MainWindow : public QObject {
+    Q_OBJECT
+private slots:
+    void init() {
+        QSettings().clear();
+        if (!find_example_mri()) QSKIP("the example MRI needs Debian's insighttoolkit5-examples");
+    }
+
+    void opensTheExampleMriWithItsMask() {
+        MainWindow window;
+        window.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&window));
+        QVERIFY(window.openImage(example("KmeansTest_T1UCharRaw.nii.gz")));
+        QVERIFY(window.openLabelMap(example("KmeansTest_T1RawSkullStrip.nii.gz")));
+        QCOMPARE(window.model()->volume()->geometry.size, (std::array<std::int64_t, 3>{128, 128, 62}));
+        QCOMPARE(window.model()->presentLabels(), (std::vector<std::int32_t>{4, 5, 6}));
+        QCOMPARE(window.legend()->labelList()->topLevelItemCount(), 3);
+        for (SliceOrientation orientation : {SliceOrientation::Axial, SliceOrientation::Coronal, SliceOrientation::Sagittal}) {
+            QVERIFY(window.sliceView(orientation)->isVisible());
+            QVERIFY(!window.sliceView(orientation)->sliceImage().isNull());
+        }
+        // The file is stored coronally (i: left, j: superior, k: anterior), so the axial view shows i × k,
+        // the coronal view i × j and the sagittal view k × j.
+        QCOMPARE(window.sliceView(SliceOrientation::Axial)->sliceImage().size(), QSize(128, 62));
+        QCOMPARE(window.sliceView(SliceOrientation::Coronal)->sliceImage().size(), QSize(128, 128));
+        QCOMPARE(window.sliceView(SliceOrientation::Sagittal)->sliceImage().size(), QSize(62, 128));
+        QVERIFY(window.windowTitle().contains(QStringLiteral("KmeansTest_T1UCharRaw")));
+        const QString status = window.statusText();
+        QVERIFY2(status.contains(QStringLiteral("voxel (64, 64, 31)")) && status.contains(QStringLiteral("value")) &&
+                     status.contains(QStringLiteral("world")) && status.contains(QStringLiteral("label")),
+                 qPrintable(status));
+    }
+
+    void statusFollowsTheMouse() {
+        MainWindow window;
+        window.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&window));
+        QVERIFY(window.openImage(example("KmeansTest_T1UCharRaw.nii.gz")));
+        SliceView* axial = window.sliceView(SliceOrientation::Axial);
+        // A voxel in the axial view's current slice: move the cursor's in-plane coordinates only.
+        const SliceAxes axes = sliceAxes(window.model()->volume()->geometry, SliceOrientation::Axial);
+        auto voxel = window.model()->cursor();
+        voxel[static_cast<std::size_t>(axes.axis_x)] = 20;
+        voxel[static_cast<std::size_t>(axes.axis_y)] = 25;
+        // Sent to the widget directly: moving the X pointer is at the mercy of other windows.
+        const QPointF position = axial->positionOfVoxel(voxel);
+        QMouseEvent move(QEvent::MouseMove, position, axial->mapToGlobal(position), Qt::NoButton, Qt::NoButton,
+                         Qt::NoModifier);
+        QApplication::sendEvent(axial, &move);
+        const QString expected = QStringLiteral("voxel (%1, %2, %3)").arg(voxel[0]).arg(voxel[1]).arg(voxel[2]);
+        QTRY_VERIFY2(window.statusText().contains(expected), qPrintable(window.statusText()));
+        const float value = window.model()->volume()->value_at(voxel[0], voxel[1], voxel[2]);
+        QVERIFY2(window.statusText().contains(QStringLiteral("value %1").arg(static_cast<double>(value), 0, 'g', 6)),
+                 qPrintable(window.statusText()));
+    }
+
+    void labelControlsChangeTheOverlay() {
+        MainWindow window;
+        window.show();
+        QVERIFY(window.openImage(example("KmeansTest_T1UCharRaw.nii.gz")));
+        QVERIFY(window.openLabelMap(example("KmeansTest_T1RawSkullStrip.nii.gz")));
+        SliceView* axial = window.sliceView(SliceOrientation::Axial);
+        const QImage with_labels = axial->sliceImage();
+        window.legend()->opacitySlider()->setValue(0);
+        QCOMPARE(window.model()->labelOpacity(), 0.0);
+        const QImage without_labels = axial->sliceImage();
+        QVERIFY(with_labels != without_labels);
+        window.legend()->opacitySlider()->setValue(100);
+        QTreeWidgetItem* first = window.legend()->labelList()->topLevelItem(0);
+        first->setCheckState(0, Qt::Unchecked);
+        QVERIFY(!window.model()->isLabelVisible(4));
+        QTRY_COMPARE(window.legend()->labelList()->topLevelItem(0)->checkState(0), Qt::Unchecked);
+    }
+
+    void badFilesAreReportedAndLoseNothing() {
+        MainWindow window;
+        window.show();
+        QVERIFY(window.openImage(example("KmeansTest_T1UCharRaw.nii.gz")));
+        QVERIFY(window.openLabelMap(example("KmeansTest_T1RawSkullStrip.nii.gz")));
+        const auto volume_before = window.model()->volume();
+        const auto labels_before = window.model()->labelMap();
+
+        QTemporaryDir scratch;
+        const QString notes = scratch.filePath(QStringLiteral("notes.nii.gz"));
+        QFile file(notes);
+        QVERIFY(file.open(QIODevice::WriteOnly));
+        file.write("not an image at all\n");
+        file.close();
+        QVERIFY(!window.openImage(notes));
+        QVERIFY2(window.lastError().contains(QStringLiteral("notes.nii.gz")), qPrintable(window.lastError()));
+        QCOMPARE(window.model()->volume(), volume_before);
+
+        // A label map on another grid: a 2D slice is not the MRI's grid.
+        QVERIFY(!window.openLabelMap(example("BrainProtonDensitySlice.png")));
+        QVERIFY2(window.lastError().contains(QStringLiteral("grid")), qPrintable(window.lastError()));
+        QCOMPARE(window.model()->labelMap(), labels_before);
+        QCOMPARE(window.model()->volume(), volume_before);
+    }
+
+    void windowPresets() {
+        MainWindow window;
+        window.show();
+        window.showPhantom(false);
+        // A CT phantom opens with the soft-tissue window.
+        QCOMPARE(window.model()->windowLevel().window, 400.0);
+        QCOMPARE(window.model()->windowLevel().level, 40.0);
+        QComboBox* presets = window.presetBox();
+        const int bone = presets->findText(QStringLiteral("CT bone"));
+        QVERIFY(bone >= 0);
+        presets->setCurrentIndex(bone);
+        emit presets->activated(bone);
+        QCOMPARE(window.model()->windowLevel().window, 1800.0);
+        QCOMPARE(window.model()->windowLevel().level, 400.0);
+
+        QVERIFY(window.openImage(example("KmeansTest_T1UCharRaw.nii.gz")));
+        const int automatic = presets->count() - 1;
+        emit presets->activated(automatic);
+        const WindowLevel expected = window.model()->autoWindow();
+        QCOMPARE(window.model()->windowLevel().window, expected.window);
+        QVERIFY(expected.lower() >= window.model()->minimumValue() && expected.upper() <= window.model()->maximumValue());
+    }
+
+    void phantomHasNamedLabels() {
+        MainWindow window;
+        window.showPhantom(false);
+        QCOMPARE(window.model()->presentLabels(), (std::vector<std::int32_t>{1, 2, 3, 4, 5}));
+        QCOMPARE(window.legend()->labelName(2), QStringLiteral("lung"));
+    }
+
+    void twoDimensionalImagesShowOneView() {
+        MainWindow window;
+        window.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&window));
+        QVERIFY(window.openImage(example("BrainProtonDensitySlice.png")));
+        QVERIFY(window.model()->volume()->geometry.is_2d());
+        QVERIFY(window.sliceView(SliceOrientation::Axial)->isVisible());
+        QVERIFY(!window.sliceView(SliceOrientation::Coronal)->isVisible());
+        QVERIFY(!window.sliceView(SliceOrientation::Sagittal)->isVisible());
+        QVERIFY(window.openImage(example("KmeansTest_T1UCharRaw.nii.gz")));
+        QVERIFY(window.sliceView(SliceOrientation::Coronal)->isVisible());
+    }
+
+    void recentFilesAreRemembered() {
+        MainWindow window;
+        QVERIFY(window.openImage(example("BrainProtonDensitySlice.png")));
+        QVERIFY(window.openImage(example("KmeansTest_T1UCharRaw.nii.gz")));
+        const QStringList recent = QSettings().value(QStringLiteral("recentImages")).toStringList();
+        QCOMPARE(recent.size(), 2);
+        QVERIFY(recent.front().endsWith(QStringLiteral("KmeansTest_T1UCharRaw.nii.gz")));
+        QVERIFY(window.recentMenu()->isEnabled());
+        QVERIFY(window.recentMenu()->actions().front()->text().contains(QStringLiteral("KmeansTest_T1UCharRaw")));
+        // A second window (the next session) lists them too, and opens one.
+        MainWindow next;
+        next.recentMenu()->actions().at(1)->trigger();
+        QVERIFY(next.model()->volume()->source_path.ends_with("BrainProtonDensitySlice.png"));
+    }
+
+    void droppingTwoFilesOpensImageAndLabels() {
+        MainWindow window;
+        window.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&window));
+        QMimeData mime;
+        mime.setUrls({QUrl::fromLocalFile(example("KmeansTest_T1UCharRaw.nii.gz")),
+                      QUrl::fromLocalFile(example("KmeansTest_T1RawSkullStrip.nii.gz"))});
+        const QPoint centre = window.rect().center();
+        QDragEnterEvent enter(centre, Qt::CopyAction, &mime, Qt::LeftButton, Qt::NoModifier);
+        QApplication::sendEvent(&window, &enter);
+        QVERIFY(enter.isAccepted());
+        QDropEvent drop(QPointF(centre), Qt::CopyAction, &mime, Qt::LeftButton, Qt::NoModifier);
+        QApplication::sendEvent(&window, &drop);
+        QVERIFY(window.model()->hasVolume());
+        QVERIFY(window.model()->labelMap() != nullptr);
+    }
+};
+
+TESSERA_GL_TEST_MAIN(tst_MainWindow)
+#include "tst_main_window.moc"

@@ -1,0 +1,145 @@
+#include "model/viewer_model.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace tessera::ui {
+
+QColor defaultLabelColor(std::int32_t label) {
+    // Saturated colours that stay visible over grey: 1 red, 2 green, 3 blue, 4 yellow, 5 cyan, ...
+    static const QColor palette[] = {
+        QColor(255, 0, 0),    QColor(0, 255, 0),    QColor(0, 0, 255),    QColor(255, 255, 0),
+        QColor(0, 255, 255),  QColor(255, 0, 255),  QColor(255, 128, 0),  QColor(128, 0, 255),
+        QColor(205, 133, 63), QColor(0, 160, 110),  QColor(102, 205, 170), QColor(255, 80, 160),
+    };
+    constexpr int palette_size = static_cast<int>(std::size(palette));
+    if (label <= 0) return QColor(0, 0, 0, 0);
+    if (label <= palette_size) return palette[label - 1];
+    // Beyond the palette (e.g. 255 in binary masks) hues step by the golden angle, so neighbours differ.
+    return QColor::fromHsv(static_cast<int>((static_cast<std::int64_t>(label) * 137) % 360), 230, 255);
+}
+
+ViewerModel::ViewerModel(QObject* parent) : QObject(parent) {}
+
+void ViewerModel::setVolume(std::shared_ptr<const tessera::Volume> volume) {
+    m_volume = std::move(volume);
+    m_labels.reset();
+    m_present_labels.clear();
+    if (m_volume) {
+        const auto& size = m_volume->geometry.size;
+        m_cursor = {size[0] / 2, size[1] / 2, size[2] / 2};
+        const float* voxels = m_volume->voxels.data<float>();
+        const auto [lowest, highest] = std::minmax_element(voxels, voxels + m_volume->geometry.num_voxels());
+        m_value_range = {*lowest, *highest};
+        const WindowLevelPreset preset = windowLevelPresets()[defaultPresetIndex()];
+        m_window = preset.is_auto ? autoWindow() : preset.value;
+    }
+    emit volumeChanged();
+    emit labelMapChanged();
+    emit windowLevelChanged();
+    emit cursorChanged();
+}
+
+void ViewerModel::setLabelMap(std::shared_ptr<const tessera::LabelMap> labels) {
+    TESSERA_CHECK(m_volume != nullptr, "open an image before opening a label map onto it");
+    if (labels) check_same_grid(m_volume->geometry, labels->geometry, labels->source_path);
+    m_labels = std::move(labels);
+    m_present_labels.clear();
+    if (m_labels) {
+        for (std::int32_t label : m_labels->present_labels()) {
+            if (label != 0) m_present_labels.push_back(label);
+        }
+    }
+    emit labelMapChanged();
+}
+
+void ViewerModel::clearLabelMap() { setLabelMap(nullptr); }
+
+void ViewerModel::setCursor(std::array<std::int64_t, 3> voxel) {
+    if (!m_volume) return;
+    for (std::size_t axis = 0; axis < 3; ++axis) {
+        voxel[axis] = std::clamp<std::int64_t>(voxel[axis], 0, m_volume->geometry.size[axis] - 1);
+    }
+    if (voxel == m_cursor) return;
+    m_cursor = voxel;
+    emit cursorChanged();
+}
+
+void ViewerModel::setWindowLevel(WindowLevel window) {
+    window.window = std::max(window.window, 1e-6);
+    if (window.window == m_window.window && window.level == m_window.level) return;
+    m_window = window;
+    emit windowLevelChanged();
+}
+
+void ViewerModel::applyPreset(const WindowLevelPreset& preset) {
+    setWindowLevel(preset.is_auto ? autoWindow() : preset.value);
+}
+
+std::size_t ViewerModel::defaultPresetIndex() const {
+    const auto presets = windowLevelPresets();
+    const bool looks_like_ct = m_volume && m_value_range[0] < -500.0;
+    return looks_like_ct ? 0 : presets.size() - 1;  // first: CT soft tissue; last: MRI auto
+}
+
+WindowLevel ViewerModel::autoWindow(double lower_percentile, double upper_percentile) const {
+    if (!m_volume) return {};
+    // A histogram of 4096 bins over the value range gives percentiles to 1/4096 of the range, fast.
+    constexpr int num_bins = 4096;
+    const double low = m_value_range[0];
+    const double span = std::max(m_value_range[1] - m_value_range[0], 1e-6);
+    std::vector<std::int64_t> histogram(num_bins, 0);
+    const float* voxels = m_volume->voxels.data<float>();
+    const std::int64_t count = m_volume->geometry.num_voxels();
+    for (std::int64_t v = 0; v < count; ++v) {
+        const int bin = std::clamp(static_cast<int>((voxels[v] - low) / span * num_bins), 0, num_bins - 1);
+        ++histogram[static_cast<std::size_t>(bin)];
+    }
+    auto value_at_percentile = [&](double percentile) {
+        const auto target = static_cast<std::int64_t>(percentile / 100.0 * static_cast<double>(count));
+        std::int64_t seen = 0;
+        for (int bin = 0; bin < num_bins; ++bin) {
+            seen += histogram[static_cast<std::size_t>(bin)];
+            if (seen > target) return low + (bin + 0.5) * span / num_bins;
+        }
+        return m_value_range[1];
+    };
+    const double lower = value_at_percentile(lower_percentile);
+    const double upper = std::max(value_at_percentile(upper_percentile), lower + span / num_bins);
+    return {upper - lower, (upper + lower) / 2};
+}
+
+void ViewerModel::setLabelOpacity(double opacity) {
+    opacity = std::clamp(opacity, 0.0, 1.0);
+    if (opacity == m_label_opacity) return;
+    m_label_opacity = opacity;
+    emit labelDisplayChanged();
+}
+
+void ViewerModel::setOutlineOnly(bool outline_only) {
+    if (outline_only == m_outline_only) return;
+    m_outline_only = outline_only;
+    emit labelDisplayChanged();
+}
+
+QColor ViewerModel::labelColor(std::int32_t label) const {
+    const auto found = m_label_colors.find(label);
+    return found != m_label_colors.end() ? found->second : defaultLabelColor(label);
+}
+
+void ViewerModel::setLabelColor(std::int32_t label, QColor color) {
+    m_label_colors[label] = color;
+    emit labelDisplayChanged();
+}
+
+void ViewerModel::setLabelVisible(std::int32_t label, bool visible) {
+    if (visible == isLabelVisible(label)) return;
+    if (visible) {
+        m_hidden_labels.erase(label);
+    } else {
+        m_hidden_labels.insert(label);
+    }
+    emit labelDisplayChanged();
+}
+
+}  // namespace tessera::ui

@@ -1,0 +1,84 @@
+// ViewerModel: the state every view of one volume shares (no widgets, no rendering).
+//
+// It owns the loaded volume and label map as immutable shared values, the cursor (a voxel index),
+// the display window and the label overlay settings. Views read it and call its setters; it emits
+// one signal per kind of change so each view redraws only what changed.
+#pragma once
+
+#include "io/volume.hpp"
+#include "model/window_level.hpp"
+
+#include <QColor>
+#include <QObject>
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <set>
+
+namespace tessera::ui {
+
+// Default colour of a label value (ITK-SNAP-like palette: 1 red, 2 green, 3 blue, 4 yellow, ...).
+QColor defaultLabelColor(std::int32_t label);
+
+class ViewerModel : public QObject {
+    Q_OBJECT
+public:
+    explicit ViewerModel(QObject* parent = nullptr);
+
+    // Replaces the image; drops the label map, centres the cursor and picks an automatic window.
+    void setVolume(std::shared_ptr<const tessera::Volume> volume);
+    // Throws tessera::Error naming both grids when the label map's grid differs from the image's.
+    void setLabelMap(std::shared_ptr<const tessera::LabelMap> labels);
+    void clearLabelMap();
+
+    const std::shared_ptr<const tessera::Volume>& volume() const { return m_volume; }
+    const std::shared_ptr<const tessera::LabelMap>& labelMap() const { return m_labels; }
+    bool hasVolume() const { return m_volume != nullptr; }
+
+    std::array<std::int64_t, 3> cursor() const { return m_cursor; }  // voxel index (i, j, k)
+    void setCursor(std::array<std::int64_t, 3> voxel);                // clamped to the grid
+
+    WindowLevel windowLevel() const { return m_window; }
+    void setWindowLevel(WindowLevel window);
+    void applyPreset(const WindowLevelPreset& preset);
+    // The preset a volume opens with: CT soft tissue when the data look like CT (air near -1000 HU),
+    // else MRI auto. An index into windowLevelPresets().
+    std::size_t defaultPresetIndex() const;
+    WindowLevel autoWindow(double lower_percentile = 0.5, double upper_percentile = 99.5) const;
+    double minimumValue() const { return m_value_range[0]; }
+    double maximumValue() const { return m_value_range[1]; }
+
+    // Label overlay settings.
+    double labelOpacity() const { return m_label_opacity; }  // 0..1
+    void setLabelOpacity(double opacity);
+    bool outlineOnly() const { return m_outline_only; }
+    void setOutlineOnly(bool outline_only);
+    QColor labelColor(std::int32_t label) const;
+    void setLabelColor(std::int32_t label, QColor color);
+    bool isLabelVisible(std::int32_t label) const { return !m_hidden_labels.contains(label); }
+    void setLabelVisible(std::int32_t label, bool visible);
+    const std::vector<std::int32_t>& presentLabels() const { return m_present_labels; }  // without 0
+
+signals:
+    void volumeChanged();
+    void labelMapChanged();
+    void cursorChanged();
+    void windowLevelChanged();
+    void labelDisplayChanged();
+
+private:
+    std::shared_ptr<const tessera::Volume> m_volume;
+    std::shared_ptr<const tessera::LabelMap> m_labels;
+    std::array<std::int64_t, 3> m_cursor{0, 0, 0};
+    WindowLevel m_window;
+    std::array<double, 2> m_value_range{0.0, 1.0};
+    double m_label_opacity = 0.5;
+    bool m_outline_only = false;
+    std::map<std::int32_t, QColor> m_label_colors;  // overrides of the default palette
+    std::set<std::int32_t> m_hidden_labels;
+    std::vector<std::int32_t> m_present_labels;
+};
+
+}  // namespace tessera::ui

@@ -1,0 +1,515 @@
+#include "widgets/main_window.hpp"
+
+#include "data/phantom.hpp"
+#include "io/volume_io.hpp"
+#include "widgets/label_legend.hpp"
+#include "widgets/slice_view.hpp"
+#include "widgets/volume_view.hpp"
+
+#include <QAction>
+#include <QApplication>
+#include <QCloseEvent>
+#include <QComboBox>
+#include <QDockWidget>
+#include <QDoubleSpinBox>
+#include <QDragEnterEvent>
+#include <QDropEvent>
+#include <QFileDialog>
+#include <QFileInfo>
+#include <QFormLayout>
+#include <QGridLayout>
+#include <QGroupBox>
+#include <QLabel>
+#include <QMenuBar>
+#include <QMessageBox>
+#include <QMimeData>
+#include <QPushButton>
+#include <QScrollBar>
+#include <QSettings>
+#include <QStatusBar>
+#include <QToolBar>
+#include <QVBoxLayout>
+
+#include <filesystem>
+
+namespace tessera::ui {
+
+namespace {
+constexpr int max_recent_files = 10;
+const QString image_filter = QStringLiteral(
+    "Images (*.nii *.nii.gz *.mha *.mhd *.png *.jpg *.jpeg *.tif *.tiff);;NIfTI (*.nii *.nii.gz);;"
+    "MetaImage (*.mha *.mhd);;2D images and TIFF stacks (*.png *.jpg *.jpeg *.tif *.tiff);;All files (*)");
+
+std::filesystem::path toPath(const QString& path) { return std::filesystem::path(path.toStdString()); }
+
+QString formatTriple(const std::array<double, 3>& value, int decimals) {
+    return QStringLiteral("%1, %2, %3")
+        .arg(value[0], 0, 'f', decimals)
+        .arg(value[1], 0, 'f', decimals)
+        .arg(value[2], 0, 'f', decimals);
+}
+}  // namespace
+
+MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent), m_model(new ViewerModel(this)) {
+    setWindowTitle(tr("Tessera"));
+    setAcceptDrops(true);
+
+    auto* central = new QWidget(this);
+    auto* grid = new QGridLayout(central);
+    m_view_grid = grid;
+    grid->setContentsMargins(2, 2, 2, 2);
+    grid->setSpacing(2);
+    const std::array<SliceOrientation, 3> orientations{SliceOrientation::Axial, SliceOrientation::Coronal,
+                                                       SliceOrientation::Sagittal};
+    const std::array<std::pair<int, int>, 3> cells{{{0, 0}, {0, 1}, {1, 0}}};
+    for (std::size_t v = 0; v < 3; ++v) {
+        auto* panel = new QWidget(central);
+        auto* row = new QHBoxLayout(panel);
+        row->setContentsMargins(0, 0, 0, 0);
+        row->setSpacing(0);
+        m_slice_views[v] = new SliceView(m_model, orientations[v], panel);
+        m_slice_bars[v] = new QScrollBar(Qt::Vertical, panel);
+        m_slice_bars[v]->setInvertedAppearance(true);  // top of the bar = last slice, like the wheel
+        m_slice_bars[v]->setToolTip(tr("%1 slice").arg(orientationName(orientations[v])));
+        row->addWidget(m_slice_views[v], 1);
+        row->addWidget(m_slice_bars[v]);
+        grid->addWidget(panel, cells[v].first, cells[v].second);
+        m_slice_panels[v] = panel;
+        SliceView* view = m_slice_views[v];
+        QScrollBar* bar = m_slice_bars[v];
+        connect(bar, &QScrollBar::valueChanged, view, [view](int value) { view->setSliceIndex(value); });
+        connect(view, &SliceView::sliceChanged, bar, [bar](std::int64_t slice) {
+            const QSignalBlocker block(bar);
+            bar->setValue(static_cast<int>(slice));
+        });
+        connect(view, &SliceView::hoveredVoxel, this, &MainWindow::onHoveredVoxel);
+    }
+    m_volume_view = new VolumeView(m_model, central);
+    grid->addWidget(m_volume_view, 1, 1);
+    grid->setRowStretch(0, 1);
+    grid->setRowStretch(1, 1);
+    grid->setColumnStretch(0, 1);
+    grid->setColumnStretch(1, 1);
+    setCentralWidget(central);
+
+    m_status = new QLabel(this);
+    m_status->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    statusBar()->addWidget(m_status, 1);
+
+    createDock();
+    createActions();
+
+    connect(m_model, &ViewerModel::volumeChanged, this, &MainWindow::onVolumeChanged);
+    connect(m_model, &ViewerModel::cursorChanged, this, &MainWindow::updateStatus);
+    connect(m_model, &ViewerModel::labelMapChanged, this, &MainWindow::updateStatus);
+    connect(m_model, &ViewerModel::windowLevelChanged, this, &MainWindow::onWindowLevelChanged);
+
+    QSettings settings;
+    restoreGeometry(settings.value(QStringLiteral("mainWindow/geometry")).toByteArray());
+    restoreState(settings.value(QStringLiteral("mainWindow/state")).toByteArray());
+    if (!settings.contains(QStringLiteral("mainWindow/geometry"))) resize(1240, 760);
+    onVolumeChanged();
+}
+
+MainWindow::~MainWindow() = default;
+
+SliceView* MainWindow::sliceView(SliceOrientation orientation) const {
+    return m_slice_views[static_cast<std::size_t>(orientation)];
+}
+
+void MainWindow::createActions() {
+    QMenu* file = menuBar()->addMenu(tr("&File"));
+    QToolBar* toolbar = addToolBar(tr("Main"));
+    toolbar->setObjectName(QStringLiteral("mainToolbar"));
+
+    QAction* open = file->addAction(tr("&Open Image…"), this, &MainWindow::chooseImage);
+    open->setShortcut(QKeySequence::Open);
+    open->setToolTip(tr("Open a NIfTI, MetaImage, TIFF stack or 2D image (Ctrl+O)"));
+    QAction* open_dicom = file->addAction(tr("Open &DICOM Series…"), this, [this] {
+        const QString folder = QFileDialog::getExistingDirectory(this, tr("Open DICOM series folder"));
+        if (!folder.isEmpty()) openImage(folder);
+    });
+    open_dicom->setToolTip(tr("Open every slice of a DICOM series kept in one folder"));
+    QAction* open_labels = file->addAction(tr("Open &Label Map…"), this, &MainWindow::chooseLabelMap);
+    open_labels->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_L));
+    open_labels->setToolTip(tr("Open a label map on the same grid as the image (Ctrl+L)"));
+    m_recent_menu = file->addMenu(tr("Open &Recent"));
+    file->addSeparator();
+    QAction* phantom_3d = file->addAction(tr("New CT &Phantom (3D)"), this, [this] { showPhantom(false); });
+    phantom_3d->setToolTip(tr("Generate a seeded synthetic CT volume with labelled structures"));
+    QAction* phantom_2d = file->addAction(tr("New CT Phantom (&2D)"), this, [this] { showPhantom(true); });
+    phantom_2d->setToolTip(tr("Generate one synthetic CT section with labelled structures"));
+    file->addSeparator();
+    QAction* save_image = file->addAction(tr("&Save Image As…"), this, &MainWindow::saveImageAs);
+    save_image->setShortcut(QKeySequence::SaveAs);
+    QAction* save_labels = file->addAction(tr("Save Label &Map As…"), this, &MainWindow::saveLabelMapAs);
+    QAction* close_labels = file->addAction(tr("&Close Label Map"), this, [this] { m_model->clearLabelMap(); });
+    file->addSeparator();
+    QAction* quit = file->addAction(tr("&Quit"), this, &QWidget::close);
+    quit->setShortcut(QKeySequence::Quit);
+    for (QAction* action : {save_image, save_labels, close_labels}) action->setEnabled(false);
+    connect(m_model, &ViewerModel::volumeChanged, this, [this, save_image] { save_image->setEnabled(m_model->hasVolume()); });
+    connect(m_model, &ViewerModel::labelMapChanged, this, [this, save_labels, close_labels] {
+        save_labels->setEnabled(m_model->labelMap() != nullptr);
+        close_labels->setEnabled(m_model->labelMap() != nullptr);
+    });
+
+    QMenu* view = menuBar()->addMenu(tr("&View"));
+    QAction* toggle_labels = view->addAction(tr("Show &Label Overlay"));
+    toggle_labels->setCheckable(true);
+    toggle_labels->setChecked(true);
+    toggle_labels->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_T));
+    double remembered_opacity = 0.5;
+    connect(toggle_labels, &QAction::toggled, this, [this, remembered_opacity](bool shown) mutable {
+        if (!shown) remembered_opacity = m_model->labelOpacity();
+        m_model->setLabelOpacity(shown ? remembered_opacity : 0.0);
+    });
+    QAction* outline = view->addAction(tr("&Outline Labels Only"));
+    outline->setCheckable(true);
+    outline->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_U));
+    connect(outline, &QAction::toggled, m_model, &ViewerModel::setOutlineOnly);
+    connect(m_model, &ViewerModel::labelDisplayChanged, outline, [this, outline] {
+        const QSignalBlocker block(outline);
+        outline->setChecked(m_model->outlineOnly());
+    });
+    QAction* reset = view->addAction(tr("&Reset Views"), this, [this] {
+        for (SliceView* slice_view : m_slice_views) slice_view->resetView();
+    });
+    reset->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_0));
+    QMenu* presets = view->addMenu(tr("&Window Presets"));
+    const auto preset_list = windowLevelPresets();
+    for (std::size_t p = 0; p < preset_list.size(); ++p) {
+        QAction* action = presets->addAction(preset_list[p].name, this, [this, p] { onPresetChosen(static_cast<int>(p)); });
+        action->setShortcut(QKeySequence(Qt::ALT | static_cast<Qt::Key>(Qt::Key_1 + static_cast<int>(p))));
+    }
+    view->addSeparator();
+    for (QDockWidget* dock : findChildren<QDockWidget*>()) view->addAction(dock->toggleViewAction());
+
+    QMenu* help = menuBar()->addMenu(tr("&Help"));
+    help->addAction(tr("&About Tessera"), this, [this] {
+        QMessageBox::about(this, tr("About Tessera"),
+                           tr("<b>Tessera</b> %1<br>A studio for spatially partitioned training of convolutional "
+                              "networks.<br><br>Slice views: left click moves the cursor, right drag sets "
+                              "window/level, the wheel walks slices, Ctrl+wheel zooms, middle drag pans.")
+                               .arg(QApplication::applicationVersion()));
+    });
+
+    toolbar->addAction(open);
+    toolbar->addAction(open_labels);
+    toolbar->addSeparator();
+    toolbar->addAction(phantom_3d);
+    rebuildRecentMenu();
+}
+
+void MainWindow::createDock() {
+    auto* dock = new QDockWidget(tr("Image and Labels"), this);
+    dock->setObjectName(QStringLiteral("imageDock"));
+    auto* panel = new QWidget(dock);
+    auto* layout = new QVBoxLayout(panel);
+
+    auto* image_group = new QGroupBox(tr("Image"), panel);
+    auto* image_form = new QFormLayout(image_group);
+    m_image_info = new QLabel(image_group);
+    m_image_info->setWordWrap(true);
+    m_image_info->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    image_form->addRow(m_image_info);
+    m_preset_box = new QComboBox(image_group);
+    for (const WindowLevelPreset& preset : windowLevelPresets()) m_preset_box->addItem(preset.name);
+    m_preset_box->setToolTip(tr("Display window presets: CT soft tissue, bone, lung, brain, or MRI auto from "
+                                "the 0.5–99.5 percentiles (Alt+1…5)"));
+    connect(m_preset_box, &QComboBox::activated, this, &MainWindow::onPresetChosen);
+    m_window_box = new QDoubleSpinBox(image_group);
+    m_level_box = new QDoubleSpinBox(image_group);
+    for (QDoubleSpinBox* box : {m_window_box, m_level_box}) {
+        box->setRange(-1e7, 1e7);
+        box->setDecimals(1);
+        box->setKeyboardTracking(false);
+    }
+    m_window_box->setMinimum(0.1);
+    m_window_box->setToolTip(tr("Window width: the range of values spread from black to white"));
+    m_level_box->setToolTip(tr("Window level: the value shown mid-grey"));
+    image_form->addRow(tr("&Preset"), m_preset_box);
+    image_form->addRow(tr("&Window"), m_window_box);
+    image_form->addRow(tr("&Level"), m_level_box);
+    auto apply_window = [this] { m_model->setWindowLevel({m_window_box->value(), m_level_box->value()}); };
+    connect(m_window_box, &QDoubleSpinBox::valueChanged, this, apply_window);
+    connect(m_level_box, &QDoubleSpinBox::valueChanged, this, apply_window);
+    layout->addWidget(image_group);
+
+    auto* label_group = new QGroupBox(tr("Label overlay"), panel);
+    auto* label_layout = new QVBoxLayout(label_group);
+    m_legend = new LabelLegend(m_model, label_group);
+    label_layout->addWidget(m_legend);
+    layout->addWidget(label_group, 1);
+
+    dock->setWidget(panel);
+    addDockWidget(Qt::RightDockWidgetArea, dock);
+}
+
+void MainWindow::showError(const QString& title, const QString& message) {
+    m_last_error = message;
+    statusBar()->showMessage(title + QStringLiteral(": ") + message, 10000);
+    // Window-modal and non-blocking: the user reads it, nothing waits on it.
+    auto* box = new QMessageBox(QMessageBox::Critical, title, message, QMessageBox::Ok, this);
+    box->setAttribute(Qt::WA_DeleteOnClose);
+    box->open();
+}
+
+bool MainWindow::openImage(const QString& path) {
+    QApplication::setOverrideCursor(Qt::WaitCursor);
+    try {
+        auto volume = std::make_shared<tessera::Volume>(tessera::read_volume(toPath(path)));
+        QApplication::restoreOverrideCursor();
+        showVolume(std::move(volume), nullptr);
+        addRecentFile(path);
+        return true;
+    } catch (const std::exception& error) {
+        QApplication::restoreOverrideCursor();
+        showError(tr("Cannot open image"), QString::fromStdString(error.what()));
+        return false;
+    }
+}
+
+bool MainWindow::openLabelMap(const QString& path) {
+    if (!m_model->hasVolume()) {
+        showError(tr("Cannot open label map"), tr("Open an image first: a label map is shown on the image's grid."));
+        return false;
+    }
+    QApplication::setOverrideCursor(Qt::WaitCursor);
+    try {
+        auto labels = std::make_shared<tessera::LabelMap>(tessera::read_label_map(toPath(path)));
+        m_model->setLabelMap(std::move(labels));
+        QApplication::restoreOverrideCursor();
+        m_legend->setLabelNames({});
+        return true;
+    } catch (const std::exception& error) {
+        QApplication::restoreOverrideCursor();
+        showError(tr("Cannot open label map"), QString::fromStdString(error.what()));
+        return false;
+    }
+}
+
+void MainWindow::showPhantom(bool two_dimensional) {
+    tessera::PhantomOptions options;
+    if (two_dimensional) options.size = {256, 256, 1};
+    tessera::Phantom phantom = tessera::make_ct_phantom(options);
+    std::map<std::int32_t, QString> names;
+    const auto& label_names = tessera::phantom_label_names();
+    for (std::size_t label = 1; label < label_names.size(); ++label) {
+        names[static_cast<std::int32_t>(label)] = QString::fromStdString(label_names[label]);
+    }
+    showVolume(std::make_shared<tessera::Volume>(std::move(phantom.volume)),
+               std::make_shared<tessera::LabelMap>(std::move(phantom.labels)), std::move(names));
+}
+
+void MainWindow::showVolume(std::shared_ptr<const tessera::Volume> volume,
+                            std::shared_ptr<const tessera::LabelMap> labels, std::map<std::int32_t, QString> label_names) {
+    m_model->setVolume(std::move(volume));
+    m_legend->setLabelNames(std::move(label_names));
+    if (labels) m_model->setLabelMap(std::move(labels));
+}
+
+void MainWindow::chooseImage() {
+    QSettings settings;
+    const QString path = QFileDialog::getOpenFileName(this, tr("Open image"),
+                                                      settings.value(QStringLiteral("lastDirectory")).toString(), image_filter);
+    if (path.isEmpty()) return;
+    settings.setValue(QStringLiteral("lastDirectory"), QFileInfo(path).absolutePath());
+    openImage(path);
+}
+
+void MainWindow::chooseLabelMap() {
+    QSettings settings;
+    const QString path = QFileDialog::getOpenFileName(this, tr("Open label map"),
+                                                      settings.value(QStringLiteral("lastDirectory")).toString(), image_filter);
+    if (!path.isEmpty()) openLabelMap(path);
+}
+
+void MainWindow::saveImageAs() {
+    if (!m_model->hasVolume()) return;
+    const QString path = QFileDialog::getSaveFileName(this, tr("Save image"), QString(),
+                                                      tr("NIfTI (*.nii.gz *.nii);;MetaImage (*.mha *.mhd)"));
+    if (path.isEmpty()) return;
+    try {
+        tessera::write_volume(*m_model->volume(), toPath(path));
+        statusBar()->showMessage(tr("Saved %1").arg(path), 5000);
+    } catch (const std::exception& error) {
+        showError(tr("Cannot save image"), QString::fromStdString(error.what()));
+    }
+}
+
+void MainWindow::saveLabelMapAs() {
+    if (!m_model->labelMap()) return;
+    const QString path = QFileDialog::getSaveFileName(this, tr("Save label map"), QString(),
+                                                      tr("NIfTI (*.nii.gz *.nii);;MetaImage (*.mha *.mhd)"));
+    if (path.isEmpty()) return;
+    try {
+        tessera::write_label_map(*m_model->labelMap(), toPath(path));
+        statusBar()->showMessage(tr("Saved %1").arg(path), 5000);
+    } catch (const std::exception& error) {
+        showError(tr("Cannot save label map"), QString::fromStdString(error.what()));
+    }
+}
+
+void MainWindow::onVolumeChanged() {
+    const bool has_volume = m_model->hasVolume();
+    for (std::size_t v = 0; v < 3; ++v) {
+        QScrollBar* bar = m_slice_bars[v];
+        const QSignalBlocker block(bar);
+        bar->setRange(0, static_cast<int>(std::max<std::int64_t>(m_slice_views[v]->numSlices() - 1, 0)));
+        bar->setValue(static_cast<int>(m_slice_views[v]->sliceIndex()));
+        bar->setEnabled(has_volume);
+    }
+    if (!has_volume) {
+        m_image_info->setText(tr("No image. Open one with File ▸ Open Image, drop a file here, or generate a "
+                                 "phantom."));
+        setWindowTitle(tr("Tessera"));
+        setLayoutFor2d(false);
+        return;
+    }
+    const tessera::Volume& volume = *m_model->volume();
+    const auto& geometry = volume.geometry;
+    const QString name = QFileInfo(QString::fromStdString(volume.source_path)).fileName();
+    setWindowTitle(tr("%1 — Tessera").arg(name.isEmpty() ? QString::fromStdString(volume.source_path) : name));
+    m_image_info->setText(tr("<b>%1</b><br>%2 × %3 × %4 voxels<br>spacing %5 mm<br>origin %6 mm<br>%7, values %8 … %9")
+                              .arg(name.toHtmlEscaped())
+                              .arg(geometry.size[0])
+                              .arg(geometry.size[1])
+                              .arg(geometry.size[2])
+                              .arg(formatTriple(geometry.spacing, 3))
+                              .arg(formatTriple(geometry.origin, 1))
+                              .arg(QString::fromStdString(volume.source_scalar_type))
+                              .arg(m_model->minimumValue(), 0, 'g', 5)
+                              .arg(m_model->maximumValue(), 0, 'g', 5));
+    m_image_info->setToolTip(QString::fromStdString(volume.source_path));
+    setLayoutFor2d(geometry.is_2d());
+    m_preset_box->setCurrentIndex(static_cast<int>(m_model->defaultPresetIndex()));
+    m_hovered = {-1, -1, -1};
+    onWindowLevelChanged();
+    updateStatus();
+}
+
+void MainWindow::setLayoutFor2d(bool two_dimensional) {
+    // A 2D image is one axial slice: the other views would show a line of pixels, so the axial view
+    // takes the whole grid.
+    m_view_grid->removeWidget(m_slice_panels[0]);
+    m_view_grid->addWidget(m_slice_panels[0], 0, 0, two_dimensional ? 2 : 1, two_dimensional ? 2 : 1);
+    m_slice_panels[1]->setVisible(!two_dimensional);
+    m_slice_panels[2]->setVisible(!two_dimensional);
+    m_volume_view->setVisible(!two_dimensional);
+    m_slice_bars[0]->setVisible(!two_dimensional);
+}
+
+void MainWindow::onWindowLevelChanged() {
+    const WindowLevel window = m_model->windowLevel();
+    const QSignalBlocker block_window(m_window_box);
+    const QSignalBlocker block_level(m_level_box);
+    m_window_box->setValue(window.window);
+    m_level_box->setValue(window.level);
+}
+
+void MainWindow::onPresetChosen(int index) {
+    const auto presets = windowLevelPresets();
+    if (index < 0 || index >= static_cast<int>(presets.size())) return;
+    m_preset_box->setCurrentIndex(index);
+    m_model->applyPreset(presets[static_cast<std::size_t>(index)]);
+}
+
+void MainWindow::onHoveredVoxel(std::array<std::int64_t, 3> voxel) {
+    m_hovered = voxel;
+    updateStatus();
+}
+
+QString MainWindow::statusText() const { return m_status->text(); }
+
+void MainWindow::updateStatus() {
+    if (!m_model->hasVolume()) {
+        m_status->setText(tr("Ready"));
+        return;
+    }
+    const tessera::Volume& volume = *m_model->volume();
+    // The voxel under the mouse when there is one, else the cursor.
+    const bool hovering = m_hovered[0] >= 0;
+    const auto voxel = hovering ? m_hovered : m_model->cursor();
+    const auto world = volume.geometry.world_of(static_cast<double>(voxel[0]), static_cast<double>(voxel[1]),
+                                                static_cast<double>(voxel[2]));
+    QString text = tr("%1 voxel (%2, %3, %4) · world (%5) mm · value %6")
+                       .arg(hovering ? tr("mouse") : tr("cursor"))
+                       .arg(voxel[0])
+                       .arg(voxel[1])
+                       .arg(voxel[2])
+                       .arg(formatTriple(world, 1))
+                       .arg(volume.value_at(voxel[0], voxel[1], voxel[2]), 0, 'g', 6);
+    if (const auto& labels = m_model->labelMap()) {
+        const std::int32_t label = labels->label_at(voxel[0], voxel[1], voxel[2]);
+        text += tr(" · label %1").arg(label == 0 ? tr("0 (background)") : tr("%1 (%2)").arg(label).arg(m_legend->labelName(label)));
+    }
+    m_status->setText(text);
+}
+
+void MainWindow::addRecentFile(const QString& path) {
+    QSettings settings;
+    QStringList recent = settings.value(QStringLiteral("recentImages")).toStringList();
+    const QString absolute = QFileInfo(path).absoluteFilePath();
+    recent.removeAll(absolute);
+    recent.prepend(absolute);
+    while (recent.size() > max_recent_files) recent.removeLast();
+    settings.setValue(QStringLiteral("recentImages"), recent);
+    rebuildRecentMenu();
+}
+
+void MainWindow::rebuildRecentMenu() {
+    m_recent_menu->clear();
+    const QStringList recent = QSettings().value(QStringLiteral("recentImages")).toStringList();
+    for (int r = 0; r < recent.size(); ++r) {
+        const QString path = recent[r];
+        QAction* action = m_recent_menu->addAction(QStringLiteral("&%1 %2").arg(r + 1).arg(QFileInfo(path).fileName()),
+                                                   this, [this, path] { openImage(path); });
+        action->setToolTip(path);
+    }
+    if (!recent.isEmpty()) {
+        m_recent_menu->addSeparator();
+        m_recent_menu->addAction(tr("Clear List"), this, [this] {
+            QSettings().remove(QStringLiteral("recentImages"));
+            rebuildRecentMenu();
+        });
+    }
+    m_recent_menu->setEnabled(!recent.isEmpty());
+}
+
+void MainWindow::closeEvent(QCloseEvent* event) {
+    QSettings settings;
+    settings.setValue(QStringLiteral("mainWindow/geometry"), saveGeometry());
+    settings.setValue(QStringLiteral("mainWindow/state"), saveState());
+    event->accept();
+}
+
+void MainWindow::dragEnterEvent(QDragEnterEvent* event) {
+    if (event->mimeData()->hasUrls()) event->acceptProposedAction();
+}
+
+void MainWindow::dropEvent(QDropEvent* event) {
+    const QList<QUrl> urls = event->mimeData()->urls();
+    if (urls.isEmpty() || !urls.front().isLocalFile()) return;
+    event->acceptProposedAction();
+    const QString path = urls.front().toLocalFile();
+    // Two files dropped together: the image and its label map.
+    if (urls.size() >= 2 && urls[1].isLocalFile()) {
+        if (openImage(path)) openLabelMap(urls[1].toLocalFile());
+        return;
+    }
+    if (!m_model->hasVolume()) {
+        openImage(path);
+        return;
+    }
+    QMessageBox question(QMessageBox::Question, tr("Open dropped file"),
+                         tr("Open %1 as a new image or as a label map on the current image?").arg(QFileInfo(path).fileName()),
+                         QMessageBox::Cancel, this);
+    QPushButton* as_image = question.addButton(tr("New &Image"), QMessageBox::AcceptRole);
+    QPushButton* as_labels = question.addButton(tr("&Label Map"), QMessageBox::AcceptRole);
+    question.exec();
+    if (question.clickedButton() == as_image) openImage(path);
+    if (question.clickedButton() == as_labels) openLabelMap(path);
+}
+
+}  // namespace tessera::ui

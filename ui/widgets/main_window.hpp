@@ -1,0 +1,88 @@
+// MainWindow: the viewer — three linked slice views and a 3D view of one volume with its label map,
+// the overlay and window controls in a dock, and the status bar reading out the voxel under the mouse.
+#pragma once
+
+#include "model/viewer_model.hpp"
+#include "render/slice_renderer.hpp"
+
+#include <QMainWindow>
+
+#include <array>
+
+class QComboBox;
+class QDoubleSpinBox;
+class QGridLayout;
+class QLabel;
+class QMenu;
+class QScrollBar;
+
+namespace tessera::ui {
+
+class LabelLegend;
+class SliceView;
+class VolumeView;
+
+class MainWindow : public QMainWindow {
+    Q_OBJECT
+public:
+    explicit MainWindow(QWidget* parent = nullptr);
+    ~MainWindow() override;
+
+    ViewerModel* model() const { return m_model; }
+    SliceView* sliceView(SliceOrientation orientation) const;
+    VolumeView* volumeView() const { return m_volume_view; }
+    LabelLegend* legend() const { return m_legend; }
+    QComboBox* presetBox() const { return m_preset_box; }
+    QMenu* recentMenu() const { return m_recent_menu; }
+    QString statusText() const;
+    QString lastError() const { return m_last_error; }  // the message of the last error shown
+
+    // Each returns false and shows the engine's message (non-modal) when the file cannot be used.
+    bool openImage(const QString& path);
+    bool openLabelMap(const QString& path);
+    void showPhantom(bool two_dimensional);
+    void showVolume(std::shared_ptr<const tessera::Volume> volume, std::shared_ptr<const tessera::LabelMap> labels,
+                    std::map<std::int32_t, QString> label_names = {});
+
+protected:
+    void closeEvent(QCloseEvent* event) override;
+    void dragEnterEvent(QDragEnterEvent* event) override;
+    void dropEvent(QDropEvent* event) override;
+
+private slots:
+    void chooseImage();
+    void chooseLabelMap();
+    void saveImageAs();
+    void saveLabelMapAs();
+    void updateStatus();
+    void onHoveredVoxel(std::array<std::int64_t, 3> voxel);
+    void onVolumeChanged();
+    void onWindowLevelChanged();
+    void onPresetChosen(int index);
+    void rebuildRecentMenu();
+
+private:
+    void createActions();
+    void createDock();
+    void showError(const QString& title, const QString& message);
+    void addRecentFile(const QString& path);
+    void setLayoutFor2d(bool two_dimensional);
+
+    ViewerModel* m_model;
+    std::array<SliceView*, 3> m_slice_views{};
+    std::array<QScrollBar*, 3> m_slice_bars{};
+    std::array<QWidget*, 3> m_slice_panels{};
+    QGridLayout* m_view_grid = nullptr;
+    VolumeView* m_volume_view = nullptr;
+    LabelLegend* m_legend = nullptr;
+    QLabel* m_status = nullptr;
+    QLabel* m_image_info = nullptr;
+    QComboBox* m_preset_box = nullptr;
+    QDoubleSpinBox* m_window_box = nullptr;
+    QDoubleSpinBox* m_level_box = nullptr;
+    QMenu* m_recent_menu = nullptr;
+    std::array<std::int64_t, 3> m_hovered{-1, -1, -1};
+    QString m_last_error;
+};
+
+}  // namespace tessera::ui

@@ -1,0 +1,210 @@
+#include "widgets/slice_view.hpp"
+
+#include <QKeyEvent>
+#include <QMouseEvent>
+#include <QPainter>
+#include <QWheelEvent>
+
+#include <algorithm>
+#include <cmath>
+
+namespace tessera::ui {
+
+SliceView::SliceView(ViewerModel* model, SliceOrientation orientation, QWidget* parent)
+    : QWidget(parent), m_model(model), m_orientation(orientation) {
+    setMouseTracking(true);
+    setFocusPolicy(Qt::StrongFocus);
+    setAttribute(Qt::WA_OpaquePaintEvent);
+    setToolTip(tr("%1 slice — left: move cursor · right drag: window/level · wheel: slice · Ctrl+wheel: zoom · "
+                  "middle drag: pan · Home: reset")
+                   .arg(orientationName(orientation)));
+    connect(m_model, &ViewerModel::volumeChanged, this, &SliceView::onVolumeChanged);
+    connect(m_model, &ViewerModel::cursorChanged, this, &SliceView::rebuildImage);
+    connect(m_model, &ViewerModel::windowLevelChanged, this, &SliceView::rebuildImage);
+    connect(m_model, &ViewerModel::labelMapChanged, this, &SliceView::rebuildImage);
+    connect(m_model, &ViewerModel::labelDisplayChanged, this, &SliceView::rebuildImage);
+    onVolumeChanged();
+}
+
+void SliceView::onVolumeChanged() {
+    if (m_model->hasVolume()) m_axes = sliceAxes(m_model->volume()->geometry, m_orientation);
+    m_zoom = 1.0;
+    m_pan = {0, 0};
+    rebuildImage();
+}
+
+std::int64_t SliceView::sliceIndex() const {
+    return m_model->cursor()[static_cast<std::size_t>(m_axes.axis_normal)];
+}
+
+std::int64_t SliceView::numSlices() const {
+    return m_model->hasVolume() ? m_model->volume()->geometry.size[static_cast<std::size_t>(m_axes.axis_normal)] : 0;
+}
+
+void SliceView::setSliceIndex(std::int64_t slice_index) {
+    auto cursor = m_model->cursor();
+    cursor[static_cast<std::size_t>(m_axes.axis_normal)] = slice_index;
+    m_model->setCursor(cursor);
+}
+
+void SliceView::rebuildImage() {
+    m_image = SliceRenderer::render(*m_model, m_orientation);
+    update();
+    const std::int64_t slice = m_model->hasVolume() ? sliceIndex() : -1;
+    if (slice != m_shown_slice) {
+        m_shown_slice = slice;
+        if (slice >= 0) emit sliceChanged(slice);
+    }
+}
+
+void SliceView::resetView() {
+    m_zoom = 1.0;
+    m_pan = {0, 0};
+    update();
+}
+
+QRectF SliceView::imageRect() const {
+    if (m_image.isNull()) return {};
+    const auto& spacing = m_model->volume()->geometry.spacing;
+    // Physical size of the slice, so anisotropic voxels keep their true aspect.
+    const double width_mm = m_image.width() * spacing[static_cast<std::size_t>(m_axes.axis_x)];
+    const double height_mm = m_image.height() * spacing[static_cast<std::size_t>(m_axes.axis_y)];
+    const double fit = std::min(width() / width_mm, height() / height_mm) * m_zoom;
+    const QSizeF drawn(width_mm * fit, height_mm * fit);
+    const QPointF top_left((width() - drawn.width()) / 2 + m_pan.x(), (height() - drawn.height()) / 2 + m_pan.y());
+    return {top_left, drawn};
+}
+
+std::optional<std::array<std::int64_t, 3>> SliceView::voxelAt(QPointF position) const {
+    const QRectF rect = imageRect();
+    if (rect.isEmpty() || !rect.contains(position)) return std::nullopt;
+    const auto u = static_cast<std::int64_t>((position.x() - rect.left()) / rect.width() * m_image.width());
+    const auto v = static_cast<std::int64_t>((position.y() - rect.top()) / rect.height() * m_image.height());
+    return voxelAtPixel(m_axes, m_model->volume()->geometry.size, sliceIndex(),
+                        std::clamp<std::int64_t>(u, 0, m_image.width() - 1),
+                        std::clamp<std::int64_t>(v, 0, m_image.height() - 1));
+}
+
+QPointF SliceView::positionOfVoxel(const std::array<std::int64_t, 3>& voxel) const {
+    const QRectF rect = imageRect();
+    if (rect.isEmpty()) return {};
+    const auto pixel = pixelOfVoxel(m_axes, m_model->volume()->geometry.size, voxel);
+    return {rect.left() + (static_cast<double>(pixel[0]) + 0.5) * rect.width() / m_image.width(),
+            rect.top() + (static_cast<double>(pixel[1]) + 0.5) * rect.height() / m_image.height()};
+}
+
+void SliceView::paintEvent(QPaintEvent*) {
+    QPainter painter(this);
+    painter.fillRect(rect(), Qt::black);
+    if (m_image.isNull()) {
+        painter.setPen(QColor(160, 160, 160));
+        painter.drawText(rect(), Qt::AlignCenter, tr("%1\nno image — File ▸ Open").arg(orientationName(m_orientation)));
+        return;
+    }
+    const QRectF target = imageRect();
+    painter.setRenderHint(QPainter::SmoothPixmapTransform, false);  // voxels stay voxels
+    painter.drawImage(target, m_image);
+
+    // Crosshair through the cursor, in the colour ITK-SNAP users know.
+    const QPointF centre = positionOfVoxel(m_model->cursor());
+    painter.setPen(QPen(QColor(60, 160, 255, 200), 1));
+    painter.drawLine(QPointF(target.left(), centre.y()), QPointF(target.right(), centre.y()));
+    painter.drawLine(QPointF(centre.x(), target.top()), QPointF(centre.x(), target.bottom()));
+
+    // Anatomical letters at the edges and the slice number.
+    painter.setPen(QColor(255, 210, 80));
+    QFont font = painter.font();
+    font.setBold(true);
+    painter.setFont(font);
+    const QRectF frame = rect().adjusted(4, 4, -4, -4);
+    painter.drawText(frame, Qt::AlignLeft | Qt::AlignVCenter, m_axes.edge_letters[0]);
+    painter.drawText(frame, Qt::AlignRight | Qt::AlignVCenter, m_axes.edge_letters[1]);
+    painter.drawText(frame, Qt::AlignTop | Qt::AlignHCenter, m_axes.edge_letters[2]);
+    painter.drawText(frame, Qt::AlignBottom | Qt::AlignHCenter, m_axes.edge_letters[3]);
+    painter.setPen(QColor(220, 220, 220));
+    font.setBold(false);
+    painter.setFont(font);
+    painter.drawText(frame, Qt::AlignTop | Qt::AlignLeft,
+                     tr("%1  %2 / %3").arg(orientationName(m_orientation)).arg(sliceIndex() + 1).arg(numSlices()));
+    if (hasFocus()) {
+        painter.setPen(QPen(QColor(60, 160, 255), 2));
+        painter.drawRect(rect().adjusted(1, 1, -1, -1));
+    }
+}
+
+void SliceView::moveCursorTo(QPointF position) {
+    const QRectF rect = imageRect();
+    if (rect.isEmpty()) return;
+    // Clamp into the image so a drag past the edge keeps following along the border.
+    const QPointF inside(std::clamp(position.x(), rect.left(), rect.right() - 1e-6),
+                         std::clamp(position.y(), rect.top(), rect.bottom() - 1e-6));
+    if (const auto voxel = voxelAt(inside)) m_model->setCursor(*voxel);
+}
+
+void SliceView::mousePressEvent(QMouseEvent* event) {
+    if (!m_model->hasVolume()) return;
+    m_drag_start = event->position();
+    if (event->button() == Qt::LeftButton) {
+        m_drag = Drag::Cursor;
+        moveCursorTo(event->position());
+    } else if (event->button() == Qt::RightButton) {
+        m_drag = Drag::WindowLevel;
+        m_window_at_drag_start = m_model->windowLevel();
+    } else if (event->button() == Qt::MiddleButton) {
+        m_drag = Drag::Pan;
+        m_pan_at_drag_start = m_pan;
+    }
+}
+
+void SliceView::mouseMoveEvent(QMouseEvent* event) {
+    if (!m_model->hasVolume()) return;
+    if (const auto voxel = voxelAt(event->position())) emit hoveredVoxel(*voxel);
+    const QPointF delta = event->position() - m_drag_start;
+    switch (m_drag) {
+        case Drag::Cursor: moveCursorTo(event->position()); break;
+        case Drag::WindowLevel: {
+            // One widget width of drag spans the whole intensity range, as in ITK-SNAP.
+            const double range = std::max(m_model->maximumValue() - m_model->minimumValue(), 1e-6);
+            const double per_pixel = range / std::max(width(), 1);
+            WindowLevel window = m_window_at_drag_start;
+            window.window = std::max(window.window + delta.x() * per_pixel, range * 1e-4);
+            window.level = window.level - delta.y() * per_pixel;
+            m_model->setWindowLevel(window);
+            break;
+        }
+        case Drag::Pan:
+            m_pan = m_pan_at_drag_start + delta;
+            update();
+            break;
+        case Drag::None: break;
+    }
+}
+
+void SliceView::mouseReleaseEvent(QMouseEvent*) { m_drag = Drag::None; }
+
+void SliceView::wheelEvent(QWheelEvent* event) {
+    if (!m_model->hasVolume()) return;
+    const int steps = event->angleDelta().y() / 120;
+    if (steps == 0) return;
+    if (event->modifiers() & Qt::ControlModifier) {
+        m_zoom = std::clamp(m_zoom * std::pow(1.2, steps), 0.25, 32.0);
+        update();
+    } else {
+        setSliceIndex(sliceIndex() + steps);
+    }
+    event->accept();
+}
+
+void SliceView::keyPressEvent(QKeyEvent* event) {
+    switch (event->key()) {
+        case Qt::Key_PageUp:
+        case Qt::Key_Up: setSliceIndex(sliceIndex() + 1); break;
+        case Qt::Key_PageDown:
+        case Qt::Key_Down: setSliceIndex(sliceIndex() - 1); break;
+        case Qt::Key_Home: resetView(); break;
+        default: QWidget::keyPressEvent(event); return;
+    }
+    event->accept();
+}
+
+}  // namespace tessera::ui

@@ -1,0 +1,236 @@
+#include "widgets/volume_view.hpp"
+
+#include "model/viewer_model.hpp"
+#include "render/volume_scene.hpp"
+#include "widgets/vtk_gl_widget.hpp"
+
+#include <QCheckBox>
+#include <QComboBox>
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QThread>
+#include <QToolButton>
+#include <QVBoxLayout>
+#include <QtDebug>
+
+#include <exception>
+
+namespace tessera::ui {
+
+namespace {
+
+// Below this a volume is taken for CT (air is −1000 HU); MRI and others start near 0.
+constexpr double ct_minimum_threshold = -500.0;
+
+}  // namespace
+
+VolumeView::VolumeView(ViewerModel* model, QWidget* parent)
+    : QWidget(parent), m_model(model), m_scene(std::make_unique<VolumeScene>()),
+      m_presets(builtinTransferFunctionPresets()) {
+    m_gl = new VtkGLWidget(this);
+    m_gl->addRenderer(m_scene->renderer());
+    m_gl->addRenderer(m_scene->markerRenderer());
+    m_gl->setToolTip(tr("Left drag rotates, right drag or wheel zooms, middle or Shift+left drag pans; "
+                        "'r' frames everything"));
+
+    m_preset_box = new QComboBox(this);
+    for (std::size_t index = 0; index < m_presets.size(); ++index) {
+        m_preset_box->addItem(m_presets[index].name, m_presets[index].id);
+        m_preset_box->setItemData(static_cast<int>(index), m_presets[index].description, Qt::ToolTipRole);
+    }
+    m_preset_box->setToolTip(tr("Transfer function: how intensities map to colour and opacity in the volume "
+                                "rendering. CT presets use Hounsfield units, MRI presets the scan's own "
+                                "intensity percentiles."));
+    m_volume_check = new QCheckBox(tr("Volume"), this);
+    m_volume_check->setChecked(true);
+    m_volume_check->setToolTip(tr("Show the volume rendering"));
+    m_surfaces_check = new QCheckBox(tr("Surfaces"), this);
+    m_surfaces_check->setChecked(true);
+    m_surfaces_check->setToolTip(tr("Show a smoothed surface for each visible label, coloured as in the slices"));
+    m_planes_check = new QCheckBox(tr("Planes"), this);
+    m_planes_check->setChecked(true);
+    m_planes_check->setToolTip(tr("Show the outlines of the three slice planes through the cursor"));
+    m_reset_button = new QToolButton(this);
+    m_reset_button->setText(tr("Reset camera"));
+    m_reset_button->setToolTip(tr("Face the patient from the front and fit the volume in view"));
+
+    auto* controls = new QHBoxLayout;
+    controls->setContentsMargins(4, 2, 4, 2);
+    auto* preset_label = new QLabel(tr("Rendering:"), this);
+    preset_label->setBuddy(m_preset_box);
+    controls->addWidget(preset_label);
+    controls->addWidget(m_preset_box);
+    controls->addSpacing(8);
+    controls->addWidget(m_volume_check);
+    controls->addWidget(m_surfaces_check);
+    controls->addWidget(m_planes_check);
+    controls->addStretch(1);
+    controls->addWidget(m_reset_button);
+
+    auto* layout = new QVBoxLayout(this);
+    layout->setContentsMargins(0, 0, 0, 0);
+    layout->setSpacing(0);
+    layout->addLayout(controls);
+    layout->addWidget(m_gl, 1);
+
+    connect(m_preset_box, &QComboBox::currentIndexChanged, this, &VolumeView::onPresetChosen);
+    connect(m_volume_check, &QCheckBox::toggled, this, &VolumeView::setVolumeVisible);
+    connect(m_surfaces_check, &QCheckBox::toggled, this, &VolumeView::setSurfacesVisible);
+    connect(m_planes_check, &QCheckBox::toggled, this, &VolumeView::setSlicePlanesVisible);
+    connect(m_reset_button, &QToolButton::clicked, this, &VolumeView::resetCamera);
+
+    connect(m_model, &ViewerModel::volumeChanged, this, &VolumeView::onVolumeChanged);
+    connect(m_model, &ViewerModel::labelMapChanged, this, &VolumeView::onLabelMapChanged);
+    connect(m_model, &ViewerModel::labelDisplayChanged, this, &VolumeView::onLabelDisplayChanged);
+    connect(m_model, &ViewerModel::cursorChanged, this, &VolumeView::onCursorChanged);
+
+    if (m_model->hasVolume()) onVolumeChanged();
+}
+
+VolumeView::~VolumeView() {
+    if (m_extraction_thread) {
+        disconnect(m_extraction_thread, nullptr, this, nullptr);
+        m_extraction_thread->wait();
+        delete m_extraction_thread;
+    }
+}
+
+QString VolumeView::currentPresetId() const { return m_preset_box->currentData().toString(); }
+
+bool VolumeView::setCurrentPreset(const QString& id) {
+    const int index = findTransferFunctionPreset(m_presets, id);
+    if (index < 0) return false;
+    if (index == m_preset_box->currentIndex()) {
+        onPresetChosen(index);  // re-applies (a new volume resolves percentiles anew)
+    } else {
+        m_preset_box->setCurrentIndex(index);
+    }
+    return true;
+}
+
+void VolumeView::resetCamera() {
+    m_scene->resetCamera();
+    render();
+}
+
+void VolumeView::setVolumeVisible(bool visible) {
+    if (m_volume_check->isChecked() != visible) m_volume_check->setChecked(visible);
+    m_scene->setVolumeVisible(visible);
+    render();
+}
+
+void VolumeView::setSurfacesVisible(bool visible) {
+    if (m_surfaces_check->isChecked() != visible) m_surfaces_check->setChecked(visible);
+    m_scene->setSurfacesVisible(visible);
+    render();
+}
+
+void VolumeView::setSlicePlanesVisible(bool visible) {
+    if (m_planes_check->isChecked() != visible) m_planes_check->setChecked(visible);
+    m_scene->setSlicePlanesVisible(visible);
+    render();
+}
+
+void VolumeView::onVolumeChanged() {
+    const auto& volume = m_model->volume();
+    try {
+        if (!volume) {
+            m_scene->clearVolume();
+        } else {
+            m_scene->setVolume(volume);
+            const bool ct_like = m_scene->intensities().minimum() < ct_minimum_threshold;
+            setCurrentPreset(ct_like ? "ct_soft_tissue" : "mri_default");
+            m_scene->setCursor(m_model->cursor());
+        }
+    } catch (const std::exception& error) {
+        qWarning("3D view: cannot show the volume: %s", error.what());
+        m_scene->clearVolume();
+    }
+    // The model drops its label map with a new volume; follow it even if it says so only once.
+    if (m_model->labelMap() != m_requested_labels) onLabelMapChanged();
+    if (volume) m_scene->resetCamera();
+    render();
+}
+
+void VolumeView::onLabelMapChanged() {
+    if (m_label_generation > 0 && m_model->labelMap() == m_requested_labels) return;  // already followed
+    m_requested_labels = m_model->labelMap();
+    ++m_label_generation;
+    if (!m_requested_labels) {
+        m_scene->clearLabelMap();
+        render();
+        emit surfacesReady();
+        return;
+    }
+    startSurfaceExtraction();
+}
+
+void VolumeView::startSurfaceExtraction() {
+    if (m_extraction_thread || !m_requested_labels) return;  // the finished handler starts the next one
+    const std::uint64_t generation = m_label_generation;
+    const std::shared_ptr<const tessera::LabelMap> labels = m_requested_labels;
+    auto surfaces = std::make_shared<LabelSurfaces>();
+    auto error = std::make_shared<QString>();
+    // Extraction takes a noticeable time on big label maps (~0.3 s for 256³ here): off the GUI thread.
+    m_extraction_thread = QThread::create([labels, surfaces, error] {
+        try {
+            *surfaces = LabelSurfaces::extract(*labels);
+        } catch (const std::exception& exception) {
+            *error = QString::fromUtf8(exception.what());
+        }
+    });
+    connect(m_extraction_thread, &QThread::finished, this, [this, generation, surfaces, error] {
+        m_extraction_thread->deleteLater();
+        m_extraction_thread = nullptr;
+        onExtractionFinished(generation, *surfaces, *error);
+    });
+    m_extraction_thread->start(QThread::LowPriority);
+}
+
+void VolumeView::onExtractionFinished(std::uint64_t generation, const LabelSurfaces& surfaces, const QString& error) {
+    if (generation != m_label_generation) {  // superseded while running
+        startSurfaceExtraction();
+        return;
+    }
+    if (!error.isEmpty()) {
+        qWarning("3D view: cannot build label surfaces: %s", qPrintable(error));
+        m_scene->clearLabelMap();
+        render();
+        emit surfaceError(error);
+        return;
+    }
+    m_scene->setLabelSurfaces(surfaces, labelDisplay());
+    if (!m_model->hasVolume()) m_scene->resetCamera();
+    render();
+    emit surfacesReady();
+}
+
+void VolumeView::onLabelDisplayChanged() {
+    m_scene->setLabelDisplay(labelDisplay());
+    m_gl->requestQuickRender();  // an opacity slider sends many changes
+}
+
+void VolumeView::onCursorChanged() {
+    m_scene->setCursor(m_model->cursor());
+    m_gl->requestQuickRender();  // a cursor dragged in a slice view sends many changes
+}
+
+void VolumeView::onPresetChosen(int index) {
+    if (index < 0 || index >= static_cast<int>(m_presets.size())) return;
+    m_scene->setTransferFunction(m_presets[static_cast<std::size_t>(index)]);
+    render();
+}
+
+LabelDisplay VolumeView::labelDisplay() const {
+    LabelDisplay display;
+    for (const std::int32_t label : m_model->presentLabels()) {
+        display.colors[label] = m_model->labelColor(label);
+        display.visible[label] = m_model->isLabelVisible(label);
+    }
+    display.opacity = m_model->labelOpacity();
+    return display;
+}
+
+void VolumeView::render() { m_gl->requestRender(); }
+
+}  // namespace tessera::ui
