@@ -47,7 +47,8 @@ run: build
 	  $(BUILD_DIR)/app/tessera; \
 	else \
 	  echo "No display found. To see the studio without one, run it under Xvfb:"; \
-	  echo "  $(XVFB) $(BUILD_DIR)/app/tessera --screenshot tessera.png"; \
+	  echo '  xvfb-run -a -s "-screen 0 1280x800x24" $(BUILD_DIR)/app/tessera            # a virtual display'; \
+	  echo '  xvfb-run -a -s "-screen 0 1280x800x24" $(BUILD_DIR)/app/tessera --screenshot tessera.png'; \
 	  echo "Running the headless default job instead: $(BUILD_DIR)/app/tessera-cli"; \
 	  $(BUILD_DIR)/app/tessera-cli; \
 	fi

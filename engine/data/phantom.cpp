@@ -1,34 +1,12 @@
 #include "data/phantom.hpp"
 
 #include "core/error.hpp"
+#include "core/random.hpp"
 
 #include <cmath>
-#include <numbers>
 
 namespace tessera {
 namespace {
-
-// splitmix64: tiny, fast and the same everywhere, unlike std::normal_distribution.
-class SeededRandom {
-public:
-    explicit SeededRandom(std::uint64_t seed) : m_state(seed) {}
-    std::uint64_t next() {
-        std::uint64_t z = (m_state += 0x9e3779b97f4a7c15ull);
-        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-        return z ^ (z >> 31);
-    }
-    double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }  // [0, 1)
-    double symmetric() { return 2.0 * uniform() - 1.0; }                         // [-1, 1)
-    double normal() {  // Box–Muller; the second value is dropped to keep the stream simple
-        const double u1 = std::max(uniform(), 1e-300);
-        const double u2 = uniform();
-        return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
-    }
-
-private:
-    std::uint64_t m_state;
-};
 
 struct Ellipsoid {
     std::array<double, 3> centre;  // normalised body coordinates, [-1, 1] per axis

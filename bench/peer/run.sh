@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Peer benchmark: Tessera's training step against PyTorch's (Debian's python3-torch, oneDNN inside),
+# same machine, same 2 threads, runs interleaved so both see the same load. Ends with one line per case:
+#   case=<name> tessera_ms=<median> pytorch_ms=<median> ratio=<pytorch/tessera>
+# Usage: bench/peer/run.sh [build-dir] [rounds]     (make peer-bench installs python3-torch and runs it)
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+build=${1:-$root/build}
+rounds=${2:-5}
+python=/usr/bin/python3
+"$python" -c "import torch" 2>/dev/null || { echo "PyTorch is missing: make peer-deps (Debian's python3-torch)" >&2; exit 1; }
+tessera=$build/bench/tessera_step
+[ -x "$tessera" ] || { echo "build first: $tessera is missing" >&2; exit 1; }
+export OMP_WAIT_POLICY=PASSIVE
+peak=$("$build/bench/fma_peak" 2 | sed 's/fma_peak_gflops=//')
+echo "machine FMA peak (fp32, 2 threads): $peak GFLOP/s"
+work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
+median() { sort -n | awk '{v[NR]=$1} END {if (NR % 2) print v[(NR+1)/2]; else printf "%.3f\n", (v[NR/2]+v[NR/2+1])/2}'; }
+spread() { sort -n | awk '{v[NR]=$1} END {printf "%.1f–%.1f", v[1], v[NR]}'; }
+summary=()
+for case in unet2d unet3d; do
+  for round in $(seq "$rounds"); do
+    "$tessera" --case "$case" --steps 4 --warmup 2 >"$work/t.$case.$round"
+    "$python" "$root/bench/peer/pytorch_step.py" --case "$case" --steps 4 --warmup 2 >"$work/p.$case.$round"
+  done
+  flops=$(grep -h flops_per_step "$work"/t.$case.* | head -1 | sed 's/flops_per_step=//')
+  t_ms=$(grep -h step_ms "$work"/t.$case.* | sed 's/step_ms=//' | median)
+  p_ms=$(grep -h step_ms "$work"/p.$case.* | sed 's/step_ms=//' | median)
+  t_spread=$(grep -h step_ms "$work"/t.$case.* | sed 's/step_ms=//' | spread)
+  p_spread=$(grep -h step_ms "$work"/p.$case.* | sed 's/step_ms=//' | spread)
+  gflops=$(awk -v f="$flops" -v ms="$t_ms" 'BEGIN {printf "%.1f", f / ms / 1e6}')
+  echo "$case: tessera $t_ms ms (spread $t_spread), pytorch $p_ms ms (spread $p_spread), tessera $gflops GFLOP/s of $peak peak"
+  summary+=("case=${case}_f32 tessera_ms=$t_ms pytorch_ms=$p_ms ratio=$(awk -v a="$p_ms" -v b="$t_ms" 'BEGIN {printf "%.2f", a / b}')")
+done
+printf '%s\n' "${summary[@]}"

@@ -1,0 +1,66 @@
+// Tessera side of the peer benchmark: the U-Net training steps of pytorch_step.py, timed per step.
+//
+// Usage: tessera_step --case unet2d|unet3d [--steps N] [--warmup W]
+// Prints `flops_per_step=<F>` once, then one `step_ms=<ms>` line per timed step.
+#include "core/random.hpp"
+#include "model/models.hpp"
+#include "ops/dnnl_support.hpp"
+#include "train/trainer.hpp"
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+using namespace tessera;
+
+int main(int argc, char** argv) {
+    std::string case_name;
+    int steps = 10, warmup = 3, threads = 2;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!std::strcmp(argv[i], "--case")) case_name = argv[i + 1];
+        else if (!std::strcmp(argv[i], "--steps")) steps = std::atoi(argv[i + 1]);
+        else if (!std::strcmp(argv[i], "--warmup")) warmup = std::atoi(argv[i + 1]);
+        else if (!std::strcmp(argv[i], "--threads")) threads = std::atoi(argv[i + 1]);
+    }
+    model::UNetConfig unet;
+    Shape input;
+    if (case_name == "unet2d") {
+        unet = {.depth = 4, .base_width = 16, .num_classes = 2};
+        input = {4, 1, 256, 256};
+    } else if (case_name == "unet3d") {
+        unet = {.depth = 3, .base_width = 8, .num_classes = 2};
+        input = {1, 1, 64, 64, 64};
+    } else {
+        std::fprintf(stderr, "tessera_step: --case must be unet2d or unet3d, got '%s'\n", case_name.c_str());
+        return 2;
+    }
+    ops::set_num_threads(threads);
+    train::TrainerConfig config;
+    config.optimizer = {.kind = train::OptimizerKind::Sgd, .momentum = 0.9};
+    config.schedule.kind = train::ScheduleKind::Constant;
+    config.schedule.learning_rate = 0.01;
+    const graph::Graph graph = model::make_unet(unet, input);
+    double flops = 0;
+    for (const graph::Node& node : graph.nodes()) {
+        const graph::NodeCost cost = graph.cost(node.id);
+        flops += cost.forward_flops + cost.backward_flops;
+    }
+    std::printf("flops_per_step=%.0f\n", flops);
+    train::Trainer trainer(graph, config);
+    SeededRandom random(1);
+    Tensor images = Tensor::empty(input, DType::F32);
+    for (std::int64_t i = 0; i < images.num_elements(); ++i) images.data<float>()[i] = static_cast<float>(random.normal());
+    Shape label_shape{input[0]};
+    label_shape.insert(label_shape.end(), input.begin() + 2, input.end());
+    Tensor labels = Tensor::empty(label_shape, DType::I32);
+    for (std::int64_t i = 0; i < labels.num_elements(); ++i) labels.data<std::int32_t>()[i] = random.uniform() > 0.5;
+    for (int step = 0; step < warmup + steps; ++step) {
+        const auto start = std::chrono::steady_clock::now();
+        trainer.train_step(images, labels);
+        const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+        if (step >= warmup) std::printf("step_ms=%.3f\n", ms);
+        std::fflush(stdout);
+    }
+    return 0;
+}

@@ -1,0 +1,969 @@
+#include "graph/executor.hpp"
+
+#include "core/random.hpp"
+#include "ops/dnnl_support.hpp"
+
+#include <cmath>
+#include <cstring>
+
+namespace tessera::graph {
+
+namespace {
+
+using dnnl::memory;
+using ops::cpu_engine;
+using ops::cpu_stream;
+
+memory::dims to_dims(const ops::Extents& extents) { return memory::dims(extents.begin(), extents.end()); }
+
+memory::dims minus_one(const ops::Extents& dilation) {  // oneDNN counts dilation from 0 (dense)
+    memory::dims result;
+    for (std::int64_t d : dilation) result.push_back(d - 1);
+    return result;
+}
+
+// Brings a value into the layout a primitive wants; a no-op (the same memory back) when they agree.
+class Converted {
+public:
+    Converted() = default;
+    Converted(const memory::desc& from, const memory::desc& to) : m_needed(from != to) {
+        if (!m_needed) return;
+        m_target = memory(to, cpu_engine());
+        m_reorder = dnnl::reorder(dnnl::reorder::primitive_desc(cpu_engine(), from, cpu_engine(), to));
+    }
+    memory operator()(const memory& source) {
+        if (!m_needed) return source;
+        m_reorder.execute(cpu_stream(), const_cast<memory&>(source), m_target);
+        return m_target;
+    }
+    std::int64_t bytes() const { return m_needed ? static_cast<std::int64_t>(m_target.get_desc().get_size()) : 0; }
+
+private:
+    bool m_needed = false;
+    memory m_target;
+    dnnl::reorder m_reorder;
+};
+
+// A value a primitive produces in its own layout that must land in a given memory of another layout:
+// written there directly when the layouts agree, else through a scratch buffer and a reorder.
+class Staged {
+public:
+    Staged() = default;
+    Staged(const memory::desc& produced, const memory::desc& target) : m_direct(produced == target) {
+        if (m_direct) return;
+        m_scratch = memory(produced, cpu_engine());
+        m_reorder = dnnl::reorder(dnnl::reorder::primitive_desc(cpu_engine(), produced, cpu_engine(), target));
+    }
+    memory destination(const memory& target) const { return m_direct ? target : m_scratch; }
+    void finish(const memory& target) {
+        if (!m_direct) m_reorder.execute(cpu_stream(), m_scratch, const_cast<memory&>(target));
+    }
+    std::int64_t bytes() const { return m_direct ? 0 : static_cast<std::int64_t>(m_scratch.get_desc().get_size()); }
+
+private:
+    bool m_direct = true;
+    memory m_scratch;
+    dnnl::reorder m_reorder;
+};
+
+// A copy between layouts that is always performed (also when the layouts agree).
+class Copy {
+public:
+    Copy() = default;
+    Copy(const memory::desc& from, const memory::desc& to)
+        : m_reorder(dnnl::reorder::primitive_desc(cpu_engine(), from, cpu_engine(), to)) {}
+    void operator()(const memory& from, const memory& to) {
+        m_reorder.execute(cpu_stream(), const_cast<memory&>(from), const_cast<memory&>(to));
+    }
+
+private:
+    dnnl::reorder m_reorder;
+};
+
+struct KernelInputs {
+    std::vector<memory::desc> descs;     // layouts the inputs arrive in
+    std::vector<bool> needs_gradient;    // false for the graph input
+};
+
+class Kernel {
+public:
+    virtual ~Kernel() = default;
+    const memory::desc& output_desc() const { return m_output_desc; }
+    virtual void forward(const std::vector<memory>& inputs, const memory& output, Mode mode) = 0;
+    // diff_inputs[i] is in the layout inputs[i] arrived in, or empty when that gradient is not needed.
+    virtual void backward(const std::vector<memory>& inputs, const memory& output, const memory& diff_output,
+                          const std::vector<memory>& diff_inputs) = 0;
+    virtual std::int64_t bytes() const { return 0; }
+
+protected:
+    memory::desc m_output_desc;
+};
+
+memory::desc optional_bias_desc(const Parameter* bias) {
+    return bias ? ops::plain_desc(bias->value.shape()) : memory::desc();
+}
+
+// ---- convolution ----------------------------------------------------------------------------
+
+class ConvKernel final : public Kernel {
+public:
+    ConvKernel(const Node& node, const Shape& input_shape, const KernelInputs& in, Parameter* weight, Parameter* bias)
+        : m_weight(weight), m_bias(bias), m_needs_diff_input(in.needs_gradient[0]) {
+        const ops::ConvAttributes& a = node.conv;
+        const auto strides = to_dims(a.stride);
+        const auto dilates = minus_one(a.dilation);
+        const auto pad_l = to_dims(a.pad_begin);
+        const auto pad_r = to_dims(a.pad_end);
+        const memory::desc src_any = ops::any_desc(input_shape);
+        const memory::desc weights_any = ops::any_desc(weight->value.shape());
+        const memory::desc dst_any = ops::any_desc(node.output_shape);
+        const memory::desc weights_plain = ops::plain_desc(weight->value.shape());
+
+        m_forward_pd = dnnl::convolution_forward::primitive_desc(
+            dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
+                                            src_any, weights_any, optional_bias_desc(bias), dst_any, strides, dilates,
+                                            pad_l, pad_r),
+            cpu_engine());
+        m_forward = dnnl::convolution_forward(m_forward_pd);
+        m_output_desc = m_forward_pd.dst_desc();
+        m_src = Converted(in.descs[0], m_forward_pd.src_desc());
+        m_forward_weights = Converted(weights_plain, m_forward_pd.weights_desc());
+
+        if (m_needs_diff_input) {
+            m_backward_data_pd = dnnl::convolution_backward_data::primitive_desc(
+                dnnl::convolution_backward_data::desc(dnnl::algorithm::convolution_direct, src_any, weights_any,
+                                                      dst_any, strides, dilates, pad_l, pad_r),
+                cpu_engine(), m_forward_pd);
+            m_backward_data = dnnl::convolution_backward_data(m_backward_data_pd);
+            m_backward_data_weights = Converted(weights_plain, m_backward_data_pd.weights_desc());
+            m_backward_data_diff_dst = Converted(m_output_desc, m_backward_data_pd.diff_dst_desc());
+            m_diff_src = Staged(m_backward_data_pd.diff_src_desc(), in.descs[0]);
+        }
+        m_backward_weights_pd = dnnl::convolution_backward_weights::primitive_desc(
+            dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, src_any, weights_any,
+                                                     optional_bias_desc(bias), dst_any, strides, dilates, pad_l, pad_r),
+            cpu_engine(), m_forward_pd);
+        m_backward_weights = dnnl::convolution_backward_weights(m_backward_weights_pd);
+        m_backward_weights_src = Converted(m_forward_pd.src_desc(), m_backward_weights_pd.src_desc());
+        m_backward_weights_diff_dst = Converted(m_output_desc, m_backward_weights_pd.diff_dst_desc());
+        m_diff_weights = Staged(m_backward_weights_pd.diff_weights_desc(), weights_plain);
+        if (bias) m_diff_bias = Staged(m_backward_weights_pd.diff_bias_desc(), ops::plain_desc(bias->value.shape()));
+    }
+
+    void forward(const std::vector<memory>& inputs, const memory& output, Mode) override {
+        m_last_src = m_src(inputs[0]);
+        std::unordered_map<int, memory> args{{DNNL_ARG_SRC, m_last_src},
+                                             {DNNL_ARG_WEIGHTS, m_forward_weights(ops::wrap(m_weight->value))},
+                                             {DNNL_ARG_DST, output}};
+        if (m_bias) args[DNNL_ARG_BIAS] = ops::wrap(m_bias->value);
+        m_forward.execute(cpu_stream(), args);
+    }
+
+    void backward(const std::vector<memory>&, const memory&, const memory& diff_output,
+                  const std::vector<memory>& diff_inputs) override {
+        const memory weight_gradient = ops::wrap(m_weight->gradient);
+        std::unordered_map<int, memory> args{{DNNL_ARG_SRC, m_backward_weights_src(m_last_src)},
+                                             {DNNL_ARG_DIFF_DST, m_backward_weights_diff_dst(diff_output)},
+                                             {DNNL_ARG_DIFF_WEIGHTS, m_diff_weights.destination(weight_gradient)}};
+        memory bias_gradient;
+        if (m_bias) {
+            bias_gradient = ops::wrap(m_bias->gradient);
+            args[DNNL_ARG_DIFF_BIAS] = m_diff_bias.destination(bias_gradient);
+        }
+        m_backward_weights.execute(cpu_stream(), args);
+        m_diff_weights.finish(weight_gradient);
+        if (m_bias) m_diff_bias.finish(bias_gradient);
+
+        if (m_needs_diff_input) {
+            const memory& target = diff_inputs[0];
+            m_backward_data.execute(cpu_stream(),
+                                    {{DNNL_ARG_DIFF_DST, m_backward_data_diff_dst(diff_output)},
+                                     {DNNL_ARG_WEIGHTS, m_backward_data_weights(ops::wrap(m_weight->value))},
+                                     {DNNL_ARG_DIFF_SRC, m_diff_src.destination(target)}});
+            m_diff_src.finish(target);
+        }
+    }
+
+    std::int64_t bytes() const override {
+        return m_src.bytes() + m_forward_weights.bytes() + m_backward_data_weights.bytes() +
+               m_backward_data_diff_dst.bytes() + m_diff_src.bytes() + m_backward_weights_src.bytes() +
+               m_backward_weights_diff_dst.bytes() + m_diff_weights.bytes() + m_diff_bias.bytes();
+    }
+
+private:
+    Parameter* m_weight;
+    Parameter* m_bias;
+    bool m_needs_diff_input;
+    dnnl::convolution_forward::primitive_desc m_forward_pd;
+    dnnl::convolution_forward m_forward;
+    dnnl::convolution_backward_data::primitive_desc m_backward_data_pd;
+    dnnl::convolution_backward_data m_backward_data;
+    dnnl::convolution_backward_weights::primitive_desc m_backward_weights_pd;
+    dnnl::convolution_backward_weights m_backward_weights;
+    Converted m_src, m_forward_weights, m_backward_data_weights, m_backward_data_diff_dst, m_backward_weights_src,
+        m_backward_weights_diff_dst;
+    Staged m_diff_src, m_diff_weights, m_diff_bias;
+    memory m_last_src;  // the input in the forward primitive's layout, kept for the weights gradient
+};
+
+// ---- transposed convolution -----------------------------------------------------------------
+
+memory::desc transposed_weights_plain(const Shape& weight_shape) {
+    // Our weights are [C_in, C_out, k...]; oneDNN's deconvolution names dims [C_out, C_in, k...], and the
+    // io(d)hw tags describe exactly our physical order.
+    memory::dims dims = ops::to_dims(weight_shape);
+    std::swap(dims[0], dims[1]);
+    return memory::desc(dims, memory::data_type::f32,
+                        weight_shape.size() == 5 ? memory::format_tag::iodhw : memory::format_tag::iohw);
+}
+
+class ConvTransposeKernel final : public Kernel {
+public:
+    ConvTransposeKernel(const Node& node, const Shape& input_shape, const KernelInputs& in, Parameter* weight,
+                        Parameter* bias)
+        : m_weight(weight), m_bias(bias), m_needs_diff_input(in.needs_gradient[0]) {
+        const ops::ConvTransposeAttributes& a = node.conv_transpose;
+        const auto strides = to_dims(a.stride);
+        const memory::dims zeros(a.kernel.size(), 0);
+        const memory::desc src_any = ops::any_desc(input_shape);
+        const memory::desc weights_plain = transposed_weights_plain(weight->value.shape());
+        const memory::desc weights_any(weights_plain.dims(), memory::data_type::f32, memory::format_tag::any);
+        const memory::desc dst_any = ops::any_desc(node.output_shape);
+
+        m_forward_pd = dnnl::deconvolution_forward::primitive_desc(
+            dnnl::deconvolution_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::deconvolution_direct,
+                                              src_any, weights_any, optional_bias_desc(bias), dst_any, strides, zeros,
+                                              zeros),
+            cpu_engine());
+        m_forward = dnnl::deconvolution_forward(m_forward_pd);
+        m_output_desc = m_forward_pd.dst_desc();
+        m_src = Converted(in.descs[0], m_forward_pd.src_desc());
+        m_forward_weights = Converted(weights_plain, m_forward_pd.weights_desc());
+        if (m_needs_diff_input) {
+            m_backward_data_pd = dnnl::deconvolution_backward_data::primitive_desc(
+                dnnl::deconvolution_backward_data::desc(dnnl::algorithm::deconvolution_direct, src_any, weights_any,
+                                                        dst_any, strides, zeros, zeros),
+                cpu_engine(), m_forward_pd);
+            m_backward_data = dnnl::deconvolution_backward_data(m_backward_data_pd);
+            m_backward_data_weights = Converted(weights_plain, m_backward_data_pd.weights_desc());
+            m_backward_data_diff_dst = Converted(m_output_desc, m_backward_data_pd.diff_dst_desc());
+            m_diff_src = Staged(m_backward_data_pd.diff_src_desc(), in.descs[0]);
+        }
+        m_backward_weights_pd = dnnl::deconvolution_backward_weights::primitive_desc(
+            dnnl::deconvolution_backward_weights::desc(dnnl::algorithm::deconvolution_direct, src_any, weights_any,
+                                                       optional_bias_desc(bias), dst_any, strides, zeros, zeros),
+            cpu_engine(), m_forward_pd);
+        m_backward_weights = dnnl::deconvolution_backward_weights(m_backward_weights_pd);
+        m_backward_weights_src = Converted(m_forward_pd.src_desc(), m_backward_weights_pd.src_desc());
+        m_backward_weights_diff_dst = Converted(m_output_desc, m_backward_weights_pd.diff_dst_desc());
+        m_diff_weights = Staged(m_backward_weights_pd.diff_weights_desc(), weights_plain);
+        if (bias) m_diff_bias = Staged(m_backward_weights_pd.diff_bias_desc(), ops::plain_desc(bias->value.shape()));
+        m_weights_plain = weights_plain;
+    }
+
+    void forward(const std::vector<memory>& inputs, const memory& output, Mode) override {
+        m_last_src = m_src(inputs[0]);
+        std::unordered_map<int, memory> args{{DNNL_ARG_SRC, m_last_src},
+                                             {DNNL_ARG_WEIGHTS, m_forward_weights(weights(m_weight->value))},
+                                             {DNNL_ARG_DST, output}};
+        if (m_bias) args[DNNL_ARG_BIAS] = ops::wrap(m_bias->value);
+        m_forward.execute(cpu_stream(), args);
+    }
+
+    void backward(const std::vector<memory>&, const memory&, const memory& diff_output,
+                  const std::vector<memory>& diff_inputs) override {
+        const memory weight_gradient = weights(m_weight->gradient);
+        std::unordered_map<int, memory> args{{DNNL_ARG_SRC, m_backward_weights_src(m_last_src)},
+                                             {DNNL_ARG_DIFF_DST, m_backward_weights_diff_dst(diff_output)},
+                                             {DNNL_ARG_DIFF_WEIGHTS, m_diff_weights.destination(weight_gradient)}};
+        memory bias_gradient;
+        if (m_bias) {
+            bias_gradient = ops::wrap(m_bias->gradient);
+            args[DNNL_ARG_DIFF_BIAS] = m_diff_bias.destination(bias_gradient);
+        }
+        m_backward_weights.execute(cpu_stream(), args);
+        m_diff_weights.finish(weight_gradient);
+        if (m_bias) m_diff_bias.finish(bias_gradient);
+        if (m_needs_diff_input) {
+            const memory& target = diff_inputs[0];
+            m_backward_data.execute(cpu_stream(),
+                                    {{DNNL_ARG_DIFF_DST, m_backward_data_diff_dst(diff_output)},
+                                     {DNNL_ARG_WEIGHTS, m_backward_data_weights(weights(m_weight->value))},
+                                     {DNNL_ARG_DIFF_SRC, m_diff_src.destination(target)}});
+            m_diff_src.finish(target);
+        }
+    }
+
+    std::int64_t bytes() const override {
+        return m_src.bytes() + m_forward_weights.bytes() + m_backward_data_weights.bytes() +
+               m_backward_data_diff_dst.bytes() + m_diff_src.bytes() + m_backward_weights_src.bytes() +
+               m_backward_weights_diff_dst.bytes() + m_diff_weights.bytes() + m_diff_bias.bytes();
+    }
+
+private:
+    memory weights(const Tensor& tensor) const {
+        return memory(m_weights_plain, cpu_engine(), const_cast<void*>(tensor.raw_data()));
+    }
+
+    Parameter* m_weight;
+    Parameter* m_bias;
+    bool m_needs_diff_input;
+    memory::desc m_weights_plain;
+    dnnl::deconvolution_forward::primitive_desc m_forward_pd;
+    dnnl::deconvolution_forward m_forward;
+    dnnl::deconvolution_backward_data::primitive_desc m_backward_data_pd;
+    dnnl::deconvolution_backward_data m_backward_data;
+    dnnl::deconvolution_backward_weights::primitive_desc m_backward_weights_pd;
+    dnnl::deconvolution_backward_weights m_backward_weights;
+    Converted m_src, m_forward_weights, m_backward_data_weights, m_backward_data_diff_dst, m_backward_weights_src,
+        m_backward_weights_diff_dst;
+    Staged m_diff_src, m_diff_weights, m_diff_bias;
+    memory m_last_src;
+};
+
+// ---- pooling --------------------------------------------------------------------------------
+
+class PoolKernel final : public Kernel {
+public:
+    PoolKernel(const Node& node, const KernelInputs& in) : m_needs_diff_input(in.needs_gradient[0]) {
+        const ops::PoolAttributes& a = node.pool;
+        const auto algorithm = a.kind == ops::PoolKind::Max ? dnnl::algorithm::pooling_max
+                                                            : dnnl::algorithm::pooling_avg_exclude_padding;
+        const auto strides = to_dims(a.stride);
+        const auto kernel = to_dims(a.kernel);
+        const auto pad_l = to_dims(a.pad_begin);
+        const auto pad_r = to_dims(a.pad_end);
+        m_forward_pd = dnnl::pooling_forward::primitive_desc(
+            dnnl::pooling_forward::desc(dnnl::prop_kind::forward_training, algorithm, in.descs[0],
+                                        ops::any_desc(node.output_shape), strides, kernel, pad_l, pad_r),
+            cpu_engine());
+        m_forward = dnnl::pooling_forward(m_forward_pd);
+        m_output_desc = m_forward_pd.dst_desc();
+        if (a.kind == ops::PoolKind::Max) m_workspace = memory(m_forward_pd.workspace_desc(), cpu_engine());
+        if (m_needs_diff_input) {
+            m_backward_pd = dnnl::pooling_backward::primitive_desc(
+                dnnl::pooling_backward::desc(algorithm, in.descs[0], m_output_desc, strides, kernel, pad_l, pad_r),
+                cpu_engine(), m_forward_pd);
+            m_backward = dnnl::pooling_backward(m_backward_pd);
+            m_diff_dst = Converted(m_output_desc, m_backward_pd.diff_dst_desc());
+            m_diff_src = Staged(m_backward_pd.diff_src_desc(), in.descs[0]);
+        }
+    }
+
+    void forward(const std::vector<memory>& inputs, const memory& output, Mode) override {
+        std::unordered_map<int, memory> args{{DNNL_ARG_SRC, inputs[0]}, {DNNL_ARG_DST, output}};
+        if (m_workspace) args[DNNL_ARG_WORKSPACE] = m_workspace;
+        m_forward.execute(cpu_stream(), args);
+    }
+
+    void backward(const std::vector<memory>&, const memory&, const memory& diff_output,
+                  const std::vector<memory>& diff_inputs) override {
+        if (!m_needs_diff_input) return;
+        const memory& target = diff_inputs[0];
+        std::unordered_map<int, memory> args{{DNNL_ARG_DIFF_DST, m_diff_dst(diff_output)},
+                                             {DNNL_ARG_DIFF_SRC, m_diff_src.destination(target)}};
+        if (m_workspace) args[DNNL_ARG_WORKSPACE] = m_workspace;
+        m_backward.execute(cpu_stream(), args);
+        m_diff_src.finish(target);
+    }
+
+    std::int64_t bytes() const override {
+        return (m_workspace ? static_cast<std::int64_t>(m_workspace.get_desc().get_size()) : 0) + m_diff_dst.bytes() +
+               m_diff_src.bytes();
+    }
+
+private:
+    bool m_needs_diff_input;
+    dnnl::pooling_forward::primitive_desc m_forward_pd;
+    dnnl::pooling_forward m_forward;
+    dnnl::pooling_backward::primitive_desc m_backward_pd;
+    dnnl::pooling_backward m_backward;
+    memory m_workspace;
+    Converted m_diff_dst;
+    Staged m_diff_src;
+};
+
+// ---- batch normalisation --------------------------------------------------------------------
+
+class BatchNormKernel final : public Kernel {
+public:
+    BatchNormKernel(const Node& node, const KernelInputs& in, Parameter* scale, Parameter* shift, Tensor* running_mean,
+                    Tensor* running_variance)
+        : m_attributes(node.batch_norm), m_scale(scale), m_shift(shift), m_running_mean(running_mean),
+          m_running_variance(running_variance), m_needs_diff_input(in.needs_gradient[0]) {
+        using flags = dnnl::normalization_flags;
+        const auto epsilon = static_cast<float>(m_attributes.epsilon);
+        flags training_flags = flags::use_scale | flags::use_shift;
+        if (m_attributes.fuse_relu) training_flags = training_flags | flags::fuse_norm_relu;
+        m_training_pd = dnnl::batch_normalization_forward::primitive_desc(
+            dnnl::batch_normalization_forward::desc(dnnl::prop_kind::forward_training, in.descs[0], epsilon,
+                                                    training_flags),
+            cpu_engine());
+        m_training = dnnl::batch_normalization_forward(m_training_pd);
+        m_inference = dnnl::batch_normalization_forward(dnnl::batch_normalization_forward::primitive_desc(
+            dnnl::batch_normalization_forward::desc(dnnl::prop_kind::forward_inference, in.descs[0], epsilon,
+                                                    training_flags | flags::use_global_stats),
+            cpu_engine()));
+        m_output_desc = m_training_pd.dst_desc();
+        m_mean = memory(m_training_pd.mean_desc(), cpu_engine());
+        m_variance = memory(m_training_pd.variance_desc(), cpu_engine());
+        if (m_attributes.fuse_relu) m_workspace = memory(m_training_pd.workspace_desc(), cpu_engine());
+        m_backward_pd = dnnl::batch_normalization_backward::primitive_desc(
+            dnnl::batch_normalization_backward::desc(dnnl::prop_kind::backward, m_output_desc, in.descs[0], epsilon,
+                                                     training_flags),
+            cpu_engine(), m_training_pd);
+        m_backward = dnnl::batch_normalization_backward(m_backward_pd);
+        m_diff_src = Staged(m_backward_pd.diff_src_desc(), in.descs[0]);
+        const Shape& shape = node.output_shape;
+        m_values_per_channel = num_elements_of(shape) / shape[1];
+    }
+
+    void forward(const std::vector<memory>& inputs, const memory& output, Mode mode) override {
+        std::unordered_map<int, memory> args{{DNNL_ARG_SRC, inputs[0]},
+                                             {DNNL_ARG_DST, output},
+                                             {DNNL_ARG_SCALE, ops::wrap(m_scale->value)},
+                                             {DNNL_ARG_SHIFT, ops::wrap(m_shift->value)}};
+        if (mode == Mode::Eval) {
+            args[DNNL_ARG_MEAN] = ops::wrap(*m_running_mean);
+            args[DNNL_ARG_VARIANCE] = ops::wrap(*m_running_variance);
+            m_inference.execute(cpu_stream(), args);
+            return;
+        }
+        args[DNNL_ARG_MEAN] = m_mean;
+        args[DNNL_ARG_VARIANCE] = m_variance;
+        if (m_workspace) args[DNNL_ARG_WORKSPACE] = m_workspace;
+        m_training.execute(cpu_stream(), args);
+        cpu_stream().wait();
+        // running = momentum · running + (1 − momentum) · batch, with the unbiased batch variance.
+        const auto* mean = static_cast<const float*>(m_mean.get_data_handle());
+        const auto* variance = static_cast<const float*>(m_variance.get_data_handle());
+        float* running_mean = m_running_mean->data<float>();
+        float* running_variance = m_running_variance->data<float>();
+        const double momentum = m_attributes.momentum;
+        const double bessel = m_values_per_channel > 1
+                                  ? static_cast<double>(m_values_per_channel) / static_cast<double>(m_values_per_channel - 1)
+                                  : 1.0;
+        for (std::int64_t c = 0; c < m_running_mean->num_elements(); ++c) {
+            running_mean[c] = static_cast<float>(momentum * running_mean[c] + (1 - momentum) * mean[c]);
+            running_variance[c] =
+                static_cast<float>(momentum * running_variance[c] + (1 - momentum) * variance[c] * bessel);
+        }
+    }
+
+    void backward(const std::vector<memory>& inputs, const memory&, const memory& diff_output,
+                  const std::vector<memory>& diff_inputs) override {
+        // The scale and shift gradients are needed even when the input's is not, so the primitive always runs.
+        const memory target = m_needs_diff_input ? diff_inputs[0] : memory(m_backward_pd.diff_src_desc(), cpu_engine());
+        std::unordered_map<int, memory> args{{DNNL_ARG_SRC, inputs[0]},
+                                             {DNNL_ARG_MEAN, m_mean},
+                                             {DNNL_ARG_VARIANCE, m_variance},
+                                             {DNNL_ARG_DIFF_DST, diff_output},
+                                             {DNNL_ARG_SCALE, ops::wrap(m_scale->value)},
+                                             {DNNL_ARG_SHIFT, ops::wrap(m_shift->value)},
+                                             {DNNL_ARG_DIFF_SRC, m_diff_src.destination(target)},
+                                             {DNNL_ARG_DIFF_SCALE, ops::wrap(m_scale->gradient)},
+                                             {DNNL_ARG_DIFF_SHIFT, ops::wrap(m_shift->gradient)}};
+        if (m_workspace) args[DNNL_ARG_WORKSPACE] = m_workspace;
+        m_backward.execute(cpu_stream(), args);
+        m_diff_src.finish(target);
+    }
+
+    std::int64_t bytes() const override {
+        return (m_workspace ? static_cast<std::int64_t>(m_workspace.get_desc().get_size()) : 0) + m_diff_src.bytes();
+    }
+
+private:
+    ops::BatchNormAttributes m_attributes;
+    Parameter* m_scale;
+    Parameter* m_shift;
+    Tensor* m_running_mean;
+    Tensor* m_running_variance;
+    bool m_needs_diff_input;
+    std::int64_t m_values_per_channel = 1;
+    dnnl::batch_normalization_forward::primitive_desc m_training_pd;
+    dnnl::batch_normalization_forward m_training;
+    dnnl::batch_normalization_forward m_inference;
+    dnnl::batch_normalization_backward::primitive_desc m_backward_pd;
+    dnnl::batch_normalization_backward m_backward;
+    memory m_mean, m_variance, m_workspace;
+    Staged m_diff_src;
+};
+
+// ---- ReLU -----------------------------------------------------------------------------------
+
+class ReluKernel final : public Kernel {
+public:
+    explicit ReluKernel(const KernelInputs& in) : m_needs_diff_input(in.needs_gradient[0]) {
+        m_forward_pd = dnnl::eltwise_forward::primitive_desc(
+            dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::eltwise_relu, in.descs[0],
+                                        0.0f, 0.0f),
+            cpu_engine());
+        m_forward = dnnl::eltwise_forward(m_forward_pd);
+        m_output_desc = m_forward_pd.dst_desc();
+        if (m_needs_diff_input) {
+            m_backward_pd = dnnl::eltwise_backward::primitive_desc(
+                dnnl::eltwise_backward::desc(dnnl::algorithm::eltwise_relu, in.descs[0], in.descs[0], 0.0f, 0.0f),
+                cpu_engine(), m_forward_pd);
+            m_backward = dnnl::eltwise_backward(m_backward_pd);
+            m_diff_dst = Converted(m_output_desc, m_backward_pd.diff_dst_desc());
+            m_diff_src = Staged(m_backward_pd.diff_src_desc(), in.descs[0]);
+        }
+    }
+
+    void forward(const std::vector<memory>& inputs, const memory& output, Mode) override {
+        m_forward.execute(cpu_stream(), {{DNNL_ARG_SRC, inputs[0]}, {DNNL_ARG_DST, output}});
+    }
+
+    void backward(const std::vector<memory>& inputs, const memory&, const memory& diff_output,
+                  const std::vector<memory>& diff_inputs) override {
+        if (!m_needs_diff_input) return;
+        const memory& target = diff_inputs[0];
+        m_backward.execute(cpu_stream(), {{DNNL_ARG_SRC, inputs[0]},
+                                          {DNNL_ARG_DIFF_DST, m_diff_dst(diff_output)},
+                                          {DNNL_ARG_DIFF_SRC, m_diff_src.destination(target)}});
+        m_diff_src.finish(target);
+    }
+
+private:
+    bool m_needs_diff_input;
+    dnnl::eltwise_forward::primitive_desc m_forward_pd;
+    dnnl::eltwise_forward m_forward;
+    dnnl::eltwise_backward::primitive_desc m_backward_pd;
+    dnnl::eltwise_backward m_backward;
+    Converted m_diff_dst;
+    Staged m_diff_src;
+};
+
+// ---- add ------------------------------------------------------------------------------------
+
+class AddKernel final : public Kernel {
+public:
+    explicit AddKernel(const KernelInputs& in) : m_needs_gradient(in.needs_gradient) {
+        const dnnl::binary::primitive_desc pd(
+            dnnl::binary::desc(dnnl::algorithm::binary_add, in.descs[0], in.descs[1], in.descs[0]), cpu_engine());
+        m_add = dnnl::binary(pd);
+        m_output_desc = pd.dst_desc();
+        for (std::size_t i = 0; i < 2; ++i) {
+            if (m_needs_gradient[i]) m_copies.emplace_back(m_output_desc, in.descs[i]);
+            else m_copies.emplace_back();
+        }
+    }
+
+    void forward(const std::vector<memory>& inputs, const memory& output, Mode) override {
+        m_add.execute(cpu_stream(), {{DNNL_ARG_SRC_0, inputs[0]}, {DNNL_ARG_SRC_1, inputs[1]}, {DNNL_ARG_DST, output}});
+    }
+
+    void backward(const std::vector<memory>&, const memory&, const memory& diff_output,
+                  const std::vector<memory>& diff_inputs) override {
+        for (std::size_t i = 0; i < 2; ++i) {
+            if (m_needs_gradient[i]) m_copies[i](diff_output, diff_inputs[i]);
+        }
+    }
+
+private:
+    std::vector<bool> m_needs_gradient;
+    dnnl::binary m_add;
+    std::vector<Copy> m_copies;
+};
+
+// ---- concatenation --------------------------------------------------------------------------
+
+class ConcatKernel final : public Kernel {
+public:
+    ConcatKernel(const Node& node, const std::vector<Shape>& input_shapes, const KernelInputs& in)
+        : m_needs_gradient(in.needs_gradient) {
+        const dnnl::concat::primitive_desc pd(1, in.descs, cpu_engine());
+        m_concat = dnnl::concat(pd);
+        m_output_desc = pd.dst_desc();
+        // Backward: the gradient goes to a plain buffer once, then each input's channel range is copied out.
+        const memory::desc plain = ops::plain_desc(node.output_shape);
+        m_diff_plain = Converted(m_output_desc, plain);
+        if (m_output_desc == plain) m_plain_scratch = memory(plain, cpu_engine());
+        std::int64_t channel_offset = 0;
+        for (std::size_t i = 0; i < input_shapes.size(); ++i) {
+            memory::dims offsets(input_shapes[i].size(), 0);
+            offsets[1] = channel_offset;
+            const memory::desc part = plain.submemory_desc(ops::to_dims(input_shapes[i]), offsets);
+            m_parts.push_back(part);
+            m_part_copies.emplace_back(part, in.descs[i]);
+            channel_offset += input_shapes[i][1];
+        }
+    }
+
+    void forward(const std::vector<memory>& inputs, const memory& output, Mode) override {
+        std::unordered_map<int, memory> args{{DNNL_ARG_DST, output}};
+        for (std::size_t i = 0; i < inputs.size(); ++i) args[DNNL_ARG_MULTIPLE_SRC + static_cast<int>(i)] = inputs[i];
+        m_concat.execute(cpu_stream(), args);
+    }
+
+    void backward(const std::vector<memory>&, const memory&, const memory& diff_output,
+                  const std::vector<memory>& diff_inputs) override {
+        const memory plain = m_diff_plain(diff_output);
+        for (std::size_t i = 0; i < m_parts.size(); ++i) {
+            if (!m_needs_gradient[i]) continue;
+            const memory part(m_parts[i], cpu_engine(), plain.get_data_handle());
+            m_part_copies[i](part, diff_inputs[i]);
+        }
+    }
+
+    std::int64_t bytes() const override { return m_diff_plain.bytes(); }
+
+private:
+    std::vector<bool> m_needs_gradient;
+    dnnl::concat m_concat;
+    Converted m_diff_plain;
+    memory m_plain_scratch;
+    std::vector<memory::desc> m_parts;
+    std::vector<Copy> m_part_copies;
+};
+
+// ---- global average pooling -----------------------------------------------------------------
+
+class GlobalAvgPoolKernel final : public Kernel {
+public:
+    GlobalAvgPoolKernel(const Shape& input_shape, const KernelInputs& in) : m_needs_diff_input(in.needs_gradient[0]) {
+        const Shape spatial(input_shape.begin() + 2, input_shape.end());
+        Shape pooled_shape{input_shape[0], input_shape[1]};
+        pooled_shape.insert(pooled_shape.end(), spatial.size(), 1);
+        m_pooled_desc = ops::plain_desc(pooled_shape);  // [N, C, 1, 1]: the same bytes as [N, C]
+        const memory::dims kernel = ops::to_dims(spatial);
+        const memory::dims zeros(spatial.size(), 0);
+        m_forward_pd = dnnl::pooling_forward::primitive_desc(
+            dnnl::pooling_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::pooling_avg_include_padding,
+                                        in.descs[0], m_pooled_desc, kernel, kernel, zeros, zeros),
+            cpu_engine());
+        m_forward = dnnl::pooling_forward(m_forward_pd);
+        m_output_desc = ops::plain_desc({input_shape[0], input_shape[1]});
+        if (m_needs_diff_input) {
+            m_backward_pd = dnnl::pooling_backward::primitive_desc(
+                dnnl::pooling_backward::desc(dnnl::algorithm::pooling_avg_include_padding, in.descs[0], m_pooled_desc,
+                                             kernel, kernel, zeros, zeros),
+                cpu_engine(), m_forward_pd);
+            m_backward = dnnl::pooling_backward(m_backward_pd);
+            m_diff_src = Staged(m_backward_pd.diff_src_desc(), in.descs[0]);
+        }
+    }
+
+    void forward(const std::vector<memory>& inputs, const memory& output, Mode) override {
+        m_forward.execute(cpu_stream(), {{DNNL_ARG_SRC, inputs[0]}, {DNNL_ARG_DST, pooled(output)}});
+    }
+
+    void backward(const std::vector<memory>&, const memory&, const memory& diff_output,
+                  const std::vector<memory>& diff_inputs) override {
+        if (!m_needs_diff_input) return;
+        const memory& target = diff_inputs[0];
+        m_backward.execute(cpu_stream(),
+                           {{DNNL_ARG_DIFF_DST, pooled(diff_output)}, {DNNL_ARG_DIFF_SRC, m_diff_src.destination(target)}});
+        m_diff_src.finish(target);
+    }
+
+private:
+    memory pooled(const memory& flat) const { return memory(m_pooled_desc, cpu_engine(), flat.get_data_handle()); }
+
+    bool m_needs_diff_input;
+    memory::desc m_pooled_desc;
+    dnnl::pooling_forward::primitive_desc m_forward_pd;
+    dnnl::pooling_forward m_forward;
+    dnnl::pooling_backward::primitive_desc m_backward_pd;
+    dnnl::pooling_backward m_backward;
+    Staged m_diff_src;
+};
+
+// ---- dense ----------------------------------------------------------------------------------
+
+class DenseKernel final : public Kernel {
+public:
+    DenseKernel(const Node& node, const Shape& input_shape, const KernelInputs& in, Parameter* weight, Parameter* bias)
+        : m_weight(weight), m_bias(bias), m_needs_diff_input(in.needs_gradient[0]) {
+        const memory::desc src = ops::plain_desc(input_shape);
+        const memory::desc weights = ops::plain_desc(weight->value.shape());
+        const memory::desc bias_desc = ops::plain_desc(bias->value.shape());
+        const memory::desc dst = ops::plain_desc(node.output_shape);
+        const dnnl::inner_product_forward::primitive_desc forward_pd(
+            dnnl::inner_product_forward::desc(dnnl::prop_kind::forward_training, src, weights, bias_desc, dst),
+            cpu_engine());
+        m_forward = dnnl::inner_product_forward(forward_pd);
+        m_output_desc = dst;
+        m_src = Converted(in.descs[0], src);
+        if (m_needs_diff_input) {
+            m_backward_data = dnnl::inner_product_backward_data(dnnl::inner_product_backward_data::primitive_desc(
+                dnnl::inner_product_backward_data::desc(src, weights, dst), cpu_engine(), forward_pd));
+            m_diff_src = Staged(src, in.descs[0]);
+        }
+        m_backward_weights = dnnl::inner_product_backward_weights(dnnl::inner_product_backward_weights::primitive_desc(
+            dnnl::inner_product_backward_weights::desc(src, weights, bias_desc, dst), cpu_engine(), forward_pd));
+    }
+
+    void forward(const std::vector<memory>& inputs, const memory& output, Mode) override {
+        m_last_src = m_src(inputs[0]);
+        m_forward.execute(cpu_stream(), {{DNNL_ARG_SRC, m_last_src},
+                                         {DNNL_ARG_WEIGHTS, ops::wrap(m_weight->value)},
+                                         {DNNL_ARG_BIAS, ops::wrap(m_bias->value)},
+                                         {DNNL_ARG_DST, output}});
+    }
+
+    void backward(const std::vector<memory>&, const memory&, const memory& diff_output,
+                  const std::vector<memory>& diff_inputs) override {
+        m_backward_weights.execute(cpu_stream(), {{DNNL_ARG_SRC, m_last_src},
+                                                  {DNNL_ARG_DIFF_DST, diff_output},
+                                                  {DNNL_ARG_DIFF_WEIGHTS, ops::wrap(m_weight->gradient)},
+                                                  {DNNL_ARG_DIFF_BIAS, ops::wrap(m_bias->gradient)}});
+        if (m_needs_diff_input) {
+            const memory& target = diff_inputs[0];
+            m_backward_data.execute(cpu_stream(), {{DNNL_ARG_DIFF_DST, diff_output},
+                                                   {DNNL_ARG_WEIGHTS, ops::wrap(m_weight->value)},
+                                                   {DNNL_ARG_DIFF_SRC, m_diff_src.destination(target)}});
+            m_diff_src.finish(target);
+        }
+    }
+
+private:
+    Parameter* m_weight;
+    Parameter* m_bias;
+    bool m_needs_diff_input;
+    dnnl::inner_product_forward m_forward;
+    dnnl::inner_product_backward_data m_backward_data;
+    dnnl::inner_product_backward_weights m_backward_weights;
+    Converted m_src;
+    Staged m_diff_src;
+    memory m_last_src;
+};
+
+}  // namespace
+
+// ---- executor -------------------------------------------------------------------------------
+
+struct Executor::Impl {
+    Graph graph;
+    std::vector<Parameter> parameters;
+    std::vector<Tensor> buffers;
+    std::vector<std::unique_ptr<Kernel>> kernels;  // per node; null for the input
+    std::vector<memory> outputs;                   // per node, in the kernel's output layout
+    std::vector<memory> gradients;                 // per node: d loss / d output, same layout; empty for the input
+    // Per node and input slot: where backward writes that input's gradient. Either the producer's gradient
+    // itself (the first contribution to arrive) or a scratch buffer that is then added to it.
+    std::vector<std::vector<memory>> diff_targets;
+    std::vector<std::vector<bool>> diff_is_scratch;
+    std::vector<dnnl::binary> accumulate;  // per node: gradient += scratch
+    Copy output_to_plain;
+    Copy plain_to_output_gradient;
+    Copy plain_to_input;
+    bool ran_forward_training = false;
+
+    explicit Impl(const Graph& g) : graph(g) {}
+};
+
+Executor::Executor(const Graph& graph) : m_impl(std::make_unique<Impl>(graph)) {
+    Impl& impl = *m_impl;
+    TESSERA_CHECK(graph.input_node() >= 0, "graph '" << graph.name() << "' has no input");
+    TESSERA_CHECK(graph.output_node() != graph.input_node(), "graph '" << graph.name() << "' has no output op");
+
+    for (const ParameterSpec& spec : graph.parameters()) {
+        impl.parameters.push_back({spec.name, Tensor::zeros(spec.shape, DType::F32), Tensor::zeros(spec.shape, DType::F32),
+                                   spec.apply_weight_decay});
+    }
+    for (const ParameterSpec& spec : graph.buffers()) impl.buffers.push_back(Tensor::zeros(spec.shape, DType::F32));
+
+    const std::vector<Node>& nodes = graph.nodes();
+    const std::size_t count = nodes.size();
+    impl.kernels.resize(count);
+    impl.outputs.resize(count);
+    impl.gradients.resize(count);
+    impl.diff_targets.resize(count);
+    impl.diff_is_scratch.resize(count);
+    impl.accumulate.resize(count);
+
+    const auto input_id = static_cast<std::size_t>(graph.input_node());
+    const memory::desc input_desc = ops::plain_desc(nodes[input_id].output_shape);
+    impl.outputs[input_id] = memory(input_desc, cpu_engine());
+
+    auto parameter = [&](const Node& node, std::size_t i) -> Parameter* {
+        return i < node.parameters.size() ? &impl.parameters[static_cast<std::size_t>(node.parameters[i])] : nullptr;
+    };
+    for (const Node& node : nodes) {
+        if (node.kind == OpKind::Input) continue;
+        KernelInputs in;
+        std::vector<Shape> input_shapes;
+        for (int input : node.inputs) {
+            in.descs.push_back(impl.outputs[static_cast<std::size_t>(input)].get_desc());
+            in.needs_gradient.push_back(nodes[static_cast<std::size_t>(input)].kind != OpKind::Input);
+            input_shapes.push_back(nodes[static_cast<std::size_t>(input)].output_shape);
+        }
+        std::unique_ptr<Kernel> kernel;
+        try {
+            switch (node.kind) {
+                case OpKind::Conv:
+                    kernel = std::make_unique<ConvKernel>(node, input_shapes[0], in, parameter(node, 0), parameter(node, 1));
+                    break;
+                case OpKind::ConvTranspose:
+                    kernel = std::make_unique<ConvTransposeKernel>(node, input_shapes[0], in, parameter(node, 0),
+                                                                   parameter(node, 1));
+                    break;
+                case OpKind::Pool: kernel = std::make_unique<PoolKernel>(node, in); break;
+                case OpKind::BatchNorm:
+                    kernel = std::make_unique<BatchNormKernel>(node, in, parameter(node, 0), parameter(node, 1),
+                                                               &impl.buffers[static_cast<std::size_t>(node.buffers[0])],
+                                                               &impl.buffers[static_cast<std::size_t>(node.buffers[1])]);
+                    break;
+                case OpKind::Relu: kernel = std::make_unique<ReluKernel>(in); break;
+                case OpKind::Add: kernel = std::make_unique<AddKernel>(in); break;
+                case OpKind::Concat: kernel = std::make_unique<ConcatKernel>(node, input_shapes, in); break;
+                case OpKind::GlobalAvgPool: kernel = std::make_unique<GlobalAvgPoolKernel>(input_shapes[0], in); break;
+                case OpKind::Dense:
+                    kernel = std::make_unique<DenseKernel>(node, input_shapes[0], in, parameter(node, 0), parameter(node, 1));
+                    break;
+                case OpKind::Input: break;
+            }
+        } catch (const dnnl::error& error) {
+            TESSERA_FAIL("oneDNN cannot compile " << op_name(node.kind) << " '" << node.name << "' for input "
+                                                  << shape_to_string(input_shapes[0]) << ": " << error.what());
+        }
+        const auto id = static_cast<std::size_t>(node.id);
+        impl.outputs[id] = memory(kernel->output_desc(), cpu_engine());
+        impl.gradients[id] = memory(kernel->output_desc(), cpu_engine());
+        impl.accumulate[id] = dnnl::binary(dnnl::binary::primitive_desc(
+            dnnl::binary::desc(dnnl::algorithm::binary_add, kernel->output_desc(), kernel->output_desc(),
+                               kernel->output_desc()),
+            cpu_engine()));
+        impl.kernels[id] = std::move(kernel);
+    }
+
+    // Backward runs in reverse order: the last consumer of a node writes its gradient first (directly);
+    // every later contribution lands in scratch and is added.
+    std::vector<bool> written(count, false);
+    for (std::size_t n = count; n-- > 0;) {
+        const Node& node = nodes[n];
+        impl.diff_targets[n].resize(node.inputs.size());
+        impl.diff_is_scratch[n].assign(node.inputs.size(), false);
+        for (std::size_t slot = 0; slot < node.inputs.size(); ++slot) {
+            const auto producer = static_cast<std::size_t>(node.inputs[slot]);
+            if (nodes[producer].kind == OpKind::Input) continue;
+            if (!written[producer]) {
+                impl.diff_targets[n][slot] = impl.gradients[producer];
+                written[producer] = true;
+            } else {
+                impl.diff_targets[n][slot] = memory(impl.outputs[producer].get_desc(), cpu_engine());
+                impl.diff_is_scratch[n][slot] = true;
+            }
+        }
+    }
+
+    const auto output_id = static_cast<std::size_t>(graph.output_node());
+    const memory::desc output_plain = ops::plain_desc(nodes[output_id].output_shape);
+    impl.output_to_plain = Copy(impl.outputs[output_id].get_desc(), output_plain);
+    impl.plain_to_output_gradient = Copy(output_plain, impl.gradients[output_id].get_desc());
+    impl.plain_to_input = Copy(input_desc, input_desc);
+}
+
+Executor::~Executor() = default;
+
+const Graph& Executor::graph() const { return m_impl->graph; }
+
+std::span<Parameter> Executor::parameters() { return m_impl->parameters; }
+std::span<const Parameter> Executor::parameters() const { return m_impl->parameters; }
+std::span<Tensor> Executor::buffers() { return m_impl->buffers; }
+
+void Executor::initialize_parameters(std::uint64_t seed) {
+    const auto& specs = m_impl->graph.parameters();
+    for (std::size_t p = 0; p < specs.size(); ++p) {
+        Tensor& value = m_impl->parameters[p].value;
+        float* data = value.data<float>();
+        const std::int64_t count = value.num_elements();
+        switch (specs[p].initializer) {
+            case Initializer::Zeros: value.fill(0.0); break;
+            case Initializer::Ones: value.fill(1.0); break;
+            case Initializer::HeNormal: {
+                SeededRandom random(seed, p);  // one stream per parameter: adding a layer leaves the others alone
+                const double sigma = std::sqrt(2.0 / static_cast<double>(std::max<std::int64_t>(specs[p].fan_in, 1)));
+                for (std::int64_t i = 0; i < count; ++i) data[i] = static_cast<float>(sigma * random.normal());
+                break;
+            }
+        }
+        m_impl->parameters[p].gradient.fill(0.0);
+    }
+    const auto& buffer_specs = m_impl->graph.buffers();
+    for (std::size_t b = 0; b < buffer_specs.size(); ++b) {
+        m_impl->buffers[b].fill(buffer_specs[b].initializer == Initializer::Ones ? 1.0 : 0.0);
+    }
+}
+
+Tensor Executor::forward(const Tensor& input, Mode mode) {
+    Impl& impl = *m_impl;
+    const std::vector<Node>& nodes = impl.graph.nodes();
+    const auto input_id = static_cast<std::size_t>(impl.graph.input_node());
+    TESSERA_CHECK(input.shape() == nodes[input_id].output_shape && input.dtype() == DType::F32,
+                  "graph '" << impl.graph.name() << "' expects an f32 input of shape "
+                            << shape_to_string(nodes[input_id].output_shape) << ", got " << dtype_name(input.dtype())
+                            << " " << shape_to_string(input.shape()));
+    const Tensor dense_input = input.contiguous();
+    impl.plain_to_input(ops::wrap(dense_input), impl.outputs[input_id]);
+    std::vector<memory> inputs;
+    for (const Node& node : nodes) {
+        if (node.kind == OpKind::Input) continue;
+        inputs.clear();
+        for (int i : node.inputs) inputs.push_back(impl.outputs[static_cast<std::size_t>(i)]);
+        impl.kernels[static_cast<std::size_t>(node.id)]->forward(inputs, impl.outputs[static_cast<std::size_t>(node.id)], mode);
+    }
+    const auto output_id = static_cast<std::size_t>(impl.graph.output_node());
+    Tensor result = Tensor::empty(nodes[output_id].output_shape, DType::F32);
+    impl.output_to_plain(impl.outputs[output_id], ops::wrap(result));
+    cpu_stream().wait();
+    impl.ran_forward_training = mode == Mode::Train;
+    return result;
+}
+
+void Executor::backward(const Tensor& output_gradient) {
+    Impl& impl = *m_impl;
+    TESSERA_CHECK(impl.ran_forward_training, "backward needs a forward pass in Mode::Train first");
+    const std::vector<Node>& nodes = impl.graph.nodes();
+    const auto output_id = static_cast<std::size_t>(impl.graph.output_node());
+    TESSERA_CHECK(output_gradient.shape() == nodes[output_id].output_shape,
+                  "backward expects a gradient of shape " << shape_to_string(nodes[output_id].output_shape) << ", got "
+                                                          << shape_to_string(output_gradient.shape()));
+    const Tensor dense_gradient = output_gradient.contiguous();
+    impl.plain_to_output_gradient(ops::wrap(dense_gradient), impl.gradients[output_id]);
+    std::vector<memory> inputs;
+    for (std::size_t n = nodes.size(); n-- > 0;) {
+        const Node& node = nodes[n];
+        if (node.kind == OpKind::Input) continue;
+        inputs.clear();
+        for (int i : node.inputs) inputs.push_back(impl.outputs[static_cast<std::size_t>(i)]);
+        impl.kernels[n]->backward(inputs, impl.outputs[n], impl.gradients[n], impl.diff_targets[n]);
+        for (std::size_t slot = 0; slot < node.inputs.size(); ++slot) {
+            if (!impl.diff_is_scratch[n][slot]) continue;
+            const auto producer = static_cast<std::size_t>(node.inputs[slot]);
+            impl.accumulate[producer].execute(cpu_stream(), {{DNNL_ARG_SRC_0, impl.gradients[producer]},
+                                                             {DNNL_ARG_SRC_1, impl.diff_targets[n][slot]},
+                                                             {DNNL_ARG_DST, impl.gradients[producer]}});
+        }
+    }
+    cpu_stream().wait();
+}
+
+Tensor Executor::activation(int node) const {
+    m_impl->graph.node(node);
+    return ops::to_plain_tensor(m_impl->outputs[static_cast<std::size_t>(node)]);
+}
+
+Tensor Executor::activation_gradient(int node) const {
+    const Node& n = m_impl->graph.node(node);
+    TESSERA_CHECK(n.kind != OpKind::Input, "the graph input has no gradient (it is data, not a parameter)");
+    return ops::to_plain_tensor(m_impl->gradients[static_cast<std::size_t>(node)]);
+}
+
+std::int64_t Executor::workspace_bytes() const {
+    std::int64_t bytes = 0;
+    for (std::size_t n = 0; n < m_impl->outputs.size(); ++n) {
+        bytes += static_cast<std::int64_t>(m_impl->outputs[n].get_desc().get_size());
+        if (m_impl->gradients[n]) bytes += static_cast<std::int64_t>(m_impl->gradients[n].get_desc().get_size());
+        if (m_impl->kernels[n]) bytes += m_impl->kernels[n]->bytes();
+        for (std::size_t slot = 0; slot < m_impl->diff_targets[n].size(); ++slot) {
+            if (m_impl->diff_is_scratch[n][slot]) {
+                bytes += static_cast<std::int64_t>(m_impl->diff_targets[n][slot].get_desc().get_size());
+            }
+        }
+    }
+    return bytes;
+}
+
+}  // namespace tessera::graph

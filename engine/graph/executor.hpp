@@ -1,0 +1,58 @@
+// Executor: a Graph compiled into oneDNN kernels for its fixed shapes, run forward and backward.
+//
+// Compilation creates every primitive once; activations stay in the layouts the kernels prefer
+// (blocked formats) from layer to layer, and only the input, the output and the parameters are plain
+// tensors. Parameters are f32 master copies owned by the executor; backward sets their gradients.
+//
+//   graph::Executor executor(graph);
+//   executor.initialize_parameters(/*seed*/ 42);
+//   Tensor logits = executor.forward(images, graph::Mode::Train);     // [N, classes, H, W]
+//   executor.backward(loss_gradient);                                  // d loss / d logits
+//   for (Parameter& p : executor.parameters()) ... p.gradient ...
+#pragma once
+
+#include "graph/graph.hpp"
+#include "tensor/parameter.hpp"
+
+#include <memory>
+#include <span>
+#include <vector>
+
+namespace tessera::graph {
+
+enum class Mode { Train, Eval };
+
+class Executor {
+public:
+    explicit Executor(const Graph& graph);
+    ~Executor();
+    Executor(const Executor&) = delete;
+    Executor& operator=(const Executor&) = delete;
+
+    const Graph& graph() const;
+
+    // He-normal weights, ones/zeros for BN, zeros for biases; the same seed gives the same bits.
+    void initialize_parameters(std::uint64_t seed);
+    std::span<Parameter> parameters();
+    std::span<const Parameter> parameters() const;
+    // BN running statistics, in graph.buffers() order.
+    std::span<Tensor> buffers();
+
+    // input: [N, C, (D,) H, W] f32 contiguous, the graph input's shape. Returns the output node's value.
+    Tensor forward(const Tensor& input, Mode mode);
+    // output_gradient: d loss / d output, the output's shape. Sets every parameter's gradient.
+    void backward(const Tensor& output_gradient);
+
+    // Plain copies of a node's forward value and (after backward) the gradient w.r.t. it.
+    Tensor activation(int node) const;
+    Tensor activation_gradient(int node) const;
+
+    // Bytes held by the compiled graph: activations, gradients, workspaces, reordered copies.
+    std::int64_t workspace_bytes() const;
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> m_impl;
+};
+
+}  // namespace tessera::graph

@@ -1,0 +1,108 @@
+// Graph: a model as a static graph of ops with fixed shapes (as XLA compiles for TPUs: static shapes).
+//
+// Nodes are added in topological order and refer to their inputs by id. Every node knows its output
+// shape, its parameters and its cost, so the cost model and the partitioner can read a model without
+// running it. An Executor (executor.hpp) compiles a Graph into oneDNN kernels and runs it.
+//
+//   Graph graph("tiny");
+//   int x = graph.input({2, 1, 64, 64});                                          // [N, C, H, W]
+//   x = graph.conv(x, 16, ops::ConvAttributes::same(2, 3), "conv1");               // [2, 16, 64, 64]
+//   x = graph.batch_norm(x, {.fuse_relu = true}, "bn1");
+//   x = graph.pool(x, ops::PoolAttributes::max_down(2), "pool1");                 // [2, 16, 32, 32]
+//   graph.set_output(graph.conv(x, 2, ops::ConvAttributes::same(2, 1), "head"));  // logits
+#pragma once
+
+#include "ops/attributes.hpp"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tessera::graph {
+
+enum class OpKind { Input, Conv, ConvTranspose, Pool, BatchNorm, Relu, Add, Concat, GlobalAvgPool, Dense };
+std::string_view op_name(OpKind kind);
+
+enum class Initializer {
+    HeNormal,  // N(0, 2 / fan_in): for weights followed by ReLU (He et al., as the seeds' models)
+    Zeros,
+    Ones,
+};
+
+struct ParameterSpec {
+    std::string name;      // "enc0.conv1.weight"
+    Shape shape;
+    Initializer initializer = Initializer::HeNormal;
+    std::int64_t fan_in = 1;
+    bool apply_weight_decay = true;
+};
+
+struct Node {
+    int id = -1;
+    OpKind kind = OpKind::Input;
+    std::string name;
+    std::vector<int> inputs;       // node ids
+    Shape output_shape;            // [N, C, (D,) H, W], or [N, F] after pooling to a vector
+    std::int64_t out_channels = 0; // conv, transposed conv, dense
+    ops::ConvAttributes conv;
+    ops::ConvTransposeAttributes conv_transpose;
+    ops::PoolAttributes pool;
+    ops::BatchNormAttributes batch_norm;
+    std::vector<int> parameters;   // indices into Graph::parameters(): weight first, then bias / scale, shift
+    std::vector<int> buffers;      // indices into Graph::buffers(): BN running mean, running variance
+};
+
+// What one node costs; read by the cost model and the studio.
+struct NodeCost {
+    double forward_flops = 0;        // multiply-add = 2 FLOPs
+    double backward_flops = 0;       // data and weight gradients
+    std::int64_t parameter_count = 0;
+    std::int64_t output_bytes = 0;   // f32 activation this node produces
+    std::int64_t saved_bytes = 0;    // activations kept from forward for backward (f32)
+};
+
+class Graph {
+public:
+    explicit Graph(std::string name = "model") : m_name(std::move(name)) {}
+
+    int input(Shape shape, std::string name = "input");
+    int conv(int x, std::int64_t out_channels, ops::ConvAttributes attributes, std::string name);
+    int conv_transpose(int x, std::int64_t out_channels, ops::ConvTransposeAttributes attributes, std::string name);
+    int pool(int x, ops::PoolAttributes attributes, std::string name);
+    // zero_init_scale: the last BN of a residual block starts at γ = 0 (the seeds' ResNet).
+    int batch_norm(int x, ops::BatchNormAttributes attributes, std::string name, bool zero_init_scale = false);
+    int relu(int x, std::string name);
+    int add(int a, int b, std::string name);
+    int concat(std::vector<int> inputs, std::string name);  // along channels
+    int global_average_pool(int x, std::string name);        // → [N, C]
+    int dense(int x, std::int64_t out_features, std::string name);
+    void set_output(int node);
+
+    const std::string& name() const { return m_name; }
+    const std::vector<Node>& nodes() const { return m_nodes; }
+    const Node& node(int id) const;
+    const std::vector<ParameterSpec>& parameters() const { return m_parameters; }
+    const std::vector<ParameterSpec>& buffers() const { return m_buffers; }  // non-trainable state
+    int input_node() const { return m_input; }
+    int output_node() const { return m_output; }
+    int spatial_rank() const;  // 2 or 3 for images, taken from the input
+    std::int64_t parameter_count() const;
+
+    NodeCost cost(int node) const;
+    // Consumers of each node (for gradient accumulation and liveness).
+    std::vector<std::vector<int>> consumers() const;
+
+private:
+    int add_node(Node node);
+    int add_parameter(ParameterSpec spec);
+    const Node& checked(int id, const char* op) const;
+
+    std::string m_name;
+    std::vector<Node> m_nodes;
+    std::vector<ParameterSpec> m_parameters;
+    std::vector<ParameterSpec> m_buffers;
+    int m_input = -1;
+    int m_output = -1;
+};
+
+}  // namespace tessera::graph

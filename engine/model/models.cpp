@@ -1,0 +1,174 @@
+#include "model/models.hpp"
+
+#include <iomanip>
+#include <sstream>
+
+namespace tessera::model {
+
+using graph::Graph;
+
+namespace {
+
+std::string level_name(const char* part, int level) { return std::string(part) + std::to_string(level); }
+
+// [3×3 conv → BN → ReLU] × 2; BN and ReLU fused.
+int double_conv(Graph& g, int x, std::int64_t width, int rank, bool batch_norm, const std::string& prefix) {
+    for (int i = 1; i <= 2; ++i) {
+        ops::ConvAttributes conv = ops::ConvAttributes::same(rank, 3);
+        conv.has_bias = !batch_norm;
+        const std::string name = prefix + ".conv" + std::to_string(i);
+        x = g.conv(x, width, conv, name);
+        x = batch_norm ? g.batch_norm(x, {.fuse_relu = true}, prefix + ".bn" + std::to_string(i))
+                       : g.relu(x, prefix + ".relu" + std::to_string(i));
+    }
+    return x;
+}
+
+}  // namespace
+
+Graph make_unet(const UNetConfig& config, const Shape& input) {
+    TESSERA_CHECK(config.depth >= 1 && config.depth <= 8, "U-Net depth must be 1..8, got " << config.depth);
+    TESSERA_CHECK(config.base_width >= 1, "U-Net base_width must be ≥ 1, got " << config.base_width);
+    TESSERA_CHECK(config.num_classes >= 1, "U-Net num_classes must be ≥ 1, got " << config.num_classes);
+    TESSERA_CHECK(input.size() == 4 || input.size() == 5,
+                  "U-Net input must be [N, C, H, W] or [N, C, D, H, W], got " << shape_to_string(input));
+    const int rank = static_cast<int>(input.size()) - 2;
+    const std::int64_t factor = std::int64_t{1} << (config.depth - 1);
+    for (std::size_t axis = 2; axis < input.size(); ++axis) {
+        TESSERA_CHECK(input[axis] % factor == 0,
+                      "a U-Net of depth " << config.depth << " pools " << config.depth - 1 << " times, so every spatial "
+                                          << "extent must be divisible by " << factor << "; got "
+                                          << shape_to_string(input) << " (try "
+                                          << (input[axis] + factor - 1) / factor * factor << " on axis " << axis << ")");
+    }
+    Graph g(std::to_string(rank) + "d-unet-d" + std::to_string(config.depth) + "-w" + std::to_string(config.base_width));
+    int x = g.input(input);
+    std::vector<int> skips;
+    for (int level = 0; level < config.depth - 1; ++level) {
+        x = double_conv(g, x, config.base_width << level, rank, config.batch_norm, level_name("down", level));
+        skips.push_back(x);
+        x = g.pool(x, ops::PoolAttributes::max_down(rank), level_name("down", level) + ".pool");
+    }
+    x = double_conv(g, x, config.base_width << (config.depth - 1), rank, config.batch_norm, "bottleneck");
+    for (int level = config.depth - 2; level >= 0; --level) {
+        ops::ConvTransposeAttributes up = ops::ConvTransposeAttributes::upsample(rank);
+        up.has_bias = true;
+        x = g.conv_transpose(x, config.base_width << level, up, level_name("up", level) + ".upconv");
+        x = g.concat({skips[static_cast<std::size_t>(level)], x}, level_name("up", level) + ".concat");
+        x = double_conv(g, x, config.base_width << level, rank, config.batch_norm, level_name("up", level));
+    }
+    ops::ConvAttributes head = ops::ConvAttributes::same(rank, 1);
+    head.has_bias = true;
+    g.set_output(g.conv(x, config.num_classes, head, "head"));
+    return g;
+}
+
+namespace {
+
+struct ResNetLayout {
+    bool bottleneck;
+    std::vector<int> blocks;  // per stage
+};
+
+ResNetLayout resnet_layout(int depth) {
+    switch (depth) {
+        case 18: return {false, {2, 2, 2, 2}};
+        case 34: return {false, {3, 4, 6, 3}};
+        case 50: return {true, {3, 4, 6, 3}};
+        case 101: return {true, {3, 4, 23, 3}};
+        case 152: return {true, {3, 8, 36, 3}};
+        case 200: return {true, {3, 24, 36, 3}};
+        default: break;
+    }
+    TESSERA_FAIL("ResNet depth must be 18, 34, 50, 101, 152 or 200, got " << depth);
+}
+
+int conv_bn(Graph& g, int x, std::int64_t width, std::int64_t kernel, std::int64_t stride, bool relu,
+            bool zero_init, int rank, const std::string& name) {
+    ops::ConvAttributes conv = ops::ConvAttributes::same(rank, kernel);
+    for (std::size_t a = 0; a < conv.stride.size(); ++a) {
+        conv.stride[a] = stride;
+        // 'SAME' padding for the stride: total (kernel - 1), as TF pads strided convolutions.
+        conv.pad_begin[a] = (kernel - 1) / 2;
+        conv.pad_end[a] = kernel - 1 - (kernel - 1) / 2;
+    }
+    x = g.conv(x, width, conv, name + ".conv");
+    return g.batch_norm(x, {.fuse_relu = relu}, name + ".bn", zero_init);
+}
+
+}  // namespace
+
+Graph make_resnet(const ResNetConfig& config, const Shape& input) {
+    const ResNetLayout layout = resnet_layout(config.depth);
+    TESSERA_CHECK(config.num_classes >= 1, "ResNet num_classes must be ≥ 1, got " << config.num_classes);
+    TESSERA_CHECK(input.size() == 4 || input.size() == 5,
+                  "ResNet input must be [N, C, H, W] or [N, C, D, H, W], got " << shape_to_string(input));
+    const int rank = static_cast<int>(input.size()) - 2;
+    for (std::size_t axis = 2; axis < input.size(); ++axis) {
+        TESSERA_CHECK(input[axis] >= 32, "ResNet downsamples 32×, so spatial extents must be ≥ 32, got "
+                                             << shape_to_string(input));
+    }
+    Graph g("resnet" + std::to_string(config.depth));
+    int x = g.input(input);
+    ops::ConvAttributes stem = ops::ConvAttributes::valid(rank, 7, 2);
+    stem.pad_begin.assign(static_cast<std::size_t>(rank), 3);
+    stem.pad_end.assign(static_cast<std::size_t>(rank), 3);
+    x = g.batch_norm(g.conv(x, config.base_width, stem, "stem.conv"), {.fuse_relu = true}, "stem.bn");
+    ops::PoolAttributes pool;
+    pool.kind = ops::PoolKind::Max;
+    pool.kernel.assign(static_cast<std::size_t>(rank), 3);
+    pool.stride.assign(static_cast<std::size_t>(rank), 2);
+    pool.pad_begin.assign(static_cast<std::size_t>(rank), 1);
+    pool.pad_end.assign(static_cast<std::size_t>(rank), 1);
+    x = g.pool(x, pool, "stem.pool");
+
+    std::int64_t channels = config.base_width;
+    for (std::size_t stage = 0; stage < layout.blocks.size(); ++stage) {
+        const std::int64_t width = config.base_width << stage;
+        const std::int64_t out_channels = layout.bottleneck ? 4 * width : width;
+        for (int block = 0; block < layout.blocks[stage]; ++block) {
+            const std::int64_t stride = (block == 0 && stage > 0) ? 2 : 1;
+            const std::string name = "stage" + std::to_string(stage + 1) + ".block" + std::to_string(block);
+            int shortcut = x;
+            if (stride != 1 || channels != out_channels) {
+                shortcut = conv_bn(g, x, out_channels, 1, stride, false, false, rank, name + ".projection");
+            }
+            int y = x;
+            if (layout.bottleneck) {
+                y = conv_bn(g, y, width, 1, 1, true, false, rank, name + ".a");
+                y = conv_bn(g, y, width, 3, stride, true, false, rank, name + ".b");
+                y = conv_bn(g, y, out_channels, 1, 1, false, true, rank, name + ".c");
+            } else {
+                y = conv_bn(g, y, width, 3, stride, true, false, rank, name + ".a");
+                y = conv_bn(g, y, out_channels, 3, 1, false, true, rank, name + ".b");
+            }
+            x = g.relu(g.add(y, shortcut, name + ".add"), name + ".relu");
+            channels = out_channels;
+        }
+    }
+    x = g.global_average_pool(x, "head.pool");
+    g.set_output(g.dense(x, config.num_classes, "head.dense"));
+    return g;
+}
+
+std::string summary(const Graph& graph) {
+    std::ostringstream out;
+    out << graph.name() << ": " << graph.parameter_count() << " parameters\n";
+    out << std::left << std::setw(32) << "node" << std::setw(16) << "op" << std::setw(24) << "output" << std::right
+        << std::setw(12) << "params" << std::setw(12) << "GFLOP fwd" << std::setw(12) << "saved MB" << '\n';
+    double total_flops = 0, total_saved = 0;
+    for (const graph::Node& node : graph.nodes()) {
+        const graph::NodeCost cost = graph.cost(node.id);
+        total_flops += cost.forward_flops;
+        total_saved += static_cast<double>(cost.saved_bytes);
+        out << std::left << std::setw(32) << node.name << std::setw(16) << graph::op_name(node.kind) << std::setw(24)
+            << shape_to_string(node.output_shape) << std::right << std::setw(12) << cost.parameter_count << std::setw(12)
+            << std::fixed << std::setprecision(3) << cost.forward_flops / 1e9 << std::setw(12) << std::setprecision(1)
+            << static_cast<double>(cost.saved_bytes) / 1e6 << '\n';
+    }
+    out << "total: " << std::setprecision(2) << total_flops / 1e9 << " GFLOP forward, " << std::setprecision(1)
+        << total_saved / 1e6 << " MB saved for backward\n";
+    return out.str();
+}
+
+}  // namespace tessera::model

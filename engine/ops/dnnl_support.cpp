@@ -1,0 +1,78 @@
+#include "ops/dnnl_support.hpp"
+
+#include <omp.h>
+
+namespace tessera::ops {
+
+dnnl::engine& cpu_engine() {
+    static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+    return engine;
+}
+
+dnnl::stream& cpu_stream() {
+    static dnnl::stream stream(cpu_engine());
+    return stream;
+}
+
+dnnl::memory::dims to_dims(const Shape& shape) { return dnnl::memory::dims(shape.begin(), shape.end()); }
+
+Shape to_shape(const dnnl::memory::dims& dims) { return Shape(dims.begin(), dims.end()); }
+
+dnnl::memory::format_tag plain_format(std::size_t rank) {
+    using tag = dnnl::memory::format_tag;
+    switch (rank) {
+        case 1: return tag::a;
+        case 2: return tag::ab;
+        case 3: return tag::abc;
+        case 4: return tag::abcd;
+        case 5: return tag::abcde;
+        case 6: return tag::abcdef;
+        default: break;
+    }
+    TESSERA_FAIL("oneDNN memory needs a rank from 1 to 6, got " << rank);
+}
+
+dnnl::memory::desc plain_desc(const Shape& shape, dnnl::memory::data_type type) {
+    return dnnl::memory::desc(to_dims(shape), type, plain_format(shape.size()));
+}
+
+dnnl::memory::desc any_desc(const Shape& shape, dnnl::memory::data_type type) {
+    return dnnl::memory::desc(to_dims(shape), type, dnnl::memory::format_tag::any);
+}
+
+dnnl::memory::data_type to_dnnl(DType dtype) {
+    switch (dtype) {
+        case DType::F32: return dnnl::memory::data_type::f32;
+        case DType::BF16: return dnnl::memory::data_type::bf16;
+        case DType::F16: return dnnl::memory::data_type::f16;
+        case DType::I32: return dnnl::memory::data_type::s32;
+        case DType::U8: return dnnl::memory::data_type::u8;
+    }
+    return dnnl::memory::data_type::undef;
+}
+
+dnnl::memory wrap(const Tensor& tensor) {
+    TESSERA_CHECK(tensor.is_contiguous(), "oneDNN needs a contiguous tensor, got one of shape "
+                                              << shape_to_string(tensor.shape()) << " with gaps");
+    // oneDNN takes a non-const handle; kernels given an input only read it.
+    return dnnl::memory(plain_desc(tensor.shape(), to_dnnl(tensor.dtype())), cpu_engine(),
+                        const_cast<void*>(tensor.raw_data()));
+}
+
+Tensor to_plain_tensor(const dnnl::memory& memory) {
+    const dnnl::memory::desc desc = memory.get_desc();
+    Tensor result = Tensor::empty(to_shape(desc.dims()), DType::F32);
+    dnnl::memory plain = wrap(result);
+    dnnl::memory source = memory;  // execute() takes non-const handles; memory objects are shared handles
+    dnnl::reorder(source, plain).execute(cpu_stream(), source, plain);
+    cpu_stream().wait();
+    return result;
+}
+
+void set_num_threads(int count) {
+    if (count > 0) omp_set_num_threads(count);
+}
+
+int num_threads() { return omp_get_max_threads(); }
+
+}  // namespace tessera::ops

@@ -1,0 +1,35 @@
+// The engine's bridge to oneDNN: one CPU engine and stream, shape conversions, and wrapping plain
+// Tensors as oneDNN memory without copying.
+//
+// Activations inside a compiled graph live in whatever layout oneDNN's kernels run fastest with
+// (blocked nChw16c and friends); a Tensor is always plain [N, C, (D,) H, W], so layouts change only at
+// the graph's edges, through reorders created once.
+#pragma once
+
+#include "tensor/tensor.hpp"
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+namespace tessera::ops {
+
+dnnl::engine& cpu_engine();
+dnnl::stream& cpu_stream();
+
+dnnl::memory::dims to_dims(const Shape& shape);
+Shape to_shape(const dnnl::memory::dims& dims);
+// Plain row-major format for a rank: a, ab, abc, abcd (NCHW), abcde (NCDHW).
+dnnl::memory::format_tag plain_format(std::size_t rank);
+dnnl::memory::desc plain_desc(const Shape& shape, dnnl::memory::data_type type = dnnl::memory::data_type::f32);
+dnnl::memory::desc any_desc(const Shape& shape, dnnl::memory::data_type type = dnnl::memory::data_type::f32);
+dnnl::memory::data_type to_dnnl(DType dtype);
+
+// A oneDNN memory over the tensor's storage (which must be contiguous); no copy.
+dnnl::memory wrap(const Tensor& tensor);
+// Copies a oneDNN memory of any layout into a new plain f32 tensor of its logical shape.
+Tensor to_plain_tensor(const dnnl::memory& memory);
+
+// Sets the threads oneDNN (OpenMP) uses; 0 leaves the default.
+void set_num_threads(int num_threads);
+int num_threads();
+
+}  // namespace tessera::ops

@@ -1,0 +1,80 @@
+#include "train/trainer.hpp"
+
+#include "loss/dice_loss.hpp"
+
+#include <chrono>
+
+namespace tessera::train {
+
+namespace {
+double seconds_since(std::chrono::steady_clock::time_point start) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+}  // namespace
+
+Trainer::Trainer(graph::Graph graph, TrainerConfig config)
+    : m_graph(std::move(graph)), m_config(std::move(config)) {
+    validate(m_config.optimizer);
+    validate(m_config.schedule);
+    m_executor = std::make_unique<graph::Executor>(m_graph);
+    m_executor->initialize_parameters(m_config.seed);
+    m_optimizer = make_optimizer(m_config.optimizer);
+    m_schedule = make_schedule(m_config.schedule);
+}
+
+std::pair<double, Tensor> Trainer::loss_and_gradient(const Tensor& logits, const Tensor& labels) const {
+    switch (m_config.loss) {
+        case LossKind::SoftmaxCrossEntropy: {
+            loss::CrossEntropyResult result = loss::softmax_cross_entropy(logits, labels, m_config.cross_entropy);
+            return {result.value, std::move(result.gradient)};
+        }
+        case LossKind::SoftDice:
+        case LossKind::CrossEntropyAndDice: {
+            loss::DiceLossOptions dice_options;
+            dice_options.exclude_background = m_config.dice_excludes_background;
+            dice_options.ignore_label = m_config.cross_entropy.ignore_label;
+            loss::DiceLossResult dice = loss::dice_loss(logits, labels, dice_options);
+            if (m_config.loss == LossKind::SoftDice) return {dice.value, std::move(dice.gradient)};
+            loss::CrossEntropyResult ce = loss::softmax_cross_entropy(logits, labels, m_config.cross_entropy);
+            float* gradient = ce.gradient.data<float>();
+            const float* dice_gradient = dice.gradient.data<float>();
+            for (std::int64_t i = 0; i < ce.gradient.num_elements(); ++i) gradient[i] += dice_gradient[i];
+            return {ce.value + dice.value, std::move(ce.gradient)};
+        }
+    }
+    TESSERA_FAIL("unknown loss kind");
+}
+
+StepResult Trainer::train_step(const Tensor& images, const Tensor& labels) {
+    StepResult result;
+    result.step = m_step;
+    result.learning_rate = m_schedule->value(m_step);
+    auto start = std::chrono::steady_clock::now();
+    const Tensor logits = m_executor->forward(images, graph::Mode::Train);
+    auto [value, gradient] = loss_and_gradient(logits, labels);
+    result.loss = value;
+    result.forward_seconds = seconds_since(start);
+    start = std::chrono::steady_clock::now();
+    m_executor->backward(gradient);
+    result.backward_seconds = seconds_since(start);
+    start = std::chrono::steady_clock::now();
+    m_optimizer->step(m_executor->parameters(), result.learning_rate);
+    result.update_seconds = seconds_since(start);
+    ++m_step;
+    return result;
+}
+
+EvalResult Trainer::evaluate(const Tensor& images, const Tensor& labels) {
+    EvalResult result;
+    result.logits = m_executor->forward(images, graph::Mode::Eval);
+    result.loss = loss_and_gradient(result.logits, labels).first;
+    loss::MetricOptions metric_options;
+    metric_options.ignore_label = m_config.cross_entropy.ignore_label;
+    result.confusion = loss::confusion_matrix_from_logits(result.logits, labels, metric_options);
+    loss::ScoreOptions score_options;
+    score_options.exclude_background = m_config.dice_excludes_background;
+    result.scores = loss::segmentation_scores(result.confusion, score_options);
+    return result;
+}
+
+}  // namespace tessera::train

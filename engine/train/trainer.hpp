@@ -1,0 +1,78 @@
+// Trainer: one core's training step and evaluation — forward, loss, backward, optimizer update — over
+// a compiled graph. The CLI, the tests and (later) each simulated core use it.
+//
+//   TrainerConfig config;
+//   config.optimizer = {.kind = OptimizerKind::Sgd, .momentum = 0.9};
+//   config.schedule = {.kind = ScheduleKind::Constant, .learning_rate = 0.05};
+//   Trainer trainer(model::make_unet(unet, {4, 1, 64, 64}), config);
+//   StepResult step = trainer.train_step(images, labels);       // images [4, 1, 64, 64], labels [4, 64, 64]
+//   EvalResult eval = trainer.evaluate(images, labels);          // loss, Dice/IoU per class, accuracy
+#pragma once
+
+#include "graph/executor.hpp"
+#include "loss/cross_entropy.hpp"
+#include "loss/metrics.hpp"
+#include "train/optimizer.hpp"
+#include "train/schedule.hpp"
+
+#include <memory>
+
+namespace tessera::train {
+
+enum class LossKind {
+    SoftmaxCrossEntropy,  // class weights and ignore label from cross_entropy
+    SoftDice,             // 1 − mean soft Dice over classes
+    CrossEntropyAndDice,  // their sum, as many medical pipelines train
+};
+
+struct TrainerConfig {
+    OptimizerConfig optimizer;
+    ScheduleConfig schedule;
+    LossKind loss = LossKind::SoftmaxCrossEntropy;
+    loss::CrossEntropyOptions cross_entropy;
+    bool dice_excludes_background = false;
+    std::uint64_t seed = 1;  // weight initialisation
+};
+
+struct StepResult {
+    std::int64_t step = 0;       // the step this result is for, counted from 0
+    double loss = 0;
+    double learning_rate = 0;
+    double forward_seconds = 0;  // host time, forward + loss
+    double backward_seconds = 0; // host time, backward
+    double update_seconds = 0;   // host time, optimizer
+};
+
+struct EvalResult {
+    double loss = 0;
+    loss::ConfusionMatrix confusion;
+    loss::SegmentationScores scores;  // per-class Dice and IoU, accuracy (classification: accuracy)
+    Tensor logits;                    // [N, C, ...] for overlays and predictions
+};
+
+class Trainer {
+public:
+    Trainer(graph::Graph graph, TrainerConfig config);
+
+    StepResult train_step(const Tensor& images, const Tensor& labels);
+    EvalResult evaluate(const Tensor& images, const Tensor& labels);
+
+    std::int64_t step() const { return m_step; }
+    graph::Executor& executor() { return *m_executor; }
+    Optimizer& optimizer() { return *m_optimizer; }
+    const LearningRateSchedule& schedule() const { return *m_schedule; }
+    const TrainerConfig& config() const { return m_config; }
+
+    // The loss value and d loss / d logits, as train_step computes them.
+    std::pair<double, Tensor> loss_and_gradient(const Tensor& logits, const Tensor& labels) const;
+
+private:
+    graph::Graph m_graph;
+    TrainerConfig m_config;
+    std::unique_ptr<graph::Executor> m_executor;
+    std::unique_ptr<Optimizer> m_optimizer;
+    std::unique_ptr<LearningRateSchedule> m_schedule;
+    std::int64_t m_step = 0;
+};
+
+}  // namespace tessera::train

@@ -1,0 +1,348 @@
+// Every op the executor compiles, forward and backward, against the plain-loop references, in the
+// manner of ggml's test-backend-ops: one table of cases, one harness. The op under test sits behind an
+// identity 1×1 convolution so the gradient with respect to its input can be read as that node's
+// activation gradient.
+//
+// Tolerance: oneDNN accumulates in f32 (and may reorder sums), the reference in double; errors are
+// measured relative to the largest magnitude of the reference tensor: ≤ 2e-5.
+#include "graph/executor.hpp"
+#include "reference/gradient_check.hpp"
+#include "reference/reference_ops.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+
+using namespace tessera;
+using namespace tessera::graph;
+
+namespace {
+
+constexpr double tolerance = 2e-5;
+
+double relative_difference(const Tensor& actual, const Tensor& expected) {
+    EXPECT_EQ(actual.shape(), expected.shape());
+    if (actual.shape() != expected.shape()) return INFINITY;
+    double worst = 0, scale = 1e-12;
+    const float* a = actual.data<float>();
+    const float* e = expected.data<float>();
+    for (std::int64_t i = 0; i < expected.num_elements(); ++i) {
+        worst = std::max(worst, std::abs(static_cast<double>(a[i]) - e[i]));
+        scale = std::max(scale, std::abs(static_cast<double>(e[i])));
+    }
+    return worst / scale;
+}
+
+struct Expected {
+    Tensor output;
+    Tensor input_gradient;
+    std::vector<Tensor> parameter_gradients;  // the op's own parameters, in graph order
+};
+
+struct OpCase {
+    std::string name;
+    Shape input;  // [N, C, (D,) H, W]
+    std::function<int(Graph&, int)> build;
+    std::function<Expected(const Tensor& x, const std::vector<Tensor>& parameters, const Tensor& dy)> reference;
+    Mode mode = Mode::Train;
+};
+
+void PrintTo(const OpCase& c, std::ostream* out) { *out << c.name; }
+
+class ExecutorOps : public testing::TestWithParam<OpCase> {};
+
+TEST_P(ExecutorOps, MatchesReferenceForwardAndBackward) {
+    const OpCase& c = GetParam();
+    Graph graph(c.name);
+    const int x = graph.input(c.input);
+    const std::int64_t channels = c.input[1];
+    const int identity = graph.conv(x, channels, ops::ConvAttributes::same(static_cast<int>(c.input.size()) - 2, 1), "identity");
+    const int op = c.build(graph, identity);
+    graph.set_output(op);
+
+    Executor executor(graph);
+    executor.initialize_parameters(7);
+    auto parameters = executor.parameters();
+    // The identity: weight[o][i] = (o == i).
+    parameters[0].value.fill(0.0);
+    for (std::int64_t ch = 0; ch < channels; ++ch) parameters[0].value.data<float>()[ch * channels + ch] = 1.0f;
+    // The op's parameters: random, so nothing hides behind ones and zeros.
+    std::vector<Tensor> op_parameters;
+    for (std::size_t p = 1; p < parameters.size(); ++p) {
+        parameters[p].value.copy_from(reference::random_uniform(parameters[p].value.shape(), 100 + p, 0.5, 1.5));
+        op_parameters.push_back(parameters[p].value.clone());
+    }
+
+    const Tensor input = reference::random_distinct(c.input, 11);
+    const Tensor output = executor.forward(input, c.mode);
+    const Tensor dy = reference::random_uniform(output.shape(), 13);
+    const Expected expected = c.reference(input, op_parameters, dy);
+    EXPECT_LE(relative_difference(output, expected.output), tolerance) << "forward";
+    if (c.mode == Mode::Eval) return;
+
+    executor.backward(dy);
+    EXPECT_LE(relative_difference(executor.activation_gradient(identity), expected.input_gradient), tolerance)
+        << "gradient w.r.t. the op's input";
+    ASSERT_EQ(expected.parameter_gradients.size(), op_parameters.size());
+    for (std::size_t p = 0; p < op_parameters.size(); ++p) {
+        EXPECT_LE(relative_difference(parameters[p + 1].gradient, expected.parameter_gradients[p]), tolerance)
+            << "gradient of " << parameters[p + 1].name;
+    }
+}
+
+OpCase conv_case(std::string name, Shape input, std::int64_t out_channels, ops::ConvAttributes attributes) {
+    OpCase c;
+    c.name = std::move(name);
+    c.input = std::move(input);
+    c.build = [=](Graph& g, int x) { return g.conv(x, out_channels, attributes, "op"); };
+    c.reference = [=](const Tensor& x, const std::vector<Tensor>& p, const Tensor& dy) {
+        const Tensor* bias = attributes.has_bias ? &p[1] : nullptr;
+        Expected e;
+        e.output = reference::conv_forward(x, p[0], bias, attributes);
+        e.input_gradient = reference::conv_backward_data(dy, p[0], x.shape(), attributes);
+        const auto weights = reference::conv_backward_weights(x, dy, attributes, p[0].shape());
+        e.parameter_gradients.push_back(weights.weights);
+        if (bias) e.parameter_gradients.push_back(weights.bias);
+        return e;
+    };
+    return c;
+}
+
+ops::ConvAttributes with(ops::ConvAttributes a, std::function<void(ops::ConvAttributes&)> change) {
+    change(a);
+    return a;
+}
+
+OpCase conv_transpose_case(std::string name, Shape input, std::int64_t out_channels,
+                           ops::ConvTransposeAttributes attributes) {
+    OpCase c;
+    c.name = std::move(name);
+    c.input = std::move(input);
+    c.build = [=](Graph& g, int x) { return g.conv_transpose(x, out_channels, attributes, "op"); };
+    c.reference = [=](const Tensor& x, const std::vector<Tensor>& p, const Tensor& dy) {
+        const Tensor* bias = attributes.has_bias ? &p[1] : nullptr;
+        Expected e;
+        e.output = reference::conv_transpose_forward(x, p[0], bias, attributes);
+        e.input_gradient = reference::conv_transpose_backward_data(dy, p[0], x.shape(), attributes);
+        const auto weights = reference::conv_transpose_backward_weights(x, dy, attributes, p[0].shape());
+        e.parameter_gradients.push_back(weights.weights);
+        if (bias) e.parameter_gradients.push_back(weights.bias);
+        return e;
+    };
+    return c;
+}
+
+OpCase pool_case(std::string name, Shape input, ops::PoolAttributes attributes) {
+    OpCase c;
+    c.name = std::move(name);
+    c.input = std::move(input);
+    c.build = [=](Graph& g, int x) { return g.pool(x, attributes, "op"); };
+    c.reference = [=](const Tensor& x, const std::vector<Tensor>&, const Tensor& dy) {
+        return Expected{reference::pool_forward(x, attributes), reference::pool_backward(dy, x, attributes), {}};
+    };
+    return c;
+}
+
+ops::PoolAttributes pool_attributes(ops::PoolKind kind, int rank, std::int64_t kernel, std::int64_t stride,
+                                    std::int64_t pad) {
+    ops::PoolAttributes a;
+    a.kind = kind;
+    a.kernel.assign(static_cast<std::size_t>(rank), kernel);
+    a.stride.assign(static_cast<std::size_t>(rank), stride);
+    a.pad_begin.assign(static_cast<std::size_t>(rank), pad);
+    a.pad_end.assign(static_cast<std::size_t>(rank), pad);
+    return a;
+}
+
+OpCase batch_norm_case(std::string name, Shape input, bool fuse_relu, Mode mode) {
+    OpCase c;
+    c.name = std::move(name);
+    c.input = std::move(input);
+    c.mode = mode;
+    ops::BatchNormAttributes attributes;
+    attributes.fuse_relu = fuse_relu;
+    c.build = [=](Graph& g, int x) { return g.batch_norm(x, attributes, "op"); };
+    c.reference = [=](const Tensor& x, const std::vector<Tensor>& p, const Tensor& dy) {
+        const std::int64_t channels = x.dim(1);
+        const Tensor zeros = Tensor::zeros({channels}, DType::F32);
+        const Tensor ones = Tensor::full<float>({channels}, 1.0f);
+        Expected e;
+        if (mode == Mode::Eval) {  // fresh running statistics: mean 0, variance 1
+            e.output = reference::batch_norm_forward_inference(x, p[0], p[1], zeros, ones, attributes);
+            return e;
+        }
+        const auto forward = reference::batch_norm_forward_training(x, p[0], p[1], zeros, ones, attributes);
+        const auto backward = reference::batch_norm_backward(dy, x, p[0], p[1], forward.mean, forward.variance, attributes);
+        e.output = forward.y;
+        e.input_gradient = backward.x;
+        e.parameter_gradients = {backward.gamma, backward.beta};
+        return e;
+    };
+    return c;
+}
+
+std::vector<OpCase> all_cases() {
+    std::vector<OpCase> cases;
+    // Convolution: 2D and 3D, odd and even sizes and kernels, strides, dilations, asymmetric padding, bias.
+    cases.push_back(conv_case("conv2d_3x3_same", {2, 3, 9, 8}, 5, ops::ConvAttributes::same(2, 3)));
+    cases.push_back(conv_case("conv2d_3x3_bias", {2, 4, 8, 8}, 6, with(ops::ConvAttributes::same(2, 3), [](auto& a) { a.has_bias = true; })));
+    cases.push_back(conv_case("conv2d_2x2_even_same", {1, 3, 7, 6}, 4, ops::ConvAttributes::same(2, 2)));
+    cases.push_back(conv_case("conv2d_3x3_stride2_valid", {2, 3, 11, 10}, 4, ops::ConvAttributes::valid(2, 3, 2)));
+    cases.push_back(conv_case("conv2d_3x3_dilation2", {1, 2, 12, 9}, 3, ops::ConvAttributes::same(2, 3, 2)));
+    cases.push_back(conv_case("conv2d_asymmetric_padding", {1, 2, 7, 9}, 3, with(ops::ConvAttributes::valid(2, 3), [](auto& a) {
+                                  a.pad_begin = {2, 0};
+                                  a.pad_end = {0, 1};
+                              })));
+    cases.push_back(conv_case("conv2d_7x7_stride2_resnet_stem", {1, 3, 16, 16}, 8, with(ops::ConvAttributes::valid(2, 7, 2), [](auto& a) {
+                                  a.pad_begin = {3, 3};
+                                  a.pad_end = {3, 3};
+                              })));
+    cases.push_back(conv_case("conv2d_16ch_blocked", {2, 16, 8, 8}, 32, ops::ConvAttributes::same(2, 3)));
+    cases.push_back(conv_case("conv3d_3x3x3_same", {1, 2, 5, 6, 7}, 4, ops::ConvAttributes::same(3, 3)));
+    cases.push_back(conv_case("conv3d_3x3x3_bias_16ch", {1, 16, 4, 6, 6}, 16, with(ops::ConvAttributes::same(3, 3), [](auto& a) { a.has_bias = true; })));
+    cases.push_back(conv_case("conv3d_2x2x2_stride2", {2, 3, 6, 7, 8}, 4, ops::ConvAttributes::valid(3, 2, 2)));
+    cases.push_back(conv_case("conv3d_dilation2", {1, 2, 7, 7, 7}, 2, ops::ConvAttributes::same(3, 3, 2)));
+    cases.push_back(conv_case("conv3d_1x1x1_head", {1, 8, 4, 5, 6}, 2, ops::ConvAttributes::same(3, 1)));
+    // Transposed convolution: kernel = stride = 2 (U-Net), and an overlapping one.
+    cases.push_back(conv_transpose_case("conv_transpose2d_k2s2", {2, 8, 5, 6}, 4, ops::ConvTransposeAttributes::upsample(2)));
+    cases.push_back(conv_transpose_case("conv_transpose2d_k3s2_bias", {1, 3, 4, 5}, 2, [] {
+        ops::ConvTransposeAttributes a{{3, 3}, {2, 2}, true};
+        return a;
+    }()));
+    cases.push_back(conv_transpose_case("conv_transpose3d_k2s2", {1, 16, 3, 4, 5}, 8, ops::ConvTransposeAttributes::upsample(3)));
+    // Pooling.
+    cases.push_back(pool_case("max_pool2d_k2s2", {2, 3, 8, 10}, ops::PoolAttributes::max_down(2)));
+    cases.push_back(pool_case("max_pool2d_k3s2_pad1", {1, 4, 9, 8}, pool_attributes(ops::PoolKind::Max, 2, 3, 2, 1)));
+    cases.push_back(pool_case("avg_pool2d_k3s2_pad1", {1, 4, 9, 8}, pool_attributes(ops::PoolKind::Average, 2, 3, 2, 1)));
+    cases.push_back(pool_case("max_pool3d_k2s2", {1, 16, 4, 6, 8}, ops::PoolAttributes::max_down(3)));
+    cases.push_back(pool_case("avg_pool3d_k2s2", {2, 3, 4, 4, 6}, pool_attributes(ops::PoolKind::Average, 3, 2, 2, 0)));
+    // Batch normalisation, alone and with the fused ReLU, training and inference.
+    cases.push_back(batch_norm_case("batch_norm2d", {4, 3, 5, 6}, false, Mode::Train));
+    cases.push_back(batch_norm_case("batch_norm2d_relu_16ch", {2, 16, 6, 6}, true, Mode::Train));
+    cases.push_back(batch_norm_case("batch_norm3d_relu", {2, 3, 4, 5, 6}, true, Mode::Train));
+    cases.push_back(batch_norm_case("batch_norm2d_inference", {2, 3, 5, 6}, true, Mode::Eval));
+    // ReLU, global average pooling and the dense classifier.
+    {
+        OpCase c;
+        c.name = "relu";
+        c.input = {2, 3, 5, 7};
+        c.build = [](Graph& g, int x) { return g.relu(x, "op"); };
+        c.reference = [](const Tensor& x, const std::vector<Tensor>&, const Tensor& dy) {
+            return Expected{reference::relu_forward(x), reference::relu_backward(dy, x), {}};
+        };
+        cases.push_back(c);
+    }
+    {
+        OpCase c;
+        c.name = "global_average_pool_dense";
+        c.input = {3, 5, 4, 6};
+        c.build = [](Graph& g, int x) { return g.dense(g.global_average_pool(x, "pool"), 7, "op"); };
+        c.reference = [](const Tensor& x, const std::vector<Tensor>& p, const Tensor& dy) {
+            const Tensor pooled = reference::global_average_pool(x);
+            const auto dense = reference::dense_backward(dy, pooled, p[0]);
+            return Expected{reference::dense_forward(pooled, p[0], &p[1]),
+                            reference::global_average_pool_backward(dense.x, x.shape()),
+                            {dense.w, dense.bias}};
+        };
+        cases.push_back(c);
+    }
+    return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(AllOps, ExecutorOps, testing::ValuesIn(all_cases()),
+                         [](const testing::TestParamInfo<OpCase>& case_info) { return case_info.param.name; });
+
+// Add and concat have two inputs: both gradients are checked, including a node feeding two consumers.
+TEST(Executor, AddAndConcatRouteGradientsToBothInputs) {
+    Graph graph("branches");
+    const int x = graph.input({2, 3, 6, 5});
+    const int a = graph.conv(x, 3, ops::ConvAttributes::same(2, 1), "a");
+    const int b = graph.conv(x, 3, ops::ConvAttributes::same(2, 3), "b");
+    const int sum = graph.add(a, b, "sum");
+    const int joined = graph.concat({sum, a}, "joined");  // a feeds both add and concat
+    graph.set_output(joined);
+    Executor executor(graph);
+    executor.initialize_parameters(3);
+    const Tensor input = reference::random_uniform({2, 3, 6, 5}, 5);
+    const Tensor output = executor.forward(input, Mode::Train);
+    const auto params = executor.parameters();
+    const ops::ConvAttributes one = ops::ConvAttributes::same(2, 1), three = ops::ConvAttributes::same(2, 3);
+    const Tensor a_value = reference::conv_forward(input, params[0].value, nullptr, one);
+    const Tensor b_value = reference::conv_forward(input, params[1].value, nullptr, three);
+    const Tensor sum_value = reference::add(a_value, b_value);
+    EXPECT_LE(relative_difference(output, reference::concat_channels({sum_value, a_value})), tolerance);
+
+    const Tensor dy = reference::random_uniform(output.shape(), 6);
+    executor.backward(dy);
+    const auto parts = reference::concat_channels_backward(dy, {3, 3});
+    // d/da = d/dsum (through add) + the concat's second part; d/db = d/dsum.
+    EXPECT_LE(relative_difference(executor.activation_gradient(sum), parts[0]), tolerance);
+    EXPECT_LE(relative_difference(executor.activation_gradient(a), reference::add(parts[0], parts[1])), tolerance);
+    EXPECT_LE(relative_difference(executor.activation_gradient(b), parts[0]), tolerance);
+    const auto expected_b = reference::conv_backward_weights(input, parts[0], three, params[1].value.shape());
+    EXPECT_LE(relative_difference(params[1].gradient, expected_b.weights), tolerance);
+}
+
+TEST(Executor, BatchNormUpdatesRunningStatistics) {
+    Graph graph("bn");
+    const int x = graph.input({4, 3, 5, 5});
+    graph.set_output(graph.batch_norm(graph.conv(x, 3, ops::ConvAttributes::same(2, 1), "c"), {}, "bn"));
+    Executor executor(graph);
+    executor.initialize_parameters(1);
+    const Tensor input = reference::random_uniform({4, 3, 5, 5}, 2, 0.0, 4.0);
+    executor.forward(input, Mode::Train);
+    const Tensor conv = reference::conv_forward(input, executor.parameters()[0].value, nullptr, ops::ConvAttributes::same(2, 1));
+    const auto expected = reference::batch_norm_forward_training(conv, executor.parameters()[1].value,
+                                                                 executor.parameters()[2].value,
+                                                                 Tensor::zeros({3}, DType::F32),
+                                                                 Tensor::full<float>({3}, 1.0f), {});
+    EXPECT_LE(relative_difference(executor.buffers()[0], expected.running_mean), tolerance);
+    EXPECT_LE(relative_difference(executor.buffers()[1], expected.running_variance), tolerance);
+}
+
+TEST(Executor, SameSeedGivesBitIdenticalResults) {
+    auto run = [] {
+        Graph graph("seeded");
+        const int x = graph.input({2, 2, 12, 12});
+        int y = graph.conv(x, 16, ops::ConvAttributes::same(2, 3), "c1");
+        y = graph.batch_norm(y, {.fuse_relu = true}, "bn1");
+        y = graph.pool(y, ops::PoolAttributes::max_down(2), "p1");
+        graph.set_output(graph.conv(y, 2, ops::ConvAttributes::same(2, 3), "c2"));
+        Executor executor(graph);
+        executor.initialize_parameters(99);
+        const Tensor out = executor.forward(reference::random_uniform({2, 2, 12, 12}, 4), Mode::Train);
+        executor.backward(reference::random_uniform(out.shape(), 8));
+        return std::make_pair(out, executor.parameters()[0].gradient.clone());
+    };
+    const auto first = run();
+    const auto second = run();
+    EXPECT_EQ(std::memcmp(first.first.raw_data(), second.first.raw_data(), first.first.num_bytes()), 0);
+    EXPECT_EQ(std::memcmp(first.second.raw_data(), second.second.raw_data(), first.second.num_bytes()), 0);
+}
+
+TEST(Executor, RejectsWrongInputsWithClearMessages) {
+    Graph graph("checked");
+    const int x = graph.input({1, 2, 8, 8});
+    graph.set_output(graph.conv(x, 4, ops::ConvAttributes::same(2, 3), "c"));
+    Executor executor(graph);
+    try {
+        executor.forward(Tensor::zeros({1, 3, 8, 8}, DType::F32), Mode::Train);
+        FAIL();
+    } catch (const Error& error) {
+        EXPECT_NE(std::string(error.what()).find("expects an f32 input of shape [1, 2, 8, 8], got f32 [1, 3, 8, 8]"),
+                  std::string::npos)
+            << error.what();
+    }
+    EXPECT_THROW(executor.backward(Tensor::zeros({1, 4, 8, 8}, DType::F32)), Error);  // no forward yet
+    try {
+        Graph bad("bad");
+        const int y = bad.input({1, 2, 4, 4});
+        bad.conv(y, 4, ops::ConvAttributes::valid(2, 5), "too_big");
+        FAIL();
+    } catch (const Error& error) {
+        EXPECT_NE(std::string(error.what()).find("needs at least 5 elements"), std::string::npos) << error.what();
+    }
+}
+
+}  // namespace
