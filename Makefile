@@ -20,7 +20,7 @@ DEBIAN_PACKAGES := \
 	xvfb xauth libgl1-mesa-dri fonts-dejavu-core \
 	insighttoolkit5-examples python3-pydicom
 
-.PHONY: all deps configure build run test bench screenshots clean
+.PHONY: all deps peer-deps configure build run test bench peer-bench screenshots clean
 
 all: build
 
@@ -35,6 +35,12 @@ deps:
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
 	else echo "All Debian packages present."; fi
+
+# The peer benchmark compares with Debian's PyTorch (large; not needed to build, run or test).
+peer-deps: deps
+	@dpkg-query -W -f='$${Status}\n' python3-torch 2>/dev/null | grep -q "install ok installed" || \
+	  { $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	    $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-torch; }
 
 configure: deps
 	cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DTESSERA_WARNINGS_AS_ERRORS=$(WERROR)
@@ -58,7 +64,10 @@ test: build
 	cd $(BUILD_DIR) && QT_QPA_PLATFORM=xcb $(XVFB) ctest --output-on-failure -j $(JOBS) --timeout 900
 
 bench: build
-	@for b in $(BUILD_DIR)/bench/bm_*; do echo "== $$b"; QT_QPA_PLATFORM=xcb $(XVFB) $$b; done
+	@for b in $(BUILD_DIR)/bench/bm_*; do echo "== $$b"; OMP_WAIT_POLICY=PASSIVE QT_QPA_PLATFORM=xcb $(XVFB) $$b; done
+
+peer-bench: peer-deps build
+	bench/peer/run.sh $(BUILD_DIR)
 
 screenshots: build
 	resources/screenshots/regenerate.sh $(BUILD_DIR)

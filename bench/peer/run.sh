@@ -2,6 +2,7 @@
 # Peer benchmark: Tessera's training step against PyTorch's (Debian's python3-torch, oneDNN inside),
 # same machine, same 2 threads, runs interleaved so both see the same load. Ends with one line per case:
 #   case=<name> tessera_ms=<median> pytorch_ms=<median> ratio=<pytorch/tessera>
+# Cases: the 2D and 3D U-Nets of the engine issue, in f32 and in bf16 (PyTorch: bf16 autocast).
 # Usage: bench/peer/run.sh [build-dir] [rounds]     (make peer-bench installs python3-torch and runs it)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -18,10 +19,12 @@ work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 median() { sort -n | awk '{v[NR]=$1} END {if (NR % 2) print v[(NR+1)/2]; else printf "%.3f\n", (v[NR/2]+v[NR/2+1])/2}'; }
 spread() { sort -n | awk '{v[NR]=$1} END {printf "%.1f–%.1f", v[1], v[NR]}'; }
 summary=()
-for case in unet2d unet3d; do
+for run in unet2d:f32 unet3d:f32 unet2d:bf16 unet3d:bf16; do
+  model=${run%:*}; precision=${run#*:}; case=${model}_$precision
   for round in $(seq "$rounds"); do
-    "$tessera" --case "$case" --steps 4 --warmup 2 >"$work/t.$case.$round"
-    "$python" "$root/bench/peer/pytorch_step.py" --case "$case" --steps 4 --warmup 2 >"$work/p.$case.$round"
+    "$tessera" --case "$model" --precision "$precision" --steps 4 --warmup 2 >"$work/t.$case.$round"
+    "$python" "$root/bench/peer/pytorch_step.py" --case "$model" --precision "$precision" --steps 4 --warmup 2 \
+      >"$work/p.$case.$round"
   done
   flops=$(grep -h flops_per_step "$work"/t.$case.* | head -1 | sed 's/flops_per_step=//')
   t_ms=$(grep -h step_ms "$work"/t.$case.* | sed 's/step_ms=//' | median)
@@ -30,6 +33,6 @@ for case in unet2d unet3d; do
   p_spread=$(grep -h step_ms "$work"/p.$case.* | sed 's/step_ms=//' | spread)
   gflops=$(awk -v f="$flops" -v ms="$t_ms" 'BEGIN {printf "%.1f", f / ms / 1e6}')
   echo "$case: tessera $t_ms ms (spread $t_spread), pytorch $p_ms ms (spread $p_spread), tessera $gflops GFLOP/s of $peak peak"
-  summary+=("case=${case}_f32 tessera_ms=$t_ms pytorch_ms=$p_ms ratio=$(awk -v a="$p_ms" -v b="$t_ms" 'BEGIN {printf "%.2f", a / b}')")
+  summary+=("case=${case} tessera_ms=$t_ms pytorch_ms=$p_ms ratio=$(awk -v a="$p_ms" -v b="$t_ms" 'BEGIN {printf "%.2f", a / b}')")
 done
 printf '%s\n' "${summary[@]}"

@@ -1,6 +1,6 @@
 // Tessera side of the peer benchmark: the U-Net training steps of pytorch_step.py, timed per step.
 //
-// Usage: tessera_step --case unet2d|unet3d [--steps N] [--warmup W]
+// Usage: tessera_step --case unet2d|unet3d [--precision f32|bf16] [--steps N] [--warmup W] [--profile 1]
 // Prints `flops_per_step=<F>` once, then one `step_ms=<ms>` line per timed step.
 #include "core/random.hpp"
 #include "model/models.hpp"
@@ -17,11 +17,15 @@ using namespace tessera;
 int main(int argc, char** argv) {
     std::string case_name;
     int steps = 10, warmup = 3, threads = 2;
+    bool profile = false;
+    std::string precision = "f32";
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!std::strcmp(argv[i], "--case")) case_name = argv[i + 1];
         else if (!std::strcmp(argv[i], "--steps")) steps = std::atoi(argv[i + 1]);
         else if (!std::strcmp(argv[i], "--warmup")) warmup = std::atoi(argv[i + 1]);
         else if (!std::strcmp(argv[i], "--threads")) threads = std::atoi(argv[i + 1]);
+        else if (!std::strcmp(argv[i], "--precision")) precision = argv[i + 1];
+        else if (!std::strcmp(argv[i], "--profile")) profile = std::atoi(argv[i + 1]) != 0;
     }
     model::UNetConfig unet;
     Shape input;
@@ -40,6 +44,12 @@ int main(int argc, char** argv) {
     config.optimizer = {.kind = train::OptimizerKind::Sgd, .momentum = 0.9};
     config.schedule.kind = train::ScheduleKind::Constant;
     config.schedule.learning_rate = 0.01;
+    if (precision == "bf16") {
+        config.precision = graph::Precision::BF16;
+    } else if (precision != "f32") {
+        std::fprintf(stderr, "tessera_step: --precision must be f32 or bf16, got '%s'\n", precision.c_str());
+        return 2;
+    }
     const graph::Graph graph = model::make_unet(unet, input);
     double flops = 0;
     for (const graph::Node& node : graph.nodes()) {
@@ -61,6 +71,18 @@ int main(int argc, char** argv) {
         const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
         if (step >= warmup) std::printf("step_ms=%.3f\n", ms);
         std::fflush(stdout);
+    }
+    if (profile) {  // the last step, node by node: where the time goes
+        const auto timings = trainer.executor().timings();
+        for (const graph::Node& node : graph.nodes()) {
+            const graph::NodeCost cost = graph.cost(node.id);
+            const auto& t = timings[static_cast<std::size_t>(node.id)];
+            std::printf("%-22s %-15s fwd %7.2f ms %6.1f GFLOP/s   bwd %7.2f ms %6.1f GFLOP/s\n", node.name.c_str(),
+                        std::string(graph::op_name(node.kind)).c_str(), t.forward_seconds * 1e3,
+                        t.forward_seconds > 0 ? cost.forward_flops / t.forward_seconds / 1e9 : 0.0,
+                        t.backward_seconds * 1e3,
+                        t.backward_seconds > 0 ? cost.backward_flops / t.backward_seconds / 1e9 : 0.0);
+        }
     }
     return 0;
 }

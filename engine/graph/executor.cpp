@@ -3,6 +3,7 @@
 #include "core/random.hpp"
 #include "ops/dnnl_support.hpp"
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
 
@@ -107,16 +108,28 @@ memory::desc optional_bias_desc(const Parameter* bias) {
 
 class ConvKernel final : public Kernel {
 public:
-    ConvKernel(const Node& node, const Shape& input_shape, const KernelInputs& in, Parameter* weight, Parameter* bias)
+    ConvKernel(const Node& node, const Shape& input_shape, const KernelInputs& in, Parameter* weight, Parameter* bias,
+               memory::data_type compute, memory::data_type output_type)
         : m_weight(weight), m_bias(bias), m_needs_diff_input(in.needs_gradient[0]) {
         const ops::ConvAttributes& a = node.conv;
         const auto strides = to_dims(a.stride);
         const auto dilates = minus_one(a.dilation);
         const auto pad_l = to_dims(a.pad_begin);
         const auto pad_r = to_dims(a.pad_end);
-        const memory::desc src_any = ops::any_desc(input_shape);
-        const memory::desc weights_any = ops::any_desc(weight->value.shape());
-        const memory::desc dst_any = ops::any_desc(node.output_shape);
+        // Layers with fewer than 16 channels (a 3D U-Net's first level) run best channels-last: the blocked
+        // layouts oneDNN picks pad them to 16 and its backward-weights falls back to a slow gemm. A
+        // 1-channel input stays 'any' (channels-last there selects a reference kernel).
+        const std::int64_t in_channels = input_shape[1], out_channels = node.output_shape[1];
+        const bool channels_last = in_channels > 1 && std::min(in_channels, out_channels) < 16;
+        const memory::desc src_any = channels_last ? ops::channels_last_desc(input_shape, compute)
+                                                       : ops::any_desc(input_shape, compute);
+        const memory::desc weights_any = ops::any_desc(weight->value.shape(), compute);
+        const memory::desc dst_any = channels_last ? ops::channels_last_desc(node.output_shape, output_type)
+                                                   : ops::any_desc(node.output_shape, output_type);
+        // Gradients flow in the compute type; weight gradients are always f32 (they update f32 masters).
+        const memory::desc diff_dst_any = channels_last ? ops::channels_last_desc(node.output_shape, compute)
+                                                        : ops::any_desc(node.output_shape, compute);
+        const memory::desc diff_weights_any = ops::any_desc(weight->value.shape());
         const memory::desc weights_plain = ops::plain_desc(weight->value.shape());
 
         m_forward_pd = dnnl::convolution_forward::primitive_desc(
@@ -132,7 +145,7 @@ public:
         if (m_needs_diff_input) {
             m_backward_data_pd = dnnl::convolution_backward_data::primitive_desc(
                 dnnl::convolution_backward_data::desc(dnnl::algorithm::convolution_direct, src_any, weights_any,
-                                                      dst_any, strides, dilates, pad_l, pad_r),
+                                                      diff_dst_any, strides, dilates, pad_l, pad_r),
                 cpu_engine(), m_forward_pd);
             m_backward_data = dnnl::convolution_backward_data(m_backward_data_pd);
             m_backward_data_weights = Converted(weights_plain, m_backward_data_pd.weights_desc());
@@ -140,8 +153,9 @@ public:
             m_diff_src = Staged(m_backward_data_pd.diff_src_desc(), in.descs[0]);
         }
         m_backward_weights_pd = dnnl::convolution_backward_weights::primitive_desc(
-            dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, src_any, weights_any,
-                                                     optional_bias_desc(bias), dst_any, strides, dilates, pad_l, pad_r),
+            dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, src_any, diff_weights_any,
+                                                     optional_bias_desc(bias), diff_dst_any, strides, dilates, pad_l,
+                                                     pad_r),
             cpu_engine(), m_forward_pd);
         m_backward_weights = dnnl::convolution_backward_weights(m_backward_weights_pd);
         m_backward_weights_src = Converted(m_forward_pd.src_desc(), m_backward_weights_pd.src_desc());
@@ -220,15 +234,17 @@ memory::desc transposed_weights_plain(const Shape& weight_shape) {
 class ConvTransposeKernel final : public Kernel {
 public:
     ConvTransposeKernel(const Node& node, const Shape& input_shape, const KernelInputs& in, Parameter* weight,
-                        Parameter* bias)
+                        Parameter* bias, memory::data_type compute, memory::data_type output_type)
         : m_weight(weight), m_bias(bias), m_needs_diff_input(in.needs_gradient[0]) {
         const ops::ConvTransposeAttributes& a = node.conv_transpose;
         const auto strides = to_dims(a.stride);
         const memory::dims zeros(a.kernel.size(), 0);
-        const memory::desc src_any = ops::any_desc(input_shape);
+        const memory::desc src_any = ops::any_desc(input_shape, compute);
         const memory::desc weights_plain = transposed_weights_plain(weight->value.shape());
-        const memory::desc weights_any(weights_plain.dims(), memory::data_type::f32, memory::format_tag::any);
-        const memory::desc dst_any = ops::any_desc(node.output_shape);
+        const memory::desc weights_any(weights_plain.dims(), compute, memory::format_tag::any);
+        const memory::desc diff_weights_any(weights_plain.dims(), memory::data_type::f32, memory::format_tag::any);
+        const memory::desc dst_any = ops::any_desc(node.output_shape, output_type);
+        const memory::desc diff_dst_any = ops::any_desc(node.output_shape, compute);
 
         m_forward_pd = dnnl::deconvolution_forward::primitive_desc(
             dnnl::deconvolution_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::deconvolution_direct,
@@ -242,7 +258,7 @@ public:
         if (m_needs_diff_input) {
             m_backward_data_pd = dnnl::deconvolution_backward_data::primitive_desc(
                 dnnl::deconvolution_backward_data::desc(dnnl::algorithm::deconvolution_direct, src_any, weights_any,
-                                                        dst_any, strides, zeros, zeros),
+                                                        diff_dst_any, strides, zeros, zeros),
                 cpu_engine(), m_forward_pd);
             m_backward_data = dnnl::deconvolution_backward_data(m_backward_data_pd);
             m_backward_data_weights = Converted(weights_plain, m_backward_data_pd.weights_desc());
@@ -250,8 +266,9 @@ public:
             m_diff_src = Staged(m_backward_data_pd.diff_src_desc(), in.descs[0]);
         }
         m_backward_weights_pd = dnnl::deconvolution_backward_weights::primitive_desc(
-            dnnl::deconvolution_backward_weights::desc(dnnl::algorithm::deconvolution_direct, src_any, weights_any,
-                                                       optional_bias_desc(bias), dst_any, strides, zeros, zeros),
+            dnnl::deconvolution_backward_weights::desc(dnnl::algorithm::deconvolution_direct, src_any,
+                                                       diff_weights_any, optional_bias_desc(bias), diff_dst_any,
+                                                       strides, zeros, zeros),
             cpu_engine(), m_forward_pd);
         m_backward_weights = dnnl::deconvolution_backward_weights(m_backward_weights_pd);
         m_backward_weights_src = Converted(m_forward_pd.src_desc(), m_backward_weights_pd.src_desc());
@@ -321,6 +338,240 @@ private:
     memory m_last_src;
 };
 
+// ---- transposed convolution with kernel = stride (U-Net's up-convolution) ----------------------
+
+// Where element (n, channel, spatial...) of a oneDNN memory lives: the desc's outer strides plus, for
+// blocked layouts (nChw16c), the inner channel block. Plain and channels-last layouts have block 1.
+struct ChannelAddressing {
+    std::int64_t batch_stride = 0, block_stride = 0, block = 1;
+    std::array<std::int64_t, 3> spatial_stride{0, 0, 0};  // (D,) H, W; unused entries 0
+    explicit ChannelAddressing(const memory::desc& desc) {
+        const auto& blocking = desc.data.format_desc.blocking;
+        TESSERA_ASSERT(blocking.inner_nblks <= 1 && (blocking.inner_nblks == 0 || blocking.inner_idxs[0] == 1),
+                       "expected a plain, channels-last or channel-blocked layout");
+        if (blocking.inner_nblks == 1) block = blocking.inner_blks[0];
+        batch_stride = blocking.strides[0];
+        block_stride = blocking.strides[1];
+        const int spatial = desc.data.ndims - 2;
+        for (int axis = 0; axis < spatial; ++axis) spatial_stride[static_cast<std::size_t>(3 - spatial + axis)] = blocking.strides[axis + 2];
+    }
+    std::int64_t channel_offset(std::int64_t channel) const { return (channel / block) * block_stride + channel % block; }
+};
+
+// Rearranges between the 1×1 convolution's output [N, C·K, (D,) H, W] (any layout; K taps per kernel,
+// channel c·K + tap, taps in (kD,) kH, kW order) and the plain upsampled tensor [N, C, (D·kD,) H·kH, W·kW].
+// A hand loop: oneDNN's reorder between such strided views takes a reference path hundreds of times slower.
+template <class Element>
+void rearrange_depth_space(Element* wide, const ChannelAddressing& at, Element* plain, const Shape& input_shape,
+                           std::int64_t channels, const ops::Extents& factor, bool to_plain) {
+    const bool is_3d = factor.size() == 3;
+    const std::int64_t batch = input_shape[0];
+    const std::int64_t depth = is_3d ? input_shape[2] : 1, height = input_shape[is_3d ? 3 : 2],
+                       width = input_shape[is_3d ? 4 : 3];
+    const std::int64_t fz = is_3d ? factor[0] : 1, fy = factor[is_3d ? 1 : 0], fx = factor[is_3d ? 2 : 1];
+    const std::int64_t taps = fz * fy * fx;
+    const std::int64_t out_height = height * fy, out_width = width * fx;
+    const std::int64_t out_plane = depth * fz * out_height * out_width;  // elements per output channel
+    const std::int64_t wide_channels = channels * taps;
+    const std::int64_t block = at.block, num_blocks = (wide_channels + block - 1) / block;
+    // Walk the wide tensor in its own order (contiguous lanes of a channel block) and look each lane's
+    // partner up in the plain tensor through a per-lane offset table.
+    std::vector<std::int64_t> lane_offset(static_cast<std::size_t>(num_blocks * block), -1);
+    for (std::int64_t wide_channel = 0; wide_channel < wide_channels; ++wide_channel) {
+        const std::int64_t c = wide_channel / taps, tap = wide_channel % taps;
+        const std::int64_t kz = tap / (fy * fx), ky = (tap / fx) % fy, kx = tap % fx;
+        lane_offset[static_cast<std::size_t>(wide_channel)] = c * out_plane + (kz * out_height + ky) * out_width + kx;
+    }
+#pragma omp parallel for collapse(3) schedule(static)
+    for (std::int64_t n = 0; n < batch; ++n) {
+        for (std::int64_t b = 0; b < num_blocks; ++b) {
+            for (std::int64_t z = 0; z < depth; ++z) {
+                const std::int64_t lanes = std::min(block, wide_channels - b * block);
+                const std::int64_t* offsets = lane_offset.data() + b * block;
+                for (std::int64_t y = 0; y < height; ++y) {
+                    Element* wide_row = wide + n * at.batch_stride + b * at.block_stride + z * at.spatial_stride[0] +
+                                        y * at.spatial_stride[1];
+                    Element* plain_row = plain + n * channels * out_plane + (z * fz * out_height + y * fy) * out_width;
+                    for (std::int64_t x = 0; x < width; ++x) {
+                        Element* wide_pixel = wide_row + x * at.spatial_stride[2];
+                        Element* plain_pixel = plain_row + x * fx;
+                        if (to_plain) {
+                            for (std::int64_t lane = 0; lane < lanes; ++lane) plain_pixel[offsets[lane]] = wide_pixel[lane];
+                        } else {
+                            for (std::int64_t lane = 0; lane < lanes; ++lane) wide_pixel[lane] = plain_pixel[offsets[lane]];
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+void rearrange_depth_space(const memory& wide, const memory& plain, const Shape& input_shape, std::int64_t channels,
+                           const ops::Extents& factor, bool to_plain) {
+    TESSERA_ASSERT(wide.get_desc().data_type() == plain.get_desc().data_type(), "depth-to-space needs one type");
+    const ChannelAddressing at(wide.get_desc());
+    if (wide.get_desc().data_type() == memory::data_type::f32) {
+        rearrange_depth_space(static_cast<float*>(wide.get_data_handle()), at, static_cast<float*>(plain.get_data_handle()),
+                              input_shape, channels, factor, to_plain);
+    } else {  // bf16: moved as 16-bit patterns
+        rearrange_depth_space(static_cast<std::uint16_t*>(wide.get_data_handle()), at,
+                              static_cast<std::uint16_t*>(plain.get_data_handle()), input_shape, channels, factor, to_plain);
+    }
+}
+
+// With kernel = stride the output blocks do not overlap, so the transposed convolution is a 1×1
+// convolution to C_out·K channels (K = taps per kernel) followed by a depth-to-space rearrangement —
+// and oneDNN's 1×1 kernels are many times faster than its deconvolution. The rearrangement is one
+// reorder between strided views; the outputs are exactly those of the transposed convolution.
+class UpsampleConvKernel final : public Kernel {
+public:
+    UpsampleConvKernel(const Node& node, const Shape& input_shape, const KernelInputs& in, Parameter* weight,
+                       Parameter* bias, memory::data_type compute, memory::data_type output_type)
+        : m_weight(weight), m_bias(bias), m_needs_diff_input(in.needs_gradient[0]) {
+        const ops::Extents& factor = node.conv_transpose.kernel;  // = stride
+        const int rank = static_cast<int>(factor.size());
+        const std::int64_t taps = num_elements_of(factor);
+        const std::int64_t out_channels = node.out_channels;
+        m_taps = taps;
+        Shape wide_shape = input_shape;  // [N, C_out·K, (D,) H, W]
+        wide_shape[1] = out_channels * taps;
+        const Shape conv_weights{out_channels * taps, input_shape[1]};
+        Shape weights_shape = conv_weights;
+        weights_shape.insert(weights_shape.end(), static_cast<std::size_t>(rank), 1);
+        // Our weights [C_in, C_out, k...] are, read as a matrix, [C_in, C_out·K]: the 1×1 weights
+        // [C_out·K, C_in] transposed, which the io(d)hw tags describe without a copy.
+        m_weights_plain = memory::desc(ops::to_dims(weights_shape), memory::data_type::f32,
+                                       rank == 3 ? memory::format_tag::iodhw : memory::format_tag::iohw);
+        // Source and destination layouts left to oneDNN together: mixing a fixed layout with 'any' on a 1×1
+        // convolution selects a reference kernel. The rearrangement reads whatever layout comes.
+        const memory::desc wide_any = ops::any_desc(wide_shape, compute);
+        const memory::desc src_any = ops::any_desc(input_shape, compute);
+        const memory::desc weights_any = ops::any_desc(weights_shape, compute);
+        const memory::desc diff_weights_any = ops::any_desc(weights_shape);
+        const memory::desc bias_desc = bias ? ops::plain_desc({out_channels * taps}) : memory::desc();
+        const memory::dims ones(static_cast<std::size_t>(rank), 1), zeros(static_cast<std::size_t>(rank), 0);
+
+        m_forward_pd = dnnl::convolution_forward::primitive_desc(
+            dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
+                                            src_any, weights_any, bias_desc, wide_any, ones, zeros, zeros, zeros),
+            cpu_engine());
+        m_forward = dnnl::convolution_forward(m_forward_pd);
+        const memory::desc wide_desc = m_forward_pd.dst_desc();
+        m_wide = memory(wide_desc, cpu_engine());
+        m_src = Converted(in.descs[0], m_forward_pd.src_desc());
+        m_forward_weights = Converted(m_weights_plain, m_forward_pd.weights_desc());
+        m_output_desc = ops::plain_desc(node.output_shape, output_type);
+
+        m_input_shape = input_shape;
+        m_factor = factor;
+        m_out_channels = out_channels;
+        // Rearranged in the compute type; an output layer's f32 result is converted after.
+        const memory::desc plain_compute = ops::plain_desc(node.output_shape, compute);
+        m_to_output = Staged(plain_compute, m_output_desc);
+        m_plain_gradient = Converted(m_output_desc, plain_compute);
+        m_diff_wide = memory(wide_desc, cpu_engine());
+
+        if (m_needs_diff_input) {
+            m_backward_data_pd = dnnl::convolution_backward_data::primitive_desc(
+                dnnl::convolution_backward_data::desc(dnnl::algorithm::convolution_direct, src_any, weights_any,
+                                                      wide_desc, ones, zeros, zeros, zeros),
+                cpu_engine(), m_forward_pd);
+            m_backward_data = dnnl::convolution_backward_data(m_backward_data_pd);
+            m_backward_data_weights = Converted(m_weights_plain, m_backward_data_pd.weights_desc());
+            m_diff_src = Staged(m_backward_data_pd.diff_src_desc(), in.descs[0]);
+        }
+        m_backward_weights_pd = dnnl::convolution_backward_weights::primitive_desc(
+            dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, src_any, diff_weights_any,
+                                                     bias_desc, wide_desc, ones, zeros, zeros, zeros),
+            cpu_engine(), m_forward_pd);
+        m_backward_weights = dnnl::convolution_backward_weights(m_backward_weights_pd);
+        m_backward_weights_src = Converted(m_forward_pd.src_desc(), m_backward_weights_pd.src_desc());
+        m_diff_weights = Staged(m_backward_weights_pd.diff_weights_desc(), m_weights_plain);
+        if (bias) {
+            m_wide_bias = Tensor::zeros({out_channels * taps}, DType::F32);
+            m_wide_bias_gradient = Tensor::zeros({out_channels * taps}, DType::F32);
+        }
+    }
+
+    void forward(const std::vector<memory>& inputs, const memory& output, Mode) override {
+        m_last_src = m_src(inputs[0]);
+        std::unordered_map<int, memory> args{{DNNL_ARG_SRC, m_last_src},
+                                             {DNNL_ARG_WEIGHTS, m_forward_weights(weights(m_weight->value))},
+                                             {DNNL_ARG_DST, m_wide}};
+        if (m_bias) {  // each output channel's bias, repeated for its K taps
+            const float* bias = m_bias->value.data<float>();
+            float* wide_bias = m_wide_bias.data<float>();
+            for (std::int64_t i = 0; i < m_wide_bias.num_elements(); ++i) wide_bias[i] = bias[i / m_taps];
+            args[DNNL_ARG_BIAS] = ops::wrap(m_wide_bias);
+        }
+        m_forward.execute(cpu_stream(), args);
+        rearrange_depth_space(m_wide, m_to_output.destination(output), m_input_shape, m_out_channels, m_factor, true);
+        m_to_output.finish(output);
+    }
+
+    void backward(const std::vector<memory>&, const memory&, const memory& diff_output,
+                  const std::vector<memory>& diff_inputs) override {
+        rearrange_depth_space(m_diff_wide, m_plain_gradient(diff_output), m_input_shape, m_out_channels, m_factor, false);
+
+        const memory weight_gradient = weights(m_weight->gradient);
+        std::unordered_map<int, memory> args{{DNNL_ARG_SRC, m_backward_weights_src(m_last_src)},
+                                             {DNNL_ARG_DIFF_DST, m_diff_wide},
+                                             {DNNL_ARG_DIFF_WEIGHTS, m_diff_weights.destination(weight_gradient)}};
+        if (m_bias) args[DNNL_ARG_DIFF_BIAS] = ops::wrap(m_wide_bias_gradient);
+        m_backward_weights.execute(cpu_stream(), args);
+        m_diff_weights.finish(weight_gradient);
+        if (m_bias) {  // a channel's bias gradient sums its K taps
+            const float* per_tap = m_wide_bias_gradient.data<float>();
+            float* bias_gradient = m_bias->gradient.data<float>();
+            for (std::int64_t c = 0; c < m_bias->gradient.num_elements(); ++c) {
+                double sum = 0;
+                for (std::int64_t k = 0; k < m_taps; ++k) sum += per_tap[c * m_taps + k];
+                bias_gradient[c] = static_cast<float>(sum);
+            }
+        }
+        if (m_needs_diff_input) {
+            const memory& target = diff_inputs[0];
+            m_backward_data.execute(cpu_stream(), {{DNNL_ARG_DIFF_DST, m_diff_wide},
+                                                   {DNNL_ARG_WEIGHTS, m_backward_data_weights(weights(m_weight->value))},
+                                                   {DNNL_ARG_DIFF_SRC, m_diff_src.destination(target)}});
+            m_diff_src.finish(target);
+        }
+    }
+
+    std::int64_t bytes() const override {
+        return 2 * static_cast<std::int64_t>(m_wide.get_desc().get_size()) + m_src.bytes() + m_forward_weights.bytes() +
+               m_backward_data_weights.bytes() + m_diff_src.bytes() + m_backward_weights_src.bytes() +
+               m_diff_weights.bytes();
+    }
+
+private:
+    memory weights(const Tensor& tensor) const {
+        return memory(m_weights_plain, cpu_engine(), const_cast<void*>(tensor.raw_data()));
+    }
+
+    Parameter* m_weight;
+    Parameter* m_bias;
+    bool m_needs_diff_input;
+    std::int64_t m_taps = 1;
+    memory::desc m_weights_plain;
+    Shape m_input_shape;
+    ops::Extents m_factor;
+    std::int64_t m_out_channels = 0;
+    Staged m_to_output;
+    Converted m_plain_gradient;
+    dnnl::convolution_forward::primitive_desc m_forward_pd;
+    dnnl::convolution_forward m_forward;
+    dnnl::convolution_backward_data::primitive_desc m_backward_data_pd;
+    dnnl::convolution_backward_data m_backward_data;
+    dnnl::convolution_backward_weights::primitive_desc m_backward_weights_pd;
+    dnnl::convolution_backward_weights m_backward_weights;
+    memory m_wide, m_diff_wide, m_last_src;
+    Converted m_src, m_forward_weights, m_backward_data_weights, m_backward_weights_src;
+    Staged m_diff_src, m_diff_weights;
+    Tensor m_wide_bias, m_wide_bias_gradient;
+};
+
 // ---- pooling --------------------------------------------------------------------------------
 
 class PoolKernel final : public Kernel {
@@ -335,7 +586,8 @@ public:
         const auto pad_r = to_dims(a.pad_end);
         m_forward_pd = dnnl::pooling_forward::primitive_desc(
             dnnl::pooling_forward::desc(dnnl::prop_kind::forward_training, algorithm, in.descs[0],
-                                        ops::any_desc(node.output_shape), strides, kernel, pad_l, pad_r),
+                                        ops::any_desc(node.output_shape, in.descs[0].data_type()), strides, kernel,
+                                        pad_l, pad_r),
             cpu_engine());
         m_forward = dnnl::pooling_forward(m_forward_pd);
         m_output_desc = m_forward_pd.dst_desc();
@@ -572,11 +824,21 @@ class ConcatKernel final : public Kernel {
 public:
     ConcatKernel(const Node& node, const std::vector<Shape>& input_shapes, const KernelInputs& in)
         : m_needs_gradient(in.needs_gradient) {
-        const dnnl::concat::primitive_desc pd(1, in.descs, cpu_engine());
+        // oneDNN joins inputs of one type: any other is converted to the first input's.
+        std::vector<memory::desc> sources;
+        for (const memory::desc& desc : in.descs) {
+            memory::desc converted = desc;
+            if (desc.data_type() != in.descs[0].data_type()) {
+                converted = ops::plain_desc(ops::to_shape(desc.dims()), in.descs[0].data_type());
+            }
+            m_sources.emplace_back(desc, converted);
+            sources.push_back(converted);
+        }
+        const dnnl::concat::primitive_desc pd(1, sources, cpu_engine());
         m_concat = dnnl::concat(pd);
         m_output_desc = pd.dst_desc();
         // Backward: the gradient goes to a plain buffer once, then each input's channel range is copied out.
-        const memory::desc plain = ops::plain_desc(node.output_shape);
+        const memory::desc plain = ops::plain_desc(node.output_shape, m_output_desc.data_type());
         m_diff_plain = Converted(m_output_desc, plain);
         if (m_output_desc == plain) m_plain_scratch = memory(plain, cpu_engine());
         std::int64_t channel_offset = 0;
@@ -592,7 +854,9 @@ public:
 
     void forward(const std::vector<memory>& inputs, const memory& output, Mode) override {
         std::unordered_map<int, memory> args{{DNNL_ARG_DST, output}};
-        for (std::size_t i = 0; i < inputs.size(); ++i) args[DNNL_ARG_MULTIPLE_SRC + static_cast<int>(i)] = inputs[i];
+        for (std::size_t i = 0; i < inputs.size(); ++i) {
+            args[DNNL_ARG_MULTIPLE_SRC + static_cast<int>(i)] = m_sources[i](inputs[i]);
+        }
         m_concat.execute(cpu_stream(), args);
     }
 
@@ -610,6 +874,7 @@ public:
 
 private:
     std::vector<bool> m_needs_gradient;
+    std::vector<Converted> m_sources;
     dnnl::concat m_concat;
     Converted m_diff_plain;
     memory m_plain_scratch;
@@ -625,7 +890,7 @@ public:
         const Shape spatial(input_shape.begin() + 2, input_shape.end());
         Shape pooled_shape{input_shape[0], input_shape[1]};
         pooled_shape.insert(pooled_shape.end(), spatial.size(), 1);
-        m_pooled_desc = ops::plain_desc(pooled_shape);  // [N, C, 1, 1]: the same bytes as [N, C]
+        m_pooled_desc = ops::plain_desc(pooled_shape, in.descs[0].data_type());  // [N, C, 1, 1]: the bytes of [N, C]
         const memory::dims kernel = ops::to_dims(spatial);
         const memory::dims zeros(spatial.size(), 0);
         m_forward_pd = dnnl::pooling_forward::primitive_desc(
@@ -633,7 +898,7 @@ public:
                                         in.descs[0], m_pooled_desc, kernel, kernel, zeros, zeros),
             cpu_engine());
         m_forward = dnnl::pooling_forward(m_forward_pd);
-        m_output_desc = ops::plain_desc({input_shape[0], input_shape[1]});
+        m_output_desc = ops::plain_desc({input_shape[0], input_shape[1]}, in.descs[0].data_type());
         if (m_needs_diff_input) {
             m_backward_pd = dnnl::pooling_backward::primitive_desc(
                 dnnl::pooling_backward::desc(dnnl::algorithm::pooling_avg_include_padding, in.descs[0], m_pooled_desc,
@@ -735,6 +1000,7 @@ private:
 
 struct Executor::Impl {
     Graph graph;
+    ExecutorOptions options;
     std::vector<Parameter> parameters;
     std::vector<Tensor> buffers;
     std::vector<std::unique_ptr<Kernel>> kernels;  // per node; null for the input
@@ -749,11 +1015,12 @@ struct Executor::Impl {
     Copy plain_to_output_gradient;
     Copy plain_to_input;
     bool ran_forward_training = false;
+    std::vector<NodeTiming> timings;
 
-    explicit Impl(const Graph& g) : graph(g) {}
+    Impl(const Graph& g, ExecutorOptions o) : graph(g), options(o) {}
 };
 
-Executor::Executor(const Graph& graph) : m_impl(std::make_unique<Impl>(graph)) {
+Executor::Executor(const Graph& graph, ExecutorOptions options) : m_impl(std::make_unique<Impl>(graph, options)) {
     Impl& impl = *m_impl;
     TESSERA_CHECK(graph.input_node() >= 0, "graph '" << graph.name() << "' has no input");
     TESSERA_CHECK(graph.output_node() != graph.input_node(), "graph '" << graph.name() << "' has no output op");
@@ -767,6 +1034,7 @@ Executor::Executor(const Graph& graph) : m_impl(std::make_unique<Impl>(graph)) {
     const std::vector<Node>& nodes = graph.nodes();
     const std::size_t count = nodes.size();
     impl.kernels.resize(count);
+    impl.timings.resize(count);
     impl.outputs.resize(count);
     impl.gradients.resize(count);
     impl.diff_targets.resize(count);
@@ -789,15 +1057,28 @@ Executor::Executor(const Graph& graph) : m_impl(std::make_unique<Impl>(graph)) {
             in.needs_gradient.push_back(nodes[static_cast<std::size_t>(input)].kind != OpKind::Input);
             input_shapes.push_back(nodes[static_cast<std::size_t>(input)].output_shape);
         }
+        // Convolutions compute in bf16 in BF16 mode, but the first (it reads the f32 input) stays f32 and
+        // the output layer writes f32 logits. Every other op follows the type of what it is given.
+        const bool reads_graph_input = nodes[static_cast<std::size_t>(node.inputs[0])].kind == OpKind::Input;
+        const memory::data_type compute = impl.options.precision == Precision::BF16 && !reads_graph_input
+                                              ? memory::data_type::bf16
+                                              : memory::data_type::f32;
+        const memory::data_type output_type = node.id == graph.output_node() ? memory::data_type::f32 : compute;
         std::unique_ptr<Kernel> kernel;
         try {
             switch (node.kind) {
                 case OpKind::Conv:
-                    kernel = std::make_unique<ConvKernel>(node, input_shapes[0], in, parameter(node, 0), parameter(node, 1));
+                    kernel = std::make_unique<ConvKernel>(node, input_shapes[0], in, parameter(node, 0), parameter(node, 1),
+                                                          compute, output_type);
                     break;
                 case OpKind::ConvTranspose:
-                    kernel = std::make_unique<ConvTransposeKernel>(node, input_shapes[0], in, parameter(node, 0),
-                                                                   parameter(node, 1));
+                    if (node.conv_transpose.kernel == node.conv_transpose.stride) {
+                        kernel = std::make_unique<UpsampleConvKernel>(node, input_shapes[0], in, parameter(node, 0),
+                                                                      parameter(node, 1), compute, output_type);
+                    } else {
+                        kernel = std::make_unique<ConvTransposeKernel>(node, input_shapes[0], in, parameter(node, 0),
+                                                                       parameter(node, 1), compute, output_type);
+                    }
                     break;
                 case OpKind::Pool: kernel = std::make_unique<PoolKernel>(node, in); break;
                 case OpKind::BatchNorm:
@@ -858,6 +1139,7 @@ Executor::Executor(const Graph& graph) : m_impl(std::make_unique<Impl>(graph)) {
 Executor::~Executor() = default;
 
 const Graph& Executor::graph() const { return m_impl->graph; }
+const ExecutorOptions& Executor::options() const { return m_impl->options; }
 
 std::span<Parameter> Executor::parameters() { return m_impl->parameters; }
 std::span<const Parameter> Executor::parameters() const { return m_impl->parameters; }
@@ -902,7 +1184,11 @@ Tensor Executor::forward(const Tensor& input, Mode mode) {
         if (node.kind == OpKind::Input) continue;
         inputs.clear();
         for (int i : node.inputs) inputs.push_back(impl.outputs[static_cast<std::size_t>(i)]);
+        // oneDNN's CPU stream runs each primitive to completion in this thread, so wall time per node is exact.
+        const auto start = std::chrono::steady_clock::now();
         impl.kernels[static_cast<std::size_t>(node.id)]->forward(inputs, impl.outputs[static_cast<std::size_t>(node.id)], mode);
+        impl.timings[static_cast<std::size_t>(node.id)].forward_seconds =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     }
     const auto output_id = static_cast<std::size_t>(impl.graph.output_node());
     Tensor result = Tensor::empty(nodes[output_id].output_shape, DType::F32);
@@ -928,6 +1214,7 @@ void Executor::backward(const Tensor& output_gradient) {
         if (node.kind == OpKind::Input) continue;
         inputs.clear();
         for (int i : node.inputs) inputs.push_back(impl.outputs[static_cast<std::size_t>(i)]);
+        const auto start = std::chrono::steady_clock::now();
         impl.kernels[n]->backward(inputs, impl.outputs[n], impl.gradients[n], impl.diff_targets[n]);
         for (std::size_t slot = 0; slot < node.inputs.size(); ++slot) {
             if (!impl.diff_is_scratch[n][slot]) continue;
@@ -936,6 +1223,7 @@ void Executor::backward(const Tensor& output_gradient) {
                                                              {DNNL_ARG_SRC_1, impl.diff_targets[n][slot]},
                                                              {DNNL_ARG_DST, impl.gradients[producer]}});
         }
+        impl.timings[n].backward_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     }
     cpu_stream().wait();
 }
@@ -950,6 +1238,8 @@ Tensor Executor::activation_gradient(int node) const {
     TESSERA_CHECK(n.kind != OpKind::Input, "the graph input has no gradient (it is data, not a parameter)");
     return ops::to_plain_tensor(m_impl->gradients[static_cast<std::size_t>(node)]);
 }
+
+std::span<const NodeTiming> Executor::timings() const { return m_impl->timings; }
 
 std::int64_t Executor::workspace_bytes() const {
     std::int64_t bytes = 0;

@@ -22,14 +22,30 @@ namespace tessera::graph {
 
 enum class Mode { Train, Eval };
 
+// Arithmetic of the compiled graph. BF16: convolutions compute in bfloat16 with f32 master weights and
+// f32 weight gradients; activations between them are bf16. The first layer (it reads the f32 input)
+// and the output layer's result stay f32, as mixed-precision training keeps them.
+enum class Precision { F32, BF16 };
+
+struct ExecutorOptions {
+    Precision precision = Precision::F32;
+};
+
+// Host time of each node in the last forward and backward pass (seconds).
+struct NodeTiming {
+    double forward_seconds = 0;
+    double backward_seconds = 0;
+};
+
 class Executor {
 public:
-    explicit Executor(const Graph& graph);
+    explicit Executor(const Graph& graph, ExecutorOptions options = {});
     ~Executor();
     Executor(const Executor&) = delete;
     Executor& operator=(const Executor&) = delete;
 
     const Graph& graph() const;
+    const ExecutorOptions& options() const;
 
     // He-normal weights, ones/zeros for BN, zeros for biases; the same seed gives the same bits.
     void initialize_parameters(std::uint64_t seed);
@@ -46,6 +62,8 @@ public:
     // Plain copies of a node's forward value and (after backward) the gradient w.r.t. it.
     Tensor activation(int node) const;
     Tensor activation_gradient(int node) const;
+
+    std::span<const NodeTiming> timings() const;  // one per node, in graph order
 
     // Bytes held by the compiled graph: activations, gradients, workspaces, reordered copies.
     std::int64_t workspace_bytes() const;

@@ -21,6 +21,8 @@ Shape to_shape(const dnnl::memory::dims& dims);
 dnnl::memory::format_tag plain_format(std::size_t rank);
 dnnl::memory::desc plain_desc(const Shape& shape, dnnl::memory::data_type type = dnnl::memory::data_type::f32);
 dnnl::memory::desc any_desc(const Shape& shape, dnnl::memory::data_type type = dnnl::memory::data_type::f32);
+// [N, C, (D,) H, W] stored with channels innermost (nhwc / ndhwc).
+dnnl::memory::desc channels_last_desc(const Shape& shape, dnnl::memory::data_type type = dnnl::memory::data_type::f32);
 dnnl::memory::data_type to_dnnl(DType dtype);
 
 // A oneDNN memory over the tensor's storage (which must be contiguous); no copy.

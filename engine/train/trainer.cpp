@@ -16,7 +16,7 @@ Trainer::Trainer(graph::Graph graph, TrainerConfig config)
     : m_graph(std::move(graph)), m_config(std::move(config)) {
     validate(m_config.optimizer);
     validate(m_config.schedule);
-    m_executor = std::make_unique<graph::Executor>(m_graph);
+    m_executor = std::make_unique<graph::Executor>(m_graph, graph::ExecutorOptions{m_config.precision});
     m_executor->initialize_parameters(m_config.seed);
     m_optimizer = make_optimizer(m_config.optimizer);
     m_schedule = make_schedule(m_config.schedule);

@@ -31,6 +31,7 @@ struct TrainerConfig {
     LossKind loss = LossKind::SoftmaxCrossEntropy;
     loss::CrossEntropyOptions cross_entropy;
     bool dice_excludes_background = false;
+    graph::Precision precision = graph::Precision::F32;
     std::uint64_t seed = 1;  // weight initialisation
 };
 
