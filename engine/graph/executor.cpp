@@ -1011,6 +1011,7 @@ struct Executor::Impl {
     std::vector<std::vector<memory>> diff_targets;
     std::vector<std::vector<bool>> diff_is_scratch;
     std::vector<dnnl::binary> accumulate;  // per node: gradient += scratch
+
     Copy output_to_plain;
     Copy plain_to_output_gradient;
     Copy plain_to_input;
@@ -1018,6 +1019,13 @@ struct Executor::Impl {
     std::vector<NodeTiming> timings;
 
     Impl(const Graph& g, ExecutorOptions o) : graph(g), options(o) {}
+
+    // Rounds a node's value (or its gradient) to f16 and back, in place; any layout (padding included).
+    static void round_through_half(std::size_t, const memory& value) {
+        TESSERA_ASSERT(value.get_desc().data_type() == memory::data_type::f32, "f16 emulation runs on f32 buffers");
+        ops::round_to_half(static_cast<float*>(value.get_data_handle()),
+                           static_cast<std::int64_t>(value.get_desc().get_size() / sizeof(float)));
+    }
 };
 
 Executor::Executor(const Graph& graph, ExecutorOptions options) : m_impl(std::make_unique<Impl>(graph, options)) {
@@ -1138,6 +1146,7 @@ Executor::Executor(const Graph& graph, ExecutorOptions options) : m_impl(std::ma
 
 Executor::~Executor() = default;
 
+
 const Graph& Executor::graph() const { return m_impl->graph; }
 const ExecutorOptions& Executor::options() const { return m_impl->options; }
 
@@ -1187,6 +1196,9 @@ Tensor Executor::forward(const Tensor& input, Mode mode) {
         // oneDNN's CPU stream runs each primitive to completion in this thread, so wall time per node is exact.
         const auto start = std::chrono::steady_clock::now();
         impl.kernels[static_cast<std::size_t>(node.id)]->forward(inputs, impl.outputs[static_cast<std::size_t>(node.id)], mode);
+        if (impl.options.precision == Precision::F16) {
+            impl.round_through_half(static_cast<std::size_t>(node.id), impl.outputs[static_cast<std::size_t>(node.id)]);
+        }
         impl.timings[static_cast<std::size_t>(node.id)].forward_seconds =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     }
@@ -1208,6 +1220,8 @@ void Executor::backward(const Tensor& output_gradient) {
                                                           << shape_to_string(output_gradient.shape()));
     const Tensor dense_gradient = output_gradient.contiguous();
     impl.plain_to_output_gradient(ops::wrap(dense_gradient), impl.gradients[output_id]);
+    const bool half = impl.options.precision == Precision::F16;
+    if (half) impl.round_through_half(output_id, impl.gradients[output_id]);
     std::vector<memory> inputs;
     for (std::size_t n = nodes.size(); n-- > 0;) {
         const Node& node = nodes[n];
@@ -1222,6 +1236,12 @@ void Executor::backward(const Tensor& output_gradient) {
             impl.accumulate[producer].execute(cpu_stream(), {{DNNL_ARG_SRC_0, impl.gradients[producer]},
                                                              {DNNL_ARG_SRC_1, impl.diff_targets[n][slot]},
                                                              {DNNL_ARG_DST, impl.gradients[producer]}});
+        }
+        if (half) {  // every gradient this node produced, once complete (its producers come later)
+            for (int input : node.inputs) {
+                const auto producer = static_cast<std::size_t>(input);
+                if (nodes[producer].kind != OpKind::Input) impl.round_through_half(producer, impl.gradients[producer]);
+            }
         }
         impl.timings[n].backward_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     }

@@ -1,5 +1,6 @@
 #include "ops/dnnl_support.hpp"
 
+#include <immintrin.h>
 #include <omp.h>
 
 namespace tessera::ops {
@@ -74,6 +75,29 @@ Tensor to_plain_tensor(const dnnl::memory& memory) {
     dnnl::reorder(source, plain).execute(cpu_stream(), source, plain);
     cpu_stream().wait();
     return result;
+}
+
+namespace {
+
+__attribute__((target("avx,f16c"))) void round_to_half_f16c(float* values, std::int64_t count) {
+    std::int64_t i = 0;
+#pragma omp parallel for schedule(static)
+    for (std::int64_t block = 0; block < count / 8; ++block) {
+        float* at = values + block * 8;
+        const __m128i half = _mm256_cvtps_ph(_mm256_loadu_ps(at), _MM_FROUND_TO_NEAREST_INT);
+        _mm256_storeu_ps(at, _mm256_cvtph_ps(half));
+    }
+    for (i = count / 8 * 8; i < count; ++i) values[i] = to_float(to_float16(values[i]));
+}
+
+}  // namespace
+
+void round_to_half(float* values, std::int64_t count) {
+    if (__builtin_cpu_supports("f16c")) {
+        round_to_half_f16c(values, count);
+        return;
+    }
+    for (std::int64_t i = 0; i < count; ++i) values[i] = to_float(to_float16(values[i]));
 }
 
 void set_num_threads(int count) {

@@ -30,6 +30,10 @@ dnnl::memory wrap(const Tensor& tensor);
 // Copies a oneDNN memory of any layout into a new plain f32 tensor of its logical shape.
 Tensor to_plain_tensor(const dnnl::memory& memory);
 
+// Rounds every value to the nearest IEEE half and back (overflow → ±inf), in place; F16C when the CPU
+// has it. Emulates half-precision storage on CPUs without half-precision arithmetic.
+void round_to_half(float* values, std::int64_t count);
+
 // Sets the threads oneDNN (OpenMP) uses; 0 leaves the default.
 void set_num_threads(int num_threads);
 int num_threads();

@@ -20,6 +20,7 @@ Trainer::Trainer(graph::Graph graph, TrainerConfig config)
     m_executor->initialize_parameters(m_config.seed);
     m_optimizer = make_optimizer(m_config.optimizer);
     m_schedule = make_schedule(m_config.schedule);
+    m_loss_scaler = make_loss_scaler(m_config.loss_scale);
 }
 
 std::pair<double, Tensor> Trainer::loss_and_gradient(const Tensor& logits, const Tensor& labels) const {
@@ -55,10 +56,22 @@ StepResult Trainer::train_step(const Tensor& images, const Tensor& labels) {
     result.loss = value;
     result.forward_seconds = seconds_since(start);
     start = std::chrono::steady_clock::now();
+    // Loss scaling: the backward pass runs on scale × d loss, so small gradients survive low precision;
+    // weight gradients are divided back before the update, and a step that overflowed is skipped.
+    result.loss_scale = m_loss_scaler->scale();
+    if (result.loss_scale != 1.0) {
+        float* values = gradient.data<float>();
+        const auto scale = static_cast<float>(result.loss_scale);
+        for (std::int64_t i = 0; i < gradient.num_elements(); ++i) values[i] *= scale;
+    }
     m_executor->backward(gradient);
     result.backward_seconds = seconds_since(start);
     start = std::chrono::steady_clock::now();
-    m_optimizer->step(m_executor->parameters(), result.learning_rate);
+    const bool finite = LossScaler::gradients_are_finite(m_executor->parameters());
+    // Unscale with the scale the backward pass used, before update() may change it.
+    if (finite && result.loss_scale != 1.0) m_loss_scaler->unscale(m_executor->parameters());
+    result.applied = m_loss_scaler->update(!finite);
+    if (result.applied) m_optimizer->step(m_executor->parameters(), result.learning_rate);
     result.update_seconds = seconds_since(start);
     ++m_step;
     return result;

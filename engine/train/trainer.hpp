@@ -12,6 +12,7 @@
 #include "graph/executor.hpp"
 #include "loss/cross_entropy.hpp"
 #include "loss/metrics.hpp"
+#include "train/loss_scale.hpp"
 #include "train/optimizer.hpp"
 #include "train/schedule.hpp"
 
@@ -32,6 +33,8 @@ struct TrainerConfig {
     loss::CrossEntropyOptions cross_entropy;
     bool dice_excludes_background = false;
     graph::Precision precision = graph::Precision::F32;
+    // F16 needs it (tiny gradients flush to zero in half precision); Dynamic is the usual choice.
+    LossScaleConfig loss_scale;
     std::uint64_t seed = 1;  // weight initialisation
 };
 
@@ -42,6 +45,8 @@ struct StepResult {
     double forward_seconds = 0;  // host time, forward + loss
     double backward_seconds = 0; // host time, backward
     double update_seconds = 0;   // host time, optimizer
+    double loss_scale = 1;       // the scale this step's backward pass used
+    bool applied = true;         // false: the gradients overflowed, the update was skipped
 };
 
 struct EvalResult {
@@ -62,6 +67,7 @@ public:
     graph::Executor& executor() { return *m_executor; }
     Optimizer& optimizer() { return *m_optimizer; }
     const LearningRateSchedule& schedule() const { return *m_schedule; }
+    LossScaler& loss_scaler() { return *m_loss_scaler; }
     const TrainerConfig& config() const { return m_config; }
 
     // The loss value and d loss / d logits, as train_step computes them.
@@ -73,6 +79,7 @@ private:
     std::unique_ptr<graph::Executor> m_executor;
     std::unique_ptr<Optimizer> m_optimizer;
     std::unique_ptr<LearningRateSchedule> m_schedule;
+    std::unique_ptr<LossScaler> m_loss_scaler;
     std::int64_t m_step = 0;
 };
 

@@ -139,3 +139,55 @@ TEST(Trainer, UNet2DLearnsInBf16) {
     std::printf("U-Net 2D bf16: held-out Dice %.3f\n", dice);
     EXPECT_GE(dice, 0.85);
 }
+
+// Emulated half precision: activations and their gradients overflow past 65504 and flush when tiny.
+// Dynamic loss scaling skips the steps whose gradients overflowed and halves the scale until they fit.
+TEST(Trainer, F16WithDynamicLossScalingSkipsOverflowsAndLearns) {
+    TrainerConfig config;
+    config.optimizer.kind = OptimizerKind::Adam;
+    config.schedule.kind = ScheduleKind::Constant;
+    config.schedule.learning_rate = 3e-3;
+    config.precision = graph::Precision::F16;
+    config.loss_scale.kind = LossScaleKind::Dynamic;
+    config.loss_scale.dynamic.initial_scale = 1 << 24;  // far too large: the first steps must overflow
+    config.loss_scale.dynamic.growth_interval = 50;
+    config.seed = 5;
+    Trainer trainer(model::make_unet({.depth = 3, .base_width = 8, .num_classes = 2}, {8, 1, 32, 32}), config);
+    int skipped = 0;
+    double previous_scale = 0;
+    bool previous_skipped = false;
+    for (int step = 0; step < 200; ++step) {
+        const auto [images, labels] = disks_batch(8, 32, 1000 + static_cast<std::uint64_t>(step));
+        const StepResult result = trainer.train_step(images, labels);
+        if (previous_skipped) {
+            EXPECT_EQ(result.loss_scale, previous_scale / 2) << "step " << step;
+        }
+        previous_skipped = !result.applied;
+        previous_scale = result.loss_scale;
+        if (!result.applied) ++skipped;
+    }
+    EXPECT_GT(skipped, 0);
+    EXPECT_EQ(trainer.loss_scaler().skipped_steps(), skipped);
+    double dice = 0;
+    for (int batch = 0; batch < 2; ++batch) {
+        const auto [images, labels] = disks_batch(8, 32, 900000 + static_cast<std::uint64_t>(batch));
+        dice += trainer.evaluate(images, labels).scores.classes[1].dice / 2;
+    }
+    std::printf("U-Net 2D f16: %d steps skipped, final scale %.0f, held-out Dice %.3f\n", skipped,
+                trainer.loss_scaler().scale(), dice);
+    EXPECT_GE(dice, 0.85);
+}
+
+TEST(Trainer, F16ValuesAreRoundedToHalf) {
+    graph::Graph graph("half");
+    const int x = graph.input({1, 1, 4, 4});
+    graph.set_output(graph.conv(x, 1, ops::ConvAttributes::same(2, 1), "scale"));
+    graph::Executor executor(graph, {.precision = graph::Precision::F16});
+    executor.initialize_parameters(1);
+    executor.parameters()[0].value.fill(1.0);
+    Tensor input = Tensor::full<float>({1, 1, 4, 4}, 1.0f + 1.0f / 4096);  // not representable in f16
+    input.data<float>()[1] = 70000.0f;                                     // past f16's largest finite
+    const Tensor output = executor.forward(input, graph::Mode::Train);
+    EXPECT_EQ(output.data<float>()[0], 1.0f);
+    EXPECT_TRUE(std::isinf(output.data<float>()[1]));
+}
