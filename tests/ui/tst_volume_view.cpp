@@ -322,8 +322,8 @@ private slots:
         // Nothing but the outline and planes when both are off.
         view.setSurfacesVisible(false);
         QVERIFY(view.scene()->shownSurfaceLabels().empty());
-        const QImage empty = view.glWidget()->grabFramebuffer();
-        QVERIFY(centreCoverage(empty) < 0.1);
+        // Retried: on a loaded machine a quick (reduced) frame may still be pending when first grabbed.
+        QTRY_VERIFY_WITH_TIMEOUT(centreCoverage(view.glWidget()->grabFramebuffer()) < 0.1, 5000);
 
         // Clearing the label map removes the surfaces.
         QSignalSpy ready(&view, &VolumeView::surfacesReady);
