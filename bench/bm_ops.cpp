@@ -1,0 +1,565 @@
+// bm_ops: every engine op, forward and forward + backward, at the layer shapes of the U-Nets that
+// bench/peer/tessera_step.cpp trains, so the per-op figures add up to (and explain) a training step.
+//
+//   2D U-Net: depth 4, base width 16, input [4, 1, 256, 256]; widths 16/32/64/128 at 256/128/64/32.
+//   3D U-Net: depth 3, base width 8,  input [1, 1, 64, 64, 64]; widths 8/16/32 at 64/32/16.
+//
+// Names are bm_<op>_<variant>_fwd and bm_<op>_<variant>_fwdbwd. A variant names the channels and the
+// spatial extent of the op's input: conv2d_3x3_c16to32_128 is a 3×3 conv from 16 to 32 channels on
+// [4, 16, 128, 128]; c16 alone means 16 in and 16 out; concat2d_c16x2_256 joins two 16-channel maps.
+//
+// How one op is timed. The Executor runs whole graphs only, and a graph's edges cost something of their
+// own: the input is copied in, the output is reordered to a plain tensor (and its gradient back), and
+// an op fed straight by the graph input computes no input gradient. So each op runs in the graph
+//
+//   input [N, 1, ...] ─┬→ source (3×3 conv, 1 → C) → op        (the op's output dangles)
+//                      └→ max pool by 8 (2D) or 4 (3D) per axis → output    (by less on maps under 8)
+//
+// and, in every iteration right after it, in a baseline graph without the op:
+//
+//   input [N, 1, ...] ─┬→ source (3×3 conv, 1 → C)             (dangles)
+//                      └→ max pool by 8 (2D) or 4 (3D) per axis → output
+//
+// The reported time (manual time) is the difference of the two wall times (at least 1 ns: a tiny op's
+// noisy difference cannot go negative): the op's forward, or its forward and backward, and nothing else. The executor
+// runs every node forward and backward whether or not anything reads it, so a dangling op costs what it costs inside
+// the U-Net, where its consumer's work is that consumer's. The source hands the op an activation in the layout a conv
+// produces (nChw16c and friends; an op that prefers another layout pays its reorder, as in the model) and makes the op
+// compute its input gradient, as every U-Net op except the first conv does; it reads one channel in
+// place, so it is cheap. The output is a pooling of the one-channel input: small, and it needs no
+// gradient. Nobody writes a dangling node's output gradient, so the executors are built while glibc
+// zero-fills allocations (stale floats could be subnormal and slow the kernels; this is checked).
+// Ops with two inputs (add, concat) get two sources. The U-Net's first conv reads the graph input
+// itself, as in the model: no source, and no input gradient. Two ResNet-50 ops, which the U-Net lacks,
+// are timed at ResNet-50's shapes: global average pooling, and dense on [N, F] with ReLUs for the source
+// and the output.
+//
+// Counters: GFLOP/s from Graph::cost (forward, or forward + backward; the backward of an op without an
+// input gradient counts its weight gradient only), over the op's own time; the machine's fp32 FMA peak
+// on 2 threads is about 220–300 GFLOP/s (bench/peer/fma_peak, depending on the load). GB/s for
+// memory-bound ops, from the least traffic the op needs (forward: read the inputs, write the output;
+// backward: read the output gradient and, for ReLU and BN, the saved input, write the input gradients).
+// base_ms: the baseline graph's time; a small op under a large baseline is noisier. Memory-bound ops run
+// for 0.1 s of op time whatever --benchmark_min_time says (see register_all). Losses and optimizers are
+// plain functions and are timed directly. Run with OMP_WAIT_POLICY=PASSIVE, as bench/peer/run.sh does.
+#include "core/random.hpp"
+#include "graph/executor.hpp"
+#include "loss/cross_entropy.hpp"
+#include "loss/dice_loss.hpp"
+#include "model/models.hpp"
+#include "train/optimizer.hpp"
+
+#include <benchmark/benchmark.h>
+#include <malloc.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <initializer_list>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace {
+
+using namespace tessera;
+using graph::Executor;
+using graph::Graph;
+using graph::Mode;
+using graph::OpKind;
+using Clock = std::chrono::steady_clock;
+
+// ---- inputs -------------------------------------------------------------------------------------
+
+Tensor random_tensor(const Shape& shape, std::uint64_t seed) {
+    Tensor tensor = Tensor::empty(shape, DType::F32);
+    SeededRandom random(seed);
+    float* data = tensor.data<float>();
+    for (std::int64_t i = 0; i < tensor.num_elements(); ++i) data[i] = static_cast<float>(random.normal());
+    return tensor;
+}
+
+Tensor random_labels(const Shape& shape, std::int32_t num_classes, std::uint64_t seed) {
+    Tensor labels = Tensor::empty(shape, DType::I32);
+    SeededRandom random(seed);
+    std::int32_t* data = labels.data<std::int32_t>();
+    for (std::int64_t i = 0; i < labels.num_elements(); ++i) {
+        data[i] = static_cast<std::int32_t>(random.uniform() * num_classes);
+    }
+    return labels;
+}
+
+// Joins the parts (GCC 12's -Wrestrict misfires on `"literal" + std::string`).
+std::string cat(std::initializer_list<std::string_view> parts) {
+    std::string result;
+    for (std::string_view part : parts) result.append(part);
+    return result;
+}
+
+double seconds_since(Clock::time_point start) {
+    return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// ---- graph ops ----------------------------------------------------------------------------------
+
+enum class Source {
+    Conv,  // a 3×3 conv 1 → C (per op input): a blocked activation that needs its gradient
+    Relu,  // a ReLU: a plain activation that needs its gradient (dense on [N, F])
+    None,  // the graph input itself: no input gradient (the U-Net's first conv)
+};
+
+// Adds the op under test to `graph`, reading `inputs`; returns the op's node.
+using AddOp = std::function<int(Graph& graph, const std::vector<int>& inputs)>;
+
+struct OpCase {
+    std::string name;  // "conv2d_3x3_c16_256": the benchmark is bm_<name>_fwd / _fwdbwd
+    Shape input;       // [N, C, (D,) H, W] (or [N, F])
+    AddOp add_op;
+    int num_inputs = 1;  // op inputs, each from its own source
+    Source source = Source::Conv;
+    bool memory_bound = false;  // report GB/s
+};
+
+// The op's graph (with_op) or its baseline. Sets *op_node to the op's id in the op's graph.
+Graph make_graph(const OpCase& c, bool with_op, int* op_node) {
+    Graph graph(with_op ? c.name : cat({c.name, "_baseline"}));
+    const int rank = static_cast<int>(c.input.size()) - 2;
+    Shape input_shape = c.input;
+    if (c.source == Source::Conv) input_shape[1] = 1;  // one channel in: cheap to copy in, and read in place
+    const int x = graph.input(input_shape);
+    std::vector<int> sources;
+    for (int i = 0; i < c.num_inputs; ++i) {
+        const std::string name = cat({"source", std::to_string(i)});
+        switch (c.source) {
+            case Source::Conv:
+                sources.push_back(graph.conv(x, c.input[1], ops::ConvAttributes::same(rank, 3), name));
+                break;
+            case Source::Relu:
+                sources.push_back(graph.relu(x, name));
+                break;
+            case Source::None:
+                sources.push_back(x);
+                break;
+        }
+    }
+    if (with_op) *op_node = c.add_op(graph, sources);
+    // The graph's output: a small op on the graph input (which needs no gradient). The op under test, or in
+    // the baseline its sources, dangle: the executor runs every node forward and backward all the same.
+    const std::int64_t factor = std::min<std::int64_t>(rank == 2 ? 8 : 4, input_shape.back());
+    const int output =
+        rank > 0 ? graph.pool(x, ops::PoolAttributes::max_down(rank, factor), "output") : graph.relu(x, "output");
+    graph.set_output(output);
+    return graph;
+}
+
+// A compiled graph with its input and output gradient.
+struct Runner {
+    Graph graph;
+    std::unique_ptr<Executor> executor;
+    Tensor input;
+    Tensor output_gradient;
+
+    explicit Runner(Graph g) : graph(std::move(g)) {
+        executor = std::make_unique<Executor>(graph);
+        executor->initialize_parameters(42);
+        input = random_tensor(graph.node(graph.input_node()).output_shape, 1);
+        output_gradient = random_tensor(graph.node(graph.output_node()).output_shape, 2);
+    }
+
+    // One forward (training mode), and a backward if asked; returns the wall seconds.
+    double run(bool backward) {
+        const auto start = Clock::now();
+        Tensor output = executor->forward(input, Mode::Train);
+        benchmark::DoNotOptimize(output.raw_data());
+        if (backward) executor->backward(output_gradient);
+        return seconds_since(start);
+    }
+};
+
+double elements(const Shape& shape) {
+    return static_cast<double>(num_elements_of(shape));
+}
+
+// The least traffic of the op (f32): see the file comment.
+double op_bytes(const Graph& graph, int op, bool backward) {
+    const graph::Node& node = graph.node(op);
+    double inputs = 0;
+    for (int i : node.inputs) inputs += elements(graph.node(i).output_shape);
+    const double output = elements(node.output_shape);
+    double bytes = 4 * (inputs + output);
+    if (backward) {
+        bytes += 4 * (output + inputs);
+        if (node.kind == OpKind::Relu || node.kind == OpKind::BatchNorm) bytes += 4 * inputs;
+    }
+    return bytes;
+}
+
+// While alive, glibc fills every block it hands out with zeros (M_PERTURB: allocations get the complement
+// of the byte, 0xff → 0x00). The executors are built under it, so the gradients nobody writes (those of
+// the dangling nodes) hold zeros rather than stale floats, which may be subnormal and slow the kernels.
+class ZeroFilledAllocations {
+public:
+    ZeroFilledAllocations() { mallopt(M_PERTURB, 0xff); }
+    ~ZeroFilledAllocations() { mallopt(M_PERTURB, 0); }
+    ZeroFilledAllocations(const ZeroFilledAllocations&) = delete;
+    ZeroFilledAllocations& operator=(const ZeroFilledAllocations&) = delete;
+};
+
+void run_op(benchmark::State& state, const OpCase& c, bool backward) {
+    int op = -1;
+    std::optional<ZeroFilledAllocations> zero_filled(std::in_place);
+    Runner with_op(make_graph(c, true, &op));
+    int unused = -1;
+    Runner baseline(make_graph(c, false, &unused));
+    zero_filled.reset();
+
+    const graph::NodeCost cost = with_op.graph.cost(op);
+    double flops = cost.forward_flops;
+    if (backward) {
+        const graph::Node& node = with_op.graph.node(op);
+        const bool has_input_gradient = with_op.graph.node(node.inputs.front()).kind != OpKind::Input;
+        const bool has_weights =
+            node.kind == OpKind::Conv || node.kind == OpKind::ConvTranspose || node.kind == OpKind::Dense;
+        // Graph::cost counts data and weight gradients (2× forward); without the data gradient, only the weights'.
+        flops += has_weights && !has_input_gradient ? cost.forward_flops : cost.backward_flops;
+    }
+
+    for (int warmup = 0; warmup < 2; ++warmup) {  // first touches of every buffer, oneDNN's lazy setup
+        with_op.run(backward);
+        baseline.run(backward);
+    }
+    if (backward) {
+        // The op dangles, so the gradient its backward reads is a buffer nobody writes: check that it holds
+        // the zeros of ZeroFilledAllocations.
+        const Tensor gradient = with_op.executor->activation_gradient(op);
+        const float* values = gradient.data<float>();
+        const std::int64_t nonzero =
+            std::count_if(values, values + gradient.num_elements(), [](float v) { return v != 0.0f; });
+        if (nonzero > 0) {
+            state.SkipWithError("the dangling op's output gradient is not zero-filled memory");
+            return;
+        }
+    }
+    // Every iteration runs the op's graph and then the baseline; its time is the difference. (Pairs close in
+    // time cancel most of what other processes on the machine do to both.)
+    double baseline_seconds = 0;
+    for (auto _ : state) {
+        const double total = with_op.run(backward);
+        const double base = baseline.run(backward);
+        baseline_seconds += base;
+        state.SetIterationTime(std::max(total - base, 1e-9));
+    }
+    const auto baseline_runs = std::max<benchmark::IterationCount>(state.iterations(), 1);
+    state.counters["base_ms"] = 1e3 * baseline_seconds / static_cast<double>(baseline_runs);
+    if (flops > 0) {
+        state.counters["GFLOP/s"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+    }
+    if (c.memory_bound) {
+        state.counters["GB/s"] = benchmark::Counter(op_bytes(with_op.graph, op, backward) * 1e-9,
+                                                    benchmark::Counter::kIsIterationInvariantRate);
+    }
+}
+
+// ---- the cases ----------------------------------------------------------------------------------
+
+struct Net {
+    const char* dims;  // "2d", "3d"
+    std::int64_t batch;
+    int rank;
+};
+constexpr Net net2d{"2d", 4, 2};
+constexpr Net net3d{"3d", 1, 3};
+
+Shape activation(const Net& net, std::int64_t channels, std::int64_t extent) {
+    Shape shape{net.batch, channels};
+    shape.insert(shape.end(), static_cast<std::size_t>(net.rank), extent);
+    return shape;
+}
+
+std::string kernel_name(int rank, std::int64_t k) {  // "3x3", "3x3x3"
+    std::string name = std::to_string(k);
+    for (int i = 1; i < rank; ++i) name = cat({name, "x", std::to_string(k)});
+    return name;
+}
+
+std::string channels_name(std::int64_t in, std::int64_t out) {
+    return in == out ? cat({"c", std::to_string(in)}) : cat({"c", std::to_string(in), "to", std::to_string(out)});
+}
+
+OpCase conv_case(const Net& net, std::int64_t in, std::int64_t out, std::int64_t extent, std::int64_t kernel = 3,
+                 bool reads_graph_input = false, bool bias = false) {
+    OpCase c;
+    c.name = cat({"conv", net.dims, "_", kernel_name(net.rank, kernel), "_", channels_name(in, out), "_",
+                  std::to_string(extent)});
+    c.input = activation(net, in, extent);
+    if (reads_graph_input) c.source = Source::None;
+    const int rank = net.rank;
+    c.add_op = [rank, out, kernel, bias](Graph& graph, const std::vector<int>& inputs) {
+        ops::ConvAttributes attributes = ops::ConvAttributes::same(rank, kernel);
+        attributes.has_bias = bias;
+        return graph.conv(inputs[0], out, attributes, "op");
+    };
+    return c;
+}
+
+OpCase conv_transpose_case(const Net& net, std::int64_t in, std::int64_t out, std::int64_t extent) {
+    OpCase c;
+    c.name = cat({"conv_transpose", net.dims, "_k2s2_", channels_name(in, out), "_", std::to_string(extent)});
+    c.input = activation(net, in, extent);
+    const int rank = net.rank;
+    c.add_op = [rank, out](Graph& graph, const std::vector<int>& inputs) {
+        ops::ConvTransposeAttributes attributes = ops::ConvTransposeAttributes::upsample(rank);
+        attributes.has_bias = true;  // as the U-Net's upconvs
+        return graph.conv_transpose(inputs[0], out, attributes, "op");
+    };
+    return c;
+}
+
+OpCase max_pool_case(const Net& net, std::int64_t channels, std::int64_t extent) {
+    OpCase c;
+    c.name = cat({"max_pool", net.dims, "_k2_c", std::to_string(channels), "_", std::to_string(extent)});
+    c.input = activation(net, channels, extent);
+    c.memory_bound = true;
+    const int rank = net.rank;
+    c.add_op = [rank](Graph& graph, const std::vector<int>& inputs) {
+        return graph.pool(inputs[0], ops::PoolAttributes::max_down(rank), "op");
+    };
+    return c;
+}
+
+OpCase batch_norm_case(const Net& net, std::int64_t channels, std::int64_t extent) {
+    OpCase c;
+    c.name = cat({"batch_norm", net.dims, "_relu_c", std::to_string(channels), "_", std::to_string(extent)});
+    c.input = activation(net, channels, extent);
+    c.memory_bound = true;
+    c.add_op = [](Graph& graph, const std::vector<int>& inputs) {
+        return graph.batch_norm(inputs[0], {.fuse_relu = true}, "op");
+    };
+    return c;
+}
+
+OpCase concat_case(const Net& net, std::int64_t channels, std::int64_t extent) {
+    OpCase c;
+    c.name = cat({"concat", net.dims, "_c", std::to_string(channels), "x2_", std::to_string(extent)});
+    c.input = activation(net, channels, extent);
+    c.num_inputs = 2;
+    c.memory_bound = true;
+    c.add_op = [](Graph& graph, const std::vector<int>& inputs) { return graph.concat(inputs, "op"); };
+    return c;
+}
+
+OpCase relu_case(const Net& net, std::int64_t channels, std::int64_t extent) {
+    OpCase c;
+    c.name = cat({"relu", net.dims, "_c", std::to_string(channels), "_", std::to_string(extent)});
+    c.input = activation(net, channels, extent);
+    c.memory_bound = true;
+    c.add_op = [](Graph& graph, const std::vector<int>& inputs) { return graph.relu(inputs[0], "op"); };
+    return c;
+}
+
+OpCase add_case(const Net& net, std::int64_t channels, std::int64_t extent) {
+    OpCase c;
+    c.name = cat({"add", net.dims, "_c", std::to_string(channels), "_", std::to_string(extent)});
+    c.input = activation(net, channels, extent);
+    c.num_inputs = 2;
+    c.memory_bound = true;
+    c.add_op = [](Graph& graph, const std::vector<int>& inputs) { return graph.add(inputs[0], inputs[1], "op"); };
+    return c;
+}
+
+// Not in the U-Net: ResNet-50's global average pooling, [32, 2048, 7, 7] → [32, 2048].
+OpCase global_average_pool_case() {
+    OpCase c;
+    c.name = "global_avg_pool2d_c2048_7_n32";
+    c.input = {32, 2048, 7, 7};
+    c.memory_bound = true;
+    c.add_op = [](Graph& graph, const std::vector<int>& inputs) { return graph.global_average_pool(inputs[0], "op"); };
+    return c;
+}
+
+// Not in the U-Net: a ResNet-50 classifier head, [32, 2048] → [32, 1000].
+OpCase dense_case() {
+    OpCase c;
+    c.name = "dense_2048to1000_n32";
+    c.input = {32, 2048};
+    c.source = Source::Relu;
+    c.add_op = [](Graph& graph, const std::vector<int>& inputs) { return graph.dense(inputs[0], 1000, "op"); };
+    return c;
+}
+
+std::vector<OpCase> op_cases() {
+    std::vector<OpCase> cases;
+    // 2D U-Net, in the order a training step runs them (forward).
+    cases.push_back(conv_case(net2d, 1, 16, 256, 3, /*reads_graph_input*/ true));
+    cases.push_back(conv_case(net2d, 16, 16, 256));
+    cases.push_back(conv_case(net2d, 16, 32, 128));
+    cases.push_back(conv_case(net2d, 32, 32, 128));
+    cases.push_back(conv_case(net2d, 32, 64, 64));
+    cases.push_back(conv_case(net2d, 64, 64, 64));
+    cases.push_back(conv_case(net2d, 64, 128, 32));
+    cases.push_back(conv_case(net2d, 128, 128, 32));
+    cases.push_back(conv_case(net2d, 128, 64, 64));  // decoder: after the concat
+    cases.push_back(conv_case(net2d, 64, 32, 128));
+    cases.push_back(conv_case(net2d, 32, 16, 256));
+    cases.push_back(conv_case(net2d, 16, 2, 256, 1, false, /*bias*/ true));  // head
+    cases.push_back(conv_transpose_case(net2d, 128, 64, 32));
+    cases.push_back(conv_transpose_case(net2d, 64, 32, 64));
+    cases.push_back(conv_transpose_case(net2d, 32, 16, 128));
+    cases.push_back(batch_norm_case(net2d, 16, 256));
+    cases.push_back(batch_norm_case(net2d, 32, 128));
+    cases.push_back(batch_norm_case(net2d, 64, 64));
+    cases.push_back(batch_norm_case(net2d, 128, 32));
+    cases.push_back(max_pool_case(net2d, 16, 256));
+    cases.push_back(max_pool_case(net2d, 32, 128));
+    cases.push_back(max_pool_case(net2d, 64, 64));
+    cases.push_back(concat_case(net2d, 16, 256));
+    cases.push_back(concat_case(net2d, 32, 128));
+    cases.push_back(concat_case(net2d, 64, 64));
+    // Ops the U-Net with BN does not use, at its largest activation.
+    cases.push_back(relu_case(net2d, 16, 256));
+    cases.push_back(add_case(net2d, 16, 256));
+    cases.push_back(global_average_pool_case());
+    cases.push_back(dense_case());
+    // 3D U-Net.
+    cases.push_back(conv_case(net3d, 1, 8, 64, 3, /*reads_graph_input*/ true));
+    cases.push_back(conv_case(net3d, 8, 8, 64));
+    cases.push_back(conv_case(net3d, 8, 16, 32));
+    cases.push_back(conv_case(net3d, 16, 16, 32));
+    cases.push_back(conv_case(net3d, 16, 32, 16));
+    cases.push_back(conv_case(net3d, 32, 32, 16));
+    cases.push_back(conv_case(net3d, 32, 16, 32));  // decoder: after the concat
+    cases.push_back(conv_case(net3d, 16, 8, 64));
+    cases.push_back(conv_case(net3d, 8, 2, 64, 1, false, /*bias*/ true));  // head
+    cases.push_back(conv_transpose_case(net3d, 32, 16, 16));
+    cases.push_back(conv_transpose_case(net3d, 16, 8, 32));
+    cases.push_back(batch_norm_case(net3d, 8, 64));
+    cases.push_back(batch_norm_case(net3d, 16, 32));
+    cases.push_back(batch_norm_case(net3d, 32, 16));
+    cases.push_back(max_pool_case(net3d, 8, 64));
+    cases.push_back(max_pool_case(net3d, 16, 32));
+    cases.push_back(concat_case(net3d, 8, 64));
+    cases.push_back(concat_case(net3d, 16, 32));
+    return cases;
+}
+
+// ---- losses: value and gradient in one call, on the U-Nets' logits ----------------------------
+
+enum class LossKind { CrossEntropy, Dice };
+
+void run_loss(benchmark::State& state, LossKind kind, const Shape& logits_shape) {
+    const Tensor logits = random_tensor(logits_shape, 3);
+    Shape label_shape{logits_shape[0]};
+    label_shape.insert(label_shape.end(), logits_shape.begin() + 2, logits_shape.end());
+    const Tensor labels = random_labels(label_shape, static_cast<std::int32_t>(logits_shape[1]), 4);
+    for (auto _ : state) {
+        if (kind == LossKind::CrossEntropy) {
+            loss::CrossEntropyResult result = loss::softmax_cross_entropy(logits, labels);
+            benchmark::DoNotOptimize(result.gradient.raw_data());
+        } else {
+            loss::DiceLossResult result = loss::dice_loss(logits, labels);
+            benchmark::DoNotOptimize(result.gradient.raw_data());
+        }
+    }
+    // Read the logits and labels, write the gradient.
+    const double bytes = 4 * (2 * elements(logits_shape) + elements(label_shape));
+    state.counters["GB/s"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+    state.counters["Gvoxel/s"] =
+        benchmark::Counter(elements(label_shape) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// ---- optimizers: one step over a parameter list -------------------------------------------------
+
+std::vector<Parameter> make_parameters(const std::vector<Shape>& shapes) {
+    std::vector<Parameter> parameters;
+    for (std::size_t i = 0; i < shapes.size(); ++i) {
+        parameters.push_back(
+            {cat({"p", std::to_string(i)}), random_tensor(shapes[i], 5 + i), random_tensor(shapes[i], 1000 + i), true});
+    }
+    return parameters;
+}
+
+std::vector<Shape> unet2d_parameter_shapes() {
+    const Graph unet = model::make_unet({.depth = 4, .base_width = 16, .num_classes = 2}, {4, 1, 256, 256});
+    std::vector<Shape> shapes;
+    for (const graph::ParameterSpec& spec : unet.parameters()) shapes.push_back(spec.shape);
+    return shapes;
+}
+
+// Per element, SGD with momentum (v = μv + g, w −= lr·v) is 4 FLOPs and reads w, g, v and writes w, v
+// (20 bytes); Adam's update is about 12 FLOPs (a sqrt and a divide among them) and reads w, g, m, s and
+// writes w, m, s (28 bytes). The optimizers' loops are single-threaded.
+void run_optimizer(benchmark::State& state, train::OptimizerKind kind, const std::vector<Shape>& shapes) {
+    std::vector<Parameter> parameters = make_parameters(shapes);
+    auto optimizer = train::make_optimizer({.kind = kind, .momentum = 0.9});
+    optimizer->step(parameters, 1e-6);  // creates the slots
+    double count = 0;
+    for (const Shape& shape : shapes) count += elements(shape);
+    for (auto _ : state) {
+        optimizer->step(parameters, 1e-6);
+        benchmark::ClobberMemory();
+    }
+    const bool sgd = kind == train::OptimizerKind::Sgd;
+    state.counters["params"] = count;
+    state.counters["GFLOP/s"] =
+        benchmark::Counter((sgd ? 4 : 12) * count * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+    state.counters["GB/s"] =
+        benchmark::Counter((sgd ? 20 : 28) * count * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// ---- registration -------------------------------------------------------------------------------
+
+bool register_all() {
+    for (const OpCase& c : op_cases()) {
+        for (const bool backward : {false, true}) {
+            const std::string name = cat({"bm_", c.name, backward ? "_fwdbwd" : "_fwd"});
+            auto* bm = benchmark::RegisterBenchmark(
+                name.c_str(), [c, backward](benchmark::State& state) { run_op(state, c, backward); });
+            bm->UseManualTime()->Unit(benchmark::kMillisecond);
+            // Memory-bound ops are small next to their baseline (several times the op's time per iteration):
+            // 0.1 s of op time is hundreds of runs, and keeps the whole program near two minutes.
+            if (c.memory_bound) bm->MinTime(0.1);
+        }
+    }
+    const struct {
+        const char* name;
+        LossKind kind;
+        Shape logits;
+    } losses[] = {
+        {"bm_softmax_cross_entropy2d_c2_256", LossKind::CrossEntropy, {4, 2, 256, 256}},
+        {"bm_dice_loss2d_c2_256", LossKind::Dice, {4, 2, 256, 256}},
+        {"bm_softmax_cross_entropy3d_c2_64", LossKind::CrossEntropy, {1, 2, 64, 64, 64}},
+        {"bm_dice_loss3d_c2_64", LossKind::Dice, {1, 2, 64, 64, 64}},
+    };
+    for (const auto& l : losses) {
+        const LossKind kind = l.kind;
+        const Shape logits = l.logits;
+        benchmark::RegisterBenchmark(l.name, [kind, logits](benchmark::State& state) { run_loss(state, kind, logits); })
+            ->UseRealTime()
+            ->Unit(benchmark::kMillisecond);
+    }
+    const std::vector<Shape> one_million{{1024, 1024}};
+    const std::vector<Shape> unet2d = unet2d_parameter_shapes();
+    benchmark::RegisterBenchmark(
+        "bm_sgd_momentum_1M",
+        [one_million](benchmark::State& state) { run_optimizer(state, train::OptimizerKind::Sgd, one_million); })
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark(
+        "bm_sgd_momentum_unet2d",
+        [unet2d](benchmark::State& state) { run_optimizer(state, train::OptimizerKind::Sgd, unet2d); })
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark(
+        "bm_adam_1M",
+        [one_million](benchmark::State& state) { run_optimizer(state, train::OptimizerKind::Adam, one_million); })
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
+    return true;
+}
+
+[[maybe_unused]] const bool registered = register_all();
+
+}  // namespace
