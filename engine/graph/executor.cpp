@@ -1065,12 +1065,16 @@ Executor::Executor(const Graph& graph, ExecutorOptions options) : m_impl(std::ma
             in.needs_gradient.push_back(nodes[static_cast<std::size_t>(input)].kind != OpKind::Input);
             input_shapes.push_back(nodes[static_cast<std::size_t>(input)].output_shape);
         }
-        // Convolutions compute in bf16 in BF16 mode, but the first (it reads the f32 input) stays f32 and
-        // the output layer writes f32 logits. Every other op follows the type of what it is given.
+        // Convolutions compute in bf16 in BF16 mode, but the first (it reads the f32 input) stays f32, as
+        // do layers with fewer than 16 channels (they cannot fill a bf16 block: oneDNN's bf16 kernels
+        // for them, and the batch norms after them, are reference code), and the output layer writes
+        // f32 logits. Every other op follows the type of what it is given.
         const bool reads_graph_input = nodes[static_cast<std::size_t>(node.inputs[0])].kind == OpKind::Input;
-        const memory::data_type compute = impl.options.precision == Precision::BF16 && !reads_graph_input
-                                              ? memory::data_type::bf16
-                                              : memory::data_type::f32;
+        const bool narrow = std::min(input_shapes[0].size() > 1 ? input_shapes[0][1] : 0,
+                                     node.output_shape.size() > 1 ? node.output_shape[1] : 0) < 16;
+        const memory::data_type compute =
+            impl.options.precision == Precision::BF16 && !reads_graph_input && !narrow ? memory::data_type::bf16
+                                                                                       : memory::data_type::f32;
         const memory::data_type output_type = node.id == graph.output_node() ? memory::data_type::f32 : compute;
         std::unique_ptr<Kernel> kernel;
         try {

@@ -23,8 +23,9 @@ namespace tessera::graph {
 enum class Mode { Train, Eval };
 
 // Arithmetic of the compiled graph. BF16: convolutions compute in bfloat16 with f32 master weights and
-// f32 weight gradients; activations between them are bf16. The first layer (it reads the f32 input)
-// and the output layer's result stay f32, as mixed-precision training keeps them.
+// f32 weight gradients; activations between them are bf16. The first layer (it reads the f32 input),
+// layers narrower than 16 channels and the output layer's result stay f32, as mixed-precision
+// training keeps them.
 // F16: the range and precision of IEEE half, emulated (CPUs without AVX512-FP16 have no f16
 // convolutions): every activation and activation gradient is rounded to f16 after its op, so values
 // past 65504 overflow to inf and tiny gradients flush — what loss scaling exists to handle. Weights
