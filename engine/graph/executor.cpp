@@ -104,178 +104,36 @@ memory::desc optional_bias_desc(const Parameter* bias) {
     return bias ? ops::plain_desc(bias->value.shape()) : memory::desc();
 }
 
-// ---- convolution ----------------------------------------------------------------------------
+// ---- convolution and transposed convolution -------------------------------------------------
 
-class ConvKernel final : public Kernel {
+// A windowed op with weights: oneDNN's convolution and deconvolution families share one shape —
+// forward, backward-data and backward-weights primitives, the input kept in the forward layout for
+// the weights gradient, f32 master weights reordered into each primitive's layout.
+template <class Forward, class BackwardData, class BackwardWeights>
+class WeightedWindowKernel final : public Kernel {
 public:
-    ConvKernel(const Node& node, const Shape& input_shape, const KernelInputs& in, Parameter* weight, Parameter* bias,
-               memory::data_type compute, memory::data_type output_type)
-        : m_weight(weight), m_bias(bias), m_needs_diff_input(in.needs_gradient[0]) {
-        const ops::ConvAttributes& a = node.conv;
-        const auto strides = to_dims(a.stride);
-        const auto dilates = minus_one(a.dilation);
-        const auto pad_l = to_dims(a.pad_begin);
-        const auto pad_r = to_dims(a.pad_end);
-        // Layers with fewer than 16 channels (a 3D U-Net's first level) run best channels-last: the blocked
-        // layouts oneDNN picks pad them to 16 and its backward-weights falls back to a slow gemm. A
-        // 1-channel input stays 'any' (channels-last there selects a reference kernel).
-        const std::int64_t in_channels = input_shape[1], out_channels = node.output_shape[1];
-        const bool channels_last = in_channels > 1 && std::min(in_channels, out_channels) < 16;
-        const memory::desc src_any = channels_last ? ops::channels_last_desc(input_shape, compute)
-                                                       : ops::any_desc(input_shape, compute);
-        const memory::desc weights_any = ops::any_desc(weight->value.shape(), compute);
-        const memory::desc dst_any = channels_last ? ops::channels_last_desc(node.output_shape, output_type)
-                                                   : ops::any_desc(node.output_shape, output_type);
-        // Gradients flow in the compute type; weight gradients are always f32 (they update f32 masters).
-        const memory::desc diff_dst_any = channels_last ? ops::channels_last_desc(node.output_shape, compute)
-                                                        : ops::any_desc(node.output_shape, compute);
-        const memory::desc diff_weights_any = ops::any_desc(weight->value.shape());
-        const memory::desc weights_plain = ops::plain_desc(weight->value.shape());
-
-        m_forward_pd = dnnl::convolution_forward::primitive_desc(
-            dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
-                                            src_any, weights_any, optional_bias_desc(bias), dst_any, strides, dilates,
-                                            pad_l, pad_r),
-            cpu_engine());
-        m_forward = dnnl::convolution_forward(m_forward_pd);
+    WeightedWindowKernel(const KernelInputs& in, Parameter* weight, Parameter* bias, memory::desc weights_plain,
+                         const typename Forward::desc& forward, const typename BackwardData::desc& backward_data,
+                         const typename BackwardWeights::desc& backward_weights)
+        : m_weight(weight), m_bias(bias), m_needs_diff_input(in.needs_gradient[0]), m_weights_plain(weights_plain) {
+        m_forward_pd = typename Forward::primitive_desc(forward, cpu_engine());
+        m_forward = Forward(m_forward_pd);
         m_output_desc = m_forward_pd.dst_desc();
         m_src = Converted(in.descs[0], m_forward_pd.src_desc());
-        m_forward_weights = Converted(weights_plain, m_forward_pd.weights_desc());
-
+        m_forward_weights = Converted(m_weights_plain, m_forward_pd.weights_desc());
         if (m_needs_diff_input) {
-            m_backward_data_pd = dnnl::convolution_backward_data::primitive_desc(
-                dnnl::convolution_backward_data::desc(dnnl::algorithm::convolution_direct, src_any, weights_any,
-                                                      diff_dst_any, strides, dilates, pad_l, pad_r),
-                cpu_engine(), m_forward_pd);
-            m_backward_data = dnnl::convolution_backward_data(m_backward_data_pd);
-            m_backward_data_weights = Converted(weights_plain, m_backward_data_pd.weights_desc());
+            m_backward_data_pd = typename BackwardData::primitive_desc(backward_data, cpu_engine(), m_forward_pd);
+            m_backward_data = BackwardData(m_backward_data_pd);
+            m_backward_data_weights = Converted(m_weights_plain, m_backward_data_pd.weights_desc());
             m_backward_data_diff_dst = Converted(m_output_desc, m_backward_data_pd.diff_dst_desc());
             m_diff_src = Staged(m_backward_data_pd.diff_src_desc(), in.descs[0]);
         }
-        m_backward_weights_pd = dnnl::convolution_backward_weights::primitive_desc(
-            dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, src_any, diff_weights_any,
-                                                     optional_bias_desc(bias), diff_dst_any, strides, dilates, pad_l,
-                                                     pad_r),
-            cpu_engine(), m_forward_pd);
-        m_backward_weights = dnnl::convolution_backward_weights(m_backward_weights_pd);
+        m_backward_weights_pd = typename BackwardWeights::primitive_desc(backward_weights, cpu_engine(), m_forward_pd);
+        m_backward_weights = BackwardWeights(m_backward_weights_pd);
         m_backward_weights_src = Converted(m_forward_pd.src_desc(), m_backward_weights_pd.src_desc());
         m_backward_weights_diff_dst = Converted(m_output_desc, m_backward_weights_pd.diff_dst_desc());
-        m_diff_weights = Staged(m_backward_weights_pd.diff_weights_desc(), weights_plain);
+        m_diff_weights = Staged(m_backward_weights_pd.diff_weights_desc(), m_weights_plain);
         if (bias) m_diff_bias = Staged(m_backward_weights_pd.diff_bias_desc(), ops::plain_desc(bias->value.shape()));
-    }
-
-    void forward(const std::vector<memory>& inputs, const memory& output, Mode) override {
-        m_last_src = m_src(inputs[0]);
-        std::unordered_map<int, memory> args{{DNNL_ARG_SRC, m_last_src},
-                                             {DNNL_ARG_WEIGHTS, m_forward_weights(ops::wrap(m_weight->value))},
-                                             {DNNL_ARG_DST, output}};
-        if (m_bias) args[DNNL_ARG_BIAS] = ops::wrap(m_bias->value);
-        m_forward.execute(cpu_stream(), args);
-    }
-
-    void backward(const std::vector<memory>&, const memory&, const memory& diff_output,
-                  const std::vector<memory>& diff_inputs) override {
-        const memory weight_gradient = ops::wrap(m_weight->gradient);
-        std::unordered_map<int, memory> args{{DNNL_ARG_SRC, m_backward_weights_src(m_last_src)},
-                                             {DNNL_ARG_DIFF_DST, m_backward_weights_diff_dst(diff_output)},
-                                             {DNNL_ARG_DIFF_WEIGHTS, m_diff_weights.destination(weight_gradient)}};
-        memory bias_gradient;
-        if (m_bias) {
-            bias_gradient = ops::wrap(m_bias->gradient);
-            args[DNNL_ARG_DIFF_BIAS] = m_diff_bias.destination(bias_gradient);
-        }
-        m_backward_weights.execute(cpu_stream(), args);
-        m_diff_weights.finish(weight_gradient);
-        if (m_bias) m_diff_bias.finish(bias_gradient);
-
-        if (m_needs_diff_input) {
-            const memory& target = diff_inputs[0];
-            m_backward_data.execute(cpu_stream(),
-                                    {{DNNL_ARG_DIFF_DST, m_backward_data_diff_dst(diff_output)},
-                                     {DNNL_ARG_WEIGHTS, m_backward_data_weights(ops::wrap(m_weight->value))},
-                                     {DNNL_ARG_DIFF_SRC, m_diff_src.destination(target)}});
-            m_diff_src.finish(target);
-        }
-    }
-
-    std::int64_t bytes() const override {
-        return m_src.bytes() + m_forward_weights.bytes() + m_backward_data_weights.bytes() +
-               m_backward_data_diff_dst.bytes() + m_diff_src.bytes() + m_backward_weights_src.bytes() +
-               m_backward_weights_diff_dst.bytes() + m_diff_weights.bytes() + m_diff_bias.bytes();
-    }
-
-private:
-    Parameter* m_weight;
-    Parameter* m_bias;
-    bool m_needs_diff_input;
-    dnnl::convolution_forward::primitive_desc m_forward_pd;
-    dnnl::convolution_forward m_forward;
-    dnnl::convolution_backward_data::primitive_desc m_backward_data_pd;
-    dnnl::convolution_backward_data m_backward_data;
-    dnnl::convolution_backward_weights::primitive_desc m_backward_weights_pd;
-    dnnl::convolution_backward_weights m_backward_weights;
-    Converted m_src, m_forward_weights, m_backward_data_weights, m_backward_data_diff_dst, m_backward_weights_src,
-        m_backward_weights_diff_dst;
-    Staged m_diff_src, m_diff_weights, m_diff_bias;
-    memory m_last_src;  // the input in the forward primitive's layout, kept for the weights gradient
-};
-
-// ---- transposed convolution -----------------------------------------------------------------
-
-memory::desc transposed_weights_plain(const Shape& weight_shape) {
-    // Our weights are [C_in, C_out, k...]; oneDNN's deconvolution names dims [C_out, C_in, k...], and the
-    // io(d)hw tags describe exactly our physical order.
-    memory::dims dims = ops::to_dims(weight_shape);
-    std::swap(dims[0], dims[1]);
-    return memory::desc(dims, memory::data_type::f32,
-                        weight_shape.size() == 5 ? memory::format_tag::iodhw : memory::format_tag::iohw);
-}
-
-class ConvTransposeKernel final : public Kernel {
-public:
-    ConvTransposeKernel(const Node& node, const Shape& input_shape, const KernelInputs& in, Parameter* weight,
-                        Parameter* bias, memory::data_type compute, memory::data_type output_type)
-        : m_weight(weight), m_bias(bias), m_needs_diff_input(in.needs_gradient[0]) {
-        const ops::ConvTransposeAttributes& a = node.conv_transpose;
-        const auto strides = to_dims(a.stride);
-        const memory::dims zeros(a.kernel.size(), 0);
-        const memory::desc src_any = ops::any_desc(input_shape, compute);
-        const memory::desc weights_plain = transposed_weights_plain(weight->value.shape());
-        const memory::desc weights_any(weights_plain.dims(), compute, memory::format_tag::any);
-        const memory::desc diff_weights_any(weights_plain.dims(), memory::data_type::f32, memory::format_tag::any);
-        const memory::desc dst_any = ops::any_desc(node.output_shape, output_type);
-        const memory::desc diff_dst_any = ops::any_desc(node.output_shape, compute);
-
-        m_forward_pd = dnnl::deconvolution_forward::primitive_desc(
-            dnnl::deconvolution_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::deconvolution_direct,
-                                              src_any, weights_any, optional_bias_desc(bias), dst_any, strides, zeros,
-                                              zeros),
-            cpu_engine());
-        m_forward = dnnl::deconvolution_forward(m_forward_pd);
-        m_output_desc = m_forward_pd.dst_desc();
-        m_src = Converted(in.descs[0], m_forward_pd.src_desc());
-        m_forward_weights = Converted(weights_plain, m_forward_pd.weights_desc());
-        if (m_needs_diff_input) {
-            m_backward_data_pd = dnnl::deconvolution_backward_data::primitive_desc(
-                dnnl::deconvolution_backward_data::desc(dnnl::algorithm::deconvolution_direct, src_any, weights_any,
-                                                        diff_dst_any, strides, zeros, zeros),
-                cpu_engine(), m_forward_pd);
-            m_backward_data = dnnl::deconvolution_backward_data(m_backward_data_pd);
-            m_backward_data_weights = Converted(weights_plain, m_backward_data_pd.weights_desc());
-            m_backward_data_diff_dst = Converted(m_output_desc, m_backward_data_pd.diff_dst_desc());
-            m_diff_src = Staged(m_backward_data_pd.diff_src_desc(), in.descs[0]);
-        }
-        m_backward_weights_pd = dnnl::deconvolution_backward_weights::primitive_desc(
-            dnnl::deconvolution_backward_weights::desc(dnnl::algorithm::deconvolution_direct, src_any,
-                                                       diff_weights_any, optional_bias_desc(bias), diff_dst_any,
-                                                       strides, zeros, zeros),
-            cpu_engine(), m_forward_pd);
-        m_backward_weights = dnnl::deconvolution_backward_weights(m_backward_weights_pd);
-        m_backward_weights_src = Converted(m_forward_pd.src_desc(), m_backward_weights_pd.src_desc());
-        m_backward_weights_diff_dst = Converted(m_output_desc, m_backward_weights_pd.diff_dst_desc());
-        m_diff_weights = Staged(m_backward_weights_pd.diff_weights_desc(), weights_plain);
-        if (bias) m_diff_bias = Staged(m_backward_weights_pd.diff_bias_desc(), ops::plain_desc(bias->value.shape()));
-        m_weights_plain = weights_plain;
     }
 
     void forward(const std::vector<memory>& inputs, const memory& output, Mode) override {
@@ -301,6 +159,7 @@ public:
         m_backward_weights.execute(cpu_stream(), args);
         m_diff_weights.finish(weight_gradient);
         if (m_bias) m_diff_bias.finish(bias_gradient);
+
         if (m_needs_diff_input) {
             const memory& target = diff_inputs[0];
             m_backward_data.execute(cpu_stream(),
@@ -318,6 +177,7 @@ public:
     }
 
 private:
+    // The f32 master (value or gradient) as oneDNN memory in our plain weight layout.
     memory weights(const Tensor& tensor) const {
         return memory(m_weights_plain, cpu_engine(), const_cast<void*>(tensor.raw_data()));
     }
@@ -326,17 +186,85 @@ private:
     Parameter* m_bias;
     bool m_needs_diff_input;
     memory::desc m_weights_plain;
-    dnnl::deconvolution_forward::primitive_desc m_forward_pd;
-    dnnl::deconvolution_forward m_forward;
-    dnnl::deconvolution_backward_data::primitive_desc m_backward_data_pd;
-    dnnl::deconvolution_backward_data m_backward_data;
-    dnnl::deconvolution_backward_weights::primitive_desc m_backward_weights_pd;
-    dnnl::deconvolution_backward_weights m_backward_weights;
+    typename Forward::primitive_desc m_forward_pd;
+    Forward m_forward;
+    typename BackwardData::primitive_desc m_backward_data_pd;
+    BackwardData m_backward_data;
+    typename BackwardWeights::primitive_desc m_backward_weights_pd;
+    BackwardWeights m_backward_weights;
     Converted m_src, m_forward_weights, m_backward_data_weights, m_backward_data_diff_dst, m_backward_weights_src,
         m_backward_weights_diff_dst;
     Staged m_diff_src, m_diff_weights, m_diff_bias;
-    memory m_last_src;
+    memory m_last_src;  // the input in the forward primitive's layout, kept for the weights gradient
 };
+
+using ConvKernel = WeightedWindowKernel<dnnl::convolution_forward, dnnl::convolution_backward_data,
+                                        dnnl::convolution_backward_weights>;
+using ConvTransposeKernel = WeightedWindowKernel<dnnl::deconvolution_forward, dnnl::deconvolution_backward_data,
+                                                 dnnl::deconvolution_backward_weights>;
+
+std::unique_ptr<Kernel> make_conv_kernel(const Node& node, const Shape& input_shape, const KernelInputs& in,
+                                         Parameter* weight, Parameter* bias, memory::data_type compute,
+                                         memory::data_type output_type) {
+    const ops::ConvAttributes& a = node.conv;
+    const auto strides = to_dims(a.stride);
+    const auto dilates = minus_one(a.dilation);
+    const auto pad_l = to_dims(a.pad_begin);
+    const auto pad_r = to_dims(a.pad_end);
+    // Layers with fewer than 16 channels (a 3D U-Net's first level) run best channels-last: the blocked
+    // layouts oneDNN picks pad them to 16 and its backward-weights falls back to a slow gemm. A
+    // 1-channel input stays 'any' (channels-last there selects a reference kernel). Source and
+    // destination must agree: mixing a fixed layout with 'any' selects a reference kernel too.
+    const std::int64_t in_channels = input_shape[1], out_channels = node.output_shape[1];
+    const bool channels_last = in_channels > 1 && std::min(in_channels, out_channels) < 16;
+    auto activation = [&](const Shape& shape, memory::data_type type) {
+        return channels_last ? ops::channels_last_desc(shape, type) : ops::any_desc(shape, type);
+    };
+    const memory::desc src_any = activation(input_shape, compute);
+    const memory::desc weights_any = ops::any_desc(weight->value.shape(), compute);
+    const memory::desc dst_any = activation(node.output_shape, output_type);
+    // Gradients flow in the compute type; weight gradients are always f32 (they update f32 masters).
+    const memory::desc diff_dst_any = activation(node.output_shape, compute);
+    const memory::desc diff_weights_any = ops::any_desc(weight->value.shape());
+    const auto algorithm = dnnl::algorithm::convolution_direct;
+    return std::make_unique<ConvKernel>(
+        in, weight, bias, ops::plain_desc(weight->value.shape()),
+        dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, algorithm, src_any, weights_any,
+                                        optional_bias_desc(bias), dst_any, strides, dilates, pad_l, pad_r),
+        dnnl::convolution_backward_data::desc(algorithm, src_any, weights_any, diff_dst_any, strides, dilates, pad_l,
+                                              pad_r),
+        dnnl::convolution_backward_weights::desc(algorithm, src_any, diff_weights_any, optional_bias_desc(bias),
+                                                 diff_dst_any, strides, dilates, pad_l, pad_r));
+}
+
+// Transposed convolutions whose kernel differs from the stride (kernel = stride takes the faster
+// UpsampleConvKernel below).
+std::unique_ptr<Kernel> make_conv_transpose_kernel(const Node& node, const Shape& input_shape, const KernelInputs& in,
+                                                   Parameter* weight, Parameter* bias, memory::data_type compute,
+                                                   memory::data_type output_type) {
+    const ops::ConvTransposeAttributes& a = node.conv_transpose;
+    const auto strides = to_dims(a.stride);
+    const memory::dims zeros(a.kernel.size(), 0);
+    // Our weights are [C_in, C_out, k...]; oneDNN's deconvolution names dims [C_out, C_in, k...], and the
+    // io(d)hw tags describe exactly our physical order.
+    memory::dims weight_dims = ops::to_dims(weight->value.shape());
+    std::swap(weight_dims[0], weight_dims[1]);
+    const memory::desc weights_plain(weight_dims, memory::data_type::f32,
+                                     weight_dims.size() == 5 ? memory::format_tag::iodhw : memory::format_tag::iohw);
+    const memory::desc src_any = ops::any_desc(input_shape, compute);
+    const memory::desc weights_any(weight_dims, compute, memory::format_tag::any);
+    const memory::desc diff_weights_any(weight_dims, memory::data_type::f32, memory::format_tag::any);
+    const memory::desc dst_any = ops::any_desc(node.output_shape, output_type);
+    const memory::desc diff_dst_any = ops::any_desc(node.output_shape, compute);
+    const auto algorithm = dnnl::algorithm::deconvolution_direct;
+    return std::make_unique<ConvTransposeKernel>(
+        in, weight, bias, weights_plain,
+        dnnl::deconvolution_forward::desc(dnnl::prop_kind::forward_training, algorithm, src_any, weights_any,
+                                          optional_bias_desc(bias), dst_any, strides, zeros, zeros),
+        dnnl::deconvolution_backward_data::desc(algorithm, src_any, weights_any, diff_dst_any, strides, zeros, zeros),
+        dnnl::deconvolution_backward_weights::desc(algorithm, src_any, diff_weights_any, optional_bias_desc(bias),
+                                                   diff_dst_any, strides, zeros, zeros));
+}
 
 // ---- transposed convolution with kernel = stride (U-Net's up-convolution) ----------------------
 
@@ -1080,16 +1008,16 @@ Executor::Executor(const Graph& graph, ExecutorOptions options) : m_impl(std::ma
         try {
             switch (node.kind) {
                 case OpKind::Conv:
-                    kernel = std::make_unique<ConvKernel>(node, input_shapes[0], in, parameter(node, 0), parameter(node, 1),
-                                                          compute, output_type);
+                    kernel = make_conv_kernel(node, input_shapes[0], in, parameter(node, 0), parameter(node, 1), compute,
+                                              output_type);
                     break;
                 case OpKind::ConvTranspose:
                     if (node.conv_transpose.kernel == node.conv_transpose.stride) {
                         kernel = std::make_unique<UpsampleConvKernel>(node, input_shapes[0], in, parameter(node, 0),
                                                                       parameter(node, 1), compute, output_type);
                     } else {
-                        kernel = std::make_unique<ConvTransposeKernel>(node, input_shapes[0], in, parameter(node, 0),
-                                                                       parameter(node, 1), compute, output_type);
+                        kernel = make_conv_transpose_kernel(node, input_shapes[0], in, parameter(node, 0),
+                                                            parameter(node, 1), compute, output_type);
                     }
                     break;
                 case OpKind::Pool: kernel = std::make_unique<PoolKernel>(node, in); break;
