@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <span>
 
 namespace tessera::graph {
 
@@ -95,6 +96,13 @@ public:
     virtual void backward(const std::vector<memory>& inputs, const memory& output, const memory& diff_output,
                           const std::vector<memory>& diff_inputs) = 0;
     virtual std::int64_t bytes() const { return 0; }
+    // Sums shared across executors (simulated cores) before forward / backward; none by default.
+    virtual int reduction_phases(Pass, Mode) const { return 0; }
+    virtual std::vector<double> partial(Pass, int, const std::vector<memory>&, const memory&, const memory&,
+                                        const std::vector<memory>&) {
+        TESSERA_FAIL("this kernel has no reduction phases");
+    }
+    virtual void total(Pass, int, std::span<const double>) {}
 
 protected:
     memory::desc m_output_desc;
@@ -922,6 +930,382 @@ private:
     memory m_last_src;
 };
 
+
+// ---- tiles: halo buffers and the reductions a simulated core shares with its replica ----------
+
+TileBuffer tile_buffer_of(const memory& m) {
+    const memory::desc desc = m.get_desc();
+    TileBuffer b;
+    b.data = m.get_data_handle();
+    TESSERA_ASSERT(desc.data_type() == memory::data_type::f32 || desc.data_type() == memory::data_type::bf16,
+                   "tile buffers are f32 or bf16");
+    b.dtype = desc.data_type() == memory::data_type::f32 ? DType::F32 : DType::BF16;
+    b.shape = ops::to_shape(desc.dims());
+    TESSERA_ASSERT(b.shape.size() == 4 || b.shape.size() == 5, "tile buffers are [N, C, (D,) H, W]");
+    const ChannelAddressing at(desc);
+    b.batch_stride = at.batch_stride;
+    b.block_stride = at.block_stride;
+    b.block = at.block;
+    b.spatial_stride = at.spatial_stride;
+    return b;
+}
+
+// A desc of `shape` in the same layout family as `like` (nChw16c stays nChw16c at another size).
+memory::desc same_layout_desc(const memory::desc& like, const Shape& shape) {
+    using tag = memory::format_tag;
+    const std::vector<tag> candidates = shape.size() == 5
+                                            ? std::vector<tag>{tag::ncdhw, tag::ndhwc, tag::nCdhw16c, tag::nCdhw8c, tag::nCdhw4c}
+                                            : std::vector<tag>{tag::nchw, tag::nhwc, tag::nChw16c, tag::nChw8c, tag::nChw4c};
+    for (tag candidate : candidates) {
+        if (memory::desc(like.dims(), like.data_type(), candidate) == like) {
+            return memory::desc(ops::to_dims(shape), like.data_type(), candidate);
+        }
+    }
+    TESSERA_FAIL("a halo buffer needs a plain, channels-last or channel-blocked layout; the producer's layout is none of these");
+}
+
+// Calls fn(element pointer, first channel, lanes) for every pixel of every channel group of a buffer,
+// lanes contiguous: channel blocks in blocked layouts, all channels in channels-last, one in plain.
+// Rows are walked in memory order, so large tiles stream once.
+template <class Element, class Fn>
+void for_each_pixel(const TileBuffer& b, Fn&& fn) {
+    const std::int64_t channels = b.channels();
+    const bool channels_last = b.block == 1 && b.block_stride == 1 && channels > 1;
+    const std::int64_t group_channels = channels_last ? channels : b.block;
+    const std::int64_t groups = (channels + group_channels - 1) / group_channels;
+    const int rank = b.spatial_rank();
+    const std::int64_t depth = rank == 3 ? b.shape[2] : 1, height = b.shape[rank], width = b.shape[rank + 1];
+    auto* base = static_cast<Element*>(b.data);
+    for (std::int64_t n = 0; n < b.shape[0]; ++n) {
+        for (std::int64_t g = 0; g < groups; ++g) {
+            const std::int64_t first = g * group_channels;
+            const std::int64_t lanes = std::min(group_channels, channels - first);
+            for (std::int64_t z = 0; z < depth; ++z) {
+                for (std::int64_t y = 0; y < height; ++y) {
+                    Element* row = base + b.offset(n, first, z, y, 0);
+                    for (std::int64_t x = 0; x < width; ++x) fn(row + x * b.spatial_stride[2], first, lanes, n);
+                }
+            }
+        }
+    }
+}
+
+template <class Fn>
+void for_each_pixel_f32_or_bf16(const TileBuffer& b, Fn&& fn) {
+    if (b.dtype == DType::F32) for_each_pixel<float>(b, fn);
+    else for_each_pixel<BFloat16>(b, fn);
+}
+
+inline float as_float(float v) { return v; }
+inline float as_float(BFloat16 v) { return to_float(v); }
+inline void assign(float& target, float v) { target = v; }
+inline void assign(BFloat16& target, float v) { target = to_bfloat16(v); }
+
+// The widened tile before a windowed op on a simulated core: the core's own tile copied into its
+// interior here; the rows around it are written by the core mesh from the neighbours' tiles.
+class HaloKernel final : public Kernel {
+public:
+    HaloKernel(const Node& node, const Shape& input_shape, const KernelInputs& in)
+        : m_attributes(node.halo), m_needs_diff_input(in.needs_gradient[0]) {
+        m_output_desc = same_layout_desc(in.descs[0], node.output_shape);
+        for (std::size_t axis = 0; axis + 2 < input_shape.size(); ++axis) {
+            m_covers_input = m_covers_input && m_attributes.interior_extent[axis] == input_shape[axis + 2];
+        }
+    }
+
+    void forward(const std::vector<memory>& inputs, const memory& output, Mode) override {
+        const Box origin(m_attributes.interior_offset.size(), 0);
+        copy_box(tile_buffer_of(inputs[0]), origin, tile_buffer_of(output), m_attributes.interior_offset,
+                 m_attributes.interior_extent);
+    }
+
+    void backward(const std::vector<memory>& inputs, const memory&, const memory& diff_output,
+                  const std::vector<memory>& diff_inputs) override {
+        if (!m_needs_diff_input) return;
+        const TileBuffer target = tile_buffer_of(diff_inputs[0]);
+        const Box origin(m_attributes.interior_offset.size(), 0);
+        // Rows of the tile the op never reads get a zero gradient here (the target may be written, not added).
+        if (!m_covers_input) zero_box(target, origin, Box(target.shape.begin() + 2, target.shape.end()));
+        (void)inputs;
+        copy_box(tile_buffer_of(diff_output), m_attributes.interior_offset, target, origin, m_attributes.interior_extent);
+    }
+
+private:
+    HaloAttributes m_attributes;
+    bool m_needs_diff_input;
+    bool m_covers_input = true;
+};
+
+// Batch norm over a replica's tiles. Forward (training): Σx then Σ(x − mean)² are reduced over the
+// replica's cores (two passes, as oneDNN's own kernel computes them), then oneDNN normalises with those
+// global statistics. Backward, by hand over the tile's layout: the local Σg' and Σg'·x̂ (g' the
+// gradient after the fused ReLU's mask) are reduced over the replica, then
+// dx = γ/σ·(g' − (Σg' + x̂·Σg'x̂) / M), M the replica's elements per channel.
+class DistributedBatchNormKernel final : public Kernel {
+public:
+    DistributedBatchNormKernel(const Node& node, const KernelInputs& in, Parameter* scale, Parameter* shift,
+                               Tensor* running_mean, Tensor* running_variance)
+        : m_attributes(node.batch_norm), m_scale(scale), m_shift(shift), m_running_mean(running_mean),
+          m_running_variance(running_variance), m_needs_diff_input(in.needs_gradient[0]) {
+        using flags = dnnl::normalization_flags;
+        const auto epsilon = static_cast<float>(m_attributes.epsilon);
+        flags normalization = flags::use_scale | flags::use_shift | flags::use_global_stats;
+        if (m_attributes.fuse_relu) normalization = normalization | flags::fuse_norm_relu;
+        // Inference propagation with the replica's statistics: the output is the same, and no ReLU
+        // workspace is needed (the backward pass reads the mask from the output itself).
+        m_normalize = dnnl::batch_normalization_forward(dnnl::batch_normalization_forward::primitive_desc(
+            dnnl::batch_normalization_forward::desc(dnnl::prop_kind::forward_inference, in.descs[0], epsilon, normalization),
+            cpu_engine()));
+        m_output_desc = in.descs[0];
+        const std::int64_t channels = node.output_shape[1];
+        m_mean = Tensor::zeros({channels}, DType::F32);
+        m_variance = Tensor::zeros({channels}, DType::F32);
+        m_tile_count = num_elements_of(node.output_shape) / channels;
+    }
+
+    int reduction_phases(Pass pass, Mode mode) const override {
+        if (pass == Pass::Forward) return mode == Mode::Train ? 2 : 0;
+        return 1;
+    }
+
+    std::vector<double> partial(Pass pass, int phase, const std::vector<memory>& inputs, const memory& output,
+                                const memory& diff_output, const std::vector<memory>&) override {
+        const std::int64_t channels = m_mean.num_elements();
+        const TileBuffer x = tile_buffer_of(inputs[0]);
+        const std::int64_t width = x.shape.back();
+        const float* mean = m_mean.data<float>();
+        if (pass == Pass::Backward) {
+            // Σg'·x̂ then Σg', per channel.
+            std::vector<double> sums(static_cast<std::size_t>(2 * channels), 0.0);
+            std::vector<float> row_gx(static_cast<std::size_t>(channels), 0.0f), row_g(static_cast<std::size_t>(channels), 0.0f);
+            std::vector<float> inverse_sigma = inverse_sigmas();
+            const std::ptrdiff_t to_y = offset_between(x, tile_buffer_of(output));
+            const std::ptrdiff_t to_g = offset_between(x, tile_buffer_of(diff_output));
+            const bool relu = m_attributes.fuse_relu;
+            std::int64_t pixels_in_row = 0;
+            for_each_pixel_f32_or_bf16(x, [&](auto* pixel, std::int64_t first, std::int64_t lanes, std::int64_t) {
+                const auto* y = pixel + to_y;
+                const auto* g = pixel + to_g;
+                float* gx = row_gx.data() + first;
+                float* gs = row_g.data() + first;
+                for (std::int64_t j = 0; j < lanes; ++j) {
+                    const auto c = static_cast<std::size_t>(first + j);
+                    const float masked = relu && !(as_float(y[j]) > 0.0f) ? 0.0f : as_float(g[j]);
+                    gx[j] += masked * (as_float(pixel[j]) - mean[c]) * inverse_sigma[c];
+                    gs[j] += masked;
+                }
+                if (++pixels_in_row == width) {
+                    for (std::int64_t j = 0; j < lanes; ++j) {
+                        sums[static_cast<std::size_t>(first + j)] += gx[j];
+                        sums[static_cast<std::size_t>(channels + first + j)] += gs[j];
+                        gx[j] = gs[j] = 0.0f;
+                    }
+                    pixels_in_row = 0;
+                }
+            });
+            // This core's share of the scale and shift gradients; the mesh sums them over cores.
+            for (std::int64_t c = 0; c < channels; ++c) {
+                m_scale->gradient.data<float>()[c] = static_cast<float>(sums[static_cast<std::size_t>(c)]);
+                m_shift->gradient.data<float>()[c] = static_cast<float>(sums[static_cast<std::size_t>(channels + c)]);
+            }
+            return sums;
+        }
+        // Phase 0: Σx and the element count; phase 1: Σ(x − mean)².
+        std::vector<double> sums(static_cast<std::size_t>(channels + (phase == 0 ? 1 : 0)), 0.0);
+        std::vector<float> row(static_cast<std::size_t>(channels), 0.0f);
+        // Float partial sums over a row of pixels, flushed to double per row.
+        std::int64_t pixels_in_row = 0;
+        for_each_pixel_f32_or_bf16(x, [&](auto* pixel, std::int64_t first, std::int64_t lanes, std::int64_t) {
+            float* r = row.data() + first;
+            if (phase == 0) {
+                for (std::int64_t j = 0; j < lanes; ++j) r[j] += as_float(pixel[j]);
+            } else {
+                const float* m = mean + first;
+                for (std::int64_t j = 0; j < lanes; ++j) {
+                    const float d = as_float(pixel[j]) - m[j];
+                    r[j] += d * d;
+                }
+            }
+            if (++pixels_in_row == width) {
+                for (std::int64_t j = 0; j < lanes; ++j) {
+                    sums[static_cast<std::size_t>(first + j)] += r[j];
+                    r[j] = 0.0f;
+                }
+                pixels_in_row = 0;
+            }
+        });
+        if (phase == 0) sums[static_cast<std::size_t>(channels)] = static_cast<double>(m_tile_count);
+        return sums;
+    }
+
+    void total(Pass pass, int phase, std::span<const double> sums) override {
+        const std::int64_t channels = m_mean.num_elements();
+        if (pass == Pass::Backward) {
+            m_sum_gradient_xhat.assign(sums.begin(), sums.begin() + channels);
+            m_sum_gradient.assign(sums.begin() + channels, sums.begin() + 2 * channels);
+            return;
+        }
+        if (phase == 0) {
+            m_count = static_cast<std::int64_t>(sums[static_cast<std::size_t>(channels)]);
+            for (std::int64_t c = 0; c < channels; ++c) {
+                m_mean.data<float>()[c] = static_cast<float>(sums[static_cast<std::size_t>(c)] / static_cast<double>(m_count));
+            }
+        } else {
+            for (std::int64_t c = 0; c < channels; ++c) {
+                m_variance.data<float>()[c] =
+                    static_cast<float>(sums[static_cast<std::size_t>(c)] / static_cast<double>(m_count));
+            }
+        }
+    }
+
+    void forward(const std::vector<memory>& inputs, const memory& output, Mode mode) override {
+        const bool training = mode == Mode::Train;
+        m_normalize.execute(cpu_stream(), {{DNNL_ARG_SRC, inputs[0]},
+                                           {DNNL_ARG_DST, output},
+                                           {DNNL_ARG_SCALE, ops::wrap(m_scale->value)},
+                                           {DNNL_ARG_SHIFT, ops::wrap(m_shift->value)},
+                                           {DNNL_ARG_MEAN, ops::wrap(training ? m_mean : *m_running_mean)},
+                                           {DNNL_ARG_VARIANCE, ops::wrap(training ? m_variance : *m_running_variance)}});
+        if (!training) return;
+        // running = momentum · running + (1 − momentum) · batch, with the unbiased variance of the whole replica.
+        const double momentum = m_attributes.momentum;
+        const double bessel = m_count > 1 ? static_cast<double>(m_count) / static_cast<double>(m_count - 1) : 1.0;
+        for (std::int64_t c = 0; c < m_mean.num_elements(); ++c) {
+            float& running_mean = m_running_mean->data<float>()[c];
+            float& running_variance = m_running_variance->data<float>()[c];
+            running_mean = static_cast<float>(momentum * running_mean + (1 - momentum) * m_mean.data<float>()[c]);
+            running_variance =
+                static_cast<float>(momentum * running_variance + (1 - momentum) * m_variance.data<float>()[c] * bessel);
+        }
+    }
+
+    void backward(const std::vector<memory>& inputs, const memory& output, const memory& diff_output,
+                  const std::vector<memory>& diff_inputs) override {
+        if (!m_needs_diff_input) return;
+        const std::int64_t channels = m_mean.num_elements();
+        const std::vector<float> inverse_sigma = inverse_sigmas();
+        std::vector<float> k(static_cast<std::size_t>(channels)), mean_g(static_cast<std::size_t>(channels)),
+            mean_gx(static_cast<std::size_t>(channels));
+        const auto count = static_cast<double>(m_count);
+        for (std::int64_t c = 0; c < channels; ++c) {
+            const auto i = static_cast<std::size_t>(c);
+            k[i] = m_scale->value.data<float>()[c] * inverse_sigma[i];
+            mean_g[i] = static_cast<float>(m_sum_gradient[i] / count);
+            mean_gx[i] = static_cast<float>(m_sum_gradient_xhat[i] / count);
+        }
+        const TileBuffer x = tile_buffer_of(inputs[0]);
+        const std::ptrdiff_t to_y = offset_between(x, tile_buffer_of(output));
+        const std::ptrdiff_t to_g = offset_between(x, tile_buffer_of(diff_output));
+        const std::ptrdiff_t to_dx = offset_between(x, tile_buffer_of(diff_inputs[0]));
+        const bool relu = m_attributes.fuse_relu;
+        const float* mean = m_mean.data<float>();
+        for_each_pixel_f32_or_bf16(x, [&](auto* pixel, std::int64_t first, std::int64_t lanes, std::int64_t) {
+            const auto* y = pixel + to_y;
+            const auto* g = pixel + to_g;
+            auto* dx = pixel + to_dx;
+            for (std::int64_t j = 0; j < lanes; ++j) {
+                const auto c = static_cast<std::size_t>(first + j);
+                const float masked = relu && !(as_float(y[j]) > 0.0f) ? 0.0f : as_float(g[j]);
+                const float xhat = (as_float(pixel[j]) - mean[c]) * inverse_sigma[c];
+                assign(dx[j], k[c] * (masked - mean_g[c] - xhat * mean_gx[c]));
+            }
+        });
+    }
+
+private:
+    std::vector<float> inverse_sigmas() const {
+        std::vector<float> result(static_cast<std::size_t>(m_variance.num_elements()));
+        for (std::int64_t c = 0; c < m_variance.num_elements(); ++c) {
+            result[static_cast<std::size_t>(c)] =
+                static_cast<float>(1.0 / std::sqrt(static_cast<double>(m_variance.data<float>()[c]) + m_attributes.epsilon));
+        }
+        return result;
+    }
+
+    // Element distance from x's storage to another buffer of the same layout (one walk reads both).
+    static std::ptrdiff_t offset_between(const TileBuffer& x, const TileBuffer& other) {
+        TESSERA_ASSERT(other.dtype == x.dtype && other.block == x.block && other.batch_stride == x.batch_stride &&
+                           other.block_stride == x.block_stride && other.spatial_stride == x.spatial_stride,
+                       "batch norm's input, output and gradients share one layout");
+        return x.dtype == DType::F32 ? static_cast<float*>(other.data) - static_cast<float*>(x.data)
+                                     : static_cast<BFloat16*>(other.data) - static_cast<BFloat16*>(x.data);
+    }
+
+    ops::BatchNormAttributes m_attributes;
+    Parameter* m_scale;
+    Parameter* m_shift;
+    Tensor* m_running_mean;
+    Tensor* m_running_variance;
+    bool m_needs_diff_input;
+    std::int64_t m_tile_count = 1;  // elements per channel on this core
+    std::int64_t m_count = 1;       // ... on the whole replica
+    Tensor m_mean, m_variance;      // [C] of the replica, f32
+    std::vector<double> m_sum_gradient, m_sum_gradient_xhat;
+    dnnl::batch_normalization_forward m_normalize;
+};
+
+// Global average pooling over a replica's tiles: per (n, c) sums of every core's tile are reduced, and
+// every core then holds the whole pooled value (the layers after it are replicated).
+class DistributedGlobalAvgPoolKernel final : public Kernel {
+public:
+    DistributedGlobalAvgPoolKernel(const Shape& input_shape, const KernelInputs& in)
+        : m_needs_diff_input(in.needs_gradient[0]), m_batch(input_shape[0]), m_channels(input_shape[1]) {
+        m_output_desc = ops::plain_desc({m_batch, m_channels}, in.descs[0].data_type());
+        m_tile_count = num_elements_of(input_shape) / (m_batch * m_channels);
+        m_pooled.assign(static_cast<std::size_t>(m_batch * m_channels), 0.0);
+    }
+
+    int reduction_phases(Pass pass, Mode) const override { return pass == Pass::Forward ? 1 : 0; }
+
+    std::vector<double> partial(Pass, int, const std::vector<memory>& inputs, const memory&, const memory&,
+                                const std::vector<memory>&) override {
+        std::vector<double> sums(static_cast<std::size_t>(m_batch * m_channels + 1), 0.0);
+        for_each_pixel_f32_or_bf16(tile_buffer_of(inputs[0]),
+                                   [&](auto* pixel, std::int64_t first, std::int64_t lanes, std::int64_t n) {
+                                       double* s = sums.data() + n * m_channels + first;
+                                       for (std::int64_t j = 0; j < lanes; ++j) s[j] += as_float(pixel[j]);
+                                   });
+        sums.back() = static_cast<double>(m_tile_count);
+        return sums;
+    }
+
+    void total(Pass, int, std::span<const double> sums) override {
+        m_count = static_cast<std::int64_t>(sums.back());
+        for (std::size_t i = 0; i < m_pooled.size(); ++i) m_pooled[i] = sums[i] / static_cast<double>(m_count);
+    }
+
+    void forward(const std::vector<memory>&, const memory& output, Mode) override {
+        const bool f32 = output.get_desc().data_type() == memory::data_type::f32;
+        for (std::size_t i = 0; i < m_pooled.size(); ++i) {
+            if (f32) static_cast<float*>(output.get_data_handle())[i] = static_cast<float>(m_pooled[i]);
+            else static_cast<BFloat16*>(output.get_data_handle())[i] = to_bfloat16(static_cast<float>(m_pooled[i]));
+        }
+    }
+
+    void backward(const std::vector<memory>&, const memory&, const memory& diff_output,
+                  const std::vector<memory>& diff_inputs) override {
+        if (!m_needs_diff_input) return;
+        const bool f32 = diff_output.get_desc().data_type() == memory::data_type::f32;
+        std::vector<float> share(static_cast<std::size_t>(m_batch * m_channels));
+        for (std::size_t i = 0; i < share.size(); ++i) {
+            const float g = f32 ? static_cast<const float*>(diff_output.get_data_handle())[i]
+                                : to_float(static_cast<const BFloat16*>(diff_output.get_data_handle())[i]);
+            share[i] = g / static_cast<float>(m_count);
+        }
+        for_each_pixel_f32_or_bf16(tile_buffer_of(diff_inputs[0]),
+                                   [&](auto* pixel, std::int64_t first, std::int64_t lanes, std::int64_t n) {
+                                       const float* s = share.data() + n * m_channels + first;
+                                       for (std::int64_t j = 0; j < lanes; ++j) assign(pixel[j], s[j]);
+                                   });
+    }
+
+private:
+    bool m_needs_diff_input;
+    std::int64_t m_batch, m_channels;
+    std::int64_t m_tile_count = 1, m_count = 1;
+    std::vector<double> m_pooled;  // [N, C]
+};
+
 }  // namespace
 
 // ---- executor -------------------------------------------------------------------------------
@@ -944,7 +1328,16 @@ struct Executor::Impl {
     Copy plain_to_output_gradient;
     Copy plain_to_input;
     bool ran_forward_training = false;
+    Mode mode = Mode::Eval;
+    std::vector<memory> node_inputs;  // scratch: the current node's input memories
     std::vector<NodeTiming> timings;
+
+    const std::vector<memory>& inputs_of(const Node& node) {
+        node_inputs.clear();
+        for (int i : node.inputs) node_inputs.push_back(outputs[static_cast<std::size_t>(i)]);
+        return node_inputs;
+    }
+
 
     Impl(const Graph& g, ExecutorOptions o) : graph(g), options(o) {}
 
@@ -984,20 +1377,27 @@ Executor::Executor(const Graph& graph, ExecutorOptions options) : m_impl(std::ma
     auto parameter = [&](const Node& node, std::size_t i) -> Parameter* {
         return i < node.parameters.size() ? &impl.parameters[static_cast<std::size_t>(node.parameters[i])] : nullptr;
     };
+    // Data: the graph input, or a simulated core's halo buffer around it. No gradient flows to data, and
+    // the first layer reading it keeps f32 in BF16 mode.
+    std::vector<bool> is_data(count, false);
+    for (const Node& node : nodes) {
+        is_data[static_cast<std::size_t>(node.id)] =
+            node.kind == OpKind::Input || (node.kind == OpKind::Halo && is_data[static_cast<std::size_t>(node.inputs[0])]);
+    }
     for (const Node& node : nodes) {
         if (node.kind == OpKind::Input) continue;
         KernelInputs in;
         std::vector<Shape> input_shapes;
         for (int input : node.inputs) {
             in.descs.push_back(impl.outputs[static_cast<std::size_t>(input)].get_desc());
-            in.needs_gradient.push_back(nodes[static_cast<std::size_t>(input)].kind != OpKind::Input);
+            in.needs_gradient.push_back(!is_data[static_cast<std::size_t>(input)]);
             input_shapes.push_back(nodes[static_cast<std::size_t>(input)].output_shape);
         }
         // Convolutions compute in bf16 in BF16 mode, but the first (it reads the f32 input) stays f32, as
         // do layers with fewer than 16 channels (they cannot fill a bf16 block: oneDNN's bf16 kernels
         // for them, and the batch norms after them, are reference code), and the output layer writes
         // f32 logits. Every other op follows the type of what it is given.
-        const bool reads_graph_input = nodes[static_cast<std::size_t>(node.inputs[0])].kind == OpKind::Input;
+        const bool reads_graph_input = is_data[static_cast<std::size_t>(node.inputs[0])];
         const bool narrow = std::min(input_shapes[0].size() > 1 ? input_shapes[0][1] : 0,
                                      node.output_shape.size() > 1 ? node.output_shape[1] : 0) < 16;
         const memory::data_type compute =
@@ -1021,15 +1421,29 @@ Executor::Executor(const Graph& graph, ExecutorOptions options) : m_impl(std::ma
                     }
                     break;
                 case OpKind::Pool: kernel = std::make_unique<PoolKernel>(node, in); break;
-                case OpKind::BatchNorm:
-                    kernel = std::make_unique<BatchNormKernel>(node, in, parameter(node, 0), parameter(node, 1),
-                                                               &impl.buffers[static_cast<std::size_t>(node.buffers[0])],
-                                                               &impl.buffers[static_cast<std::size_t>(node.buffers[1])]);
+                case OpKind::BatchNorm: {
+                    Tensor* running_mean = &impl.buffers[static_cast<std::size_t>(node.buffers[0])];
+                    Tensor* running_variance = &impl.buffers[static_cast<std::size_t>(node.buffers[1])];
+                    if (impl.options.distributed_reductions) {
+                        kernel = std::make_unique<DistributedBatchNormKernel>(node, in, parameter(node, 0), parameter(node, 1),
+                                                                              running_mean, running_variance);
+                    } else {
+                        kernel = std::make_unique<BatchNormKernel>(node, in, parameter(node, 0), parameter(node, 1),
+                                                                   running_mean, running_variance);
+                    }
                     break;
+                }
                 case OpKind::Relu: kernel = std::make_unique<ReluKernel>(in); break;
                 case OpKind::Add: kernel = std::make_unique<AddKernel>(in); break;
                 case OpKind::Concat: kernel = std::make_unique<ConcatKernel>(node, input_shapes, in); break;
-                case OpKind::GlobalAvgPool: kernel = std::make_unique<GlobalAvgPoolKernel>(input_shapes[0], in); break;
+                case OpKind::GlobalAvgPool:
+                    if (impl.options.distributed_reductions) {
+                        kernel = std::make_unique<DistributedGlobalAvgPoolKernel>(input_shapes[0], in);
+                    } else {
+                        kernel = std::make_unique<GlobalAvgPoolKernel>(input_shapes[0], in);
+                    }
+                    break;
+                case OpKind::Halo: kernel = std::make_unique<HaloKernel>(node, input_shapes[0], in); break;
                 case OpKind::Dense:
                     kernel = std::make_unique<DenseKernel>(node, input_shapes[0], in, parameter(node, 0), parameter(node, 1));
                     break;
@@ -1058,7 +1472,7 @@ Executor::Executor(const Graph& graph, ExecutorOptions options) : m_impl(std::ma
         impl.diff_is_scratch[n].assign(node.inputs.size(), false);
         for (std::size_t slot = 0; slot < node.inputs.size(); ++slot) {
             const auto producer = static_cast<std::size_t>(node.inputs[slot]);
-            if (nodes[producer].kind == OpKind::Input) continue;
+            if (is_data[producer]) continue;
             if (!written[producer]) {
                 impl.diff_targets[n][slot] = impl.gradients[producer];
                 written[producer] = true;
@@ -1111,6 +1525,33 @@ void Executor::initialize_parameters(std::uint64_t seed) {
 }
 
 Tensor Executor::forward(const Tensor& input, Mode mode) {
+    begin_forward(input, mode);
+    for (const Node& node : m_impl->graph.nodes()) {
+        for (int phase = 0; phase < reduction_phases(node.id, Pass::Forward); ++phase) {
+            // One executor: its partial is the total.
+            const std::vector<double> sums = reduction_partial(node.id, Pass::Forward, phase);
+            reduction_total(node.id, Pass::Forward, phase, sums);
+        }
+        forward_node(node.id);
+    }
+    return output();
+}
+
+void Executor::backward(const Tensor& output_gradient) {
+    begin_backward(output_gradient);
+    const auto& nodes = m_impl->graph.nodes();
+    for (std::size_t n = nodes.size(); n-- > 0;) {
+        const int id = nodes[n].id;
+        for (int phase = 0; phase < reduction_phases(id, Pass::Backward); ++phase) {
+            const std::vector<double> sums = reduction_partial(id, Pass::Backward, phase);
+            reduction_total(id, Pass::Backward, phase, sums);
+        }
+        backward_node(id);
+    }
+    cpu_stream().wait();
+}
+
+void Executor::begin_forward(const Tensor& input, Mode mode) {
     Impl& impl = *m_impl;
     const std::vector<Node>& nodes = impl.graph.nodes();
     const auto input_id = static_cast<std::size_t>(impl.graph.input_node());
@@ -1120,29 +1561,34 @@ Tensor Executor::forward(const Tensor& input, Mode mode) {
                             << " " << shape_to_string(input.shape()));
     const Tensor dense_input = input.contiguous();
     impl.plain_to_input(ops::wrap(dense_input), impl.outputs[input_id]);
-    std::vector<memory> inputs;
-    for (const Node& node : nodes) {
-        if (node.kind == OpKind::Input) continue;
-        inputs.clear();
-        for (int i : node.inputs) inputs.push_back(impl.outputs[static_cast<std::size_t>(i)]);
-        // oneDNN's CPU stream runs each primitive to completion in this thread, so wall time per node is exact.
-        const auto start = std::chrono::steady_clock::now();
-        impl.kernels[static_cast<std::size_t>(node.id)]->forward(inputs, impl.outputs[static_cast<std::size_t>(node.id)], mode);
-        if (impl.options.precision == Precision::F16) {
-            impl.round_through_half(static_cast<std::size_t>(node.id), impl.outputs[static_cast<std::size_t>(node.id)]);
-        }
-        impl.timings[static_cast<std::size_t>(node.id)].forward_seconds =
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    }
+    impl.mode = mode;
+    impl.ran_forward_training = false;
+    for (NodeTiming& timing : impl.timings) timing.forward_seconds = 0;
+}
+
+void Executor::forward_node(int id) {
+    Impl& impl = *m_impl;
+    const Node& node = impl.graph.node(id);
+    if (node.kind == OpKind::Input) return;
+    const auto n = static_cast<std::size_t>(id);
+    // oneDNN's CPU stream runs each primitive to completion in this thread, so wall time per node is exact.
+    const auto start = std::chrono::steady_clock::now();
+    impl.kernels[n]->forward(impl.inputs_of(node), impl.outputs[n], impl.mode);
+    if (impl.options.precision == Precision::F16) impl.round_through_half(n, impl.outputs[n]);
+    impl.timings[n].forward_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (id == impl.graph.output_node()) impl.ran_forward_training = impl.mode == Mode::Train;
+}
+
+Tensor Executor::output() const {
+    Impl& impl = *m_impl;
     const auto output_id = static_cast<std::size_t>(impl.graph.output_node());
-    Tensor result = Tensor::empty(nodes[output_id].output_shape, DType::F32);
+    Tensor result = Tensor::empty(impl.graph.nodes()[output_id].output_shape, DType::F32);
     impl.output_to_plain(impl.outputs[output_id], ops::wrap(result));
     cpu_stream().wait();
-    impl.ran_forward_training = mode == Mode::Train;
     return result;
 }
 
-void Executor::backward(const Tensor& output_gradient) {
+void Executor::begin_backward(const Tensor& output_gradient) {
     Impl& impl = *m_impl;
     TESSERA_CHECK(impl.ran_forward_training, "backward needs a forward pass in Mode::Train first");
     const std::vector<Node>& nodes = impl.graph.nodes();
@@ -1152,32 +1598,79 @@ void Executor::backward(const Tensor& output_gradient) {
                                                           << shape_to_string(output_gradient.shape()));
     const Tensor dense_gradient = output_gradient.contiguous();
     impl.plain_to_output_gradient(ops::wrap(dense_gradient), impl.gradients[output_id]);
-    const bool half = impl.options.precision == Precision::F16;
-    if (half) impl.round_through_half(output_id, impl.gradients[output_id]);
-    std::vector<memory> inputs;
-    for (std::size_t n = nodes.size(); n-- > 0;) {
-        const Node& node = nodes[n];
-        if (node.kind == OpKind::Input) continue;
-        inputs.clear();
-        for (int i : node.inputs) inputs.push_back(impl.outputs[static_cast<std::size_t>(i)]);
-        const auto start = std::chrono::steady_clock::now();
-        impl.kernels[n]->backward(inputs, impl.outputs[n], impl.gradients[n], impl.diff_targets[n]);
-        for (std::size_t slot = 0; slot < node.inputs.size(); ++slot) {
-            if (!impl.diff_is_scratch[n][slot]) continue;
-            const auto producer = static_cast<std::size_t>(node.inputs[slot]);
-            impl.accumulate[producer].execute(cpu_stream(), {{DNNL_ARG_SRC_0, impl.gradients[producer]},
-                                                             {DNNL_ARG_SRC_1, impl.diff_targets[n][slot]},
-                                                             {DNNL_ARG_DST, impl.gradients[producer]}});
-        }
-        if (half) {  // every gradient this node produced, once complete (its producers come later)
-            for (int input : node.inputs) {
-                const auto producer = static_cast<std::size_t>(input);
-                if (nodes[producer].kind != OpKind::Input) impl.round_through_half(producer, impl.gradients[producer]);
-            }
-        }
-        impl.timings[n].backward_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (impl.options.precision == Precision::F16) impl.round_through_half(output_id, impl.gradients[output_id]);
+    for (NodeTiming& timing : impl.timings) timing.backward_seconds = 0;
+}
+
+void Executor::backward_node(int id) {
+    Impl& impl = *m_impl;
+    const Node& node = impl.graph.node(id);
+    if (node.kind == OpKind::Input) return;
+    const auto n = static_cast<std::size_t>(id);
+    const std::vector<Node>& nodes = impl.graph.nodes();
+    const auto start = std::chrono::steady_clock::now();
+    impl.kernels[n]->backward(impl.inputs_of(node), impl.outputs[n], impl.gradients[n], impl.diff_targets[n]);
+    for (std::size_t slot = 0; slot < node.inputs.size(); ++slot) {
+        if (!impl.diff_is_scratch[n][slot]) continue;
+        const auto producer = static_cast<std::size_t>(node.inputs[slot]);
+        impl.accumulate[producer].execute(cpu_stream(), {{DNNL_ARG_SRC_0, impl.gradients[producer]},
+                                                         {DNNL_ARG_SRC_1, impl.diff_targets[n][slot]},
+                                                         {DNNL_ARG_DST, impl.gradients[producer]}});
     }
-    cpu_stream().wait();
+    if (impl.options.precision == Precision::F16) {  // every gradient this node produced, once complete
+        for (int input : node.inputs) {
+            const auto producer = static_cast<std::size_t>(input);
+            if (nodes[producer].kind != OpKind::Input) impl.round_through_half(producer, impl.gradients[producer]);
+        }
+    }
+    impl.timings[n].backward_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+int Executor::reduction_phases(int id, Pass pass) const {
+    const Node& node = m_impl->graph.node(id);
+    if (node.kind == OpKind::Input) return 0;
+    return m_impl->kernels[static_cast<std::size_t>(id)]->reduction_phases(pass, m_impl->mode);
+}
+
+std::vector<double> Executor::reduction_partial(int id, Pass pass, int phase) {
+    Impl& impl = *m_impl;
+    const Node& node = impl.graph.node(id);
+    TESSERA_CHECK(phase >= 0 && phase < reduction_phases(id, pass),
+                  "node '" << node.name << "' has " << reduction_phases(id, pass) << " reduction phases, asked for " << phase);
+    const auto n = static_cast<std::size_t>(id);
+    const auto start = std::chrono::steady_clock::now();
+    std::vector<double> sums =
+        impl.kernels[n]->partial(pass, phase, impl.inputs_of(node), impl.outputs[n], impl.gradients[n], impl.diff_targets[n]);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    (pass == Pass::Forward ? impl.timings[n].forward_seconds : impl.timings[n].backward_seconds) += seconds;
+    return sums;
+}
+
+void Executor::reduction_total(int id, Pass pass, int phase, std::span<const double> total) {
+    const Node& node = m_impl->graph.node(id);
+    TESSERA_CHECK(phase >= 0 && phase < reduction_phases(id, pass),
+                  "node '" << node.name << "' has " << reduction_phases(id, pass) << " reduction phases, got a total for "
+                           << phase);
+    m_impl->kernels[static_cast<std::size_t>(id)]->total(pass, phase, total);
+}
+
+void Executor::gradient_changed(int id) {
+    Impl& impl = *m_impl;
+    const Node& node = impl.graph.node(id);
+    if (impl.options.precision == Precision::F16 && node.kind != OpKind::Input) {
+        impl.round_through_half(static_cast<std::size_t>(id), impl.gradients[static_cast<std::size_t>(id)]);
+    }
+}
+
+TileBuffer Executor::value_buffer(int id) {
+    m_impl->graph.node(id);
+    return tile_buffer_of(m_impl->outputs[static_cast<std::size_t>(id)]);
+}
+
+TileBuffer Executor::gradient_buffer(int id) {
+    const Node& node = m_impl->graph.node(id);
+    TESSERA_CHECK(node.kind != OpKind::Input, "the graph input has no gradient");
+    return tile_buffer_of(m_impl->gradients[static_cast<std::size_t>(id)]);
 }
 
 Tensor Executor::activation(int node) const {
@@ -1206,6 +1699,36 @@ std::int64_t Executor::workspace_bytes() const {
         }
     }
     return bytes;
+}
+
+MemoryReport Executor::memory_report() const {
+    const Impl& impl = *m_impl;
+    MemoryReport report;
+    for (const Parameter& p : impl.parameters) {
+        report.weights += p.value.num_elements() * 4;
+        report.weight_gradients += p.gradient.num_elements() * 4;
+    }
+    for (const Tensor& buffer : impl.buffers) report.weights += buffer.num_elements() * 4;
+    const auto& nodes = impl.graph.nodes();
+    for (std::size_t n = 0; n < impl.outputs.size(); ++n) {
+        const auto value = static_cast<std::int64_t>(impl.outputs[n].get_desc().get_size());
+        const std::int64_t gradient = impl.gradients[n] ? static_cast<std::int64_t>(impl.gradients[n].get_desc().get_size()) : 0;
+        if (nodes[n].kind == OpKind::Halo) {
+            report.halo_buffers += value + gradient;
+        } else {
+            report.activations += value;
+            report.activation_gradients += gradient;
+        }
+        std::int64_t workspace = impl.kernels[n] ? impl.kernels[n]->bytes() : 0;
+        for (std::size_t slot = 0; slot < impl.diff_targets[n].size(); ++slot) {
+            if (impl.diff_is_scratch[n][slot]) {
+                workspace += static_cast<std::int64_t>(impl.diff_targets[n][slot].get_desc().get_size());
+            }
+        }
+        report.workspace += workspace;
+        report.node_bytes.push_back(value + gradient + workspace);
+    }
+    return report;
 }
 
 }  // namespace tessera::graph

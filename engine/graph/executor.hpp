@@ -12,9 +12,11 @@
 #pragma once
 
 #include "graph/graph.hpp"
+#include "graph/tile_buffer.hpp"
 #include "tensor/parameter.hpp"
 
 #include <memory>
+#include <vector>
 #include <span>
 #include <vector>
 
@@ -34,6 +36,26 @@ enum class Precision { F32, BF16, F16 };
 
 struct ExecutorOptions {
     Precision precision = Precision::F32;
+    // Set by the core mesh for a simulated core's graph: batch-norm statistics (training) and global
+    // pooling sum over every core of the replica. Such nodes then have reduction phases (below) whose
+    // partial sums the driver adds across executors before the node runs.
+    bool distributed_reductions = false;
+};
+
+enum class Pass { Forward, Backward };
+
+// Bytes one compiled graph holds, by what they are for (a simulated core's memory ledger).
+struct MemoryReport {
+    std::int64_t weights = 0;            // parameter values (f32 masters)
+    std::int64_t weight_gradients = 0;
+    std::int64_t activations = 0;        // node outputs kept for backward (halo buffers excluded)
+    std::int64_t halo_buffers = 0;       // widened tiles of Halo nodes and their gradients
+    std::int64_t activation_gradients = 0;
+    std::int64_t workspace = 0;          // kernels' reordered copies, pooling indices, scratch sums
+    std::vector<std::int64_t> node_bytes;  // per node: its value, gradient and kernel bytes
+    std::int64_t total() const {
+        return weights + weight_gradients + activations + halo_buffers + activation_gradients + workspace;
+    }
 };
 
 // Host time of each node in the last forward and backward pass (seconds).
@@ -64,6 +86,24 @@ public:
     // output_gradient: d loss / d output, the output's shape. Sets every parameter's gradient.
     void backward(const Tensor& output_gradient);
 
+    // ---- stepping, for a driver that runs several executors in lockstep (the core mesh) ----
+    // forward() is begin_forward, forward_node for every node in order, then output(); backward()
+    // is begin_backward and backward_node in reverse order. A node with reduction phases needs, before
+    // forward_node / backward_node, each phase's partial from every executor summed and handed back.
+    void begin_forward(const Tensor& input, Mode mode);
+    void forward_node(int node);
+    Tensor output() const;  // plain copy of the output node's value
+    void begin_backward(const Tensor& output_gradient);
+    void backward_node(int node);
+    int reduction_phases(int node, Pass pass) const;
+    std::vector<double> reduction_partial(int node, Pass pass, int phase);
+    void reduction_total(int node, Pass pass, int phase, std::span<const double> total);
+    // After a driver added into a gradient (halo gradients from neighbours): F16 rounds it again.
+    void gradient_changed(int node);
+    // A node's value and gradient in place, for halo exchange.
+    TileBuffer value_buffer(int node);
+    TileBuffer gradient_buffer(int node);
+
     // Plain copies of a node's forward value and (after backward) the gradient w.r.t. it.
     Tensor activation(int node) const;
     Tensor activation_gradient(int node) const;
@@ -72,6 +112,7 @@ public:
 
     // Bytes held by the compiled graph: activations, gradients, workspaces, reordered copies.
     std::int64_t workspace_bytes() const;
+    MemoryReport memory_report() const;
 
 private:
     struct Impl;

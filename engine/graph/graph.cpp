@@ -14,6 +14,7 @@ std::string_view op_name(OpKind kind) {
         case OpKind::Concat: return "concat";
         case OpKind::GlobalAvgPool: return "global_average_pool";
         case OpKind::Dense: return "dense";
+        case OpKind::Halo: return "halo";
     }
     return "?";
 }
@@ -208,6 +209,31 @@ int Graph::dense(int x, std::int64_t out_features, std::string name) {
     return add_node(std::move(node));
 }
 
+int Graph::halo(int x, const ops::Extents& spatial_extent, HaloAttributes attributes, std::string name) {
+    const Node& source = checked(x, "halo");
+    const std::size_t rank = source.output_shape.size() - 2;
+    TESSERA_CHECK(source.output_shape.size() >= 3 && spatial_extent.size() == rank &&
+                      attributes.interior_offset.size() == rank && attributes.interior_extent.size() == rank,
+                  "halo '" << name << "' needs one extent, offset and interior size per spatial axis of "
+                           << shape_to_string(source.output_shape));
+    Shape shape{source.output_shape[0], source.output_shape[1]};
+    for (std::size_t axis = 0; axis < rank; ++axis) {
+        const std::int64_t offset = attributes.interior_offset[axis], interior = attributes.interior_extent[axis];
+        TESSERA_CHECK(offset >= 0 && interior >= 0 && interior <= source.output_shape[axis + 2] &&
+                          offset + interior <= spatial_extent[axis],
+                      "halo '" << name << "': an interior of " << interior << " rows at " << offset
+                               << " does not fit a buffer of " << spatial_extent[axis] << " rows along axis " << axis);
+        shape.push_back(spatial_extent[axis]);
+    }
+    Node node;
+    node.kind = OpKind::Halo;
+    node.name = std::move(name);
+    node.inputs = {x};
+    node.output_shape = std::move(shape);
+    node.halo = std::move(attributes);
+    return add_node(std::move(node));
+}
+
 void Graph::set_output(int node) {
     checked(node, "set_output");
     m_output = node;
@@ -276,7 +302,8 @@ NodeCost Graph::cost(int id) const {
         case OpKind::Add:
             cost.forward_flops = static_cast<double>(output_elements);
             break;
-        case OpKind::Concat: break;
+        case OpKind::Concat:
+        case OpKind::Halo: break;
         case OpKind::GlobalAvgPool:
             cost.forward_flops = static_cast<double>(input_elements(0));
             cost.backward_flops = static_cast<double>(input_elements(0));

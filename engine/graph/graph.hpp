@@ -20,7 +20,9 @@
 
 namespace tessera::graph {
 
-enum class OpKind { Input, Conv, ConvTranspose, Pool, BatchNorm, Relu, Add, Concat, GlobalAvgPool, Dense };
+// Halo exists only in a simulated core's graph (partition/core_graph.hpp): a tile widened by its
+// neighbours' rows before a windowed op.
+enum class OpKind { Input, Conv, ConvTranspose, Pool, BatchNorm, Relu, Add, Concat, GlobalAvgPool, Dense, Halo };
 std::string_view op_name(OpKind kind);
 
 enum class Initializer {
@@ -37,6 +39,13 @@ struct ParameterSpec {
     bool apply_weight_decay = true;
 };
 
+// Where a core's own tile sits inside the widened buffer a Halo node makes; every other row of that
+// buffer is filled from the neighbours' tiles by the core mesh.
+struct HaloAttributes {
+    ops::Extents interior_offset;  // per spatial axis: buffer row of the tile's first row
+    ops::Extents interior_extent;  // per spatial axis: rows of the tile that lie inside the buffer
+};
+
 struct Node {
     int id = -1;
     OpKind kind = OpKind::Input;
@@ -48,6 +57,7 @@ struct Node {
     ops::ConvTransposeAttributes conv_transpose;
     ops::PoolAttributes pool;
     ops::BatchNormAttributes batch_norm;
+    HaloAttributes halo;
     std::vector<int> parameters;   // indices into Graph::parameters(): weight first, then bias / scale, shift
     std::vector<int> buffers;      // indices into Graph::buffers(): BN running mean, running variance
 };
@@ -76,6 +86,8 @@ public:
     int concat(std::vector<int> inputs, std::string name);  // along channels
     int global_average_pool(int x, std::string name);        // → [N, C]
     int dense(int x, std::int64_t out_features, std::string name);
+    // A buffer of `spatial_extent` rows per axis holding x's tile at `attributes` (see HaloAttributes).
+    int halo(int x, const ops::Extents& spatial_extent, HaloAttributes attributes, std::string name);
     void set_output(int node);
 
     const std::string& name() const { return m_name; }

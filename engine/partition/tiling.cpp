@@ -3,6 +3,7 @@
 #include "core/error.hpp"
 
 #include <algorithm>
+#include <numeric>
 
 namespace tessera::partition {
 
@@ -45,6 +46,46 @@ SpatialGrid SpatialGrid::even(const Shape& input, const std::vector<std::int64_t
         grid.boundaries.push_back(std::move(cuts));
     }
     return grid;
+}
+
+SpatialGrid SpatialGrid::aligned(const Shape& input, const std::vector<std::int64_t>& pieces_per_axis,
+                                 const std::vector<std::int64_t>& alignment) {
+    TESSERA_CHECK(input.size() >= 3 && pieces_per_axis.size() == input.size() - 2 && alignment.size() == pieces_per_axis.size(),
+                  "an aligned grid needs one piece count and one alignment per spatial axis of " << shape_to_string(input));
+    SpatialGrid grid;
+    for (std::size_t axis = 0; axis < pieces_per_axis.size(); ++axis) {
+        const std::int64_t extent = input[axis + 2], pieces = pieces_per_axis[axis], unit = alignment[axis];
+        TESSERA_CHECK(unit >= 1, "alignment must be at least 1, got " << unit);
+        const std::int64_t units = (extent + unit - 1) / unit;  // the last unit may be partial
+        TESSERA_CHECK(pieces >= 1 && pieces <= units,
+                      "axis " << axis << " of extent " << extent << " has " << units << " blocks of " << unit
+                              << " rows, too few for " << pieces << " tiles; use at most " << units << " cores along it");
+        std::vector<std::int64_t> cuts;
+        for (std::int64_t piece = 0; piece <= pieces; ++piece) cuts.push_back(std::min(extent, units * piece / pieces * unit));
+        grid.boundaries.push_back(std::move(cuts));
+    }
+    return grid;
+}
+
+std::vector<std::int64_t> boundary_alignment(const graph::Graph& graph) {
+    const std::size_t rank = static_cast<std::size_t>(graph.spatial_rank());
+    // scale[node][axis]: input rows per row of the node's output (2 after a stride-2 pool).
+    std::vector<std::vector<std::int64_t>> scale(graph.nodes().size(), std::vector<std::int64_t>(rank, 1));
+    std::vector<std::int64_t> alignment(rank, 1);
+    for (const Node& node : graph.nodes()) {
+        if (node.kind == OpKind::Input || node.output_shape.size() != rank + 2) continue;
+        const auto& in = scale[static_cast<std::size_t>(node.inputs[0])];
+        auto& out = scale[static_cast<std::size_t>(node.id)];
+        for (std::size_t axis = 0; axis < rank; ++axis) {
+            std::int64_t stride = 1;
+            if (node.kind == OpKind::Conv) stride = node.conv.stride[axis];
+            if (node.kind == OpKind::Pool) stride = node.pool.stride[axis];
+            out[axis] = in[axis] * stride;
+            if (node.kind == OpKind::ConvTranspose) out[axis] = std::max<std::int64_t>(1, in[axis] / node.conv_transpose.stride[axis]);
+            if (stride > 1) alignment[axis] = std::lcm(alignment[axis], in[axis] * stride);
+        }
+    }
+    return alignment;
 }
 
 std::int64_t SpatialGrid::num_cores() const {
@@ -228,6 +269,8 @@ TilingPlan::TilingPlan(const graph::Graph& graph, SpatialGrid grid) : m_graph(&g
                 }
                 break;
             }
+            case OpKind::Halo:
+                TESSERA_FAIL("layer '" << node.name << "': a graph with halo nodes is already split into tiles");
             case OpKind::Input:
             case OpKind::GlobalAvgPool:
             case OpKind::Dense: break;

@@ -40,6 +40,11 @@ struct SpatialGrid {
     std::vector<std::vector<std::int64_t>> boundaries;  // per axis: 0 = b_0 < b_1 < … < b_k = extent
 
     static SpatialGrid even(const Shape& input, const std::vector<std::int64_t>& pieces_per_axis);
+    // As even as possible with every boundary a multiple of alignment[axis] (see boundary_alignment):
+    // extents that do not divide give tiles of unequal size, e.g. 60 rows in 8 pieces aligned to 4 →
+    // 8 8 8 8 8 8 8 4. Fails when an axis has fewer aligned units than pieces.
+    static SpatialGrid aligned(const Shape& input, const std::vector<std::int64_t>& pieces_per_axis,
+                               const std::vector<std::int64_t>& alignment);
     std::int64_t num_cores() const;
     std::vector<std::int64_t> pieces_per_axis() const;
     std::vector<std::int64_t> grid_index(std::int64_t core) const;  // row-major, last axis fastest
@@ -75,5 +80,9 @@ private:
 };
 
 TilingPlan plan_tiling(const graph::Graph& graph, const SpatialGrid& grid);
+
+// Per spatial axis, what every tile boundary at the model's input must be a multiple of so that each
+// strided layer finds its boundaries on its stride (a U-Net of depth 4: 8).
+std::vector<std::int64_t> boundary_alignment(const graph::Graph& graph);
 
 }  // namespace tessera::partition

@@ -1,0 +1,699 @@
+#include "cores/core_mesh.hpp"
+
+#include "cores/thread_pool.hpp"
+#include "loss/dice_loss.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <sstream>
+
+namespace tessera::cores {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using graph::Pass;
+
+std::string format_bytes(std::int64_t bytes) {
+    std::ostringstream out;
+    out.setf(std::ios::fixed);
+    out.precision(2);
+    if (bytes >= (1LL << 30)) out << static_cast<double>(bytes) / static_cast<double>(1LL << 30) << " GiB";
+    else if (bytes >= (1LL << 20)) out << static_cast<double>(bytes) / static_cast<double>(1LL << 20) << " MiB";
+    else out << bytes << " B";
+    return out.str();
+}
+
+// Loss partial sums of one core's tile, added over a replica's cores.
+struct LossPartial {
+    loss::CrossEntropyPartial cross_entropy;
+    loss::DicePartial dice;
+    LossPartial& operator+=(const LossPartial& other) {
+        cross_entropy += other.cross_entropy;
+        dice += other.dice;
+        return *this;
+    }
+};
+
+}  // namespace
+
+std::string_view event_kind_name(EventKind kind) {
+    switch (kind) {
+        case EventKind::Compute: return "compute";
+        case EventKind::Halo: return "halo";
+        case EventKind::AllReduce: return "all-reduce";
+        case EventKind::Wait: return "wait";
+    }
+    return "?";
+}
+
+std::string_view step_phase_name(StepPhase phase) {
+    switch (phase) {
+        case StepPhase::Forward: return "forward";
+        case StepPhase::Backward: return "backward";
+        case StepPhase::Update: return "update";
+    }
+    return "?";
+}
+
+struct CoreMesh::Impl {
+    graph::Graph model;
+    MeshConfig mesh;
+    train::TrainerConfig config;
+    partition::TilingPlan plan;
+    partition::CoreGraphs core_graphs;
+    std::int64_t per_replica = 1;  // cores in one replica
+    std::int64_t total_cores = 1;
+
+    struct Core {
+        std::int64_t replica = 0, index = 0;  // index within the replica
+        std::unique_ptr<graph::Executor> executor;
+        std::unique_ptr<train::Optimizer> optimizer;
+        std::vector<CoreEvent> events;
+        Tensor images, labels;  // this step's tiles
+    };
+    std::vector<Core> cores;
+    std::unique_ptr<ThreadPool> pool;
+    std::unique_ptr<train::LearningRateSchedule> schedule;
+    std::unique_ptr<train::LossScaler> loss_scaler;
+    std::int64_t step = 0;
+    bool output_replicated = false;
+    std::vector<bool> replicated_parameter;                  // after global pooling: identical on every core
+    // Per halo exchange: for each core, the (receiving core, transfer) pairs whose rows it owns.
+    std::vector<std::vector<std::vector<std::pair<std::int64_t, std::size_t>>>> outgoing;
+
+    std::vector<CoreEvent> events;
+    StepSummary summary;
+    Clock::time_point step_start;
+
+    Impl(graph::Graph m, MeshConfig me, train::TrainerConfig c)
+        : model(std::move(m)), mesh(std::move(me)), config(std::move(c)), plan(model, mesh.grid),
+          core_graphs(partition::build_core_graphs(model, plan)) {}
+
+    double now() const { return std::chrono::duration<double>(Clock::now() - step_start).count(); }
+
+    // Runs task(core) on every core over the pool; records each core's wait at the barrier.
+    template <class Task>
+    void each_core(StepPhase phase, int layer, Task&& task) {
+        std::vector<double> finished(cores.size(), 0.0);
+        pool->run(total_cores, [&](std::int64_t c) {
+            task(cores[static_cast<std::size_t>(c)]);
+            finished[static_cast<std::size_t>(c)] = now();
+        });
+        const double end = now();
+        for (std::size_t c = 0; c < cores.size(); ++c) {
+            if (end - finished[c] > 1e-6) {
+                cores[c].events.push_back({static_cast<std::int64_t>(c), layer, EventKind::Wait, phase, finished[c], end, 0, 0, -1});
+            }
+        }
+    }
+
+    // Sums each group's partials in core order (a fixed order: bit-reproducible) and hands the totals
+    // back. Groups: the replica, or every core (cross-replica).
+    void all_reduce(std::vector<std::vector<double>>& partials, bool across_replicas, StepPhase phase, int layer) {
+        const double start = now();
+        const std::int64_t group_size = across_replicas ? total_cores : per_replica;
+        for (std::int64_t first = 0; first < total_cores; first += group_size) {
+            std::vector<double> total = partials[static_cast<std::size_t>(first)];
+            for (std::int64_t c = first + 1; c < first + group_size; ++c) {
+                const auto& part = partials[static_cast<std::size_t>(c)];
+                for (std::size_t i = 0; i < total.size(); ++i) total[i] += part[i];
+            }
+            for (std::int64_t c = first; c < first + group_size; ++c) partials[static_cast<std::size_t>(c)] = total;
+        }
+        const double end = now();
+        const auto bytes = static_cast<std::int64_t>(partials[0].size() * sizeof(double));
+        for (std::int64_t c = 0; c < total_cores; ++c) {
+            cores[static_cast<std::size_t>(c)].events.push_back(
+                {c, layer, EventKind::AllReduce, phase, start, end, 0, ring_bytes(bytes, group_size), -1});
+        }
+    }
+
+    // Bytes each core sends in a ring all-reduce of `bytes` over `group` cores.
+    static std::int64_t ring_bytes(std::int64_t bytes, std::int64_t group) {
+        return group > 1 ? 2 * (group - 1) * bytes / group : 0;
+    }
+
+    int layer_of(int local) const {
+        const int model_node = core_graphs.model_node[static_cast<std::size_t>(local)];
+        if (model_node >= 0) return model_node;
+        const partition::HaloExchange* halo = core_graphs.halo_for(local);
+        return halo ? halo->layer : -1;
+    }
+
+    void reductions(int local, Pass pass, StepPhase phase) {
+        const int phases = cores[0].executor->reduction_phases(local, pass);
+        const graph::Node& node = core_graphs.graphs[0].node(local);
+        const bool across_replicas = node.kind == graph::OpKind::BatchNorm && mesh.cross_replica_batch_norm;
+        for (int p = 0; p < phases; ++p) {
+            std::vector<std::vector<double>> partials(cores.size());
+            each_core(phase, layer_of(local), [&](Core& core) {
+                const double start = now();
+                partials[static_cast<std::size_t>(core.replica * per_replica + core.index)] =
+                    core.executor->reduction_partial(local, pass, p);
+                const double flops = pass == Pass::Backward
+                                         ? core_graphs.graphs[static_cast<std::size_t>(core.index)].cost(local).backward_flops
+                                         : 0.0;
+                core.events.push_back({core.replica * per_replica + core.index, layer_of(local), EventKind::Compute, phase,
+                                       start, now(), flops, 0, -1});
+            });
+            all_reduce(partials, across_replicas, phase, layer_of(local));
+            for (std::size_t c = 0; c < cores.size(); ++c) cores[c].executor->reduction_total(local, pass, p, partials[c]);
+        }
+    }
+
+    std::int64_t mesh_core(std::int64_t replica, std::int64_t index) const { return replica * per_replica + index; }
+
+    void forward(graph::Mode mode) {
+        const auto& local_nodes = core_graphs.graphs[0].nodes();
+        for (const graph::Node& node : local_nodes) {
+            if (node.kind == graph::OpKind::Input) continue;
+            const int local = node.id;
+            const int layer = layer_of(local);
+            reductions(local, Pass::Forward, StepPhase::Forward);
+            const partition::HaloExchange* halo = core_graphs.halo_for(local);
+            each_core(StepPhase::Forward, layer, [&](Core& core) {
+                const std::int64_t me = mesh_core(core.replica, core.index);
+                const graph::Graph& g = core_graphs.graphs[static_cast<std::size_t>(core.index)];
+                double start = now();
+                core.executor->forward_node(local);
+                core.events.push_back({me, layer, EventKind::Compute, StepPhase::Forward, start, now(),
+                                       g.cost(local).forward_flops, 0, -1});
+                if (!halo) return;
+                const graph::TileBuffer buffer = core.executor->value_buffer(local);
+                for (const partition::HaloTransfer& transfer : halo->transfers[static_cast<std::size_t>(core.index)]) {
+                    const std::int64_t peer = mesh_core(core.replica, transfer.peer);
+                    start = now();
+                    const graph::TileBuffer source =
+                        cores[static_cast<std::size_t>(peer)].executor->value_buffer(halo->producer_node);
+                    graph::copy_box(source, transfer.peer_origin, buffer, transfer.buffer_origin, transfer.extent);
+                    core.events.push_back({me, layer, EventKind::Halo, StepPhase::Forward, start, now(), 0,
+                                           transfer.elements * buffer.element_size(), peer});
+                }
+            });
+        }
+        (void)mode;
+    }
+
+    void backward() {
+        const auto& local_nodes = core_graphs.graphs[0].nodes();
+        for (std::size_t n = local_nodes.size(); n-- > 0;) {
+            const graph::Node& node = local_nodes[n];
+            if (node.kind == graph::OpKind::Input) continue;
+            const int local = node.id;
+            const int layer = layer_of(local);
+            const partition::HaloExchange* halo = core_graphs.halo_for(local);
+            if (halo && !halo->carries_gradient) continue;  // the input data needs no gradient
+            const bool has_phases = cores[0].executor->reduction_phases(local, Pass::Backward) > 0;
+            reductions(local, Pass::Backward, StepPhase::Backward);
+            each_core(StepPhase::Backward, layer, [&](Core& core) {
+                const double start = now();
+                core.executor->backward_node(local);
+                const double flops =
+                    has_phases ? 0.0 : core_graphs.graphs[static_cast<std::size_t>(core.index)].cost(local).backward_flops;
+                core.events.push_back({mesh_core(core.replica, core.index), layer, EventKind::Compute, StepPhase::Backward,
+                                       start, now(), flops, 0, -1});
+            });
+            if (!halo) continue;
+            // Halo gradients go home: each owner adds what its neighbours received from it, senders in order.
+            const auto& sends = outgoing[static_cast<std::size_t>(halo - core_graphs.halos.data())];
+            each_core(StepPhase::Backward, layer, [&](Core& core) {
+                const std::int64_t me = mesh_core(core.replica, core.index);
+                const graph::TileBuffer target = core.executor->gradient_buffer(halo->producer_node);
+                for (const auto& [receiver, index] : sends[static_cast<std::size_t>(core.index)]) {
+                    const partition::HaloTransfer& transfer = halo->transfers[static_cast<std::size_t>(receiver)][index];
+                    const std::int64_t peer = mesh_core(core.replica, receiver);
+                    const double start = now();
+                    const graph::TileBuffer source = cores[static_cast<std::size_t>(peer)].executor->gradient_buffer(local);
+                    graph::add_box(source, transfer.buffer_origin, target, transfer.peer_origin, transfer.extent);
+                    core.events.push_back({me, layer, EventKind::Halo, StepPhase::Backward, start, now(), 0,
+                                           transfer.elements * target.element_size(), peer});
+                }
+                core.executor->gradient_changed(halo->producer_node);
+            });
+        }
+    }
+
+    // The tile of a [N_total, …] tensor that core `c` of replica `r` holds: its batch rows and, for
+    // spatial tensors, its box of the model input (labels have no channel axis).
+    Tensor tile_of(const Tensor& whole, std::int64_t replica, std::int64_t index, bool has_channels) const {
+        const std::int64_t batch = model.node(model.input_node()).output_shape[0];
+        std::vector<std::int64_t> begin(whole.shape().size(), 0), extent(whole.shape().begin(), whole.shape().end());
+        begin[0] = replica * batch;
+        extent[0] = batch;
+        const std::size_t first_spatial = has_channels ? 2 : 1;
+        if (whole.shape().size() > first_spatial) {
+            const auto& owned = plan.tile(model.input_node(), index).owned;
+            for (std::size_t axis = 0; axis < owned.size(); ++axis) {
+                begin[first_spatial + axis] = owned[axis].begin;
+                extent[first_spatial + axis] = owned[axis].size();
+            }
+        }
+        return whole.view_box(begin, extent).contiguous();
+    }
+
+    LossPartial loss_partial(const Tensor& logits, const Tensor& labels) const {
+        LossPartial partial;
+        if (config.loss != train::LossKind::SoftDice) {
+            partial.cross_entropy = loss::softmax_cross_entropy_partial(logits, labels, config.cross_entropy);
+        }
+        if (config.loss != train::LossKind::SoftmaxCrossEntropy) partial.dice = loss::dice_loss_partial(logits, labels, dice_options());
+        return partial;
+    }
+
+    loss::DiceLossOptions dice_options() const {
+        loss::DiceLossOptions options;
+        options.exclude_background = config.dice_excludes_background;
+        options.ignore_label = config.cross_entropy.ignore_label;
+        return options;
+    }
+
+    // The loss value and this tile's block of d loss / d logits, given the replica's summed partials.
+    std::pair<double, Tensor> finish_loss(const LossPartial& total, const Tensor& logits, const Tensor& labels) const {
+        double value = 0;
+        Tensor gradient;
+        if (config.loss != train::LossKind::SoftDice) {
+            loss::CrossEntropyResult ce = loss::finish_softmax_cross_entropy(total.cross_entropy, logits, labels, config.cross_entropy);
+            value += ce.value;
+            gradient = std::move(ce.gradient);
+        }
+        if (config.loss != train::LossKind::SoftmaxCrossEntropy) {
+            loss::DiceLossResult dice = loss::finish_dice_loss(total.dice, logits, labels, dice_options());
+            value += dice.value;
+            if (!gradient.is_defined()) {
+                gradient = std::move(dice.gradient);
+            } else {
+                float* g = gradient.data<float>();
+                const float* d = dice.gradient.data<float>();
+                for (std::int64_t i = 0; i < gradient.num_elements(); ++i) g[i] += d[i];
+            }
+        }
+        return {value, std::move(gradient)};
+    }
+};
+
+CoreMesh::CoreMesh(graph::Graph model, MeshConfig mesh, train::TrainerConfig config)
+    : m_impl(std::make_unique<Impl>(std::move(model), std::move(mesh), std::move(config))) {
+    Impl& impl = *m_impl;
+    TESSERA_CHECK(impl.mesh.num_replicas >= 1, "a mesh needs at least one replica, got " << impl.mesh.num_replicas);
+    TESSERA_CHECK(impl.mesh.core_memory_bytes > 0, "a core's memory capacity must be positive, got " << impl.mesh.core_memory_bytes);
+    train::validate(impl.config.optimizer);
+    train::validate(impl.config.schedule);
+    impl.per_replica = impl.plan.num_cores();
+    impl.total_cores = impl.per_replica * impl.mesh.num_replicas;
+    impl.pool = std::make_unique<ThreadPool>(std::max(1, impl.mesh.host_threads));
+    impl.schedule = train::make_schedule(impl.config.schedule);
+    impl.loss_scaler = train::make_loss_scaler(impl.config.loss_scale);
+    impl.output_replicated = impl.plan.tile(impl.model.output_node(), 0).replicated;
+
+    // Parameters of layers after global pooling see the same values on every core: summing them over
+    // the replica would count them once per core.
+    impl.replicated_parameter.assign(impl.model.parameters().size(), false);
+    for (const graph::Node& node : impl.model.nodes()) {
+        if (!impl.plan.tile(node.id, 0).replicated) continue;
+        for (int p : node.parameters) impl.replicated_parameter[static_cast<std::size_t>(p)] = true;
+    }
+
+    graph::ExecutorOptions options;
+    options.precision = impl.config.precision;
+    options.distributed_reductions = true;
+    impl.cores.resize(static_cast<std::size_t>(impl.total_cores));
+    // Compiling a core's graph is independent of the others: spread over the pool.
+    impl.pool->run(impl.total_cores, [&](std::int64_t c) {
+        Impl::Core& core = impl.cores[static_cast<std::size_t>(c)];
+        core.replica = c / impl.per_replica;
+        core.index = c % impl.per_replica;
+        core.executor = std::make_unique<graph::Executor>(impl.core_graphs.graphs[static_cast<std::size_t>(core.index)], options);
+        core.executor->initialize_parameters(impl.config.seed);  // same seed: the same weights on every core
+        core.optimizer = train::make_optimizer(impl.config.optimizer);
+    });
+
+    impl.outgoing.resize(impl.core_graphs.halos.size());
+    for (std::size_t h = 0; h < impl.core_graphs.halos.size(); ++h) {
+        const auto& transfers = impl.core_graphs.halos[h].transfers;
+        auto& sends = impl.outgoing[h];
+        sends.resize(static_cast<std::size_t>(impl.per_replica));
+        for (std::size_t receiver = 0; receiver < transfers.size(); ++receiver) {
+            for (std::size_t t = 0; t < transfers[receiver].size(); ++t) {
+                sends[static_cast<std::size_t>(transfers[receiver][t].peer)].push_back({static_cast<std::int64_t>(receiver), t});
+            }
+        }
+    }
+}
+
+CoreMesh::~CoreMesh() = default;
+
+std::int64_t CoreMesh::num_cores() const { return m_impl->total_cores; }
+std::int64_t CoreMesh::cores_per_replica() const { return m_impl->per_replica; }
+std::int64_t CoreMesh::num_replicas() const { return m_impl->mesh.num_replicas; }
+std::int64_t CoreMesh::step() const { return m_impl->step; }
+const graph::Graph& CoreMesh::model() const { return m_impl->model; }
+const partition::TilingPlan& CoreMesh::plan() const { return m_impl->plan; }
+const partition::CoreGraphs& CoreMesh::core_graphs() const { return m_impl->core_graphs; }
+const MeshConfig& CoreMesh::config() const { return m_impl->mesh; }
+const std::vector<CoreEvent>& CoreMesh::events() const { return m_impl->events; }
+const StepSummary& CoreMesh::summary() const { return m_impl->summary; }
+
+graph::Executor& CoreMesh::executor(std::int64_t core) {
+    TESSERA_CHECK(core >= 0 && core < m_impl->total_cores, "the mesh has cores 0.." << m_impl->total_cores - 1 << ", got " << core);
+    return *m_impl->cores[static_cast<std::size_t>(core)].executor;
+}
+
+std::vector<MemoryLedger> CoreMesh::memory() const {
+    const Impl& impl = *m_impl;
+    std::vector<MemoryLedger> ledgers;
+    std::int64_t parameter_bytes = 0;
+    for (const graph::ParameterSpec& spec : impl.model.parameters()) parameter_bytes += num_elements_of(spec.shape) * 4;
+    for (const Impl::Core& core : impl.cores) {
+        const graph::MemoryReport report = core.executor->memory_report();
+        MemoryLedger ledger;
+        ledger.core = impl.mesh_core(core.replica, core.index);
+        ledger.weights = report.weights;
+        ledger.optimizer_slots = static_cast<std::int64_t>(core.optimizer->slot_names().size()) * parameter_bytes;
+        ledger.weight_gradients = report.weight_gradients;
+        ledger.activations = report.activations;
+        ledger.halo_buffers = report.halo_buffers;
+        ledger.activation_gradients = report.activation_gradients;
+        ledger.workspace = report.workspace;
+        ledger.capacity = impl.mesh.core_memory_bytes;
+        const graph::Graph& g = impl.core_graphs.graphs[static_cast<std::size_t>(core.index)];
+        for (std::size_t n = 0; n < report.node_bytes.size(); ++n) {
+            if (report.node_bytes[n] > 0) ledger.largest.push_back({g.nodes()[n].name, report.node_bytes[n]});
+        }
+        ledger.largest.push_back({"weights and their gradients", ledger.weights + ledger.weight_gradients});
+        ledger.largest.push_back({"optimizer slots", ledger.optimizer_slots});
+        std::sort(ledger.largest.begin(), ledger.largest.end(),
+                  [](const MemoryItem& a, const MemoryItem& b) { return a.bytes > b.bytes; });
+        if (ledger.largest.size() > 5) ledger.largest.resize(5);
+        ledgers.push_back(std::move(ledger));
+    }
+    return ledgers;
+}
+
+void CoreMesh::check_memory() const {
+    const Impl& impl = *m_impl;
+    const std::vector<MemoryLedger> ledgers = memory();
+    const auto worst = std::max_element(ledgers.begin(), ledgers.end(),
+                                        [](const MemoryLedger& a, const MemoryLedger& b) { return a.peak() < b.peak(); });
+    if (worst->peak() <= worst->capacity) return;
+    // What would fit: activations shrink with more cores per replica (tiles) and with a smaller batch;
+    // weights, their gradients and optimizer slots do not.
+    const std::int64_t fixed = worst->weights + worst->weight_gradients + worst->optimizer_slots;
+    const std::int64_t scaling = worst->peak() - fixed;
+    std::ostringstream advice;
+    if (fixed >= worst->capacity) {
+        advice << "the weights, their gradients and optimizer slots alone need " << format_bytes(fixed)
+               << "; use a smaller model or an optimizer with fewer slots (SGD without momentum)";
+    } else {
+        const double factor = static_cast<double>(scaling) / static_cast<double>(worst->capacity - fixed);
+        const auto cores_needed = static_cast<std::int64_t>(std::ceil(factor * static_cast<double>(impl.per_replica)));
+        const std::int64_t batch = impl.model.node(impl.model.input_node()).output_shape[0];
+        const auto batch_fit = static_cast<std::int64_t>(std::floor(static_cast<double>(batch) / factor));
+        advice << "it would fit with about " << cores_needed << " cores per replica (now " << impl.per_replica << ")";
+        if (batch_fit >= 1) advice << ", or a per-replica batch of " << batch_fit << " (now " << batch << ")";
+        else advice << " (a batch of 1 is still too large for " << impl.per_replica << " cores)";
+    }
+    std::ostringstream items;
+    for (std::size_t i = 0; i < worst->largest.size() && i < 3; ++i) {
+        items << (i ? ", " : "") << "'" << worst->largest[i].name << "' " << format_bytes(worst->largest[i].bytes);
+    }
+    TESSERA_FAIL("out of memory on core " << worst->core << ": the step needs " << format_bytes(worst->peak())
+                                          << " but a core holds " << format_bytes(worst->capacity) << " (activations "
+                                          << format_bytes(worst->activations) << ", halo buffers "
+                                          << format_bytes(worst->halo_buffers) << ", gradients "
+                                          << format_bytes(worst->activation_gradients + worst->weight_gradients)
+                                          << ", weights " << format_bytes(worst->weights) << ", optimizer slots "
+                                          << format_bytes(worst->optimizer_slots) << "); largest: " << items.str()
+                                          << "; " << advice.str() << ". Nothing ran.");
+}
+
+train::StepResult CoreMesh::train_step(const Tensor& images, const Tensor& labels) {
+    Impl& impl = *m_impl;
+    check_memory();
+    const Shape& input_shape = impl.model.node(impl.model.input_node()).output_shape;
+    Shape expected = input_shape;
+    expected[0] *= impl.mesh.num_replicas;
+    TESSERA_CHECK(images.shape() == expected && images.dtype() == DType::F32,
+                  "the mesh of " << impl.mesh.num_replicas << " replica(s) expects f32 images " << shape_to_string(expected)
+                                 << " (the model's batch of " << input_shape[0] << " per replica), got "
+                                 << dtype_name(images.dtype()) << " " << shape_to_string(images.shape()));
+    TESSERA_CHECK(labels.dtype() == DType::I32 && labels.shape().size() >= 1 && labels.shape()[0] == expected[0],
+                  "labels must be i32 with " << expected[0] << " rows, got " << dtype_name(labels.dtype()) << " "
+                                             << shape_to_string(labels.shape()));
+
+    train::StepResult result;
+    result.step = impl.step;
+    result.learning_rate = impl.schedule->value(impl.step);
+    result.loss_scale = impl.loss_scaler->scale();
+    impl.step_start = Clock::now();
+    for (Impl::Core& core : impl.cores) core.events.clear();
+
+    // Forward.
+    impl.each_core(StepPhase::Forward, -1, [&](Impl::Core& core) {
+        core.images = impl.tile_of(images, core.replica, core.index, true);
+        core.labels = impl.output_replicated ? impl.tile_of(labels, core.replica, 0, false).view_box({0}, {input_shape[0]}).contiguous()
+                                             : impl.tile_of(labels, core.replica, core.index, false);
+        core.executor->begin_forward(core.images, graph::Mode::Train);
+    });
+    impl.forward(graph::Mode::Train);
+
+    // Loss: partial sums per tile, reduced over the replica; each core then has its tile's gradient.
+    std::vector<Tensor> logits(impl.cores.size());
+    std::vector<LossPartial> partials(impl.cores.size());
+    impl.each_core(StepPhase::Forward, -1, [&](Impl::Core& core) {
+        const std::size_t c = static_cast<std::size_t>(impl.mesh_core(core.replica, core.index));
+        const double start = impl.now();
+        logits[c] = core.executor->output();
+        if (!impl.output_replicated) partials[c] = impl.loss_partial(logits[c], core.labels);
+        core.events.push_back({static_cast<std::int64_t>(c), -1, EventKind::Compute, StepPhase::Forward, start, impl.now(), 0, 0, -1});
+    });
+    std::vector<double> replica_loss(static_cast<std::size_t>(impl.mesh.num_replicas), 0.0);
+    std::vector<Tensor> gradients(impl.cores.size());
+    if (!impl.output_replicated) {
+        std::vector<LossPartial> totals(static_cast<std::size_t>(impl.mesh.num_replicas));
+        for (std::int64_t r = 0; r < impl.mesh.num_replicas; ++r) {
+            LossPartial total = partials[static_cast<std::size_t>(impl.mesh_core(r, 0))];
+            for (std::int64_t i = 1; i < impl.per_replica; ++i) total += partials[static_cast<std::size_t>(impl.mesh_core(r, i))];
+            totals[static_cast<std::size_t>(r)] = std::move(total);
+        }
+        impl.each_core(StepPhase::Forward, -1, [&](Impl::Core& core) {
+            const std::size_t c = static_cast<std::size_t>(impl.mesh_core(core.replica, core.index));
+            auto [value, gradient] = impl.finish_loss(totals[static_cast<std::size_t>(core.replica)], logits[c], core.labels);
+            if (core.index == 0) replica_loss[static_cast<std::size_t>(core.replica)] = value;
+            gradients[c] = std::move(gradient);
+        });
+    } else {
+        // Replicated logits (after global pooling): every core computes the whole loss of its replica.
+        impl.each_core(StepPhase::Forward, -1, [&](Impl::Core& core) {
+            const std::size_t c = static_cast<std::size_t>(impl.mesh_core(core.replica, core.index));
+            LossPartial total = impl.loss_partial(logits[c], core.labels);
+            auto [value, gradient] = impl.finish_loss(total, logits[c], core.labels);
+            if (core.index == 0) replica_loss[static_cast<std::size_t>(core.replica)] = value;
+            gradients[c] = std::move(gradient);
+        });
+    }
+    double loss_sum = 0;
+    for (double value : replica_loss) loss_sum += value;
+    result.loss = loss_sum / static_cast<double>(impl.mesh.num_replicas);
+    result.forward_seconds = impl.now();
+
+    // Backward, on scale × d loss (loss scaling); unscaled before the update.
+    impl.each_core(StepPhase::Backward, -1, [&](Impl::Core& core) {
+        Tensor& gradient = gradients[static_cast<std::size_t>(impl.mesh_core(core.replica, core.index))];
+        if (result.loss_scale != 1.0) {
+            float* values = gradient.data<float>();
+            const auto scale = static_cast<float>(result.loss_scale);
+            for (std::int64_t i = 0; i < gradient.num_elements(); ++i) values[i] *= scale;
+        }
+        core.executor->begin_backward(gradient);
+    });
+    impl.backward();
+    const double backward_end = impl.now();
+    result.backward_seconds = backward_end - result.forward_seconds;
+
+    // Weight gradients: summed over each replica's cores (core 0's alone for replicated layers), then
+    // averaged over replicas; every core receives the result.
+    const std::size_t num_parameters = impl.model.parameters().size();
+    const double reduce_start = impl.now();
+    impl.pool->run(static_cast<std::int64_t>(num_parameters), [&](std::int64_t p) {
+        const auto index = static_cast<std::size_t>(p);
+        const bool replicated = impl.replicated_parameter[index];
+        Tensor total = impl.cores[0].executor->parameters()[index].gradient.clone();
+        float* sum = total.data<float>();
+        const std::int64_t count = total.num_elements();
+        if (!replicated) {
+            for (std::int64_t i = 1; i < impl.per_replica; ++i) {
+                const float* g = impl.cores[static_cast<std::size_t>(i)].executor->parameters()[index].gradient.data<float>();
+                for (std::int64_t e = 0; e < count; ++e) sum[e] += g[e];
+            }
+        }
+        for (std::int64_t r = 1; r < impl.mesh.num_replicas; ++r) {
+            Tensor replica_sum = impl.cores[static_cast<std::size_t>(impl.mesh_core(r, 0))].executor->parameters()[index].gradient.clone();
+            float* rs = replica_sum.data<float>();
+            if (!replicated) {
+                for (std::int64_t i = 1; i < impl.per_replica; ++i) {
+                    const float* g =
+                        impl.cores[static_cast<std::size_t>(impl.mesh_core(r, i))].executor->parameters()[index].gradient.data<float>();
+                    for (std::int64_t e = 0; e < count; ++e) rs[e] += g[e];
+                }
+            }
+            for (std::int64_t e = 0; e < count; ++e) sum[e] += rs[e];
+        }
+        if (impl.mesh.num_replicas > 1) {
+            const auto inverse = 1.0f / static_cast<float>(impl.mesh.num_replicas);
+            for (std::int64_t e = 0; e < count; ++e) sum[e] *= inverse;
+        }
+        for (Impl::Core& core : impl.cores) core.executor->parameters()[index].gradient.copy_from(total);
+    });
+    const double reduce_end = impl.now();
+    std::int64_t gradient_bytes = 0;
+    for (const graph::ParameterSpec& spec : impl.model.parameters()) gradient_bytes += num_elements_of(spec.shape) * 4;
+    for (std::int64_t c = 0; c < impl.total_cores; ++c) {
+        impl.cores[static_cast<std::size_t>(c)].events.push_back({c, -1, EventKind::AllReduce, StepPhase::Update, reduce_start,
+                                                                 reduce_end, 0, Impl::ring_bytes(gradient_bytes, impl.total_cores), -1});
+    }
+
+    // Update: every core the same (its own optimizer state, the same gradients).
+    const bool finite = train::LossScaler::gradients_are_finite(impl.cores[0].executor->parameters());
+    result.applied = impl.loss_scaler->update(!finite);
+    if (finite && result.loss_scale != 1.0) {
+        // update() may have changed the scale; unscale with the one backward used.
+        const double used = result.loss_scale;
+        for (Impl::Core& core : impl.cores) {
+            for (Parameter& parameter : core.executor->parameters()) {
+                float* g = parameter.gradient.data<float>();
+                const auto inverse = static_cast<float>(1.0 / used);
+                for (std::int64_t e = 0; e < parameter.gradient.num_elements(); ++e) g[e] *= inverse;
+            }
+        }
+    }
+    if (result.applied) {
+        impl.each_core(StepPhase::Update, -1, [&](Impl::Core& core) {
+            const double start = impl.now();
+            core.optimizer->step(core.executor->parameters(), result.learning_rate);
+            core.events.push_back({impl.mesh_core(core.replica, core.index), -1, EventKind::Compute, StepPhase::Update, start,
+                                   impl.now(), 0, 0, -1});
+        });
+    }
+    result.update_seconds = impl.now() - backward_end;
+    ++impl.step;
+
+    // Events by start time, and the step's summary.
+    impl.events.clear();
+    for (Impl::Core& core : impl.cores) impl.events.insert(impl.events.end(), core.events.begin(), core.events.end());
+    std::stable_sort(impl.events.begin(), impl.events.end(),
+                     [](const CoreEvent& a, const CoreEvent& b) { return a.start_seconds < b.start_seconds; });
+    StepSummary summary;
+    std::map<std::pair<std::int64_t, std::int64_t>, std::int64_t> links;
+    for (const CoreEvent& event : impl.events) {
+        const double seconds = event.end_seconds - event.start_seconds;
+        switch (event.kind) {
+            case EventKind::Compute: summary.compute_seconds += seconds; break;
+            case EventKind::Halo: {
+                summary.halo_seconds += seconds;
+                summary.halo_bytes += event.bytes;
+                // Forward: peer → core; backward: core's gradient came from peer, so the rows travel peer → core too.
+                links[{event.peer, event.core}] += event.bytes;
+                break;
+            }
+            case EventKind::AllReduce:
+                summary.all_reduce_seconds += seconds;
+                summary.all_reduce_bytes += event.bytes;
+                break;
+            case EventKind::Wait: break;
+        }
+    }
+    for (const auto& [link, bytes] : links) summary.links.push_back({link.first, link.second, bytes});
+    std::sort(summary.links.begin(), summary.links.end(), [](const LinkTraffic& a, const LinkTraffic& b) { return a.bytes > b.bytes; });
+    // The plan's halo volume, forward and (unless the halo holds input data) backward, per replica.
+    for (const partition::HaloExchange& halo : impl.core_graphs.halos) {
+        const std::int64_t layer_elements = impl.plan.halo_elements(halo.layer);
+        summary.analytic_halo_bytes += layer_elements * (halo.carries_gradient ? 2 : 1) * impl.mesh.num_replicas *
+                                       impl.cores[0].executor->value_buffer(halo.halo_node).element_size();
+    }
+    summary.halo_fraction_of_compute = summary.compute_seconds > 0 ? summary.halo_seconds / summary.compute_seconds : 0;
+    impl.summary = std::move(summary);
+    return result;
+}
+
+train::EvalResult CoreMesh::evaluate(const Tensor& images, const Tensor& labels) {
+    Impl& impl = *m_impl;
+    const Shape& input_shape = impl.model.node(impl.model.input_node()).output_shape;
+    Shape expected = input_shape;
+    expected[0] *= impl.mesh.num_replicas;
+    TESSERA_CHECK(images.shape() == expected && images.dtype() == DType::F32,
+                  "evaluate expects f32 images " << shape_to_string(expected) << ", got " << shape_to_string(images.shape()));
+    impl.step_start = Clock::now();
+    for (Impl::Core& core : impl.cores) core.events.clear();
+    impl.each_core(StepPhase::Forward, -1, [&](Impl::Core& core) {
+        core.executor->begin_forward(impl.tile_of(images, core.replica, core.index, true), graph::Mode::Eval);
+    });
+    impl.forward(graph::Mode::Eval);
+    // Logits of the whole batch, assembled from the tiles.
+    const int output = impl.model.output_node();
+    Shape logits_shape = impl.model.node(output).output_shape;
+    const std::int64_t batch = logits_shape[0];
+    logits_shape[0] *= impl.mesh.num_replicas;
+    train::EvalResult result;
+    result.logits = Tensor::zeros(logits_shape, DType::F32);
+    for (std::int64_t r = 0; r < impl.mesh.num_replicas; ++r) {
+        const Tensor replica_logits = gather_activation(output, r);
+        std::vector<std::int64_t> begin(logits_shape.size(), 0), extent(logits_shape.begin(), logits_shape.end());
+        begin[0] = r * batch;
+        extent[0] = batch;
+        result.logits.view_box(begin, extent).copy_from(replica_logits);
+    }
+    const LossPartial total = impl.loss_partial(result.logits, labels);
+    result.loss = impl.finish_loss(total, result.logits, labels).first;
+    loss::MetricOptions metric_options;
+    metric_options.ignore_label = impl.config.cross_entropy.ignore_label;
+    result.confusion = loss::confusion_matrix_from_logits(result.logits, labels, metric_options);
+    loss::ScoreOptions score_options;
+    score_options.exclude_background = impl.config.dice_excludes_background;
+    result.scores = loss::segmentation_scores(result.confusion, score_options);
+    return result;
+}
+
+namespace {
+Tensor gather(const CoreMesh& mesh, const std::vector<Tensor>& tiles, int model_node) {
+    const graph::Node& node = mesh.model().node(model_node);
+    if (mesh.plan().tile(model_node, 0).replicated) return tiles[0];
+    Tensor whole = Tensor::zeros(node.output_shape, DType::F32);
+    for (std::size_t c = 0; c < tiles.size(); ++c) {
+        const auto& owned = mesh.plan().tile(model_node, static_cast<std::int64_t>(c)).owned;
+        std::vector<std::int64_t> begin(node.output_shape.size(), 0), extent(node.output_shape.begin(), node.output_shape.end());
+        for (std::size_t axis = 0; axis < owned.size(); ++axis) {
+            begin[axis + 2] = owned[axis].begin;
+            extent[axis + 2] = owned[axis].size();
+        }
+        whole.view_box(begin, extent).copy_from(tiles[c]);
+    }
+    return whole;
+}
+}  // namespace
+
+Tensor CoreMesh::gather_activation(int model_node, std::int64_t replica) const {
+    const Impl& impl = *m_impl;
+    TESSERA_CHECK(replica >= 0 && replica < impl.mesh.num_replicas, "no replica " << replica);
+    const int local = impl.core_graphs.local_node[static_cast<std::size_t>(impl.model.node(model_node).id)];
+    std::vector<Tensor> tiles;
+    for (std::int64_t i = 0; i < impl.per_replica; ++i) {
+        tiles.push_back(impl.cores[static_cast<std::size_t>(impl.mesh_core(replica, i))].executor->activation(local));
+    }
+    return gather(*this, tiles, model_node);
+}
+
+Tensor CoreMesh::gather_activation_gradient(int model_node, std::int64_t replica) const {
+    const Impl& impl = *m_impl;
+    TESSERA_CHECK(replica >= 0 && replica < impl.mesh.num_replicas, "no replica " << replica);
+    const int local = impl.core_graphs.local_node[static_cast<std::size_t>(impl.model.node(model_node).id)];
+    std::vector<Tensor> tiles;
+    for (std::int64_t i = 0; i < impl.per_replica; ++i) {
+        tiles.push_back(impl.cores[static_cast<std::size_t>(impl.mesh_core(replica, i))].executor->activation_gradient(local));
+    }
+    return gather(*this, tiles, model_node);
+}
+
+}  // namespace tessera::cores

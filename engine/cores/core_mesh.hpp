@@ -1,0 +1,138 @@
+// CoreMesh: a training step executed the way a spatially partitioned accelerator runs it.
+//
+// The mesh is num_replicas × (one replica's partition grid) simulated cores. Each core holds its own
+// executor over its core graph (partition/core_graph.hpp): its tiles of the activations, a full copy
+// of the weights, its own gradients and optimizer state. A step runs the model node by node on every
+// core (phases over a host thread pool, a barrier between them):
+//   forward   halo exchange before each windowed op that reaches across a tile border; batch-norm
+//             statistics and global-pooling sums all-reduced over the replica (or the whole mesh with
+//             cross-replica BN); the loss reduced over the replica;
+//   backward  halo gradients returned to their owners and added there;
+//   update    weight gradients summed over the replica's cores, averaged over replicas; every core
+//             applies the same update with its own optimizer.
+// Reductions add in a fixed order, so a run is bit-reproducible for a given seed and layout. Every op,
+// exchange and reduction is recorded as an event for the timelines and the cost model.
+//
+//   MeshConfig mesh;
+//   mesh.grid = partition::SpatialGrid::even({4, 1, 256, 256}, {2, 2});   // 4 cores per replica
+//   CoreMesh cores(model::make_unet(unet, {4, 1, 256, 256}), mesh, trainer_config);
+//   train::StepResult step = cores.train_step(images, labels);           // images [4, 1, 256, 256]
+//   cores.events();  cores.summary().halo_bytes;  cores.memory()[3].peak();
+#pragma once
+
+#include "graph/executor.hpp"
+#include "partition/core_graph.hpp"
+#include "partition/tiling.hpp"
+#include "train/trainer.hpp"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace tessera::cores {
+
+struct MeshConfig {
+    std::int64_t num_replicas = 1;
+    partition::SpatialGrid grid;                      // one replica's split of the input's spatial axes
+    bool cross_replica_batch_norm = false;            // BN statistics over every replica's cores
+    std::int64_t core_memory_bytes = 16LL << 30;      // capacity of one core (a TPU v3 core: 16 GiB HBM)
+    int host_threads = 2;                             // threads that run the cores' phases
+};
+
+enum class EventKind { Compute, Halo, AllReduce, Wait };
+enum class StepPhase { Forward, Backward, Update };
+std::string_view event_kind_name(EventKind kind);
+std::string_view step_phase_name(StepPhase phase);
+
+struct CoreEvent {
+    std::int64_t core = 0;        // mesh core: replica · cores_per_replica + core in the replica
+    int layer = -1;               // model node; −1 for the loss and the weight update
+    EventKind kind = EventKind::Compute;
+    StepPhase phase = StepPhase::Forward;
+    double start_seconds = 0;     // host time since the step began
+    double end_seconds = 0;
+    double flops = 0;             // compute: this core's share
+    std::int64_t bytes = 0;       // halo: bytes received from `peer`; all-reduce: bytes this core sends
+    std::int64_t peer = -1;       // halo: the core the rows came from (forward) or went to (backward)
+};
+
+struct LinkTraffic {
+    std::int64_t from = 0, to = 0;  // mesh cores
+    std::int64_t bytes = 0;         // halo bytes over the last step, both passes
+};
+
+struct StepSummary {
+    std::int64_t halo_bytes = 0;           // every halo copy of the step, forward and backward
+    std::int64_t analytic_halo_bytes = 0;  // what the tiling plan predicts for the same
+    std::int64_t all_reduce_bytes = 0;     // sent by all cores, ring all-reduce
+    std::vector<LinkTraffic> links;        // halo bytes per directed link, busiest first
+    double compute_seconds = 0;            // summed over cores (host)
+    double halo_seconds = 0;
+    double all_reduce_seconds = 0;
+    double halo_fraction_of_compute = 0;   // halo_seconds / compute_seconds
+};
+
+struct MemoryItem {
+    std::string name;  // layer, or "weights", "optimizer slots", ...
+    std::int64_t bytes = 0;
+};
+
+// What one core holds, by kind; all of it lives through the whole step, so the sum is the step's peak.
+struct MemoryLedger {
+    std::int64_t core = 0;
+    std::int64_t weights = 0;               // parameters and BN statistics, f32
+    std::int64_t optimizer_slots = 0;       // momentum / Adam moments
+    std::int64_t weight_gradients = 0;
+    std::int64_t activations = 0;           // layer outputs saved for backward
+    std::int64_t halo_buffers = 0;          // widened tiles and their gradients
+    std::int64_t activation_gradients = 0;
+    std::int64_t workspace = 0;             // kernels' reordered copies, pooling indices, scratch
+    std::int64_t capacity = 0;
+    std::vector<MemoryItem> largest;        // the biggest layers, largest first
+    std::int64_t peak() const {
+        return weights + optimizer_slots + weight_gradients + activations + halo_buffers + activation_gradients + workspace;
+    }
+};
+
+class CoreMesh {
+public:
+    // model: one replica's model (its input's batch is the per-replica batch).
+    CoreMesh(graph::Graph model, MeshConfig mesh, train::TrainerConfig config);
+    ~CoreMesh();
+    CoreMesh(const CoreMesh&) = delete;
+    CoreMesh& operator=(const CoreMesh&) = delete;
+
+    // images [R·n, C, (D,) H, W] f32, labels [R·n, (D,) H, W] (segmentation) or [R·n] (classification) i32:
+    // replica r takes rows r·n … (r+1)·n − 1, each core its tile. Throws before any work when a core's
+    // memory would exceed its capacity.
+    train::StepResult train_step(const Tensor& images, const Tensor& labels);
+    // Forward in evaluation mode; logits gathered from the tiles, loss and metrics over all replicas.
+    train::EvalResult evaluate(const Tensor& images, const Tensor& labels);
+
+    std::int64_t num_cores() const;
+    std::int64_t cores_per_replica() const;
+    std::int64_t num_replicas() const;
+    std::int64_t step() const;
+    const graph::Graph& model() const;
+    const partition::TilingPlan& plan() const;
+    const partition::CoreGraphs& core_graphs() const;
+    graph::Executor& executor(std::int64_t core);
+    const MeshConfig& config() const;
+
+    const std::vector<CoreEvent>& events() const;  // of the last step, by start time
+    const StepSummary& summary() const;            // of the last step
+    std::vector<MemoryLedger> memory() const;      // one per core
+    // Throws the out-of-memory error train_step would; does nothing when every core fits.
+    void check_memory() const;
+
+    // A model node's value (or gradient) on one replica, assembled from its cores' tiles: what the
+    // unpartitioned model holds for that replica's batch.
+    Tensor gather_activation(int model_node, std::int64_t replica = 0) const;
+    Tensor gather_activation_gradient(int model_node, std::int64_t replica = 0) const;
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> m_impl;
+};
+
+}  // namespace tessera::cores
