@@ -22,6 +22,7 @@ std::string format_bytes(std::int64_t bytes) {
     out.precision(2);
     if (bytes >= (1LL << 30)) out << static_cast<double>(bytes) / static_cast<double>(1LL << 30) << " GiB";
     else if (bytes >= (1LL << 20)) out << static_cast<double>(bytes) / static_cast<double>(1LL << 20) << " MiB";
+    else if (bytes >= (1LL << 10)) out << static_cast<double>(bytes) / static_cast<double>(1LL << 10) << " KiB";
     else out << bytes << " B";
     return out.str();
 }

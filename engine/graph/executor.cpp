@@ -964,42 +964,122 @@ memory::desc same_layout_desc(const memory::desc& like, const Shape& shape) {
     TESSERA_FAIL("a halo buffer needs a plain, channels-last or channel-blocked layout; the producer's layout is none of these");
 }
 
-// Calls fn(element pointer, first channel, lanes) for every pixel of every channel group of a buffer,
-// lanes contiguous: channel blocks in blocked layouts, all channels in channels-last, one in plain.
+// Calls fn(row, first channel, lanes, pixels, n) for every row of pixels along W of every channel
+// group, element (pixel p, lane j) at row[p · lanes + j]: a channel block in blocked layouts (padded
+// lanes included; they hold zeros), every channel in channels-last, one channel in plain layouts.
 // Rows are walked in memory order, so large tiles stream once.
 template <class Element, class Fn>
-void for_each_pixel(const TileBuffer& b, Fn&& fn) {
+void for_each_row(const TileBuffer& b, Fn&& fn) {
     const std::int64_t channels = b.channels();
     const bool channels_last = b.block == 1 && b.block_stride == 1 && channels > 1;
-    const std::int64_t group_channels = channels_last ? channels : b.block;
-    const std::int64_t groups = (channels + group_channels - 1) / group_channels;
+    const std::int64_t lanes = channels_last ? channels : b.block;
+    const std::int64_t groups = (channels + lanes - 1) / lanes;
+    TESSERA_ASSERT(b.spatial_stride[2] == lanes, "rows of a tile are contiguous along W");
     const int rank = b.spatial_rank();
     const std::int64_t depth = rank == 3 ? b.shape[2] : 1, height = b.shape[rank], width = b.shape[rank + 1];
     auto* base = static_cast<Element*>(b.data);
     for (std::int64_t n = 0; n < b.shape[0]; ++n) {
         for (std::int64_t g = 0; g < groups; ++g) {
-            const std::int64_t first = g * group_channels;
-            const std::int64_t lanes = std::min(group_channels, channels - first);
             for (std::int64_t z = 0; z < depth; ++z) {
-                for (std::int64_t y = 0; y < height; ++y) {
-                    Element* row = base + b.offset(n, first, z, y, 0);
-                    for (std::int64_t x = 0; x < width; ++x) fn(row + x * b.spatial_stride[2], first, lanes, n);
-                }
+                for (std::int64_t y = 0; y < height; ++y) fn(base + b.offset(n, g * lanes, z, y, 0), g * lanes, lanes, width, n);
             }
         }
     }
 }
 
-template <class Fn>
-void for_each_pixel_f32_or_bf16(const TileBuffer& b, Fn&& fn) {
-    if (b.dtype == DType::F32) for_each_pixel<float>(b, fn);
-    else for_each_pixel<BFloat16>(b, fn);
+// Channels a row walk can touch: rounded up to whole channel groups (blocked layouts pad to the block).
+std::int64_t padded_channels(const TileBuffer& b) {
+    const bool channels_last = b.block == 1 && b.block_stride == 1 && b.channels() > 1;
+    const std::int64_t lanes = channels_last ? b.channels() : b.block;
+    return (b.channels() + lanes - 1) / lanes * lanes;
 }
 
 inline float as_float(float v) { return v; }
 inline float as_float(BFloat16 v) { return to_float(v); }
 inline void assign(float& target, float v) { target = v; }
 inline void assign(BFloat16& target, float v) { target = to_bfloat16(v); }
+
+// Per-lane sums over a row: Σx (centre null) or Σ(x − centre)². A fixed lane count lets the compiler
+// keep the accumulators in vector registers; rows are short enough for float accumulation, and the
+// caller adds the rows in double.
+template <int Lanes, class Element>
+void add_row_sums(const Element* row, std::int64_t pixels, const float* centre, double* sums) {
+    float accumulator[Lanes] = {};
+    if (centre) {
+        float c[Lanes];
+        for (int j = 0; j < Lanes; ++j) c[j] = centre[j];
+        for (std::int64_t p = 0; p < pixels; ++p) {
+            for (int j = 0; j < Lanes; ++j) {
+                const float d = as_float(row[p * Lanes + j]) - c[j];
+                accumulator[j] += d * d;
+            }
+        }
+    } else {
+        for (std::int64_t p = 0; p < pixels; ++p) {
+            for (int j = 0; j < Lanes; ++j) accumulator[j] += as_float(row[p * Lanes + j]);
+        }
+    }
+    for (int j = 0; j < Lanes; ++j) sums[j] += accumulator[j];
+}
+
+template <class Element>
+void add_row_sums(const Element* row, std::int64_t lanes, std::int64_t pixels, const float* centre, double* sums) {
+    switch (lanes) {
+        case 16: add_row_sums<16>(row, pixels, centre, sums); return;
+        case 8: add_row_sums<8>(row, pixels, centre, sums); return;
+        case 4: add_row_sums<4>(row, pixels, centre, sums); return;
+        case 1: add_row_sums<1>(row, pixels, centre, sums); return;
+        default: break;
+    }
+    for (std::int64_t j = 0; j < lanes; ++j) {
+        float accumulator = 0;
+        for (std::int64_t p = 0; p < pixels; ++p) {
+            const float v = as_float(row[p * lanes + j]) - (centre ? centre[j] : 0.0f);
+            accumulator += centre ? v * v : v;
+        }
+        sums[j] += accumulator;
+    }
+}
+
+// row[p, j] −= offset[j] + slope[j] · x[p, j] (batch norm's correction for the replica's statistics).
+template <int Lanes, class Element>
+void subtract_affine_row(Element* row, const Element* x, std::int64_t pixels, const float* offset, const float* slope) {
+    float a[Lanes], b[Lanes];
+    for (int j = 0; j < Lanes; ++j) {
+        a[j] = offset[j];
+        b[j] = slope[j];
+    }
+    for (std::int64_t p = 0; p < pixels; ++p) {
+        for (int j = 0; j < Lanes; ++j) {
+            const std::int64_t i = p * Lanes + j;
+            assign(row[i], as_float(row[i]) - a[j] - b[j] * as_float(x[i]));
+        }
+    }
+}
+
+template <class Element>
+void subtract_affine_row(Element* row, const Element* x, std::int64_t lanes, std::int64_t pixels, const float* offset,
+                         const float* slope) {
+    switch (lanes) {
+        case 16: subtract_affine_row<16>(row, x, pixels, offset, slope); return;
+        case 8: subtract_affine_row<8>(row, x, pixels, offset, slope); return;
+        case 4: subtract_affine_row<4>(row, x, pixels, offset, slope); return;
+        case 1: subtract_affine_row<1>(row, x, pixels, offset, slope); return;
+        default: break;
+    }
+    for (std::int64_t p = 0; p < pixels; ++p) {
+        for (std::int64_t j = 0; j < lanes; ++j) {
+            const std::int64_t i = p * lanes + j;
+            assign(row[i], as_float(row[i]) - offset[j] - slope[j] * as_float(x[i]));
+        }
+    }
+}
+
+template <class Fn>
+void with_element_type(DType dtype, Fn&& fn) {
+    if (dtype == DType::F32) fn(float{});
+    else fn(BFloat16{});
+}
 
 // The widened tile before a windowed op on a simulated core: the core's own tile copied into its
 // interior here; the rows around it are written by the core mesh from the neighbours' tiles.
@@ -1038,9 +1118,9 @@ private:
 
 // Batch norm over a replica's tiles. Forward (training): Σx then Σ(x − mean)² are reduced over the
 // replica's cores (two passes, as oneDNN's own kernel computes them), then oneDNN normalises with those
-// global statistics. Backward, by hand over the tile's layout: the local Σg' and Σg'·x̂ (g' the
-// gradient after the fused ReLU's mask) are reduced over the replica, then
-// dx = γ/σ·(g' − (Σg' + x̂·Σg'x̂) / M), M the replica's elements per channel.
+// statistics. Backward: oneDNN with the statistics held fixed gives γ/σ·g' and this core's Σg'·x̂ and
+// Σg' (g' the gradient after the fused ReLU's mask); once those are summed over the replica, the terms
+// the statistics contribute are subtracted by hand: dx = γ/σ·(g' − (Σg' + x̂·Σg'x̂) / M).
 class DistributedBatchNormKernel final : public Kernel {
 public:
     DistributedBatchNormKernel(const Node& node, const KernelInputs& in, Parameter* scale, Parameter* shift,
@@ -1051,15 +1131,25 @@ public:
         const auto epsilon = static_cast<float>(m_attributes.epsilon);
         flags normalization = flags::use_scale | flags::use_shift | flags::use_global_stats;
         if (m_attributes.fuse_relu) normalization = normalization | flags::fuse_norm_relu;
-        // Inference propagation with the replica's statistics: the output is the same, and no ReLU
-        // workspace is needed (the backward pass reads the mask from the output itself).
-        m_normalize = dnnl::batch_normalization_forward(dnnl::batch_normalization_forward::primitive_desc(
+        m_training_pd = dnnl::batch_normalization_forward::primitive_desc(
+            dnnl::batch_normalization_forward::desc(dnnl::prop_kind::forward_training, in.descs[0], epsilon, normalization),
+            cpu_engine());
+        m_training = dnnl::batch_normalization_forward(m_training_pd);
+        m_inference = dnnl::batch_normalization_forward(dnnl::batch_normalization_forward::primitive_desc(
             dnnl::batch_normalization_forward::desc(dnnl::prop_kind::forward_inference, in.descs[0], epsilon, normalization),
             cpu_engine()));
-        m_output_desc = in.descs[0];
+        m_output_desc = m_training_pd.dst_desc();
         const std::int64_t channels = node.output_shape[1];
         m_mean = Tensor::zeros({channels}, DType::F32);
         m_variance = Tensor::zeros({channels}, DType::F32);
+        if (m_attributes.fuse_relu) m_workspace = memory(m_training_pd.workspace_desc(), cpu_engine());
+        m_backward_pd = dnnl::batch_normalization_backward::primitive_desc(
+            dnnl::batch_normalization_backward::desc(dnnl::prop_kind::backward, m_output_desc, in.descs[0], epsilon,
+                                                     normalization),
+            cpu_engine(), m_training_pd);
+        m_backward = dnnl::batch_normalization_backward(m_backward_pd);
+        m_diff_src = Staged(m_backward_pd.diff_src_desc(), in.descs[0]);
+        if (!m_needs_diff_input) m_discarded = memory(m_backward_pd.diff_src_desc(), cpu_engine());
         m_tile_count = num_elements_of(node.output_shape) / channels;
     }
 
@@ -1068,73 +1158,32 @@ public:
         return 1;
     }
 
-    std::vector<double> partial(Pass pass, int phase, const std::vector<memory>& inputs, const memory& output,
-                                const memory& diff_output, const std::vector<memory>&) override {
+    std::vector<double> partial(Pass pass, int phase, const std::vector<memory>& inputs, const memory&,
+                                const memory& diff_output, const std::vector<memory>& diff_inputs) override {
         const std::int64_t channels = m_mean.num_elements();
-        const TileBuffer x = tile_buffer_of(inputs[0]);
-        const std::int64_t width = x.shape.back();
-        const float* mean = m_mean.data<float>();
         if (pass == Pass::Backward) {
-            // Σg'·x̂ then Σg', per channel.
-            std::vector<double> sums(static_cast<std::size_t>(2 * channels), 0.0);
-            std::vector<float> row_gx(static_cast<std::size_t>(channels), 0.0f), row_g(static_cast<std::size_t>(channels), 0.0f);
-            std::vector<float> inverse_sigma = inverse_sigmas();
-            const std::ptrdiff_t to_y = offset_between(x, tile_buffer_of(output));
-            const std::ptrdiff_t to_g = offset_between(x, tile_buffer_of(diff_output));
-            const bool relu = m_attributes.fuse_relu;
-            std::int64_t pixels_in_row = 0;
-            for_each_pixel_f32_or_bf16(x, [&](auto* pixel, std::int64_t first, std::int64_t lanes, std::int64_t) {
-                const auto* y = pixel + to_y;
-                const auto* g = pixel + to_g;
-                float* gx = row_gx.data() + first;
-                float* gs = row_g.data() + first;
-                for (std::int64_t j = 0; j < lanes; ++j) {
-                    const auto c = static_cast<std::size_t>(first + j);
-                    const float masked = relu && !(as_float(y[j]) > 0.0f) ? 0.0f : as_float(g[j]);
-                    gx[j] += masked * (as_float(pixel[j]) - mean[c]) * inverse_sigma[c];
-                    gs[j] += masked;
-                }
-                if (++pixels_in_row == width) {
-                    for (std::int64_t j = 0; j < lanes; ++j) {
-                        sums[static_cast<std::size_t>(first + j)] += gx[j];
-                        sums[static_cast<std::size_t>(channels + first + j)] += gs[j];
-                        gx[j] = gs[j] = 0.0f;
-                    }
-                    pixels_in_row = 0;
-                }
-            });
-            // This core's share of the scale and shift gradients; the mesh sums them over cores.
+            run_backward(inputs[0], diff_output, diff_inputs);
+            std::vector<double> sums(static_cast<std::size_t>(2 * channels));
             for (std::int64_t c = 0; c < channels; ++c) {
-                m_scale->gradient.data<float>()[c] = static_cast<float>(sums[static_cast<std::size_t>(c)]);
-                m_shift->gradient.data<float>()[c] = static_cast<float>(sums[static_cast<std::size_t>(channels + c)]);
+                sums[static_cast<std::size_t>(c)] = m_scale->gradient.data<float>()[c];            // Σ g'·x̂
+                sums[static_cast<std::size_t>(channels + c)] = m_shift->gradient.data<float>()[c];  // Σ g'
             }
             return sums;
         }
         // Phase 0: Σx and the element count; phase 1: Σ(x − mean)².
-        std::vector<double> sums(static_cast<std::size_t>(channels + (phase == 0 ? 1 : 0)), 0.0);
-        std::vector<float> row(static_cast<std::size_t>(channels), 0.0f);
-        // Float partial sums over a row of pixels, flushed to double per row.
-        std::int64_t pixels_in_row = 0;
-        for_each_pixel_f32_or_bf16(x, [&](auto* pixel, std::int64_t first, std::int64_t lanes, std::int64_t) {
-            float* r = row.data() + first;
-            if (phase == 0) {
-                for (std::int64_t j = 0; j < lanes; ++j) r[j] += as_float(pixel[j]);
-            } else {
-                const float* m = mean + first;
-                for (std::int64_t j = 0; j < lanes; ++j) {
-                    const float d = as_float(pixel[j]) - m[j];
-                    r[j] += d * d;
-                }
-            }
-            if (++pixels_in_row == width) {
-                for (std::int64_t j = 0; j < lanes; ++j) {
-                    sums[static_cast<std::size_t>(first + j)] += r[j];
-                    r[j] = 0.0f;
-                }
-                pixels_in_row = 0;
-            }
+        const TileBuffer x = tile_buffer_of(inputs[0]);
+        const std::int64_t padded = padded_channels(x);
+        std::vector<double> sums(static_cast<std::size_t>(padded), 0.0);
+        std::vector<float> centre(static_cast<std::size_t>(padded), 0.0f);
+        for (std::int64_t c = 0; c < channels; ++c) centre[static_cast<std::size_t>(c)] = m_mean.data<float>()[c];
+        with_element_type(x.dtype, [&](auto element) {
+            using Element = decltype(element);
+            for_each_row<Element>(x, [&](Element* row, std::int64_t first, std::int64_t lanes, std::int64_t pixels, std::int64_t) {
+                add_row_sums(row, lanes, pixels, phase == 0 ? nullptr : centre.data() + first, sums.data() + first);
+            });
         });
-        if (phase == 0) sums[static_cast<std::size_t>(channels)] = static_cast<double>(m_tile_count);
+        sums.resize(static_cast<std::size_t>(channels));
+        if (phase == 0) sums.push_back(static_cast<double>(m_tile_count));
         return sums;
     }
 
@@ -1159,14 +1208,20 @@ public:
     }
 
     void forward(const std::vector<memory>& inputs, const memory& output, Mode mode) override {
-        const bool training = mode == Mode::Train;
-        m_normalize.execute(cpu_stream(), {{DNNL_ARG_SRC, inputs[0]},
-                                           {DNNL_ARG_DST, output},
-                                           {DNNL_ARG_SCALE, ops::wrap(m_scale->value)},
-                                           {DNNL_ARG_SHIFT, ops::wrap(m_shift->value)},
-                                           {DNNL_ARG_MEAN, ops::wrap(training ? m_mean : *m_running_mean)},
-                                           {DNNL_ARG_VARIANCE, ops::wrap(training ? m_variance : *m_running_variance)}});
-        if (!training) return;
+        std::unordered_map<int, memory> args{{DNNL_ARG_SRC, inputs[0]},
+                                             {DNNL_ARG_DST, output},
+                                             {DNNL_ARG_SCALE, ops::wrap(m_scale->value)},
+                                             {DNNL_ARG_SHIFT, ops::wrap(m_shift->value)}};
+        if (mode == Mode::Eval) {
+            args[DNNL_ARG_MEAN] = ops::wrap(*m_running_mean);
+            args[DNNL_ARG_VARIANCE] = ops::wrap(*m_running_variance);
+            m_inference.execute(cpu_stream(), args);
+            return;
+        }
+        args[DNNL_ARG_MEAN] = ops::wrap(m_mean);
+        args[DNNL_ARG_VARIANCE] = ops::wrap(m_variance);
+        if (m_workspace) args[DNNL_ARG_WORKSPACE] = m_workspace;
+        m_training.execute(cpu_stream(), args);
         // running = momentum · running + (1 − momentum) · batch, with the unbiased variance of the whole replica.
         const double momentum = m_attributes.momentum;
         const double bessel = m_count > 1 ? static_cast<double>(m_count) / static_cast<double>(m_count - 1) : 1.0;
@@ -1179,56 +1234,57 @@ public:
         }
     }
 
-    void backward(const std::vector<memory>& inputs, const memory& output, const memory& diff_output,
+    void backward(const std::vector<memory>& inputs, const memory&, const memory&,
                   const std::vector<memory>& diff_inputs) override {
         if (!m_needs_diff_input) return;
+        const TileBuffer x = tile_buffer_of(inputs[0]);
+        const TileBuffer dx = tile_buffer_of(diff_inputs[0]);
+        TESSERA_ASSERT(x.dtype == dx.dtype && x.block == dx.block && x.batch_stride == dx.batch_stride &&
+                           x.block_stride == dx.block_stride && x.spatial_stride == dx.spatial_stride,
+                       "batch norm's input and its gradient share a layout");
+        // dx −= γ/(σM)·(Σg' + x̂·Σg'x̂) = offset + slope·x, with x̂ = (x − mean)/σ.
         const std::int64_t channels = m_mean.num_elements();
-        const std::vector<float> inverse_sigma = inverse_sigmas();
-        std::vector<float> k(static_cast<std::size_t>(channels)), mean_g(static_cast<std::size_t>(channels)),
-            mean_gx(static_cast<std::size_t>(channels));
+        const std::int64_t padded = padded_channels(x);
+        std::vector<float> offset(static_cast<std::size_t>(padded), 0.0f), slope(static_cast<std::size_t>(padded), 0.0f);
         const auto count = static_cast<double>(m_count);
         for (std::int64_t c = 0; c < channels; ++c) {
             const auto i = static_cast<std::size_t>(c);
-            k[i] = m_scale->value.data<float>()[c] * inverse_sigma[i];
-            mean_g[i] = static_cast<float>(m_sum_gradient[i] / count);
-            mean_gx[i] = static_cast<float>(m_sum_gradient_xhat[i] / count);
+            const double inverse_sigma = 1.0 / std::sqrt(static_cast<double>(m_variance.data<float>()[c]) + m_attributes.epsilon);
+            const double k = m_scale->value.data<float>()[c] * inverse_sigma / count;
+            const double per_xhat = k * m_sum_gradient_xhat[i] * inverse_sigma;
+            slope[i] = static_cast<float>(per_xhat);
+            offset[i] = static_cast<float>(k * m_sum_gradient[i] - per_xhat * m_mean.data<float>()[c]);
         }
-        const TileBuffer x = tile_buffer_of(inputs[0]);
-        const std::ptrdiff_t to_y = offset_between(x, tile_buffer_of(output));
-        const std::ptrdiff_t to_g = offset_between(x, tile_buffer_of(diff_output));
-        const std::ptrdiff_t to_dx = offset_between(x, tile_buffer_of(diff_inputs[0]));
-        const bool relu = m_attributes.fuse_relu;
-        const float* mean = m_mean.data<float>();
-        for_each_pixel_f32_or_bf16(x, [&](auto* pixel, std::int64_t first, std::int64_t lanes, std::int64_t) {
-            const auto* y = pixel + to_y;
-            const auto* g = pixel + to_g;
-            auto* dx = pixel + to_dx;
-            for (std::int64_t j = 0; j < lanes; ++j) {
-                const auto c = static_cast<std::size_t>(first + j);
-                const float masked = relu && !(as_float(y[j]) > 0.0f) ? 0.0f : as_float(g[j]);
-                const float xhat = (as_float(pixel[j]) - mean[c]) * inverse_sigma[c];
-                assign(dx[j], k[c] * (masked - mean_g[c] - xhat * mean_gx[c]));
-            }
+        const std::ptrdiff_t shift = static_cast<const char*>(x.data) - static_cast<const char*>(dx.data);
+        with_element_type(dx.dtype, [&](auto element) {
+            using Element = decltype(element);
+            for_each_row<Element>(dx, [&](Element* row, std::int64_t first, std::int64_t lanes, std::int64_t pixels, std::int64_t) {
+                const auto* x_row = reinterpret_cast<const Element*>(reinterpret_cast<const char*>(row) + shift);
+                subtract_affine_row(row, x_row, lanes, pixels, offset.data() + first, slope.data() + first);
+            });
         });
     }
 
-private:
-    std::vector<float> inverse_sigmas() const {
-        std::vector<float> result(static_cast<std::size_t>(m_variance.num_elements()));
-        for (std::int64_t c = 0; c < m_variance.num_elements(); ++c) {
-            result[static_cast<std::size_t>(c)] =
-                static_cast<float>(1.0 / std::sqrt(static_cast<double>(m_variance.data<float>()[c]) + m_attributes.epsilon));
-        }
-        return result;
+    std::int64_t bytes() const override {
+        return (m_workspace ? static_cast<std::int64_t>(m_workspace.get_desc().get_size()) : 0) + m_diff_src.bytes() +
+               (m_discarded ? static_cast<std::int64_t>(m_discarded.get_desc().get_size()) : 0);
     }
 
-    // Element distance from x's storage to another buffer of the same layout (one walk reads both).
-    static std::ptrdiff_t offset_between(const TileBuffer& x, const TileBuffer& other) {
-        TESSERA_ASSERT(other.dtype == x.dtype && other.block == x.block && other.batch_stride == x.batch_stride &&
-                           other.block_stride == x.block_stride && other.spatial_stride == x.spatial_stride,
-                       "batch norm's input, output and gradients share one layout");
-        return x.dtype == DType::F32 ? static_cast<float*>(other.data) - static_cast<float*>(x.data)
-                                     : static_cast<BFloat16*>(other.data) - static_cast<BFloat16*>(x.data);
+private:
+    void run_backward(const memory& src, const memory& diff_output, const std::vector<memory>& diff_inputs) {
+        const memory target = m_needs_diff_input ? diff_inputs[0] : m_discarded;
+        std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src},
+                                             {DNNL_ARG_MEAN, ops::wrap(m_mean)},
+                                             {DNNL_ARG_VARIANCE, ops::wrap(m_variance)},
+                                             {DNNL_ARG_DIFF_DST, diff_output},
+                                             {DNNL_ARG_SCALE, ops::wrap(m_scale->value)},
+                                             {DNNL_ARG_SHIFT, ops::wrap(m_shift->value)},
+                                             {DNNL_ARG_DIFF_SRC, m_needs_diff_input ? m_diff_src.destination(target) : target},
+                                             {DNNL_ARG_DIFF_SCALE, ops::wrap(m_scale->gradient)},
+                                             {DNNL_ARG_DIFF_SHIFT, ops::wrap(m_shift->gradient)}};
+        if (m_workspace) args[DNNL_ARG_WORKSPACE] = m_workspace;
+        m_backward.execute(cpu_stream(), args);
+        if (m_needs_diff_input) m_diff_src.finish(target);
     }
 
     ops::BatchNormAttributes m_attributes;
@@ -1241,7 +1297,13 @@ private:
     std::int64_t m_count = 1;       // ... on the whole replica
     Tensor m_mean, m_variance;      // [C] of the replica, f32
     std::vector<double> m_sum_gradient, m_sum_gradient_xhat;
-    dnnl::batch_normalization_forward m_normalize;
+    dnnl::batch_normalization_forward::primitive_desc m_training_pd;
+    dnnl::batch_normalization_forward m_training;
+    dnnl::batch_normalization_forward m_inference;
+    dnnl::batch_normalization_backward::primitive_desc m_backward_pd;
+    dnnl::batch_normalization_backward m_backward;
+    memory m_workspace, m_discarded;
+    Staged m_diff_src;
 };
 
 // Global average pooling over a replica's tiles: per (n, c) sums of every core's tile are reduced, and
@@ -1259,12 +1321,21 @@ public:
 
     std::vector<double> partial(Pass, int, const std::vector<memory>& inputs, const memory&, const memory&,
                                 const std::vector<memory>&) override {
+        const TileBuffer x = tile_buffer_of(inputs[0]);
+        const std::int64_t padded = padded_channels(x);
+        std::vector<double> padded_sums(static_cast<std::size_t>(m_batch * padded), 0.0);
+        with_element_type(x.dtype, [&](auto element) {
+            using Element = decltype(element);
+            for_each_row<Element>(x, [&](Element* row, std::int64_t first, std::int64_t lanes, std::int64_t pixels, std::int64_t n) {
+                add_row_sums(row, lanes, pixels, nullptr, padded_sums.data() + n * padded + first);
+            });
+        });
         std::vector<double> sums(static_cast<std::size_t>(m_batch * m_channels + 1), 0.0);
-        for_each_pixel_f32_or_bf16(tile_buffer_of(inputs[0]),
-                                   [&](auto* pixel, std::int64_t first, std::int64_t lanes, std::int64_t n) {
-                                       double* s = sums.data() + n * m_channels + first;
-                                       for (std::int64_t j = 0; j < lanes; ++j) s[j] += as_float(pixel[j]);
-                                   });
+        for (std::int64_t n = 0; n < m_batch; ++n) {
+            for (std::int64_t c = 0; c < m_channels; ++c) {
+                sums[static_cast<std::size_t>(n * m_channels + c)] = padded_sums[static_cast<std::size_t>(n * padded + c)];
+            }
+        }
         sums.back() = static_cast<double>(m_tile_count);
         return sums;
     }
@@ -1292,11 +1363,23 @@ public:
                                 : to_float(static_cast<const BFloat16*>(diff_output.get_data_handle())[i]);
             share[i] = g / static_cast<float>(m_count);
         }
-        for_each_pixel_f32_or_bf16(tile_buffer_of(diff_inputs[0]),
-                                   [&](auto* pixel, std::int64_t first, std::int64_t lanes, std::int64_t n) {
-                                       const float* s = share.data() + n * m_channels + first;
-                                       for (std::int64_t j = 0; j < lanes; ++j) assign(pixel[j], s[j]);
-                                   });
+        const TileBuffer dx = tile_buffer_of(diff_inputs[0]);
+        const std::int64_t padded = padded_channels(dx);
+        std::vector<float> padded_share(static_cast<std::size_t>(m_batch * padded), 0.0f);
+        for (std::int64_t n = 0; n < m_batch; ++n) {
+            for (std::int64_t c = 0; c < m_channels; ++c) {
+                padded_share[static_cast<std::size_t>(n * padded + c)] = share[static_cast<std::size_t>(n * m_channels + c)];
+            }
+        }
+        with_element_type(dx.dtype, [&](auto element) {
+            using Element = decltype(element);
+            for_each_row<Element>(dx, [&](Element* row, std::int64_t first, std::int64_t lanes, std::int64_t pixels, std::int64_t n) {
+                const float* s = padded_share.data() + n * padded + first;
+                for (std::int64_t p = 0; p < pixels; ++p) {
+                    for (std::int64_t j = 0; j < lanes; ++j) assign(row[p * lanes + j], s[j]);
+                }
+            });
+        });
     }
 
 private:

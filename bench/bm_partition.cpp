@@ -1,0 +1,152 @@
+// The partitioned step against the unpartitioned one on this host: what tiles, halo copies, extra
+// kernel calls and reductions cost (the simulated cores run on the same 2 host threads as the
+// unpartitioned step's oneDNN kernels). Cases are the peer benchmark's U-Nets.
+//
+// Usage: bm_partition [--rounds R] [--steps S] [--case unet2d|unet3d]
+// Rounds alternate unpartitioned and partitioned steps (the machine's speed drifts; only interleaved
+// figures compare); the overhead is the median over rounds of partitioned / unpartitioned. Prints per-round medians, bytes exchanged against the tiling plan's halo volume,
+// per-core memory, and ends with one line per case:
+//   case=<name> unpartitioned_ms=<median> partitioned_ms=<median> overhead=<ratio>
+#include "cores/core_mesh.hpp"
+#include "core/random.hpp"
+#include "model/models.hpp"
+#include "ops/dnnl_support.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+using namespace tessera;
+
+namespace {
+
+struct BenchCase {
+    std::string name;
+    model::UNetConfig unet;
+    Shape input;
+    std::vector<std::int64_t> pieces;
+};
+
+double median(std::vector<double> values) {
+    std::sort(values.begin(), values.end());
+    const std::size_t n = values.size();
+    return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+template <class Step>
+double time_ms(Step&& step) {
+    const auto start = std::chrono::steady_clock::now();
+    step();
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    int rounds = 7, steps = 3;
+    bool profile = false;
+    std::string only;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!std::strcmp(argv[i], "--rounds")) rounds = std::atoi(argv[i + 1]);
+        else if (!std::strcmp(argv[i], "--steps")) steps = std::atoi(argv[i + 1]);
+        else if (!std::strcmp(argv[i], "--case")) only = argv[i + 1];
+        else if (!std::strcmp(argv[i], "--profile")) profile = std::atoi(argv[i + 1]) != 0;
+    }
+    const std::vector<BenchCase> cases = {
+        {"unet2d_4way", {.depth = 4, .base_width = 16, .num_classes = 2}, {4, 1, 256, 256}, {4, 1}},
+        {"unet3d_8way", {.depth = 3, .base_width = 8, .num_classes = 2}, {1, 1, 64, 64, 64}, {2, 2, 2}},
+    };
+    ops::set_num_threads(2);
+    std::vector<std::string> summary_lines;
+    for (const BenchCase& c : cases) {
+        if (!only.empty() && c.name.rfind(only, 0) != 0) continue;
+        const graph::Graph model = model::make_unet(c.unet, c.input);
+        train::TrainerConfig config;
+        config.optimizer = {.kind = train::OptimizerKind::Sgd, .momentum = 0.9};
+        config.schedule = {.kind = train::ScheduleKind::Constant, .learning_rate = 0.01};
+        SeededRandom random(1);
+        Tensor images = Tensor::empty(c.input, DType::F32);
+        for (std::int64_t i = 0; i < images.num_elements(); ++i) images.data<float>()[i] = static_cast<float>(random.normal());
+        Shape label_shape{c.input[0]};
+        label_shape.insert(label_shape.end(), c.input.begin() + 2, c.input.end());
+        Tensor labels = Tensor::empty(label_shape, DType::I32);
+        for (std::int64_t i = 0; i < labels.num_elements(); ++i) labels.data<std::int32_t>()[i] = random.uniform() > 0.5;
+
+        train::Trainer unpartitioned(model, config);
+        cores::MeshConfig mesh;
+        mesh.grid = partition::SpatialGrid::even(c.input, c.pieces);
+        mesh.host_threads = 2;
+        cores::CoreMesh partitioned(model, mesh, config);
+        std::printf("%s: input %s, %lld cores, halo layers %zu\n", c.name.c_str(), shape_to_string(c.input).c_str(),
+                    static_cast<long long>(partitioned.num_cores()), partitioned.core_graphs().halos.size());
+        // Warm-up: first-touch of every buffer, oneDNN's lazily built kernels.
+        unpartitioned.train_step(images, labels);
+        partitioned.train_step(images, labels);
+
+        std::vector<double> round_unpartitioned, round_partitioned, round_ratio;
+        for (int round = 0; round < rounds; ++round) {
+            std::vector<double> a, b;
+            for (int s = 0; s < steps; ++s) a.push_back(time_ms([&] { unpartitioned.train_step(images, labels); }));
+            for (int s = 0; s < steps; ++s) b.push_back(time_ms([&] { partitioned.train_step(images, labels); }));
+            round_unpartitioned.push_back(median(a));
+            round_partitioned.push_back(median(b));
+            round_ratio.push_back(median(b) / median(a));
+            std::printf("  round %d: unpartitioned %.1f ms, partitioned %.1f ms (ratio %.3f)\n", round, median(a), median(b),
+                        median(b) / median(a));
+            std::fflush(stdout);
+        }
+        const cores::StepSummary& summary = partitioned.summary();
+        std::printf("  halo bytes per step: exchanged %lld, tiling plan %lld (ratio %.3f); all-reduce bytes %lld\n",
+                    static_cast<long long>(summary.halo_bytes), static_cast<long long>(summary.analytic_halo_bytes),
+                    summary.analytic_halo_bytes ? static_cast<double>(summary.halo_bytes) / static_cast<double>(summary.analytic_halo_bytes) : 0.0,
+                    static_cast<long long>(summary.all_reduce_bytes));
+        std::printf("  host time summed over cores: compute %.1f ms, halo copies %.1f ms (%.1f%% of compute), reductions %.1f ms\n",
+                    summary.compute_seconds * 1e3, summary.halo_seconds * 1e3, 100 * summary.halo_fraction_of_compute,
+                    summary.all_reduce_seconds * 1e3);
+        for (const cores::MemoryLedger& ledger : partitioned.memory()) {
+            std::printf("  core %lld: peak %.1f MiB (activations %.1f, halo buffers %.1f, gradients %.1f, weights %.1f, workspace %.1f)\n",
+                        static_cast<long long>(ledger.core), static_cast<double>(ledger.peak()) / 1048576.0,
+                        static_cast<double>(ledger.activations) / 1048576.0, static_cast<double>(ledger.halo_buffers) / 1048576.0,
+                        static_cast<double>(ledger.activation_gradients + ledger.weight_gradients) / 1048576.0,
+                        static_cast<double>(ledger.weights) / 1048576.0, static_cast<double>(ledger.workspace) / 1048576.0);
+        }
+        if (profile) {  // per layer: the unpartitioned node's time against the cores' summed time / 2 threads
+            const auto& graphs = partitioned.core_graphs();
+            const auto reference = unpartitioned.executor().timings();
+            double total_reference = 0, total_cores = 0;
+            for (const graph::Node& node : graphs.graphs[0].nodes()) {
+                double forward = 0, backward = 0;
+                for (std::int64_t core = 0; core < partitioned.num_cores(); ++core) {
+                    forward += partitioned.executor(core).timings()[static_cast<std::size_t>(node.id)].forward_seconds;
+                    backward += partitioned.executor(core).timings()[static_cast<std::size_t>(node.id)].backward_seconds;
+                }
+                const int model_node = graphs.model_node[static_cast<std::size_t>(node.id)];
+                const double ref_forward = model_node >= 0 ? reference[static_cast<std::size_t>(model_node)].forward_seconds : 0;
+                const double ref_backward = model_node >= 0 ? reference[static_cast<std::size_t>(model_node)].backward_seconds : 0;
+                total_reference += ref_forward + ref_backward;
+                total_cores += (forward + backward) / 2;
+                std::printf("  %-22s %-15s unpartitioned fwd %6.2f bwd %6.2f ms | cores/2 fwd %6.2f bwd %6.2f ms\n", node.name.c_str(),
+                            std::string(graph::op_name(node.kind)).c_str(), ref_forward * 1e3, ref_backward * 1e3,
+                            forward / 2 * 1e3, backward / 2 * 1e3);
+            }
+            std::printf("  total: unpartitioned %.1f ms, cores/2 %.1f ms\n", total_reference * 1e3, total_cores * 1e3);
+            const train::StepResult u = unpartitioned.train_step(images, labels);
+            const train::StepResult p = partitioned.train_step(images, labels);
+            std::printf("  phases (ms): unpartitioned forward+loss %.1f backward %.1f update %.1f | partitioned %.1f %.1f %.1f\n",
+                        u.forward_seconds * 1e3, u.backward_seconds * 1e3, u.update_seconds * 1e3, p.forward_seconds * 1e3,
+                        p.backward_seconds * 1e3, p.update_seconds * 1e3);
+
+        }
+        // The overhead is the median of the rounds' ratios: each ratio compares steps run side by side.
+        const double u = median(round_unpartitioned), p = median(round_partitioned);
+        char line[256];
+        std::snprintf(line, sizeof line, "case=%s unpartitioned_ms=%.1f partitioned_ms=%.1f overhead=%.3f", c.name.c_str(), u, p,
+                      median(round_ratio));
+        summary_lines.push_back(line);
+    }
+    for (const std::string& line : summary_lines) std::printf("%s\n", line.c_str());
+    return 0;
+}

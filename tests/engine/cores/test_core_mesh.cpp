@@ -1,0 +1,235 @@
+// The core mesh's bookkeeping: events and exchanged bytes, the memory ledger against what the process
+// really allocated, the out-of-memory refusal, bit-reproducibility, evaluation and bad input.
+#include "cores/core_mesh.hpp"
+#include "core/random.hpp"
+#include "model/models.hpp"
+
+#include <gtest/gtest.h>
+
+#include <malloc.h>
+
+#include <cmath>
+#include <cstring>
+#include <set>
+
+using namespace tessera;
+
+namespace {
+
+std::pair<Tensor, Tensor> random_batch(const Shape& image_shape, std::uint64_t seed) {
+    SeededRandom random(seed);
+    Tensor images = Tensor::empty(image_shape, DType::F32);
+    for (std::int64_t i = 0; i < images.num_elements(); ++i) images.data<float>()[i] = static_cast<float>(random.normal());
+    Shape label_shape{image_shape[0]};
+    label_shape.insert(label_shape.end(), image_shape.begin() + 2, image_shape.end());
+    Tensor labels = Tensor::empty(label_shape, DType::I32);
+    for (std::int64_t i = 0; i < labels.num_elements(); ++i) labels.data<std::int32_t>()[i] = images.data<float>()[i] > 0.3f;
+    return {images, labels};
+}
+
+train::TrainerConfig sgd() {
+    train::TrainerConfig config;
+    config.optimizer = {.kind = train::OptimizerKind::Sgd, .momentum = 0.9};
+    config.schedule = {.kind = train::ScheduleKind::Constant, .learning_rate = 0.01};
+    return config;
+}
+
+cores::MeshConfig grid(const Shape& input, std::vector<std::int64_t> pieces) {
+    cores::MeshConfig mesh;
+    mesh.grid = partition::SpatialGrid::even(input, pieces);
+    return mesh;
+}
+
+std::string error_of(const std::function<void()>& fn) {
+    try {
+        fn();
+    } catch (const Error& error) {
+        return error.what();
+    }
+    return "(no error)";
+}
+
+const Shape kInput{2, 1, 64, 64};
+graph::Graph unet() { return model::make_unet({.depth = 3, .base_width = 8, .num_classes = 2}, kInput); }
+
+}  // namespace
+
+TEST(CoreMesh, HaloBytesMatchTheTilingPlanAndEventsAreConsistent) {
+    const graph::Graph model = unet();
+    cores::CoreMesh mesh(model, grid(kInput, {2, 2}), sgd());
+    auto [images, labels] = random_batch(kInput, 1);
+    mesh.train_step(images, labels);
+    const cores::StepSummary& summary = mesh.summary();
+    EXPECT_GT(summary.halo_bytes, 0);
+    EXPECT_EQ(summary.halo_bytes, summary.analytic_halo_bytes);
+
+    std::int64_t halo_bytes = 0, link_bytes = 0;
+    double forward_flops = 0, backward_flops = 0;
+    std::set<int> reduced_layers;
+    for (const cores::CoreEvent& event : mesh.events()) {
+        EXPECT_GE(event.core, 0);
+        EXPECT_LT(event.core, 4);
+        EXPECT_LE(event.start_seconds, event.end_seconds);
+        if (event.kind == cores::EventKind::Halo) {
+            halo_bytes += event.bytes;
+            EXPECT_NE(event.peer, event.core);
+            EXPECT_GE(event.peer, 0);
+        }
+        if (event.kind == cores::EventKind::AllReduce && event.layer >= 0) reduced_layers.insert(event.layer);
+        if (event.kind == cores::EventKind::Compute) {
+            (event.phase == cores::StepPhase::Forward ? forward_flops : backward_flops) += event.flops;
+        }
+    }
+    for (const cores::LinkTraffic& link : summary.links) link_bytes += link.bytes;
+    EXPECT_EQ(halo_bytes, summary.halo_bytes);
+    EXPECT_EQ(link_bytes, summary.halo_bytes);
+    // Tiles partition every output exactly, so the cores' FLOPs add up to the model's.
+    double model_forward = 0, model_backward = 0;
+    std::size_t batch_norms = 0;
+    for (const graph::Node& node : model.nodes()) {
+        model_forward += model.cost(node.id).forward_flops;
+        model_backward += model.cost(node.id).backward_flops;
+        if (node.kind == graph::OpKind::BatchNorm) ++batch_norms;
+    }
+    EXPECT_NEAR(forward_flops, model_forward, 1e-9 * model_forward);
+    EXPECT_NEAR(backward_flops, model_backward, 1e-9 * model_backward);
+    EXPECT_EQ(reduced_layers.size(), batch_norms);  // every BN's statistics went through an all-reduce
+    EXPECT_GT(summary.all_reduce_bytes, 0);
+}
+
+TEST(CoreMesh, RunsAreBitReproducibleForAGivenSeedAndLayout) {
+    const graph::Graph model = unet();
+    cores::MeshConfig two_threads = grid(kInput, {2, 2});
+    cores::MeshConfig one_thread = two_threads;
+    one_thread.host_threads = 1;
+    cores::CoreMesh a(model, two_threads, sgd()), b(model, one_thread, sgd());
+    for (int step = 0; step < 2; ++step) {
+        auto [images, labels] = random_batch(kInput, 10 + static_cast<std::uint64_t>(step));
+        const double loss_a = a.train_step(images, labels).loss;
+        const double loss_b = b.train_step(images, labels).loss;
+        EXPECT_EQ(std::memcmp(&loss_a, &loss_b, sizeof loss_a), 0) << "step " << step;
+    }
+    for (std::int64_t core = 0; core < 4; ++core) {
+        for (std::size_t p = 0; p < model.parameters().size(); ++p) {
+            const Tensor& x = a.executor(core).parameters()[p].value;
+            const Tensor& y = b.executor(core).parameters()[p].value;
+            EXPECT_EQ(std::memcmp(x.raw_data(), y.raw_data(), static_cast<std::size_t>(x.num_elements()) * 4), 0)
+                << model.parameters()[p].name << " on core " << core;
+        }
+    }
+}
+
+TEST(CoreMesh, EveryCoreHoldsTheSameWeightsAfterAStep) {
+    const graph::Graph model = unet();
+    cores::CoreMesh mesh(model, grid(kInput, {1, 4}), sgd());
+    auto [images, labels] = random_batch(kInput, 3);
+    mesh.train_step(images, labels);
+    for (std::int64_t core = 1; core < 4; ++core) {
+        for (std::size_t p = 0; p < model.parameters().size(); ++p) {
+            const Tensor& x = mesh.executor(0).parameters()[p].value;
+            const Tensor& y = mesh.executor(core).parameters()[p].value;
+            EXPECT_EQ(std::memcmp(x.raw_data(), y.raw_data(), static_cast<std::size_t>(x.num_elements()) * 4), 0);
+        }
+    }
+}
+
+TEST(CoreMesh, LedgerMatchesWhatTheProcessAllocatedWithinTenPercent) {
+    // A model whose activations dominate, as in real use; the mesh is built and stepped inside the
+    // measured window, so every allocation it made for its cores is counted.
+    const Shape input{2, 1, 128, 128};
+    const graph::Graph model = model::make_unet({.depth = 3, .base_width = 16, .num_classes = 2}, input);
+    auto [images, labels] = random_batch(input, 4);
+    malloc_trim(0);
+    const struct mallinfo2 before = mallinfo2();
+    std::int64_t ledger_total = 0;
+    double allocated = 0;
+    {
+        cores::CoreMesh mesh(model, grid(input, {2, 2}), sgd());
+        mesh.train_step(images, labels);
+        const struct mallinfo2 after = mallinfo2();
+        allocated = static_cast<double>(after.uordblks + after.hblkhd) - static_cast<double>(before.uordblks + before.hblkhd);
+        for (const cores::MemoryLedger& ledger : mesh.memory()) {
+            ledger_total += ledger.peak();
+            EXPECT_GT(ledger.activations, 0);
+            EXPECT_GT(ledger.halo_buffers, 0);
+            EXPECT_GT(ledger.optimizer_slots, 0);
+            EXPECT_FALSE(ledger.largest.empty());
+        }
+    }
+    const double ratio = static_cast<double>(ledger_total) / allocated;
+    std::printf("ledger %.1f MiB, process allocated %.1f MiB, ratio %.3f\n", static_cast<double>(ledger_total) / 1048576.0,
+                allocated / 1048576.0, ratio);
+    EXPECT_GT(ratio, 0.9);
+    EXPECT_LT(ratio, 1.1);
+}
+
+TEST(CoreMesh, ARunThatCannotFitFailsBeforeAnyWorkAndSaysWhatWouldFit) {
+    const graph::Graph model = unet();
+    cores::MeshConfig mesh_config = grid(kInput, {2, 1});
+    mesh_config.core_memory_bytes = 6LL << 20;  // 6 MiB per core; the step needs about 9
+    cores::CoreMesh mesh(model, mesh_config, sgd());
+    const Tensor before = mesh.executor(0).parameters()[0].value.clone();
+    auto [images, labels] = random_batch(kInput, 5);
+    const std::string message = error_of([&] { mesh.train_step(images, labels); });
+    EXPECT_NE(message.find("out of memory on core"), std::string::npos) << message;
+    EXPECT_NE(message.find("but a core holds 6.00 MiB"), std::string::npos) << message;
+    EXPECT_NE(message.find("largest: '"), std::string::npos) << message;
+    EXPECT_NE(message.find("cores per replica (now 2)"), std::string::npos) << message;
+    EXPECT_NE(message.find("or a per-replica batch of 1 (now 2)"), std::string::npos) << message;
+    EXPECT_NE(message.find("Nothing ran"), std::string::npos) << message;
+    EXPECT_EQ(mesh.step(), 0);
+    EXPECT_EQ(std::memcmp(before.raw_data(), mesh.executor(0).parameters()[0].value.raw_data(),
+                          static_cast<std::size_t>(before.num_elements()) * 4),
+              0);
+    EXPECT_THROW(mesh.check_memory(), Error);
+}
+
+TEST(CoreMesh, EvaluationGathersTheTilesIntoTheWholeLogits) {
+    const graph::Graph model = unet();
+    cores::CoreMesh mesh(model, grid(kInput, {2, 2}), sgd());
+    train::Trainer trainer(model, sgd());
+    auto [images, labels] = random_batch(kInput, 6);
+    const train::EvalResult a = mesh.evaluate(images, labels);
+    const train::EvalResult b = trainer.evaluate(images, labels);
+    ASSERT_EQ(a.logits.shape(), b.logits.shape());
+    double difference = 0, norm = 0;
+    for (std::int64_t i = 0; i < a.logits.num_elements(); ++i) {
+        const double d = static_cast<double>(a.logits.data<float>()[i]) - b.logits.data<float>()[i];
+        difference += d * d;
+        norm += static_cast<double>(b.logits.data<float>()[i]) * b.logits.data<float>()[i];
+    }
+    EXPECT_LT(std::sqrt(difference / norm), 1e-5);
+    EXPECT_NEAR(a.loss, b.loss, 1e-5 * b.loss);
+    EXPECT_NEAR(a.scores.accuracy, b.scores.accuracy, 1e-6);
+}
+
+TEST(CoreMesh, BadInputsAreRejectedWithWhatWasExpected) {
+    const graph::Graph model = unet();
+    cores::MeshConfig two_replicas = grid(kInput, {2, 1});
+    two_replicas.num_replicas = 2;
+    cores::CoreMesh mesh(model, two_replicas, sgd());
+    auto [images, labels] = random_batch(kInput, 7);  // one replica's batch, not two
+    const std::string message = error_of([&] { mesh.train_step(images, labels); });
+    EXPECT_NE(message.find("expects f32 images [4, 1, 64, 64]"), std::string::npos) << message;
+    EXPECT_NE(message.find("batch of 2 per replica"), std::string::npos) << message;
+
+    cores::MeshConfig no_replicas = grid(kInput, {2, 1});
+    no_replicas.num_replicas = 0;
+    EXPECT_NE(error_of([&] { cores::CoreMesh bad(model, no_replicas, sgd()); }).find("at least one replica"), std::string::npos);
+
+    // A layout whose halo is wider than the neighbour's tile is refused before any core exists.
+    const std::string halo = error_of([&] { cores::CoreMesh bad(model, grid(kInput, {1, 32}), sgd()); });
+    EXPECT_NE(halo.find("layer '"), std::string::npos) << halo;
+}
+
+TEST(CoreMesh, AlignedGridsPlaceBoundariesOnTheModelsStrides) {
+    const graph::Graph model = model::make_unet({.depth = 4, .base_width = 4, .num_classes = 2}, {1, 1, 56, 64});
+    const auto alignment = partition::boundary_alignment(model);
+    EXPECT_EQ(alignment, (std::vector<std::int64_t>{8, 8}));
+    const auto aligned = partition::SpatialGrid::aligned({1, 1, 56, 64}, {4, 1}, alignment);
+    EXPECT_EQ(aligned.boundaries[0], (std::vector<std::int64_t>{0, 8, 24, 40, 56}));
+    EXPECT_NO_THROW(partition::plan_tiling(model, aligned));
+    const std::string message = error_of([&] { partition::SpatialGrid::aligned({1, 1, 56, 64}, {9, 1}, alignment); });
+    EXPECT_NE(message.find("has 7 blocks of 8 rows, too few for 9 tiles; use at most 7 cores along it"), std::string::npos)
+        << message;
+}
