@@ -658,6 +658,7 @@ train::EvalResult CoreMesh::evaluate(const Tensor& images, const Tensor& labels)
 }
 
 namespace {
+// A model node's tiles on one replica's cores, placed into the whole tensor.
 Tensor gather(const CoreMesh& mesh, const std::vector<Tensor>& tiles, int model_node) {
     const graph::Node& node = mesh.model().node(model_node);
     if (mesh.plan().tile(model_node, 0).replicated) return tiles[0];
@@ -676,23 +677,22 @@ Tensor gather(const CoreMesh& mesh, const std::vector<Tensor>& tiles, int model_
 }  // namespace
 
 Tensor CoreMesh::gather_activation(int model_node, std::int64_t replica) const {
-    const Impl& impl = *m_impl;
-    TESSERA_CHECK(replica >= 0 && replica < impl.mesh.num_replicas, "no replica " << replica);
-    const int local = impl.core_graphs.local_node[static_cast<std::size_t>(impl.model.node(model_node).id)];
-    std::vector<Tensor> tiles;
-    for (std::int64_t i = 0; i < impl.per_replica; ++i) {
-        tiles.push_back(impl.cores[static_cast<std::size_t>(impl.mesh_core(replica, i))].executor->activation(local));
-    }
-    return gather(*this, tiles, model_node);
+    return gather_tiles(model_node, replica, false);
 }
 
 Tensor CoreMesh::gather_activation_gradient(int model_node, std::int64_t replica) const {
+    return gather_tiles(model_node, replica, true);
+}
+
+Tensor CoreMesh::gather_tiles(int model_node, std::int64_t replica, bool gradient) const {
     const Impl& impl = *m_impl;
-    TESSERA_CHECK(replica >= 0 && replica < impl.mesh.num_replicas, "no replica " << replica);
+    TESSERA_CHECK(replica >= 0 && replica < impl.mesh.num_replicas,
+                  "the mesh has replicas 0.." << impl.mesh.num_replicas - 1 << ", got " << replica);
     const int local = impl.core_graphs.local_node[static_cast<std::size_t>(impl.model.node(model_node).id)];
     std::vector<Tensor> tiles;
     for (std::int64_t i = 0; i < impl.per_replica; ++i) {
-        tiles.push_back(impl.cores[static_cast<std::size_t>(impl.mesh_core(replica, i))].executor->activation_gradient(local));
+        const graph::Executor& executor = *impl.cores[static_cast<std::size_t>(impl.mesh_core(replica, i))].executor;
+        tiles.push_back(gradient ? executor.activation_gradient(local) : executor.activation(local));
     }
     return gather(*this, tiles, model_node);
 }

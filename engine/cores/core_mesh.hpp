@@ -131,6 +131,8 @@ public:
     Tensor gather_activation_gradient(int model_node, std::int64_t replica = 0) const;
 
 private:
+    Tensor gather_tiles(int model_node, std::int64_t replica, bool gradient) const;
+
     struct Impl;
     std::unique_ptr<Impl> m_impl;
 };

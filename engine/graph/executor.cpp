@@ -573,6 +573,20 @@ private:
 
 // ---- batch normalisation --------------------------------------------------------------------
 
+// running = momentum · running + (1 − momentum) · batch, with the unbiased batch variance (M values per channel).
+void update_running_statistics(const float* mean, const float* variance, std::int64_t values_per_channel,
+                               double momentum, Tensor& running_mean, Tensor& running_variance) {
+    const double bessel = values_per_channel > 1
+                              ? static_cast<double>(values_per_channel) / static_cast<double>(values_per_channel - 1)
+                              : 1.0;
+    float* means = running_mean.data<float>();
+    float* variances = running_variance.data<float>();
+    for (std::int64_t c = 0; c < running_mean.num_elements(); ++c) {
+        means[c] = static_cast<float>(momentum * means[c] + (1 - momentum) * mean[c]);
+        variances[c] = static_cast<float>(momentum * variances[c] + (1 - momentum) * variance[c] * bessel);
+    }
+}
+
 class BatchNormKernel final : public Kernel {
 public:
     BatchNormKernel(const Node& node, const KernelInputs& in, Parameter* scale, Parameter* shift, Tensor* running_mean,
@@ -622,20 +636,9 @@ public:
         if (m_workspace) args[DNNL_ARG_WORKSPACE] = m_workspace;
         m_training.execute(cpu_stream(), args);
         cpu_stream().wait();
-        // running = momentum · running + (1 − momentum) · batch, with the unbiased batch variance.
-        const auto* mean = static_cast<const float*>(m_mean.get_data_handle());
-        const auto* variance = static_cast<const float*>(m_variance.get_data_handle());
-        float* running_mean = m_running_mean->data<float>();
-        float* running_variance = m_running_variance->data<float>();
-        const double momentum = m_attributes.momentum;
-        const double bessel = m_values_per_channel > 1
-                                  ? static_cast<double>(m_values_per_channel) / static_cast<double>(m_values_per_channel - 1)
-                                  : 1.0;
-        for (std::int64_t c = 0; c < m_running_mean->num_elements(); ++c) {
-            running_mean[c] = static_cast<float>(momentum * running_mean[c] + (1 - momentum) * mean[c]);
-            running_variance[c] =
-                static_cast<float>(momentum * running_variance[c] + (1 - momentum) * variance[c] * bessel);
-        }
+        update_running_statistics(static_cast<const float*>(m_mean.get_data_handle()),
+                                  static_cast<const float*>(m_variance.get_data_handle()), m_values_per_channel,
+                                  m_attributes.momentum, *m_running_mean, *m_running_variance);
     }
 
     void backward(const std::vector<memory>& inputs, const memory&, const memory& diff_output,
@@ -1222,16 +1225,9 @@ public:
         args[DNNL_ARG_VARIANCE] = ops::wrap(m_variance);
         if (m_workspace) args[DNNL_ARG_WORKSPACE] = m_workspace;
         m_training.execute(cpu_stream(), args);
-        // running = momentum · running + (1 − momentum) · batch, with the unbiased variance of the whole replica.
-        const double momentum = m_attributes.momentum;
-        const double bessel = m_count > 1 ? static_cast<double>(m_count) / static_cast<double>(m_count - 1) : 1.0;
-        for (std::int64_t c = 0; c < m_mean.num_elements(); ++c) {
-            float& running_mean = m_running_mean->data<float>()[c];
-            float& running_variance = m_running_variance->data<float>()[c];
-            running_mean = static_cast<float>(momentum * running_mean + (1 - momentum) * m_mean.data<float>()[c]);
-            running_variance =
-                static_cast<float>(momentum * running_variance + (1 - momentum) * m_variance.data<float>()[c] * bessel);
-        }
+        // The replica's statistics: M counts every core's elements.
+        update_running_statistics(m_mean.data<float>(), m_variance.data<float>(), m_count, m_attributes.momentum,
+                                  *m_running_mean, *m_running_variance);
     }
 
     void backward(const std::vector<memory>& inputs, const memory&, const memory&,
