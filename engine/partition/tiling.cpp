@@ -48,6 +48,20 @@ SpatialGrid SpatialGrid::even(const Shape& input, const std::vector<std::int64_t
     return grid;
 }
 
+SpatialGrid SpatialGrid::from_partition_dims(const Shape& input, const std::vector<std::int64_t>& dims) {
+    TESSERA_CHECK(input.size() >= 3 && dims.size() == input.size(),
+                  "input_partition_dims " << shape_to_string(dims) << " needs one entry per axis of the "
+                                          << input.size() - 1 << "-D input (batch, spatial axes, channels last), e.g. "
+                                          << (input.size() == 5 ? "[1, 2, 2, 1, 1]" : "[1, 4, 1, 1]"));
+    TESSERA_CHECK(dims.front() == 1 && dims.back() == 1,
+                  "input_partition_dims " << shape_to_string(dims)
+                                          << " splits the batch or channel axis; spatial partitioning splits only "
+                                             "the spatial axes (split the batch with replicas), e.g. "
+                                          << (input.size() == 5 ? "[1, 2, 2, 1, 1]" : "[1, 4, 1, 1]"));
+    const std::vector<std::int64_t> pieces(dims.begin() + 1, dims.end() - 1);
+    return even(input, pieces);
+}
+
 SpatialGrid SpatialGrid::aligned(const Shape& input, const std::vector<std::int64_t>& pieces_per_axis,
                                  const std::vector<std::int64_t>& alignment) {
     TESSERA_CHECK(input.size() >= 3 && pieces_per_axis.size() == input.size() - 2 && alignment.size() == pieces_per_axis.size(),

@@ -43,6 +43,9 @@ struct SpatialGrid {
     // As even as possible with every boundary a multiple of alignment[axis] (see boundary_alignment):
     // extents that do not divide give tiles of unequal size, e.g. 60 rows in 8 pieces aligned to 4 →
     // 8 8 8 8 8 8 8 4. Fails when an axis has fewer aligned units than pieces.
+    // From a features tensor's input_partition_dims in the pipeline's channels-last order ([1, 4, 1, 1]
+    // over NHWC, [1, 2, 2, 4, 1] over NDHWC) for a model input [N, C, (D,) H, W]: even pieces per axis.
+    static SpatialGrid from_partition_dims(const Shape& input, const std::vector<std::int64_t>& channels_last_dims);
     static SpatialGrid aligned(const Shape& input, const std::vector<std::int64_t>& pieces_per_axis,
                                const std::vector<std::int64_t>& alignment);
     std::int64_t num_cores() const;

@@ -233,3 +233,14 @@ TEST(CoreMesh, AlignedGridsPlaceBoundariesOnTheModelsStrides) {
     EXPECT_NE(message.find("has 7 blocks of 8 rows, too few for 9 tiles; use at most 7 cores along it"), std::string::npos)
         << message;
 }
+
+TEST(CoreMesh, GridsComeFromTheSeedsInputPartitionDims) {
+    const auto grid_h = partition::SpatialGrid::from_partition_dims({8, 3, 512, 512}, {1, 4, 1, 1});  // NHWC
+    EXPECT_EQ(grid_h.pieces_per_axis(), (std::vector<std::int64_t>{4, 1}));
+    const auto grid_3d = partition::SpatialGrid::from_partition_dims({1, 1, 64, 64, 64}, {1, 2, 2, 4, 1});  // NDHWC
+    EXPECT_EQ(grid_3d.pieces_per_axis(), (std::vector<std::int64_t>{2, 2, 4}));
+    const std::string channels = error_of([] { partition::SpatialGrid::from_partition_dims({8, 3, 512, 512}, {1, 2, 1, 2}); });
+    EXPECT_NE(channels.find("splits the batch or channel axis"), std::string::npos) << channels;
+    const std::string rank = error_of([] { partition::SpatialGrid::from_partition_dims({8, 3, 512, 512}, {1, 4, 1}); });
+    EXPECT_NE(rank.find("needs one entry per axis"), std::string::npos) << rank;
+}
