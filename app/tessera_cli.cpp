@@ -4,17 +4,24 @@
 //   tessera-cli info <image> [--labels <file>]
 //   tessera-cli phantom <out.nii.gz> [--size 128,128,96] [--spacing 1,1,1] [--seed 1] [--labels <out>]
 //   tessera-cli convert <in> <out>
+//   tessera-cli plan <experiment.json> [--sweep] [--json <out.json>] [--device <preset>]
+//   tessera-cli calibrate [--out <host.json>] [--threads 2] [--quick]
 //
 // Exit codes: 0 success, 2 bad input (a file or an argument), 1 any other failure.
 #include "core/error.hpp"
+#include "cores/host_calibration.hpp"
+#include "cost/planner.hpp"
 #include "data/examples.hpp"
+#include "experiment/experiment.hpp"
 #include "data/phantom.hpp"
 #include "io/volume_io.hpp"
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <map>
 
@@ -58,10 +65,108 @@ std::array<double, 3> parse_triple(const std::string& text, const char* what) {
     return values;
 }
 
+std::string gib(std::int64_t bytes) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.2f GiB", static_cast<double>(bytes) / static_cast<double>(1LL << 30));
+    return text;
+}
+
+std::string milliseconds(double seconds) {
+    char text[32];
+    std::snprintf(text, sizeof text, seconds < 0.01 ? "%.3f ms" : "%.1f ms", seconds * 1e3);
+    return text;
+}
+
+nlohmann::json plan_json(const tessera::cost::LayoutPlan& plan) {
+    return {{"layout", plan.layout},
+            {"replicas", plan.replicas},
+            {"pieces", plan.pieces},
+            {"valid", plan.valid},
+            {"fits", plan.fits},
+            {"peak_memory_bytes", plan.peak_memory},
+            {"step_seconds", plan.step_seconds},
+            {"samples_per_second", plan.samples_per_second},
+            {"fraction_of_peak", plan.fraction_of_peak},
+            {"verdict", plan.verdict}};
+}
+
+void print_plan_table(const std::vector<tessera::cost::LayoutPlan>& plans) {
+    std::printf("%-44s %12s %12s %10s  %s\n", "layout", "memory/core", "step", "of peak", "verdict");
+    for (const auto& plan : plans) {
+        const std::string memory = plan.valid ? gib(plan.peak_memory) : "-";
+        const std::string step = plan.valid && plan.fits ? milliseconds(plan.step_seconds) : "-";
+        char peak[16] = "-";
+        if (plan.valid && plan.fits) std::snprintf(peak, sizeof peak, "%.0f%%", 100 * plan.fraction_of_peak);
+        std::printf("%-44s %12s %12s %10s  %s\n", plan.layout.c_str(), memory.c_str(), step.c_str(), peak, plan.verdict.c_str());
+    }
+}
+
+// `plan`: the experiment's own layout on its device, then (with --sweep) every layout for its core
+// budget and the best layout at other budgets.
+int run_plan(const std::string& path, bool sweep, const std::string& json_out, const std::string& device_override) {
+    using namespace tessera;
+    const experiment::Experiment e = experiment::load_experiment(path);
+    const cost::Device device = cost::load_device_preset(device_override.empty() ? e.device : device_override);
+    const cost::CostModel model(device);
+    const cost::ModelFactory factory = [&](const Shape& input) { return experiment::build_model(e, input); };
+    cost::PlannerRequest request;
+    request.global_input = experiment::global_input_shape(e);
+    request.core_budget = e.partition.num_cores();
+    request.simulation.precision = e.precision;
+    request.simulation.optimizer_slots = e.optimizer.kind == train::OptimizerKind::Sgd ? (e.optimizer.momentum > 0 ? 1 : 0) : 2;
+    std::printf("experiment %s%s%s\n", path.c_str(), e.name.empty() ? "" : ": ", e.name.c_str());
+    std::printf("device     %s (%s, %s per core)\n", device.name.c_str(), device.id.c_str(), gib(device.memory_per_core).c_str());
+    std::printf("input      %s, %s, %lld cores (%lld per replica × %lld replicas)\n\n",
+                shape_to_string(request.global_input).c_str(), std::string(experiment::precision_name(e.precision)).c_str(),
+                static_cast<long long>(request.core_budget), static_cast<long long>(e.partition.num_cores_per_replica),
+                static_cast<long long>(e.partition.num_replicas));
+
+    std::vector<cost::LayoutPlan> plans = cost::plan_layouts(factory, request, model);
+    const std::vector<std::int64_t> chosen = experiment::spatial_pieces(e);
+    const auto mine = std::find_if(plans.begin(), plans.end(), [&](const cost::LayoutPlan& p) {
+        return p.replicas == e.partition.num_replicas && p.pieces == chosen;
+    });
+    nlohmann::json out;
+    out["experiment"] = path;
+    out["device"] = device.id;
+    if (mine != plans.end()) {
+        std::printf("the experiment's layout:\n");
+        print_plan_table({*mine});
+        out["layout"] = plan_json(*mine);
+    }
+    if (sweep) {
+        std::printf("\nevery layout for %lld cores, best first:\n", static_cast<long long>(request.core_budget));
+        print_plan_table(plans);
+        std::vector<std::int64_t> budgets;
+        for (std::int64_t cores = 1; cores <= std::max<std::int64_t>(request.core_budget * 4, 8); cores *= 2) budgets.push_back(cores);
+        std::printf("\nstrong scaling (global batch %lld):\n", static_cast<long long>(request.global_input[0]));
+        std::printf("%8s  %-44s %12s %14s\n", "cores", "best layout", "step", "samples/s");
+        nlohmann::json curve = nlohmann::json::array();
+        for (const cost::ScalingPoint& point : cost::scaling_curve(factory, request, model, budgets, false)) {
+            const bool ok = point.best.valid && point.best.fits;
+            std::printf("%8lld  %-44s %12s %14s\n", static_cast<long long>(point.cores), ok ? point.best.layout.c_str() : "(nothing fits)",
+                        ok ? milliseconds(point.best.step_seconds).c_str() : "-",
+                        ok ? std::to_string(point.best.samples_per_second).c_str() : "-");
+            curve.push_back({{"cores", point.cores}, {"best", plan_json(point.best)}});
+        }
+        nlohmann::json table = nlohmann::json::array();
+        for (const auto& plan : plans) table.push_back(plan_json(plan));
+        out["layouts"] = table;
+        out["strong_scaling"] = curve;
+    }
+    if (!json_out.empty()) {
+        std::ofstream file(json_out);
+        TESSERA_CHECK(file, "cannot write '" << json_out << "'; check the directory exists and is writable");
+        file << out.dump(2) << "\n";
+        std::printf("\nwrote %s\n", json_out.c_str());
+    }
+    return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-    CLI::App app{"tessera-cli: headless Tessera (volumes, phantoms; training and planning come later)"};
+    CLI::App app{"tessera-cli: headless Tessera (volumes, phantoms, planning)"};
     app.set_version_flag("--version", TESSERA_VERSION);
     app.require_subcommand(0, 1);
 
@@ -86,6 +191,22 @@ int main(int argc, char** argv) {
     convert->add_option("out", convert_out, "Output image (.nii, .nii.gz, .mha, .mhd)")->required();
     convert->add_flag("--labels", convert_as_labels, "Treat the image as a label map (integer values)");
 
+    std::string plan_experiment, plan_json_out, plan_device;
+    bool plan_sweep = false;
+    CLI::App* plan = app.add_subcommand("plan", "Predict an experiment's step time and memory on its device; --sweep ranks every layout");
+    plan->add_option("experiment", plan_experiment, "Experiment file (JSON)")->required();
+    plan->add_flag("--sweep", plan_sweep, "Rank every layout for the core budget and print strong scaling");
+    plan->add_option("--json", plan_json_out, "Also write the results as JSON to this file");
+    plan->add_option("--device", plan_device, "Plan for this device preset instead of the experiment's");
+
+    std::string calibrate_out;
+    int calibrate_threads = 2;
+    bool calibrate_quick = false;
+    CLI::App* calibrate = app.add_subcommand("calibrate", "Measure this host for the cost model and write its device preset");
+    calibrate->add_option("--out", calibrate_out, "Device file to write (default: the presets directory's host.json)");
+    calibrate->add_option("--threads", calibrate_threads, "Host threads the simulated cores run on")->capture_default_str();
+    calibrate->add_flag("--quick", calibrate_quick, "Fewer measurements (a rougher preset, in a second)");
+
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& error) {
@@ -93,7 +214,21 @@ int main(int argc, char** argv) {
     }
 
     try {
-        if (*info) {
+        if (*plan) {
+            return run_plan(plan_experiment, plan_sweep, plan_json_out, plan_device);
+        } else if (*calibrate) {
+            tessera::cores::CalibrationOptions options;
+            options.threads = calibrate_threads;
+            options.quick = calibrate_quick;
+            const tessera::cost::Device host = tessera::cores::calibrate_host(options, [](const std::string& step) {
+                std::printf("measuring %s\n", step.c_str());
+                std::fflush(stdout);
+            });
+            const std::filesystem::path out =
+                calibrate_out.empty() ? tessera::cost::devices_directory() / "host.json" : std::filesystem::path(calibrate_out);
+            tessera::cores::write_device_file(host, out);
+            std::printf("wrote %s\n", out.string().c_str());
+        } else if (*info) {
             const tessera::Volume volume = tessera::read_volume(info_image);
             describe_volume(volume);
             if (!info_labels.empty()) {

@@ -571,6 +571,56 @@ private:
     Staged m_diff_src;
 };
 
+// ---- nearest-neighbour upsampling -------------------------------------------------------------
+
+// oneDNN's resampling: forward repeats every input element factor[axis] times along each axis;
+// backward sums each input element's factor^rank output gradients. No workspace: nothing is saved.
+class UpsampleKernel final : public Kernel {
+public:
+    UpsampleKernel(const Node& node, const KernelInputs& in) : m_needs_diff_input(in.needs_gradient[0]) {
+        const std::vector<float> factors(node.upsample_factor.begin(), node.upsample_factor.end());
+        const auto algorithm = dnnl::algorithm::resampling_nearest;
+        m_forward_pd = dnnl::resampling_forward::primitive_desc(
+            dnnl::resampling_forward::desc(dnnl::prop_kind::forward_training, algorithm, factors, in.descs[0],
+                                           ops::any_desc(node.output_shape, in.descs[0].data_type())),
+            cpu_engine());
+        m_forward = dnnl::resampling_forward(m_forward_pd);
+        m_output_desc = m_forward_pd.dst_desc();
+        if (m_needs_diff_input) {
+            m_backward_pd = dnnl::resampling_backward::primitive_desc(
+                dnnl::resampling_backward::desc(algorithm, factors, in.descs[0], m_output_desc), cpu_engine(),
+                m_forward_pd);
+            m_backward = dnnl::resampling_backward(m_backward_pd);
+            m_diff_dst = Converted(m_output_desc, m_backward_pd.diff_dst_desc());
+            m_diff_src = Staged(m_backward_pd.diff_src_desc(), in.descs[0]);
+        }
+    }
+
+    void forward(const std::vector<memory>& inputs, const memory& output, Mode) override {
+        m_forward.execute(cpu_stream(), {{DNNL_ARG_SRC, inputs[0]}, {DNNL_ARG_DST, output}});
+    }
+
+    void backward(const std::vector<memory>&, const memory&, const memory& diff_output,
+                  const std::vector<memory>& diff_inputs) override {
+        if (!m_needs_diff_input) return;
+        const memory& target = diff_inputs[0];
+        m_backward.execute(cpu_stream(), {{DNNL_ARG_DIFF_DST, m_diff_dst(diff_output)},
+                                          {DNNL_ARG_DIFF_SRC, m_diff_src.destination(target)}});
+        m_diff_src.finish(target);
+    }
+
+    std::int64_t bytes() const override { return m_diff_dst.bytes() + m_diff_src.bytes(); }
+
+private:
+    bool m_needs_diff_input;
+    dnnl::resampling_forward::primitive_desc m_forward_pd;
+    dnnl::resampling_forward m_forward;
+    dnnl::resampling_backward::primitive_desc m_backward_pd;
+    dnnl::resampling_backward m_backward;
+    Converted m_diff_dst;
+    Staged m_diff_src;
+};
+
 // ---- batch normalisation --------------------------------------------------------------------
 
 // running = momentum · running + (1 − momentum) · batch, with the unbiased batch variance (M values per channel).
@@ -1410,6 +1460,9 @@ struct Executor::Impl {
     Mode mode = Mode::Eval;
     std::vector<memory> node_inputs;  // scratch: the current node's input memories
     std::vector<NodeTiming> timings;
+    // Nodes nothing consumes other than the output (a detector's other heads): no gradient arrives
+    // there, so backward starts them at zero.
+    std::vector<std::size_t> unconsumed;
 
     const std::vector<memory>& inputs_of(const Node& node) {
         node_inputs.clear();
@@ -1523,6 +1576,7 @@ Executor::Executor(const Graph& graph, ExecutorOptions options) : m_impl(std::ma
                     }
                     break;
                 case OpKind::Halo: kernel = std::make_unique<HaloKernel>(node, input_shapes[0], in); break;
+                case OpKind::Upsample: kernel = std::make_unique<UpsampleKernel>(node, in); break;
                 case OpKind::Dense:
                     kernel = std::make_unique<DenseKernel>(node, input_shapes[0], in, parameter(node, 0), parameter(node, 1));
                     break;
@@ -1562,6 +1616,11 @@ Executor::Executor(const Graph& graph, ExecutorOptions options) : m_impl(std::ma
         }
     }
 
+    const std::vector<std::vector<int>> consumers = graph.consumers();
+    for (std::size_t n = 0; n < count; ++n) {
+        if (!is_data[n] && consumers[n].empty() && static_cast<int>(n) != graph.output_node()) impl.unconsumed.push_back(n);
+    }
+
     const auto output_id = static_cast<std::size_t>(graph.output_node());
     const memory::desc output_plain = ops::plain_desc(nodes[output_id].output_shape);
     impl.output_to_plain = Copy(impl.outputs[output_id].get_desc(), output_plain);
@@ -1588,6 +1647,7 @@ void Executor::initialize_parameters(std::uint64_t seed) {
         switch (specs[p].initializer) {
             case Initializer::Zeros: value.fill(0.0); break;
             case Initializer::Ones: value.fill(1.0); break;
+            case Initializer::Constant: value.fill(specs[p].constant); break;
             case Initializer::HeNormal: {
                 SeededRandom random(seed, p);  // one stream per parameter: adding a layer leaves the others alone
                 const double sigma = std::sqrt(2.0 / static_cast<double>(std::max<std::int64_t>(specs[p].fan_in, 1)));
@@ -1675,6 +1735,9 @@ void Executor::begin_backward(const Tensor& output_gradient) {
     TESSERA_CHECK(output_gradient.shape() == nodes[output_id].output_shape,
                   "backward expects a gradient of shape " << shape_to_string(nodes[output_id].output_shape) << ", got "
                                                           << shape_to_string(output_gradient.shape()));
+    for (std::size_t n : impl.unconsumed) {
+        std::memset(impl.gradients[n].get_data_handle(), 0, impl.gradients[n].get_desc().get_size());
+    }
     const Tensor dense_gradient = output_gradient.contiguous();
     impl.plain_to_output_gradient(ops::wrap(dense_gradient), impl.gradients[output_id]);
     if (impl.options.precision == Precision::F16) impl.round_through_half(output_id, impl.gradients[output_id]);

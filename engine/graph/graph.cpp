@@ -15,6 +15,7 @@ std::string_view op_name(OpKind kind) {
         case OpKind::GlobalAvgPool: return "global_average_pool";
         case OpKind::Dense: return "dense";
         case OpKind::Halo: return "halo";
+        case OpKind::Upsample: return "upsample";
     }
     return "?";
 }
@@ -234,9 +235,42 @@ int Graph::halo(int x, const ops::Extents& spatial_extent, HaloAttributes attrib
     return add_node(std::move(node));
 }
 
+int Graph::upsample(int x, ops::Extents factor, std::string name) {
+    const Node& source = checked(x, "upsample");
+    TESSERA_CHECK(source.output_shape.size() >= 3,
+                  "upsample '" << name << "' needs spatial axes [N, C, (D,) H, W], got " << shape_to_string(source.output_shape)
+                               << " from '" << source.name << "'");
+    const std::size_t rank = source.output_shape.size() - 2;
+    TESSERA_CHECK(factor.size() == rank, "upsample '" << name << "' needs one factor per spatial axis of "
+                                                      << shape_to_string(source.output_shape) << " (" << rank
+                                                      << "), got " << shape_to_string(factor));
+    Shape shape{source.output_shape[0], source.output_shape[1]};
+    for (std::size_t axis = 0; axis < rank; ++axis) {
+        TESSERA_CHECK(factor[axis] >= 1, "upsample '" << name << "' needs factors ≥ 1 (nearest neighbour repeats "
+                                                      << "each row factor times), got " << shape_to_string(factor));
+        shape.push_back(source.output_shape[axis + 2] * factor[axis]);
+    }
+    Node node;
+    node.kind = OpKind::Upsample;
+    node.name = std::move(name);
+    node.inputs = {x};
+    node.output_shape = std::move(shape);
+    node.upsample_factor = std::move(factor);
+    return add_node(std::move(node));
+}
+
 void Graph::set_output(int node) {
     checked(node, "set_output");
     m_output = node;
+}
+
+void Graph::set_initializer(int parameter, Initializer initializer, double constant) {
+    TESSERA_CHECK(parameter >= 0 && parameter < static_cast<int>(m_parameters.size()),
+                  "graph '" << m_name << "' has parameters 0.." << static_cast<int>(m_parameters.size()) - 1 << ", got "
+                            << parameter);
+    ParameterSpec& spec = m_parameters[static_cast<std::size_t>(parameter)];
+    spec.initializer = initializer;
+    spec.constant = constant;
 }
 
 int Graph::spatial_rank() const {
@@ -315,6 +349,12 @@ NodeCost Graph::cost(int id) const {
             cost.saved_bytes = input_elements(0) * 4;
             break;
         }
+        case OpKind::Upsample:
+            // A copy: no arithmetic forward (memory-bound: it writes output_bytes). Backward sums the
+            // factor^rank output gradients of every input element: one add per output element. Nothing
+            // is kept for backward.
+            cost.backward_flops = static_cast<double>(output_elements);
+            break;
     }
     return cost;
 }

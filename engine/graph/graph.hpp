@@ -21,14 +21,16 @@
 namespace tessera::graph {
 
 // Halo exists only in a simulated core's graph (partition/core_graph.hpp): a tile widened by its
-// neighbours' rows before a windowed op.
-enum class OpKind { Input, Conv, ConvTranspose, Pool, BatchNorm, Relu, Add, Concat, GlobalAvgPool, Dense, Halo };
+// neighbours' rows before a windowed op. Upsample is nearest-neighbour upsampling by an integer factor
+// per spatial axis (an FPN's top-down path); it has no parameters.
+enum class OpKind { Input, Conv, ConvTranspose, Pool, BatchNorm, Relu, Add, Concat, GlobalAvgPool, Dense, Halo, Upsample };
 std::string_view op_name(OpKind kind);
 
 enum class Initializer {
     HeNormal,  // N(0, 2 / fan_in): for weights followed by ReLU (He et al., as the seeds' models)
     Zeros,
     Ones,
+    Constant,  // every element ParameterSpec::constant (a detector's prior-probability bias)
 };
 
 struct ParameterSpec {
@@ -37,6 +39,7 @@ struct ParameterSpec {
     Initializer initializer = Initializer::HeNormal;
     std::int64_t fan_in = 1;
     bool apply_weight_decay = true;
+    double constant = 0;   // the value of Initializer::Constant
 };
 
 // Where a core's own tile sits inside the widened buffer a Halo node makes; every other row of that
@@ -58,6 +61,7 @@ struct Node {
     ops::PoolAttributes pool;
     ops::BatchNormAttributes batch_norm;
     HaloAttributes halo;
+    ops::Extents upsample_factor;  // upsample: output rows per input row, per spatial axis (≥ 1)
     std::vector<int> parameters;   // indices into Graph::parameters(): weight first, then bias / scale, shift
     std::vector<int> buffers;      // indices into Graph::buffers(): BN running mean, running variance
 };
@@ -88,7 +92,13 @@ public:
     int dense(int x, std::int64_t out_features, std::string name);
     // A buffer of `spatial_extent` rows per axis holding x's tile at `attributes` (see HaloAttributes).
     int halo(int x, const ops::Extents& spatial_extent, HaloAttributes attributes, std::string name);
+    // Nearest-neighbour upsampling: every input element repeated factor[axis] times along each spatial
+    // axis (output extent = input extent × factor). factor has one entry ≥ 1 per spatial axis.
+    int upsample(int x, ops::Extents factor, std::string name);
     void set_output(int node);
+    // Changes how parameter `parameter` (an index into parameters()) starts, e.g. a classifier's bias
+    // at the prior −log((1 − π) / π) (RetinaNet).
+    void set_initializer(int parameter, Initializer initializer, double constant = 0);
 
     const std::string& name() const { return m_name; }
     const std::vector<Node>& nodes() const { return m_nodes; }

@@ -98,18 +98,13 @@ int conv_bn(Graph& g, int x, std::int64_t width, std::int64_t kernel, std::int64
 
 }  // namespace
 
-Graph make_resnet(const ResNetConfig& config, const Shape& input) {
+std::vector<int> add_resnet_body(Graph& g, int x, const ResNetConfig& config) {
     const ResNetLayout layout = resnet_layout(config.depth);
-    TESSERA_CHECK(config.num_classes >= 1, "ResNet num_classes must be ≥ 1, got " << config.num_classes);
+    TESSERA_CHECK(config.base_width >= 1, "ResNet base_width must be ≥ 1, got " << config.base_width);
+    const Shape input = g.node(x).output_shape;  // a copy: adding nodes moves the graph's nodes
     TESSERA_CHECK(input.size() == 4 || input.size() == 5,
-                  "ResNet input must be [N, C, H, W] or [N, C, D, H, W], got " << shape_to_string(input));
+                  "a ResNet body needs [N, C, H, W] or [N, C, D, H, W], got " << shape_to_string(input));
     const int rank = static_cast<int>(input.size()) - 2;
-    for (std::size_t axis = 2; axis < input.size(); ++axis) {
-        TESSERA_CHECK(input[axis] >= 32, "ResNet downsamples 32×, so spatial extents must be ≥ 32, got "
-                                             << shape_to_string(input));
-    }
-    Graph g("resnet" + std::to_string(config.depth));
-    int x = g.input(input);
     ops::ConvAttributes stem = ops::ConvAttributes::valid(rank, 7, 2);
     stem.pad_begin.assign(static_cast<std::size_t>(rank), 3);
     stem.pad_end.assign(static_cast<std::size_t>(rank), 3);
@@ -122,6 +117,7 @@ Graph make_resnet(const ResNetConfig& config, const Shape& input) {
     pool.pad_end.assign(static_cast<std::size_t>(rank), 1);
     x = g.pool(x, pool, "stem.pool");
 
+    std::vector<int> stage_outputs;
     std::int64_t channels = config.base_width;
     for (std::size_t stage = 0; stage < layout.blocks.size(); ++stage) {
         const std::int64_t width = config.base_width << stage;
@@ -145,8 +141,23 @@ Graph make_resnet(const ResNetConfig& config, const Shape& input) {
             x = g.relu(g.add(y, shortcut, name + ".add"), name + ".relu");
             channels = out_channels;
         }
+        stage_outputs.push_back(x);
     }
-    x = g.global_average_pool(x, "head.pool");
+    return stage_outputs;
+}
+
+Graph make_resnet(const ResNetConfig& config, const Shape& input) {
+    resnet_layout(config.depth);  // an unknown depth is reported before anything else
+    TESSERA_CHECK(config.num_classes >= 1, "ResNet num_classes must be ≥ 1, got " << config.num_classes);
+    TESSERA_CHECK(input.size() == 4 || input.size() == 5,
+                  "ResNet input must be [N, C, H, W] or [N, C, D, H, W], got " << shape_to_string(input));
+    for (std::size_t axis = 2; axis < input.size(); ++axis) {
+        TESSERA_CHECK(input[axis] >= 32, "ResNet downsamples 32×, so spatial extents must be ≥ 32, got "
+                                             << shape_to_string(input));
+    }
+    Graph g("resnet" + std::to_string(config.depth));
+    const std::vector<int> stages = add_resnet_body(g, g.input(input), config);
+    const int x = g.global_average_pool(stages.back(), "head.pool");
     g.set_output(g.dense(x, config.num_classes, "head.dense"));
     return g;
 }

@@ -13,6 +13,7 @@
 #include "graph/graph.hpp"
 
 #include <string>
+#include <vector>
 
 namespace tessera::model {
 
@@ -32,6 +33,12 @@ struct ResNetConfig {
 // input: [N, C, H, W] or [N, C, D, H, W]. Every spatial extent must be divisible by 2^(depth-1).
 graph::Graph make_unet(const UNetConfig& config, const Shape& input);
 graph::Graph make_resnet(const ResNetConfig& config, const Shape& input);
+
+// The ResNet body — stem and the four stages, without the classifier — added to `graph` after node x
+// ([N, C, (D,) H, W]). Returns the output of every stage: C2, C3, C4, C5 at strides 4, 8, 16, 32
+// (a detector's feature pyramid reads C3..C5). make_resnet is this plus global pooling and a dense
+// layer; node names are the same ("stem.conv", "stage2.block0.a.conv", ...). config.num_classes is unused.
+std::vector<int> add_resnet_body(graph::Graph& graph, int x, const ResNetConfig& config);
 
 // A table of the model, one line per node: name, op, output shape, parameters, GFLOPs, saved MB.
 std::string summary(const graph::Graph& graph);

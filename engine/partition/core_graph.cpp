@@ -147,6 +147,11 @@ CoreGraphs build_core_graphs(const graph::Graph& model, const TilingPlan& plan) 
                     return g.conv_transpose(local(node.inputs[0]), node.out_channels, node.conv_transpose, node.name);
                 });
                 break;
+            case OpKind::Upsample:
+                id = on_every_core([&](std::int64_t, graph::Graph& g) {
+                    return g.upsample(local(node.inputs[0]), node.upsample_factor, node.name);
+                });
+                break;
             case OpKind::BatchNorm:
                 id = on_every_core([&](std::int64_t, graph::Graph& g) {
                     // A zero-initialised scale is an initializer detail the model graph already recorded.
@@ -184,6 +189,13 @@ CoreGraphs build_core_graphs(const graph::Graph& model, const TilingPlan& plan) 
         result.model_node[static_cast<std::size_t>(id)] = node.id;
     }
     for (graph::Graph& g : result.graphs) g.set_output(local(model.output_node()));
+    // Initializers the model set after building a node (a prior-probability bias) carry over.
+    for (graph::Graph& g : result.graphs) {
+        for (std::size_t p = 0; p < std::min(g.parameters().size(), model.parameters().size()); ++p) {
+            const graph::ParameterSpec& spec = model.parameters()[p];
+            g.set_initializer(static_cast<int>(p), spec.initializer, spec.constant);
+        }
+    }
     // Same parameters in the same order as the model: index p is one weight everywhere.
     for (const graph::Graph& g : result.graphs) {
         TESSERA_ASSERT(g.parameters().size() == model.parameters().size() && g.buffers().size() == model.buffers().size(),

@@ -96,6 +96,7 @@ std::vector<std::int64_t> boundary_alignment(const graph::Graph& graph) {
             if (node.kind == OpKind::Pool) stride = node.pool.stride[axis];
             out[axis] = in[axis] * stride;
             if (node.kind == OpKind::ConvTranspose) out[axis] = std::max<std::int64_t>(1, in[axis] / node.conv_transpose.stride[axis]);
+            if (node.kind == OpKind::Upsample) out[axis] = std::max<std::int64_t>(1, in[axis] / node.upsample_factor[axis]);
             if (stride > 1) alignment[axis] = std::lcm(alignment[axis], in[axis] * stride);
         }
     }
@@ -215,6 +216,17 @@ TilingPlan::TilingPlan(const graph::Graph& graph, SpatialGrid grid) : m_graph(&g
                 }
                 break;
             }
+            case OpKind::Upsample:
+                // Local, as a transposed convolution with kernel = stride: each input row makes its own
+                // factor output rows.
+                for (std::int64_t core = 0; core < cores; ++core) {
+                    NodeTile& tile = tiles[static_cast<std::size_t>(core)];
+                    for (std::size_t axis = 0; axis < rank; ++axis) {
+                        const Interval in = input_tiles[static_cast<std::size_t>(core)].owned[axis];
+                        tile.owned.push_back({in.begin * node.upsample_factor[axis], in.end * node.upsample_factor[axis]});
+                    }
+                }
+                break;
             case OpKind::Conv:
             case OpKind::Pool: {
                 std::vector<Window> windows(rank);

@@ -13,6 +13,7 @@
 
 #include <cmath>
 #include <functional>
+#include <tuple>
 
 using namespace tessera;
 using namespace tessera::graph;
@@ -232,6 +233,22 @@ std::vector<OpCase> all_cases() {
     cases.push_back(batch_norm_case("batch_norm2d_relu_16ch", {2, 16, 6, 6}, true, Mode::Train));
     cases.push_back(batch_norm_case("batch_norm3d_relu", {2, 3, 4, 5, 6}, true, Mode::Train));
     cases.push_back(batch_norm_case("batch_norm2d_inference", {2, 3, 5, 6}, true, Mode::Eval));
+    // Nearest-neighbour upsampling: 2D and 3D, equal and unequal factors, plain and blocked layouts.
+    for (const auto& [name, input, factor] :
+         {std::tuple<std::string, Shape, ops::Extents>{"upsample2d_x2", {2, 3, 5, 4}, {2, 2}},
+          {"upsample2d_x3x1", {1, 4, 3, 5}, {3, 1}},
+          {"upsample2d_x2_16ch_blocked", {2, 16, 4, 3}, {2, 2}},
+          {"upsample3d_x2", {1, 3, 2, 3, 4}, {2, 2, 2}},
+          {"upsample3d_x1x2x3_16ch", {1, 16, 2, 2, 3}, {1, 2, 3}}}) {
+        OpCase c;
+        c.name = name;
+        c.input = input;
+        c.build = [factor](Graph& g, int x) { return g.upsample(x, factor, "op"); };
+        c.reference = [factor](const Tensor& x, const std::vector<Tensor>&, const Tensor& dy) {
+            return Expected{reference::upsample_nearest_forward(x, factor), reference::upsample_nearest_backward(dy, factor), {}};
+        };
+        cases.push_back(c);
+    }
     // ReLU, global average pooling and the dense classifier.
     {
         OpCase c;
@@ -292,6 +309,99 @@ TEST(Executor, AddAndConcatRouteGradientsToBothInputs) {
     EXPECT_LE(relative_difference(executor.activation_gradient(b), parts[0]), tolerance);
     const auto expected_b = reference::conv_backward_weights(input, parts[0], three, params[1].value.shape());
     EXPECT_LE(relative_difference(params[1].gradient, expected_b.weights), tolerance);
+}
+
+// An FPN's top-down step in miniature: conv → nearest ×2 upsample → conv, 2D and 3D, every value and
+// gradient against the references.
+TEST(Executor, ConvUpsampleConvMatchesTheReferences) {
+    for (const auto& [input_shape, width] : {std::pair<Shape, std::int64_t>{{2, 3, 6, 5}, 16}, {{1, 2, 3, 4, 5}, 8}}) {
+        const int rank = static_cast<int>(input_shape.size()) - 2;
+        const ops::Extents factor(static_cast<std::size_t>(rank), 2);
+        const ops::ConvAttributes first = ops::ConvAttributes::same(rank, 3);
+        ops::ConvAttributes second = ops::ConvAttributes::same(rank, 3);
+        second.has_bias = true;
+        Graph graph("conv_upsample_conv");
+        const int x = graph.input(input_shape);
+        const int a = graph.conv(x, width, first, "a");
+        const int up = graph.upsample(a, factor, "up");
+        graph.set_output(graph.conv(up, 3, second, "b"));
+        EXPECT_EQ(graph.node(up).output_shape[2], 2 * input_shape[2]);
+
+        Executor executor(graph);
+        executor.initialize_parameters(5);
+        const auto params = executor.parameters();
+        params[2].value.copy_from(reference::random_uniform(params[2].value.shape(), 21));  // a non-zero bias
+        const Tensor input = reference::random_uniform(input_shape, 22);
+        const Tensor output = executor.forward(input, Mode::Train);
+        const Tensor a_value = reference::conv_forward(input, params[0].value, nullptr, first);
+        const Tensor up_value = reference::upsample_nearest_forward(a_value, factor);
+        EXPECT_LE(relative_difference(executor.activation(up), up_value), tolerance) << shape_to_string(input_shape);
+        EXPECT_LE(relative_difference(output, reference::conv_forward(up_value, params[1].value, &params[2].value, second)),
+                  tolerance)
+            << shape_to_string(input_shape);
+
+        const Tensor dy = reference::random_uniform(output.shape(), 23);
+        executor.backward(dy);
+        const Tensor d_up = reference::conv_backward_data(dy, params[1].value, up_value.shape(), second);
+        const auto second_weights = reference::conv_backward_weights(up_value, dy, second, params[1].value.shape());
+        const Tensor d_a = reference::upsample_nearest_backward(d_up, factor);
+        const auto first_weights = reference::conv_backward_weights(input, d_a, first, params[0].value.shape());
+        EXPECT_LE(relative_difference(executor.activation_gradient(up), d_up), tolerance) << shape_to_string(input_shape);
+        EXPECT_LE(relative_difference(executor.activation_gradient(a), d_a), tolerance) << shape_to_string(input_shape);
+        EXPECT_LE(relative_difference(params[0].gradient, first_weights.weights), tolerance) << shape_to_string(input_shape);
+        EXPECT_LE(relative_difference(params[1].gradient, second_weights.weights), tolerance) << shape_to_string(input_shape);
+        EXPECT_LE(relative_difference(params[2].gradient, second_weights.bias), tolerance) << shape_to_string(input_shape);
+        EXPECT_EQ(graph.cost(up).forward_flops, 0.0);
+        EXPECT_EQ(graph.cost(up).backward_flops, static_cast<double>(num_elements_of(graph.node(up).output_shape)));
+        EXPECT_EQ(graph.cost(up).saved_bytes, 0);
+    }
+}
+
+TEST(Executor, UpsampleRejectsBadFactorsWithClearMessages) {
+    Graph graph("bad_upsample");
+    const int x = graph.input({1, 2, 4, 4});
+    auto message = [&](const ops::Extents& factor) {
+        try {
+            graph.upsample(x, factor, "up");
+        } catch (const Error& error) {
+            return std::string(error.what());
+        }
+        return std::string("(no error)");
+    };
+    EXPECT_NE(message({2}).find("needs one factor per spatial axis"), std::string::npos) << message({2});
+    EXPECT_NE(message({2, 0}).find("needs factors ≥ 1"), std::string::npos) << message({2, 0});
+    const int pooled = graph.global_average_pool(x, "pool");
+    try {
+        graph.upsample(pooled, {2, 2}, "flat");
+        FAIL();
+    } catch (const Error& error) {
+        EXPECT_NE(std::string(error.what()).find("needs spatial axes"), std::string::npos) << error.what();
+    }
+    EXPECT_EQ(op_name(OpKind::Upsample), "upsample");
+}
+
+// A node nothing consumes (a detector's other heads) gets a zero gradient, not whatever its buffer held.
+TEST(Executor, UnconsumedNodesStartBackwardFromZero) {
+    Graph graph("two_heads");
+    const int x = graph.input({2, 3, 6, 6});
+    const int trunk = graph.conv(x, 8, ops::ConvAttributes::same(2, 3), "trunk");
+    const int head = graph.conv(trunk, 2, ops::ConvAttributes::same(2, 1), "head");
+    const int other = graph.conv(trunk, 4, ops::ConvAttributes::same(2, 1), "other");
+    graph.set_output(head);
+    Executor executor(graph);
+    executor.initialize_parameters(8);
+    const Tensor input = reference::random_uniform({2, 3, 6, 6}, 31);
+    const Tensor dy = reference::random_uniform({2, 2, 6, 6}, 32);
+    for (int step = 0; step < 2; ++step) {
+        executor.forward(input, Mode::Train);
+        executor.backward(dy);
+        const Tensor other_gradient = executor.activation_gradient(other);
+        for (std::int64_t i = 0; i < other_gradient.num_elements(); ++i) ASSERT_EQ(other_gradient.data<float>()[i], 0.0f);
+        const auto params = executor.parameters();
+        for (std::int64_t i = 0; i < params[2].gradient.num_elements(); ++i) ASSERT_EQ(params[2].gradient.data<float>()[i], 0.0f);
+        const Tensor expected = reference::conv_backward_data(dy, params[1].value, {2, 8, 6, 6}, ops::ConvAttributes::same(2, 1));
+        EXPECT_LE(relative_difference(executor.activation_gradient(trunk), expected), tolerance);
+    }
 }
 
 TEST(Executor, BatchNormUpdatesRunningStatistics) {

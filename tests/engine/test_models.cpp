@@ -2,8 +2,11 @@
 // and the configuration errors.
 #include "graph/executor.hpp"
 #include "model/models.hpp"
+#include "model/retinanet.hpp"
 
 #include <gtest/gtest.h>
+
+#include <cmath>
 
 using namespace tessera;
 using namespace tessera::model;
@@ -77,4 +80,150 @@ TEST(Models, SmallModelsRunForwardAndBackward) {
         EXPECT_GT(gradient_norm, 0.0) << g.name();
         EXPECT_FALSE(summary(g).empty());
     }
+}
+
+// ---- RetinaNet ---------------------------------------------------------------------------------
+
+namespace {
+
+const graph::Node& retinanet_node(const graph::Graph& g, const std::string& name) {
+    for (const graph::Node& node : g.nodes())
+        if (node.name == name) return node;
+    ADD_FAILURE() << "no node " << name << " in " << g.name();
+    return g.node(g.output_node());
+}
+
+}  // namespace
+
+TEST(Models, RetinaNetLevelsHaveTheFpnStridesAndHeadWidths) {
+    const RetinaNetConfig config;  // R50-FPN, 90 classes, 9 anchors, P3..P7
+    for (const Shape& input : {Shape{8, 3, 1280, 1280}, Shape{1, 3, 640, 640}}) {
+        const graph::Graph g = make_retinanet(config, input);
+        const std::int64_t n = input[0], h = input[2], w = input[3];
+        for (int level = 3; level <= 7; ++level) {
+            const std::int64_t stride = std::int64_t{1} << level;
+            EXPECT_EQ(retinanet_node(g, retinanet_feature_name(level)).output_shape, (Shape{n, 256, h / stride, w / stride}))
+                << "P" << level << " " << shape_to_string(input);
+            EXPECT_EQ(retinanet_node(g, retinanet_output_name("class", level)).output_shape,
+                      (Shape{n, 9 * 90, h / stride, w / stride}))
+                << "class P" << level;
+            EXPECT_EQ(retinanet_node(g, retinanet_output_name("box", level)).output_shape, (Shape{n, 9 * 4, h / stride, w / stride}))
+                << "box P" << level;
+        }
+        // The backbone's C3..C5 feed the laterals; the one output is the P3 class logits.
+        EXPECT_EQ(g.node(retinanet_node(g, "fpn.lateral3").inputs[0]).output_shape, (Shape{n, 512, h / 8, w / 8}));
+        EXPECT_EQ(g.node(retinanet_node(g, "fpn.lateral5").inputs[0]).output_shape, (Shape{n, 2048, h / 32, w / 32}));
+        EXPECT_EQ(g.node(g.output_node()).name, "class.l3.out");
+        EXPECT_EQ(retinanet_node(g, "fpn.upsample4").kind, graph::OpKind::Upsample);
+        EXPECT_EQ(retinanet_node(g, "fpn.upsample3").output_shape, (Shape{n, 256, h / 8, w / 8}));
+        EXPECT_EQ(retinanet_node(g, "class.l3.conv0").kind, graph::OpKind::Conv);
+        EXPECT_EQ(retinanet_node(g, "class.l7.bn3").kind, graph::OpKind::BatchNorm);
+        EXPECT_EQ(retinanet_node(g, "box.l5.out").output_shape, (Shape{n, 36, h / 32, w / 32}));
+        EXPECT_EQ(retinanet_node(g, "fpn.p7.relu").kind, graph::OpKind::Relu);
+        EXPECT_EQ(retinanet_node(g, "fpn.p6").inputs[0], retinanet_node(g, "fpn.p5").id);  // P6 from P5 (the TPU code)
+    }
+}
+
+TEST(Models, RetinaNetR50ParameterCountIsTheSharedModelsByHand) {
+    // ResNet-50 without its classifier (conv weights, BN γ and β):                       23,508,032
+    //   (torchvision's 25,557,032 minus the 2048 × 1000 + 1000 dense layer.)
+    // FPN, 256 channels, every conv with a bias:
+    //   laterals 1×1: (512 + 1024 + 2048) × 256 + 3 × 256                                    918,272
+    //   P3, P4, P5 3×3: 3 × (256 · 9 · 256 + 256) = 3 × 590,080                            1,770,240
+    //   P6 (on P5), P7 (on ReLU(P6)), 3×3 stride 2: 2 × 590,080                            1,180,160
+    //   BN on P3..P7: 5 × 2 × 256                                                              2,560
+    //                                                                                  = 3,871,232
+    // Heads, convolutions shared across the five levels, BN per level:
+    //   class: 4 × 590,080 + (256 · 9 · 810 + 810) = 2,360,320 + 1,867,050                4,227,370
+    //   box:   4 × 590,080 + (256 · 9 · 36 + 36)   = 2,360,320 +    82,980                2,443,300
+    //   BN: 2 subnets × 4 × 5 levels × 2 × 256                                                20,480
+    //                                                                                  = 6,691,150
+    // Total: 23,508,032 + 3,871,232 + 6,691,150                                          = 34,070,414
+    // Cross-check: torchvision's retinanet_resnet50_fpn (91 classes, P6 on P5, frozen BN as buffers,
+    // no BN in FPN or heads) has 34,014,999: + 53,120 backbone BN + 2,560 FPN BN + 20,480 head BN
+    // − 9 · 2,305 for one class fewer = 34,070,414.
+    const RetinaNetConfig config;
+    EXPECT_EQ(retinanet_shared_parameter_count(config), 34070414);
+    const graph::Graph g = make_retinanet(config, {1, 3, 640, 640});
+    std::int64_t backbone = 0;
+    for (const graph::Node& node : g.nodes()) {
+        if (!node.name.starts_with("fpn.") && !node.name.starts_with("class.") && !node.name.starts_with("box.")) {
+            backbone += g.cost(node.id).parameter_count;
+        }
+    }
+    EXPECT_EQ(backbone, 23508032);
+    // The graph holds the head convolutions once per level: four more copies (P4..P7) of
+    // 2 × 2,360,320 + 1,867,050 + 82,980 = 6,670,670.
+    EXPECT_EQ(g.parameter_count(), 34070414 + 4 * 6670670);
+    // P6 on C5 (the paper, Detectron): 2048 · 9 · 256 + 256 = 4,718,848 instead of 590,080.
+    EXPECT_EQ(retinanet_shared_parameter_count({.p6_from_c5 = true}), 34070414 + 4718848 - 590080);
+    // The class outputs start at the prior 0.01.
+    graph::Executor executor(make_retinanet({.resnet_depth = 18, .num_classes = 3, .fpn_channels = 8, .head_convs = 1},
+                                            {1, 3, 128, 128}));
+    executor.initialize_parameters(2);
+    for (const Parameter& p : executor.parameters()) {
+        if (p.name == "class.l3.out.bias") {
+            EXPECT_NEAR(p.value.data<float>()[0], -std::log(99.0), 1e-5);
+        }
+        if (p.name == "box.l3.out.bias") {
+            EXPECT_EQ(p.value.data<float>()[0], 0.0f);
+        }
+    }
+}
+
+TEST(Models, RetinaNetRejectsInputsTheLevelsCannotDivide) {
+    try {
+        make_retinanet({}, {1, 3, 600, 640});
+        FAIL();
+    } catch (const Error& error) {
+        EXPECT_NE(std::string(error.what()).find("divisible by 128"), std::string::npos) << error.what();
+        EXPECT_NE(std::string(error.what()).find("try 640"), std::string::npos) << error.what();
+    }
+    EXPECT_THROW(make_retinanet({}, {1, 3, 64, 64, 64}), Error);            // 2D only
+    EXPECT_THROW(make_retinanet({.resnet_depth = 42}, {1, 3, 128, 128}), Error);
+    EXPECT_THROW(make_retinanet({.min_level = 6}, {1, 3, 128, 128}), Error);
+    EXPECT_THROW(make_retinanet({.num_classes = 0}, {1, 3, 128, 128}), Error);
+    // max_level 5: no P6, P7; the input need only divide by 32.
+    const graph::Graph three_levels = make_retinanet({.max_level = 5}, {1, 3, 96, 96});
+    EXPECT_EQ(retinanet_node(three_levels, "box.l5.out").output_shape, (Shape{1, 36, 3, 3}));
+}
+
+TEST(Models, SmallRetinaNetRunsForwardAndBackward) {
+    const RetinaNetConfig config{.resnet_depth = 18, .num_classes = 3, .num_anchors = 9, .fpn_channels = 16};
+    const graph::Graph g = make_retinanet(config, {2, 3, 128, 128});
+    graph::Executor executor(g);
+    executor.initialize_parameters(3);
+    Tensor input = Tensor::zeros({2, 3, 128, 128}, DType::F32);
+    for (std::int64_t i = 0; i < input.num_elements(); ++i) input.data<float>()[i] = static_cast<float>((i * 7) % 13) / 6.0f - 1.0f;
+    const Tensor output = executor.forward(input, graph::Mode::Train);
+    ASSERT_EQ(output.shape(), (Shape{2, 27, 16, 16}));
+    auto all_finite = [](const Tensor& t) {
+        for (std::int64_t i = 0; i < t.num_elements(); ++i)
+            if (!std::isfinite(t.data<float>()[i])) return false;
+        return true;
+    };
+    EXPECT_TRUE(all_finite(output));
+    for (int level = 3; level <= 7; ++level) {
+        const Tensor boxes = executor.activation(retinanet_node(g, retinanet_output_name("box", level)).id);
+        EXPECT_EQ(boxes.shape(), (Shape{2, 36, 128 >> level, 128 >> level}));
+        EXPECT_TRUE(all_finite(boxes)) << "box P" << level;
+    }
+    executor.backward(Tensor::full<float>(output.shape(), 0.01f));
+    double gradient_norm = 0;
+    for (const Parameter& p : executor.parameters()) {
+        EXPECT_TRUE(all_finite(p.gradient)) << p.name;
+        for (std::int64_t i = 0; i < p.gradient.num_elements(); ++i) gradient_norm += std::abs(p.gradient.data<float>()[i]);
+    }
+    EXPECT_GT(gradient_norm, 0.0);
+    // The gradient reaches the backbone through the top-down path; the other levels' heads get none.
+    const Tensor c5_gradient = executor.activation_gradient(g.node(retinanet_node(g, "fpn.lateral5").id).inputs[0]);
+    EXPECT_TRUE(all_finite(c5_gradient));
+    double c5_norm = 0;
+    for (std::int64_t i = 0; i < c5_gradient.num_elements(); ++i) c5_norm += std::abs(c5_gradient.data<float>()[i]);
+    EXPECT_GT(c5_norm, 0.0);
+    for (const Parameter& p : executor.parameters()) {
+        if (!p.name.starts_with("box.l7.out")) continue;
+        for (std::int64_t i = 0; i < p.gradient.num_elements(); ++i) ASSERT_EQ(p.gradient.data<float>()[i], 0.0f) << p.name;
+    }
+    EXPECT_FALSE(summary(g).empty());
 }

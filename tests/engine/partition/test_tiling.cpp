@@ -1,6 +1,8 @@
 // Tiling plans: owned tiles, halos and border padding through real models, and the layouts that
 // cannot work, rejected with the layer named.
 #include "model/models.hpp"
+#include "model/retinanet.hpp"
+#include "partition/core_graph.hpp"
 #include "partition/tiling.hpp"
 
 #include <gtest/gtest.h>
@@ -66,6 +68,63 @@ TEST(Tiling, UNetOnA2x2GridHasUnitHalosInsideAndPaddingAtTheBorder) {
     EXPECT_EQ(plan.halo_elements(node_named(unet, "down0.pool")), 0);
     EXPECT_EQ(plan.tile(node_named(unet, "up0.upconv"), 3).owned, (std::vector<Interval>{{32, 64}, {32, 64}}));
     EXPECT_GT(plan.total_halo_elements(), 0);
+}
+
+TEST(Tiling, UpsampleIsLocalAndMultipliesTheOwnedRowsByItsFactor) {
+    // An FPN step: stride-2 pooling, a 3×3 convolution, nearest upsampling back (×2 along H, ×3 along
+    // W), added to the full-resolution branch.
+    graph::Graph g("fpn_step");
+    const int x = g.input({1, 2, 32, 24});
+    const int fine = g.conv(x, 4, ops::ConvAttributes::same(2, 3), "fine");
+    const int coarse = g.conv(g.pool(fine, ops::PoolAttributes::max_down(2), "down"), 4, ops::ConvAttributes::same(2, 3),
+                              "coarse");
+    ops::PoolAttributes narrow = ops::PoolAttributes::max_down(2);
+    narrow.kernel = {1, 3};
+    narrow.stride = {1, 3};
+    const int squeezed = g.pool(coarse, narrow, "squeeze");  // [1, 4, 16, 4]
+    const int up = g.upsample(squeezed, {2, 6}, "up");        // [1, 4, 32, 24]
+    g.set_output(g.add(fine, up, "merge"));
+    EXPECT_EQ(boundary_alignment(g), (std::vector<std::int64_t>{2, 6}));
+
+    const TilingPlan plan = plan_tiling(g, SpatialGrid::even({1, 2, 32, 24}, {2, 1}));
+    expect_tiles_cover_outputs(g, plan);
+    for (std::int64_t core = 0; core < 2; ++core) {
+        const NodeTile& in = plan.tile(squeezed, core);
+        const NodeTile& out = plan.tile(up, core);
+        ASSERT_EQ(out.owned.size(), 2u);
+        EXPECT_EQ(out.owned[0], (Interval{in.owned[0].begin * 2, in.owned[0].end * 2})) << core;
+        EXPECT_EQ(out.owned[1], (Interval{in.owned[1].begin * 6, in.owned[1].end * 6})) << core;
+        EXPECT_EQ(out.owned, plan.tile(fine, core).owned) << core;  // the add's inputs agree
+        EXPECT_TRUE(out.halo_before.empty() && out.halo_after.empty()) << "upsampling needs no halo";
+    }
+    EXPECT_EQ(plan.tile(up, 1).owned, (std::vector<Interval>{{16, 32}, {0, 24}}));
+    EXPECT_EQ(plan.halo_elements(up), 0);
+
+    // Each core's graph upsamples its own tile.
+    const CoreGraphs cores = build_core_graphs(g, plan);
+    for (std::int64_t core = 0; core < 2; ++core) {
+        const graph::Graph& local = cores.graphs[static_cast<std::size_t>(core)];
+        const graph::Node& node = local.node(cores.local_node[static_cast<std::size_t>(up)]);
+        EXPECT_EQ(node.kind, graph::OpKind::Upsample);
+        EXPECT_EQ(node.upsample_factor, (ops::Extents{2, 6}));
+        EXPECT_EQ(node.output_shape, (Shape{1, 4, 16, 24})) << core;
+    }
+}
+
+TEST(Tiling, RetinaNetSplitsTwoWaysAndKeepsItsInitializers) {
+    const graph::Graph retinanet = model::make_retinanet(
+        {.resnet_depth = 18, .num_classes = 3, .fpn_channels = 8, .head_convs = 1}, {1, 3, 256, 256});
+    const TilingPlan plan = plan_tiling(retinanet, SpatialGrid::even({1, 3, 256, 256}, {2, 1}));
+    expect_tiles_cover_outputs(retinanet, plan);
+    // P4 upsampled to P3's grid: core 1 owns rows 16..32 of the 32-row P3 level.
+    EXPECT_EQ(plan.tile(node_named(retinanet, "fpn.upsample3"), 1).owned, (std::vector<Interval>{{16, 32}, {0, 32}}));
+    const CoreGraphs cores = build_core_graphs(retinanet, plan);
+    const graph::Node& bias_node = retinanet.node(node_named(retinanet, "class.l3.out"));
+    const auto bias = static_cast<std::size_t>(bias_node.parameters[1]);
+    for (const graph::Graph& core : cores.graphs) {
+        EXPECT_EQ(core.parameters()[bias].initializer, graph::Initializer::Constant);
+        EXPECT_EQ(core.parameters()[bias].constant, retinanet.parameters()[bias].constant);
+    }
 }
 
 TEST(Tiling, UnevenBoundariesThatRespectTheStridesWork) {

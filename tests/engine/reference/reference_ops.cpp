@@ -729,6 +729,79 @@ std::vector<Tensor> concat_channels_backward(const Tensor& dy, const std::vector
     return parts;
 }
 
+// ---- nearest-neighbour upsampling ---------------------------------------------------------------
+
+namespace {
+
+// The factors along D, H, W (D = 1 for 2D), checked against the activation's rank.
+std::array<std::int64_t, 3> upsample_factors(const Shape& shape, const Extents& factor) {
+    TESSERA_CHECK(factor.size() + 2 == shape.size(), "reference upsample: needs one factor per spatial axis of "
+                                                         << shape_to_string(shape) << ", got " << shape_to_string(factor));
+    std::array<std::int64_t, 3> f{1, 1, 1};
+    const std::size_t offset = 3 - factor.size();
+    for (std::size_t a = 0; a < factor.size(); ++a) {
+        TESSERA_CHECK(factor[a] >= 1, "reference upsample: factors must be ≥ 1, got " << shape_to_string(factor));
+        f[a + offset] = factor[a];
+    }
+    return f;
+}
+
+// Calls visit(input offset, output offset) for every output element (dense tensors).
+template <class Visit>
+void for_each_upsampled(const Volume& in, const std::array<std::int64_t, 3>& f, Visit&& visit) {
+    const std::array<std::int64_t, 3> out{in.extent[0] * f[0], in.extent[1] * f[1], in.extent[2] * f[2]};
+    const std::int64_t out_spatial = out[0] * out[1] * out[2];
+    for (std::int64_t n = 0; n < in.batch; ++n) {
+        for (std::int64_t c = 0; c < in.channels; ++c) {
+            for (std::int64_t z = 0; z < out[0]; ++z) {
+                for (std::int64_t y = 0; y < out[1]; ++y) {
+                    for (std::int64_t x = 0; x < out[2]; ++x) {
+                        const std::int64_t source = ((z / f[0]) * in.extent[1] + y / f[1]) * in.extent[2] + x / f[2];
+                        const std::int64_t target = (z * out[1] + y) * out[2] + x;
+                        visit(in.at(n, c, source), (n * in.channels + c) * out_spatial + target);
+                    }
+                }
+            }
+        }
+    }
+}
+
+}  // namespace
+
+Tensor upsample_nearest_forward(const Tensor& x, const ops::Extents& factor) {
+    const Tensor xd = dense_f32(x, "upsample input");
+    const Volume in = volume_of(xd.shape(), "upsample input");
+    const auto f = upsample_factors(xd.shape(), factor);
+    Shape y_shape{xd.dim(0), xd.dim(1)};
+    for (std::size_t a = 0; a < factor.size(); ++a) y_shape.push_back(xd.dim(static_cast<int>(a) + 2) * factor[a]);
+    Tensor y = Tensor::empty(y_shape, DType::F32);
+    const float* xp = xd.data<float>();
+    float* yp = y.data<float>();
+    for_each_upsampled(in, f, [&](std::int64_t source, std::int64_t target) { yp[target] = xp[source]; });
+    return y;
+}
+
+Tensor upsample_nearest_backward(const Tensor& dy, const ops::Extents& factor) {
+    const Tensor dyd = dense_f32(dy, "upsample output gradient");
+    volume_of(dyd.shape(), "upsample output gradient");
+    upsample_factors(dyd.shape(), factor);
+    Shape x_shape{dyd.dim(0), dyd.dim(1)};
+    for (std::size_t a = 0; a < factor.size(); ++a) {
+        const std::int64_t extent = dyd.dim(static_cast<int>(a) + 2);
+        TESSERA_CHECK(extent % factor[a] == 0, "reference upsample: output gradient " << shape_to_string(dyd.shape())
+                                                                                     << " is not a multiple of the factors "
+                                                                                     << shape_to_string(factor));
+        x_shape.push_back(extent / factor[a]);
+    }
+    const Volume in = volume_of(x_shape, "upsample input");
+    const float* dp = dyd.data<float>();
+    std::vector<double> dx = zeros(in.num_elements());
+    for_each_upsampled(in, upsample_factors(x_shape, factor), [&](std::int64_t source, std::int64_t target) {
+        dx[static_cast<std::size_t>(source)] += static_cast<double>(dp[target]);
+    });
+    return tensor_from(dx, x_shape);
+}
+
 Tensor global_average_pool(const Tensor& x) {
     const Tensor xd = dense_f32(x, "global average pool input");
     TESSERA_CHECK(xd.rank() >= 3, "reference global average pool: expected [N, C, spatial...], got "

@@ -24,6 +24,8 @@
 //       running_var  = momentum * running_var  + (1 - momentum) * batch_var * n / (n - 1)
 //     With fuse_relu, y = relu(bn(x)) and the backward pass zeroes dy wherever y <= 0.
 //   - ReLU's gradient is 0 at x == 0 (dy passes only where x > 0).
+//   - Nearest-neighbour upsampling by integer factors f (one per spatial axis): y[.., o] = x[.., o / f]
+//     (integer division per axis); the backward sums the f^rank output gradients of every input element.
 //
 //   using namespace tessera;
 //   ops::ConvAttributes conv = ops::ConvAttributes::same(3, 3);            // 3×3×3, 'same'
@@ -140,6 +142,12 @@ AddGradients add_backward(const Tensor& dy);
 Tensor concat_channels(const std::vector<Tensor>& parts);  // [N, C_0 + C_1 + ..., ...]
 std::vector<Tensor> concat_channels_backward(const Tensor& dy,  // [N, ΣC_i, ...]
                                              const std::vector<std::int64_t>& channels);  // C_i → [N, C_i, ...]
+
+// Nearest-neighbour upsampling; factor has one entry ≥ 1 per spatial axis.
+Tensor upsample_nearest_forward(const Tensor& x,                // [N, C, (D,) H, W]
+                                const ops::Extents& factor);    // → [N, C, (D·fD,) H·fH, W·fW]
+Tensor upsample_nearest_backward(const Tensor& dy,              // [N, C, (D·fD,) H·fH, W·fW]
+                                 const ops::Extents& factor);   // → dx [N, C, (D,) H, W]
 
 Tensor global_average_pool(const Tensor& x);  // [N, C, spatial...] → [N, C]
 Tensor global_average_pool_backward(const Tensor& dy,        // [N, C]

@@ -436,6 +436,24 @@ TEST(ReferenceOpsGradient, SoftmaxChannelsAnyRank) {
     }
 }
 
+TEST(ReferenceOpsGradient, UpsampleNearest2dAnd3d) {
+    struct Case {
+        Shape x;
+        ops::Extents factor;
+        Shape y;
+    };
+    for (const Case& c : {Case{{2, 3, 3, 4}, {2, 2}, {2, 3, 6, 8}}, Case{{1, 2, 3, 2}, {3, 1}, {1, 2, 9, 2}},
+                          Case{{1, 2, 2, 3, 2}, {2, 2, 2}, {1, 2, 4, 6, 4}}, Case{{2, 1, 2, 2, 3}, {1, 3, 2}, {2, 1, 2, 6, 6}}}) {
+        const Tensor x = random_uniform(c.x, 111);
+        const Tensor g = random_uniform(c.y, 112);
+        const Tensor dx = reference::upsample_nearest_backward(g, c.factor);
+        auto loss = [&](const std::vector<Tensor>& in) {
+            return inner_product(g, reference::upsample_nearest_forward(in[0], c.factor));
+        };
+        expect_gradients_match(loss, {x}, {dx});
+    }
+}
+
 // ---- hand-computed cases -----------------------------------------------------------------------
 
 // x = 1..16 on a 4×4 grid (x[i][j] = 4i + j + 1); w = diag(1, 2, 3):
@@ -539,6 +557,28 @@ TEST(ReferenceOpsByHand, ConvTransposeUpsampleReplicatesWithUnitWeights) {
     EXPECT_EQ(z.at<float>({0, 0, 0, 2}), 3.0f);   // 1 + 2
     EXPECT_EQ(z.at<float>({0, 0, 2, 2}), 10.0f);  // all four
     EXPECT_EQ(z.at<float>({0, 0, 4, 4}), 4.0f);
+}
+
+TEST(ReferenceOpsByHand, UpsampleNearestRepeatsAndItsBackwardSums) {
+    const Tensor x = from_values({1, 1, 2, 2}, {1, 2, 3, 4});
+    const Tensor y = reference::upsample_nearest_forward(x, {2, 3});
+    ASSERT_EQ(y.shape(), (Shape{1, 1, 4, 6}));
+    EXPECT_EQ(values_of(y), (std::vector<float>{1, 1, 1, 2, 2, 2, 1, 1, 1, 2, 2, 2, 3, 3, 3, 4, 4, 4, 3, 3, 3, 4, 4, 4}));
+    // Each input element receives the sum of its 2 × 3 block.
+    std::vector<float> ramp(24);
+    for (std::size_t i = 0; i < ramp.size(); ++i) ramp[i] = static_cast<float>(i);
+    const Tensor dx = reference::upsample_nearest_backward(from_values({1, 1, 4, 6}, ramp), {2, 3});
+    ASSERT_EQ(dx.shape(), (Shape{1, 1, 2, 2}));
+    // (0+1+2+6+7+8), (3+4+5+9+10+11), (12+13+14+18+19+20), (15+16+17+21+22+23)
+    EXPECT_EQ(values_of(dx), (std::vector<float>{24, 42, 96, 114}));
+    // Factor 1 is the identity; 3D repeats along D too.
+    EXPECT_EQ(values_of(reference::upsample_nearest_forward(x, {1, 1})), values_of(x));
+    const Tensor z = reference::upsample_nearest_forward(from_values({1, 1, 1, 1, 2}, {5, 6}), {2, 1, 2});
+    ASSERT_EQ(z.shape(), (Shape{1, 1, 2, 1, 4}));
+    EXPECT_EQ(values_of(z), (std::vector<float>{5, 5, 6, 6, 5, 5, 6, 6}));
+    EXPECT_THROW(reference::upsample_nearest_forward(x, {2}), Error);                  // one factor per axis
+    EXPECT_THROW(reference::upsample_nearest_forward(x, {0, 2}), Error);               // factors ≥ 1
+    EXPECT_THROW(reference::upsample_nearest_backward(from_values({1, 1, 3, 1}, {1, 2, 3}), {2, 1}), Error);
 }
 
 TEST(ReferenceOpsByHand, BatchNormOutputHasZeroMeanAndUnitVariancePerChannel) {

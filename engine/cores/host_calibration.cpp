@@ -1,0 +1,273 @@
+#include "cores/host_calibration.hpp"
+
+#include "core/error.hpp"
+#include "core/random.hpp"
+#include "cores/thread_pool.hpp"
+#include "cost/cost_model.hpp"
+#include "loss/cross_entropy.hpp"
+#include "ops/dnnl_support.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <thread>
+
+namespace tessera::cores {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double median(std::vector<double> values) {
+    std::sort(values.begin(), values.end());
+    return values[values.size() / 2];
+}
+
+Tensor random_tensor(const Shape& shape, std::uint64_t seed) {
+    SeededRandom random(seed);
+    Tensor tensor = Tensor::empty(shape, DType::F32);
+    for (std::int64_t i = 0; i < tensor.num_elements(); ++i) tensor.data<float>()[i] = static_cast<float>(random.normal());
+    return tensor;
+}
+
+// Runs a small graph forward and backward `repeats` times, single-threaded, with the simulated cores'
+// kernels, and returns the median forward and backward seconds of node `node`.
+std::pair<double, double> time_node(const graph::Graph& g, int node, int repeats) {
+    graph::ExecutorOptions options;
+    options.distributed_reductions = true;
+    graph::Executor executor(g, options);
+    executor.initialize_parameters(1);
+    const Tensor input = random_tensor(g.node(g.input_node()).output_shape, 2);
+    const Tensor gradient = random_tensor(g.node(g.output_node()).output_shape, 3);
+    std::vector<double> forward, backward;
+    for (int r = 0; r < repeats + 1; ++r) {
+        executor.forward(input, graph::Mode::Train);
+        executor.backward(gradient);
+        if (r == 0) continue;  // warm-up: first touch of every buffer
+        forward.push_back(executor.timings()[static_cast<std::size_t>(node)].forward_seconds);
+        backward.push_back(executor.timings()[static_cast<std::size_t>(node)].backward_seconds);
+    }
+    return {median(forward), median(backward)};
+}
+
+// A spatial extent giving about `flops` FLOPs for a 3×3 convolution from c_in to c_out channels.
+std::int64_t extent_for(int rank, std::int64_t c_in, std::int64_t c_out, double flops) {
+    const double per_voxel = 2.0 * static_cast<double>(c_in * c_out) * (rank == 3 ? 27.0 : 9.0);
+    const double voxels = std::max(256.0, flops / per_voxel);
+    auto extent = static_cast<std::int64_t>(std::pow(voxels, 1.0 / rank));
+    extent = std::clamp<std::int64_t>(extent / 8 * 8, 8, rank == 3 ? 64 : 256);
+    return extent;
+}
+
+// A convolution key without its ".fwd" / ".bwd" suffix.
+std::string key_stem(int rank, std::int64_t kernel, bool first, std::int64_t channels) {
+    const std::string key = cost::host_conv_key(rank, kernel, first, channels, false);
+    return key.substr(0, key.size() - std::strlen(".fwd"));
+}
+
+Shape shape_of(int rank, std::int64_t channels, std::int64_t extent) {
+    Shape shape{1, channels};
+    for (int axis = 0; axis < rank; ++axis) shape.push_back(extent);
+    return shape;
+}
+
+}  // namespace
+
+cost::Device calibrate_host(const CalibrationOptions& options, const std::function<void(const std::string&)>& progress) {
+    TESSERA_CHECK(options.threads >= 1 && options.repeats >= 1,
+                  "calibration needs at least one thread and one repeat, got " << options.threads << " and " << options.repeats);
+    auto say = [&](const std::string& text) {
+        if (progress) progress(text);
+    };
+    const int saved_threads = ops::num_threads();
+    ops::set_num_threads(1);
+    cost::Device device;
+    device.id = "host";
+    device.name = "this host (" + std::to_string(std::thread::hardware_concurrency()) + " hardware threads)";
+    device.kind = "host";
+    device.cores_per_chip = 1;
+    device.topology = cost::Topology::Host;
+    device.links_per_chip = 0;
+    device.efficiency = {.channel_tile = 16, .spatial_tile = 1, .matmul = 1.0, .memory = 1.0, .link = 1.0};
+    auto& measured = device.measured;
+    measured["threads"] = options.threads;
+
+    // Memory copy bandwidth: bytes read plus bytes written per second.
+    {
+        say("memory bandwidth");
+        const std::size_t bytes = 64u << 20;
+        std::vector<char> from(bytes, 1), to(bytes, 0);
+        std::vector<double> seconds;
+        for (int r = 0; r < options.repeats + 1; ++r) {
+            const auto start = Clock::now();
+            std::memcpy(to.data(), from.data(), bytes);
+            if (r > 0) seconds.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+        }
+        measured["copy"] = 2.0 * static_cast<double>(bytes) / median(seconds) / 1e9;
+        device.memory_bandwidth = measured["copy"] * 1e9 / 2;
+    }
+
+    const cost::CostModel roofline([&] {
+        cost::Device d = device;
+        d.kind = "roofline";
+        d.peak_flops_f32 = 1;
+        return d;
+    }());
+    auto conv_rates = [&](int rank, std::int64_t c_in, std::int64_t c_out, bool transposed, const std::string& key_stem) {
+        const std::int64_t extent = extent_for(rank, c_in, c_out, transposed ? 4e7 : 1.5e8);
+        graph::Graph g("calibration");
+        int x = g.input(shape_of(rank, c_in, extent));
+        const bool first = c_in == 1;
+        if (!first) x = g.relu(x, "relu");  // so the layer computes its input's gradient, as inside a model
+        const int layer = transposed ? g.conv_transpose(x, c_out, ops::ConvTransposeAttributes::upsample(rank, 2), "layer")
+                                     : g.conv(x, c_out, ops::ConvAttributes::same(rank, 3), "layer");
+        g.set_output(layer);
+        const auto [forward, backward] = time_node(g, layer, options.repeats);
+        const cost::LayerCost counted = roofline.layer(g, layer, nullptr, graph::Precision::F32);
+        measured[key_stem + ".fwd"] = counted.forward.flops / forward / 1e9;
+        measured[key_stem + ".bwd"] = counted.backward.flops / backward / 1e9;
+    };
+    const std::vector<std::int64_t> ladder = options.quick ? std::vector<std::int64_t>{8, 32}
+                                                           : std::vector<std::int64_t>{4, 8, 16, 32, 64, 128};
+    for (int rank : {2, 3}) {
+        for (std::int64_t c : ladder) {
+            if (rank == 3 && c > 64) continue;
+            say("convolution " + std::to_string(rank) + "D, " + std::to_string(c) + " channels");
+            conv_rates(rank, c, c, false, key_stem(rank, 3, false, c));
+            conv_rates(rank, 2 * c, c, true, key_stem(rank, 1, false, c));
+        }
+        for (std::int64_t c : options.quick ? std::vector<std::int64_t>{8} : std::vector<std::int64_t>{4, 8, 16, 32, 64}) {
+            say("first layer " + std::to_string(rank) + "D, " + std::to_string(c) + " channels");
+            conv_rates(rank, 1, c, false, key_stem(rank, 3, true, c));
+        }
+    }
+    // The largest measured 3×3 rate stands for the peak (the cost model needs one).
+    for (const auto& [key, value] : measured) {
+        if (key.rfind("conv", 0) == 0) device.peak_flops_f32 = std::max(device.peak_flops_f32, value * 1e9);
+    }
+    device.peak_flops_bf16 = device.peak_flops_f16 = device.peak_flops_f32;
+
+    // Memory-bound ops on a mid-sized 2D activation: GB/s of the bytes the cost model counts for them.
+    {
+        say("memory-bound ops");
+        const Shape shape{1, 32, 96, 96};
+        graph::Graph g("memory ops");
+        int x = g.input(shape);
+        x = g.relu(x, "relu0");
+        const int norm = g.batch_norm(x, {.fuse_relu = true}, "batch_norm");
+        const int relu = g.relu(norm, "relu");
+        const int pool = g.pool(relu, ops::PoolAttributes::max_down(2, 2), "pool");
+        const int up = g.conv_transpose(pool, 32, ops::ConvTransposeAttributes::upsample(2, 2), "up");
+        const int concat = g.concat({up, relu}, "concat");
+        const int add = g.add(concat, concat, "add");
+        g.set_output(add);
+        graph::ExecutorOptions executor_options;
+        executor_options.distributed_reductions = true;
+        graph::Executor executor(g, executor_options);
+        executor.initialize_parameters(1);
+        const Tensor input = random_tensor(shape, 4);
+        const Tensor gradient = random_tensor(g.node(add).output_shape, 5);
+        std::map<std::string, std::vector<double>> forward, backward;
+        const std::vector<std::pair<std::string, int>> ops{{"batch_norm", norm}, {"relu", relu}, {"pool", pool}, {"concat", concat}, {"add", add}};
+        for (int r = 0; r < options.repeats + 1; ++r) {
+            executor.forward(input, graph::Mode::Train);
+            executor.backward(gradient);
+            if (r == 0) continue;
+            for (const auto& [name, id] : ops) {
+                forward[name].push_back(executor.timings()[static_cast<std::size_t>(id)].forward_seconds);
+                backward[name].push_back(executor.timings()[static_cast<std::size_t>(id)].backward_seconds);
+            }
+        }
+        for (const auto& [name, id] : ops) {
+            const cost::LayerCost counted = roofline.layer(g, id, nullptr, graph::Precision::F32);
+            measured[name + ".fwd"] = static_cast<double>(counted.forward.bytes) / median(forward[name]) / 1e9;
+            measured[name + ".bwd"] = static_cast<double>(counted.backward.bytes) / median(backward[name]) / 1e9;
+        }
+        measured["upsample.fwd"] = measured["relu.fwd"];
+        measured["upsample.bwd"] = measured["relu.bwd"];
+
+        // A kernel call on a tiny tensor: the fixed cost of an op.
+        graph::Graph tiny("tiny");
+        const int t = tiny.relu(tiny.relu(tiny.input({1, 16, 4, 4}), "a"), "b");
+        tiny.set_output(t);
+        measured["op_overhead_us"] = time_node(tiny, t, options.repeats * 4).first * 1e6;
+    }
+
+    // The loss: softmax cross-entropy's partial sums and gradient over a tile of logits.
+    {
+        say("loss");
+        const Tensor logits = random_tensor({1, 2, 256, 256}, 6);
+        Tensor labels = Tensor::zeros({1, 256, 256}, DType::I32);
+        std::vector<double> seconds;
+        for (int r = 0; r < options.repeats + 1; ++r) {
+            const auto start = Clock::now();
+            const loss::CrossEntropyPartial partial = loss::softmax_cross_entropy_partial(logits, labels);
+            const loss::CrossEntropyResult result = loss::finish_softmax_cross_entropy(partial, logits, labels);
+            if (r > 0) seconds.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+        }
+        // The host step model counts 8 bytes per logit for each of its two loss phases.
+        measured["loss"] = 2.0 * 8.0 * static_cast<double>(logits.num_elements()) / median(seconds) / 1e9;
+    }
+
+    // The barrier between two phases of the core mesh.
+    {
+        say("phase barrier");
+        ThreadPool pool(options.threads);
+        const int phases = 2000;
+        std::vector<double> seconds;
+        for (int r = 0; r < options.repeats; ++r) {
+            const auto start = Clock::now();
+            for (int p = 0; p < phases; ++p) pool.run(4, [](std::int64_t) {});
+            seconds.push_back(std::chrono::duration<double>(Clock::now() - start).count() / phases);
+        }
+        measured["phase_overhead_us"] = median(seconds) * 1e6;
+    }
+    device.kernel_overhead = measured["op_overhead_us"] * 1e-6;
+    device.memory_per_core = 1LL << 40;  // the host's simulated cores are limited by the mesh's own capacity setting
+    device.sources.push_back("every figure: measured by tessera-cli calibrate");
+    ops::set_num_threads(saved_threads);
+    return device;
+}
+
+void write_device_file(const cost::Device& device, const std::filesystem::path& path) {
+    using nlohmann::json;
+    const std::string source = "measured on this host by tessera-cli calibrate";
+    auto figure = [&](double value, const char* unit) { return json{{"value", value}, {"unit", unit}, {"source", source}}; };
+    json j;
+    j["name"] = device.name;
+    j["kind"] = device.kind;
+    j["cores_per_chip"] = figure(static_cast<double>(device.cores_per_chip), "cores");
+    j["peak_flops_per_core"] = {{"f32", figure(device.peak_flops_f32 / 1e9, "GFLOP/s")},
+                                {"bf16", figure(device.peak_flops_bf16 / 1e9, "GFLOP/s")},
+                                {"f16", figure(device.peak_flops_f16 / 1e9, "GFLOP/s")}};
+    j["memory_per_core"] = figure(static_cast<double>(device.memory_per_core) / static_cast<double>(1LL << 30), "GiB");
+    j["memory_bandwidth_per_core"] = figure(device.memory_bandwidth / 1e9, "GB/s");
+    j["link"] = {{"bandwidth", figure(device.memory_bandwidth / 1e9, "GB/s")},
+                 {"latency", figure(std::max(device.link_latency, 1e-9) * 1e6, "us")},
+                 {"links_per_chip", figure(std::max<std::int64_t>(device.links_per_chip, 1), "links")}};
+    j["topology"] = "host";
+    j["kernel_overhead"] = figure(std::max(device.kernel_overhead, 1e-9) * 1e6, "us");
+    j["efficiency"] = {{"channel_tile", figure(static_cast<double>(device.efficiency.channel_tile), "channels")},
+                       {"spatial_tile", figure(static_cast<double>(device.efficiency.spatial_tile), "elements")},
+                       {"matmul", figure(device.efficiency.matmul, "fraction")},
+                       {"memory", figure(device.efficiency.memory, "fraction")},
+                       {"link", figure(device.efficiency.link, "fraction")}};
+    j["measured"] = device.measured;
+    j["notes"] = "Rates are single-threaded, as the simulated cores run their kernels: convolutions in GFLOP/s, "
+                 "memory-bound ops in GB/s of the bytes the cost model counts. Re-run tessera-cli calibrate after "
+                 "hardware or library changes.";
+    std::filesystem::create_directories(path.parent_path().empty() ? "." : path.parent_path());
+    const std::filesystem::path temporary = path.string() + ".tmp";
+    {
+        std::ofstream out(temporary);
+        TESSERA_CHECK(out, "cannot write the device file '" << temporary.string() << "'; check the directory exists and is writable");
+        out << j.dump(2) << "\n";
+        TESSERA_CHECK(out.good(), "writing the device file '" << temporary.string() << "' failed (disk full?)");
+    }
+    std::filesystem::rename(temporary, path);
+}
+
+}  // namespace tessera::cores

@@ -1,0 +1,307 @@
+#include "cost/cost_model.hpp"
+
+#include "core/error.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace tessera::cost {
+
+namespace {
+
+using graph::Node;
+using graph::OpKind;
+
+std::int64_t round_up(std::int64_t value, std::int64_t tile) { return tile <= 1 ? value : (value + tile - 1) / tile * tile; }
+
+double fill(std::int64_t value, std::int64_t tile) {
+    return value <= 0 ? 1.0 : static_cast<double>(value) / static_cast<double>(round_up(value, tile));
+}
+
+// Spatial extents of a node's output on one core (the whole output without a tile).
+std::vector<std::int64_t> output_extent(const Node& node, const partition::NodeTile* tile) {
+    std::vector<std::int64_t> extent(node.output_shape.begin() + 2, node.output_shape.end());
+    if (tile && !tile->replicated && !tile->owned.empty()) {
+        for (std::size_t axis = 0; axis < extent.size(); ++axis) extent[axis] = tile->owned[axis].size();
+    }
+    return extent;
+}
+
+std::int64_t product(const std::vector<std::int64_t>& values) {
+    std::int64_t p = 1;
+    for (std::int64_t v : values) p *= v;
+    return p;
+}
+
+}  // namespace
+
+std::int64_t activation_bytes(graph::Precision precision) { return precision == graph::Precision::BF16 ? 2 : 4; }
+
+CostModel::CostModel(Device device) : m_device(std::move(device)) {
+    TESSERA_CHECK(m_device.memory_bandwidth > 0 && m_device.peak_flops_f32 > 0,
+                  "device '" << m_device.id << "' needs a positive memory bandwidth and f32 peak for the cost model");
+}
+
+PassCost CostModel::pass_cost(double flops, std::int64_t bytes, double matmul_efficiency, bool matmul) const {
+    (void)matmul;
+    PassCost cost;
+    cost.flops = flops;
+    cost.bytes = bytes;
+    const double memory_seconds = static_cast<double>(bytes) / (m_device.memory_bandwidth * m_device.efficiency.memory);
+    const double compute_seconds = matmul_efficiency > 0 ? flops / matmul_efficiency : 0;
+    if (compute_seconds > memory_seconds) {
+        cost.seconds = compute_seconds;
+        cost.bound = Bound::Compute;
+    } else {
+        cost.seconds = memory_seconds;
+        cost.bound = Bound::Memory;
+    }
+    cost.seconds += m_device.kernel_overhead;
+    return cost;
+}
+
+std::string host_conv_key(int rank, std::int64_t kernel, bool first_layer, std::int64_t channels, bool backward) {
+    // Appended piece by piece: GCC 12 warns falsely (-Wrestrict) on "literal" + std::string.
+    std::string key("conv");
+    key.append(std::to_string(rank)).append("d.");
+    if (first_layer) key.append("first");
+    else key.append("k").append(std::to_string(kernel));
+    key.append(".c").append(std::to_string(channels));
+    key.append(backward ? ".bwd" : ".fwd");
+    return key;
+}
+
+double CostModel::host_rate(const std::string& key) const {
+    const auto found = m_device.measured.find(key);
+    return found == m_device.measured.end() ? 0.0 : found->second;
+}
+
+LayerCost CostModel::layer(const graph::Graph& model, int id, const partition::NodeTile* tile,
+                           graph::Precision precision) const {
+    if (m_device.kind == "host") return host_layer(model, id, tile, precision);
+    const Node& node = model.node(id);
+    LayerCost result;
+    if (node.kind == OpKind::Input) return result;
+    const std::int64_t element = activation_bytes(precision);
+    const std::int64_t batch = node.output_shape[0];
+    const std::int64_t out_channels = node.output_shape.size() > 1 ? node.output_shape[1] : 1;
+    const bool spatial = node.output_shape.size() > 2;
+    const std::vector<std::int64_t> out_extent = spatial ? output_extent(node, tile) : std::vector<std::int64_t>{};
+    const std::int64_t out_elements = batch * out_channels * product(out_extent);
+    const Node& source = model.node(node.inputs.empty() ? id : node.inputs[0]);
+    const std::int64_t in_channels = source.output_shape.size() > 1 ? source.output_shape[1] : 1;
+    // Input elements a core reads: the needed box of windowed ops, else its own tile of the input.
+    std::int64_t in_elements = num_elements_of(source.output_shape);
+    if (tile && !tile->replicated && source.output_shape.size() > 2) {
+        std::vector<std::int64_t> extent;
+        if (!tile->needed.empty()) {
+            for (const partition::Interval& interval : tile->needed) extent.push_back(interval.size());
+        } else if (node.kind == OpKind::ConvTranspose || node.kind == OpKind::Upsample) {
+            extent = out_extent;
+            const auto& factor = node.kind == OpKind::ConvTranspose ? node.conv_transpose.stride : node.upsample_factor;
+            for (std::size_t axis = 0; axis < extent.size(); ++axis) extent[axis] /= factor[axis];
+        } else {
+            extent = out_extent;
+        }
+        in_elements = batch * in_channels * product(extent);
+    }
+    std::int64_t weights = 0;
+    for (int p : node.parameters) weights += num_elements_of(model.parameters()[static_cast<std::size_t>(p)].shape);
+    const double peak = m_device.peak_flops(precision);
+    const double minor_fill = spatial ? fill(out_extent.back(), m_device.efficiency.spatial_tile) : 1.0;
+
+    auto matmul_rate = [&](std::int64_t cin, std::int64_t cout) {
+        result.channel_utilisation = fill(cin, m_device.efficiency.channel_tile) * fill(cout, m_device.efficiency.channel_tile);
+        return peak * m_device.efficiency.matmul * result.channel_utilisation * minor_fill;
+    };
+    auto finish = [&](double forward_flops, std::int64_t forward_bytes, double backward_flops, std::int64_t backward_bytes,
+                      double rate) {
+        result.forward = pass_cost(forward_flops, forward_bytes, rate, rate > 0);
+        result.backward = pass_cost(backward_flops, backward_bytes, rate, rate > 0);
+        const double peak_rate = peak > 0 ? peak : 1;
+        result.forward.efficiency = result.forward.bound == Bound::Compute ? rate / peak_rate : m_device.efficiency.memory;
+        result.backward.efficiency = result.backward.bound == Bound::Compute ? rate / peak_rate : m_device.efficiency.memory;
+    };
+
+    switch (node.kind) {
+        case OpKind::Conv: {
+            const double taps = static_cast<double>(product(node.conv.kernel));
+            const double flops = 2.0 * static_cast<double>(out_elements) * static_cast<double>(in_channels) * taps;
+            // Forward reads the input and weights and writes the output; backward reads them again with
+            // the output's gradient and writes the input's and the weights' gradients.
+            finish(flops, element * (in_elements + out_elements) + 4 * weights, 2 * flops,
+                   element * (2 * in_elements + out_elements) + 8 * weights, matmul_rate(in_channels, out_channels));
+            break;
+        }
+        case OpKind::ConvTranspose: {
+            const double taps = static_cast<double>(product(node.conv_transpose.kernel));
+            const double flops = 2.0 * static_cast<double>(in_elements) * static_cast<double>(out_channels) * taps;
+            finish(flops, element * (in_elements + out_elements) + 4 * weights, 2 * flops,
+                   element * (2 * in_elements + out_elements) + 8 * weights, matmul_rate(in_channels, out_channels * static_cast<std::int64_t>(taps)));
+            break;
+        }
+        case OpKind::Dense: {
+            const double flops = 2.0 * static_cast<double>(out_elements) * static_cast<double>(in_channels);
+            finish(flops, element * (in_elements + out_elements) + 4 * weights, 2 * flops,
+                   element * (2 * in_elements + out_elements) + 8 * weights, matmul_rate(in_channels, out_channels));
+            break;
+        }
+        case OpKind::BatchNorm:
+            // Statistics pass and normalising pass forward; reduction pass and gradient pass backward.
+            finish(8.0 * static_cast<double>(out_elements), element * 3 * out_elements, 12.0 * static_cast<double>(out_elements),
+                   element * 5 * out_elements, 0);
+            break;
+        case OpKind::Pool: {
+            const double taps = static_cast<double>(product(node.pool.kernel));
+            finish(taps * static_cast<double>(out_elements), element * (in_elements + out_elements),
+                   taps * static_cast<double>(out_elements), element * (in_elements + 2 * out_elements), 0);
+            break;
+        }
+        case OpKind::Relu:
+            finish(static_cast<double>(out_elements), element * 2 * out_elements, static_cast<double>(out_elements),
+                   element * 3 * out_elements, 0);
+            break;
+        case OpKind::Add:
+            finish(static_cast<double>(out_elements), element * 3 * out_elements, 0, element * 3 * out_elements, 0);
+            break;
+        case OpKind::Concat:
+        case OpKind::Upsample:
+        case OpKind::Halo:
+            finish(0, element * (in_elements + out_elements), 0, element * (in_elements + out_elements), 0);
+            break;
+        case OpKind::GlobalAvgPool:
+            finish(static_cast<double>(in_elements), element * in_elements, static_cast<double>(in_elements),
+                   element * in_elements, 0);
+            break;
+        case OpKind::Input: break;
+    }
+    return result;
+}
+
+// On the host, each op class runs at its measured single-threaded rate: convolutions at the GFLOP/s
+// measured for their rank, kernel and channel count (interpolated in log-channels between measured
+// counts), memory-bound ops at the GB/s measured for them, plus a kernel call's overhead. The device
+// roofline supplies FLOPs and bytes.
+LayerCost CostModel::host_layer(const graph::Graph& model, int id, const partition::NodeTile* tile,
+                                graph::Precision precision) const {
+    Device roofline = m_device;
+    roofline.kind = "roofline";
+    LayerCost result = CostModel(roofline).layer(model, id, tile, precision);
+    const Node& node = model.node(id);
+    if (node.kind == OpKind::Input) return result;
+    const double overhead = host_rate("op_overhead_us") * 1e-6;
+    auto conv_rate = [&](int rank, std::int64_t kernel, bool first, std::int64_t channels, bool backward) {
+        // Measured channel counts bracketing `channels`, interpolated in log2.
+        static const std::int64_t measured_channels[] = {4, 8, 16, 32, 64, 128, 256};
+        double below_rate = 0, above_rate = 0;
+        std::int64_t below = 0, above = 0;
+        for (std::int64_t c : measured_channels) {
+            const double rate = host_rate(host_conv_key(rank, kernel, first, c, backward));
+            if (rate <= 0) continue;
+            if (c <= channels) {
+                below = c;
+                below_rate = rate;
+            }
+            if (c >= channels && above == 0) {
+                above = c;
+                above_rate = rate;
+            }
+        }
+        if (below == 0) return above_rate;
+        if (above == 0 || above == below) return below_rate;
+        const double t = (std::log2(static_cast<double>(channels)) - std::log2(static_cast<double>(below))) /
+                         (std::log2(static_cast<double>(above)) - std::log2(static_cast<double>(below)));
+        return below_rate + t * (above_rate - below_rate);
+    };
+    auto set = [&](PassCost& pass, double seconds) {
+        pass.seconds = seconds + overhead;
+        pass.bound = pass.flops > 0 && (node.kind == OpKind::Conv || node.kind == OpKind::ConvTranspose) ? Bound::Compute
+                                                                                                           : Bound::Memory;
+    };
+    auto memory_op = [&](const std::string& name) {
+        const double forward_rate = host_rate(std::string(name).append(".fwd"));
+        const double backward_rate = host_rate(std::string(name).append(".bwd"));
+        if (forward_rate > 0) set(result.forward, static_cast<double>(result.forward.bytes) / (forward_rate * 1e9));
+        if (backward_rate > 0) set(result.backward, static_cast<double>(result.backward.bytes) / (backward_rate * 1e9));
+    };
+    const int rank = static_cast<int>(node.output_shape.size()) - 2;
+    switch (node.kind) {
+        case OpKind::Conv: {
+            const Node& source = model.node(node.inputs[0]);
+            const std::int64_t in_channels = source.output_shape[1], out_channels = node.output_shape[1];
+            const bool first = in_channels == 1;
+            const std::int64_t channels = first ? out_channels : std::min(in_channels, out_channels);
+            const std::int64_t kernel = node.conv.kernel[0] == 1 ? 1 : 3;
+            for (bool backward : {false, true}) {
+                const double rate = conv_rate(rank, kernel, first, channels, backward);
+                PassCost& pass = backward ? result.backward : result.forward;
+                if (rate > 0) set(pass, pass.flops / (rate * 1e9));
+            }
+            break;
+        }
+        case OpKind::ConvTranspose: {  // kernel = stride (U-Net's up-convolution), measured as such: key k1
+            const Node& source = model.node(node.inputs[0]);
+            const std::int64_t channels = std::min(source.output_shape[1], node.output_shape[1]);
+            for (bool backward : {false, true}) {
+                const double rate = conv_rate(rank, 1, false, channels, backward);
+                PassCost& pass = backward ? result.backward : result.forward;
+                if (rate > 0) set(pass, pass.flops / (rate * 1e9));
+            }
+            break;
+        }
+        case OpKind::BatchNorm: memory_op("batch_norm"); break;
+        case OpKind::Relu: memory_op("relu"); break;
+        case OpKind::Pool: memory_op("pool"); break;
+        case OpKind::Concat: memory_op("concat"); break;
+        case OpKind::Add: memory_op("add"); break;
+        case OpKind::Upsample: memory_op("upsample"); break;
+        case OpKind::Halo: {
+            const double copy = host_rate("copy");
+            if (copy > 0) {
+                set(result.forward, static_cast<double>(result.forward.bytes) / (copy * 1e9));
+                set(result.backward, static_cast<double>(result.backward.bytes) / (copy * 1e9));
+            }
+            break;
+        }
+        default: break;
+    }
+    return result;
+}
+
+double CostModel::transfer_seconds(std::int64_t bytes, int hops) const {
+    if (bytes <= 0) return 0;
+    if (hops <= 0 || m_device.link_bandwidth <= 0) {  // on one chip: a copy through memory
+        return static_cast<double>(2 * bytes) / (m_device.memory_bandwidth * m_device.efficiency.memory);
+    }
+    return m_device.link_latency * hops + static_cast<double>(bytes) / (m_device.link_bandwidth * m_device.efficiency.link);
+}
+
+double CostModel::all_reduce_seconds(std::int64_t bytes, std::int64_t cores) const {
+    if (cores <= 1 || bytes <= 0) return 0;
+    const double bandwidth = m_device.link_bandwidth > 0 ? m_device.link_bandwidth * m_device.efficiency.link
+                                                         : m_device.memory_bandwidth * m_device.efficiency.memory;
+    const double n = static_cast<double>(cores);
+    if (m_device.topology == Topology::Torus2D || m_device.topology == Topology::Torus3D) {
+        // Rings along each torus dimension in turn: each moves 2(k−1)/k of what remains, and every
+        // ring runs on its own links, so a k×k torus costs about one ring of √n cores per dimension
+        // over twice the links (both directions).
+        const int dims = m_device.topology == Topology::Torus2D ? 2 : 3;
+        const double k = std::max(2.0, std::round(std::pow(n, 1.0 / dims)));
+        double seconds = 0, remaining = static_cast<double>(bytes);
+        for (int d = 0; d < dims; ++d) {
+            seconds += 2 * (k - 1) * m_device.link_latency + 2 * (k - 1) / k * remaining / (2 * bandwidth);
+            remaining /= k;
+        }
+        return seconds;
+    }
+    // Ring over all cores: 2(n−1) steps of bytes/n each.
+    return 2 * (n - 1) * m_device.link_latency + 2 * (n - 1) / n * static_cast<double>(bytes) / bandwidth;
+}
+
+double CostModel::update_seconds(std::int64_t parameters, std::int64_t slots) const {
+    // Read value, gradient and slots; write value and slots (f32).
+    const auto bytes = static_cast<double>(4 * parameters * (3 + 2 * slots));
+    return bytes / (m_device.memory_bandwidth * m_device.efficiency.memory) + m_device.kernel_overhead;
+}
+
+}  // namespace tessera::cost

@@ -1,0 +1,84 @@
+// CostModel: what a layer, a transfer and a reduction would take on a device (see device.hpp).
+//
+// An op on one core takes the longer of its compute time (FLOPs / (peak × efficiency)) and its memory
+// time (bytes moved / (bandwidth × efficiency)) — a roofline — plus the device's per-op overhead. The
+// efficiency of a convolution is the device's base matmul efficiency times how well the op's shapes
+// fill the compute units: channels padded to the matrix unit's tile (128 on a TPU: 8 channels fill 6%
+// of it) and the minor spatial extent padded to the spatial tile. A transfer takes latency per hop plus
+// bytes over the link bandwidth; an all-reduce follows the ring (or, on a torus, the 2D ring)
+// algorithm.
+//
+// Costs work on tiles: pass a core's NodeTile (partition/tiling.hpp) to cost one core's share of a
+// layer without building its core graph, so a planner can price thousands of layouts.
+//
+//   CostModel model(load_device_preset("tpu_v3"));
+//   LayerCost conv = model.layer(unet, node, &plan.tile(node, core), graph::Precision::BF16);
+//   conv.forward_seconds, conv.backward_seconds, conv.bound   // "compute" or "memory"
+//   model.transfer_seconds(halo_bytes, /*hops*/ 1);
+//   model.all_reduce_seconds(gradient_bytes, /*cores*/ 16);
+#pragma once
+
+#include "cost/device.hpp"
+#include "partition/tiling.hpp"
+
+#include <cstdint>
+#include <string>
+
+namespace tessera::cost {
+
+enum class Bound { Compute, Memory };
+
+struct PassCost {
+    double seconds = 0;
+    double flops = 0;
+    std::int64_t bytes = 0;     // memory traffic
+    double efficiency = 1;      // of the peak (compute-bound) or the bandwidth (memory-bound)
+    Bound bound = Bound::Memory;
+};
+
+struct LayerCost {
+    PassCost forward, backward;
+    double channel_utilisation = 1;  // fraction of the matrix unit's channel tile the layer fills
+};
+
+// Keys of a host preset's measured rates (GFLOP/s for convolutions, GB/s for memory-bound ops, as the
+// cost model counts their FLOPs and bytes; single-threaded, as a simulated core's kernels run):
+//   conv<r>d.k<k>.c<c>.fwd / .bwd        r spatial rank, k kernel (3 or 1), c = min(C_in, C_out);
+//                                        k1: kernel = stride transposed convolutions and 1×1 convolutions
+//   conv<r>d.first.c<c>.fwd / .bwd       a first layer reading a 1-channel input, c = C_out
+//   <op>.fwd / <op>.bwd                  op: batch_norm, relu, pool, concat, add, upsample
+//   copy                                 memory copies (halo buffers, tiles)
+//   op_overhead_us, phase_overhead_us    a kernel call; a barrier between the simulated cores' phases
+//   threads                              host threads the simulated cores run on
+std::string host_conv_key(int rank, std::int64_t kernel, bool first_layer, std::int64_t channels, bool backward);
+
+// Bytes one element of an activation takes when convolutions compute in `precision`.
+std::int64_t activation_bytes(graph::Precision precision);
+
+class CostModel {
+public:
+    explicit CostModel(Device device);
+
+    const Device& device() const { return m_device; }
+
+    // One core's share of `node` (the whole layer when tile is null). Halo nodes cost a copy.
+    LayerCost layer(const graph::Graph& model, int node, const partition::NodeTile* tile, graph::Precision precision) const;
+    // Time to move `bytes` between cores `hops` links apart (0 hops: same chip, a memory copy).
+    double transfer_seconds(std::int64_t bytes, int hops) const;
+    // Ring all-reduce of `bytes` over `cores` cores (2D-torus rings on a torus); 0 for one core.
+    double all_reduce_seconds(std::int64_t bytes, std::int64_t cores) const;
+    // An optimizer step over `parameters` f32 values with `slots` slots each (memory-bound).
+    double update_seconds(std::int64_t parameters, std::int64_t slots) const;
+
+    // Host presets (kind "host", written by `tessera-cli calibrate`): the measured rate of an op class
+    // (see host_rate_key), interpolated over channel counts; 0 when the preset has no such figure.
+    double host_rate(const std::string& key) const;
+
+private:
+    PassCost pass_cost(double flops, std::int64_t bytes, double matmul_efficiency, bool matmul) const;
+    LayerCost host_layer(const graph::Graph& model, int node, const partition::NodeTile* tile, graph::Precision precision) const;
+
+    Device m_device;
+};
+
+}  // namespace tessera::cost

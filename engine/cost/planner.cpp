@@ -1,0 +1,160 @@
+#include "cost/planner.hpp"
+
+#include "core/error.hpp"
+#include "partition/partition_spec.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+
+namespace tessera::cost {
+
+namespace {
+
+std::string gib(std::int64_t bytes) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.1f", static_cast<double>(bytes) / static_cast<double>(1LL << 30));
+    return text;
+}
+
+std::string percent(double fraction) {
+    char text[32];
+    std::snprintf(text, sizeof text, fraction < 0.01 ? "%.1f%%" : "%.0f%%", 100 * fraction);
+    return text;
+}
+
+std::string describe_layout(std::int64_t replicas, const std::vector<std::int64_t>& pieces) {
+    std::ostringstream out;
+    if (replicas > 1) out << replicas << " replicas × ";
+    out << "input_partition_dims [1";
+    for (std::int64_t p : pieces) out << ", " << p;
+    out << ", 1]";
+    return out.str();
+}
+
+// The grid for `pieces`: even when every extent divides into whole aligned tiles, else aligned.
+partition::SpatialGrid grid_for(const graph::Graph& model, const Shape& input, const std::vector<std::int64_t>& pieces,
+                                bool allow_uneven) {
+    const auto alignment = partition::boundary_alignment(model);
+    bool even = true;
+    for (std::size_t axis = 0; axis < pieces.size(); ++axis) {
+        const std::int64_t extent = input[axis + 2];
+        even = even && extent % pieces[axis] == 0 && (extent / pieces[axis]) % alignment[axis] == 0;
+    }
+    if (even || !allow_uneven) return partition::SpatialGrid::even(input, pieces);
+    return partition::SpatialGrid::aligned(input, pieces, alignment);
+}
+
+void explain(LayoutPlan& plan, const graph::Graph& model, const StepPrediction& step, const Device& device) {
+    std::ostringstream out;
+    out << "fits (" << gib(plan.peak_memory) << " of " << gib(device.memory_per_core) << " GiB per core)";
+    const double exposed = plan.exposed_communication;
+    if (exposed > 0.25) {
+        out << "; comm-bound: " << percent(exposed) << " of the step waits for exchanges";
+        if (step.worst_halo_layer >= 0) {
+            out << " (halos are " << percent(step.worst_halo_fraction) << " of layer '"
+                << model.node(step.worst_halo_layer).name << "''s input)";
+        }
+    } else if (step.worst_utilisation_layer >= 0 && step.worst_utilisation < 0.5) {
+        const graph::Node& layer = model.node(step.worst_utilisation_layer);
+        out << "; compute units underused: layer '" << layer.name << "' (" << model.node(layer.inputs[0]).output_shape[1]
+            << " → " << layer.output_shape[1] << " channels) fills " << percent(step.worst_utilisation) << " of the "
+            << device.efficiency.channel_tile << "×" << device.efficiency.channel_tile << " matrix unit";
+    } else {
+        out << "; compute-bound";
+    }
+    double idle = 0;
+    for (const CoreBreakdown& core : step.cores) idle = std::max(idle, core.idle_seconds);
+    if (step.step_seconds > 0 && idle / step.step_seconds > 0.2 && step.cores.size() > 1) {
+        out << "; uneven work: a core idles " << percent(idle / step.step_seconds) << " of the step";
+    }
+    plan.verdict = out.str();
+}
+
+}  // namespace
+
+std::vector<LayoutPlan> plan_layouts(const ModelFactory& factory, const PlannerRequest& request, const CostModel& cost) {
+    const Shape& input = request.global_input;
+    TESSERA_CHECK(input.size() == 4 || input.size() == 5,
+                  "the planner needs a [N, C, H, W] or [N, C, D, H, W] input, got " << shape_to_string(input));
+    TESSERA_CHECK(request.core_budget >= 1, "the core budget must be at least 1, got " << request.core_budget);
+    const int rank = static_cast<int>(input.size());  // channels-last rank equals the NCHW rank
+    const std::int64_t batch = input[0];
+    std::vector<LayoutPlan> plans;
+    for (std::int64_t replicas = 1; replicas <= request.core_budget; ++replicas) {
+        if (request.core_budget % replicas != 0 || batch % replicas != 0) continue;
+        if (replicas > 1 && !request.allow_replicas) break;
+        const std::int64_t cores = request.core_budget / replicas;
+        Shape replica_input = input;
+        replica_input[0] = batch / replicas;
+        const graph::Graph model = factory(replica_input);
+        for (const auto& dims : partition::factorizations(cores, partition::spatial_axes(rank), rank)) {
+            LayoutPlan plan;
+            plan.replicas = replicas;
+            plan.pieces.assign(dims.begin() + 1, dims.end() - 1);
+            plan.layout = describe_layout(replicas, plan.pieces);
+            try {
+                plan.grid = grid_for(model, replica_input, plan.pieces, request.allow_uneven);
+                const partition::TilingPlan tiling(model, plan.grid);
+                plan.valid = true;
+                // Memory first: a layout that cannot fit is not simulated.
+                for (std::int64_t core = 0; core < cores; ++core) {
+                    const CoreMemory memory =
+                        estimate_core_memory(model, tiling, core, request.simulation.precision, request.simulation.optimizer_slots);
+                    if (memory.total() > plan.peak_memory) {
+                        plan.peak_memory = memory.total();
+                        plan.memory = memory;
+                    }
+                }
+                plan.fits = plan.peak_memory <= cost.device().memory_per_core;
+                if (!plan.fits) {
+                    plan.verdict = "does not fit: a core needs " + gib(plan.peak_memory) + " GiB of " +
+                                   gib(cost.device().memory_per_core) + " (saved activations " + gib(plan.memory.saved_activations) +
+                                   ", halo buffers " + gib(plan.memory.halo_buffers) + ", working set " +
+                                   gib(plan.memory.working_set) + ")";
+                    plans.push_back(std::move(plan));
+                    continue;
+                }
+                SimulationOptions options = request.simulation;
+                options.record_timeline = false;
+                const StepPrediction step = predict_step(model, tiling, replicas, cost, options);
+                plan.step_seconds = step.step_seconds;
+                plan.samples_per_second = step.step_seconds > 0 ? static_cast<double>(batch) / step.step_seconds : 0;
+                plan.fraction_of_peak = step.achieved_fraction_of_peak;
+                plan.exposed_communication = step.step_seconds > 0 ? step.exposed_communication_seconds / step.step_seconds : 0;
+                explain(plan, model, step, cost.device());
+            } catch (const Error& error) {
+                plan.valid = false;
+                plan.verdict = std::string("not possible: ") + error.what();
+            }
+            plans.push_back(std::move(plan));
+        }
+    }
+    std::stable_sort(plans.begin(), plans.end(), [](const LayoutPlan& a, const LayoutPlan& b) {
+        const int rank_a = a.valid ? (a.fits ? 0 : 1) : 2, rank_b = b.valid ? (b.fits ? 0 : 1) : 2;
+        if (rank_a != rank_b) return rank_a < rank_b;
+        if (rank_a == 0) return a.step_seconds < b.step_seconds;
+        if (rank_a == 1) return a.peak_memory < b.peak_memory;
+        return false;
+    });
+    if (!plans.empty() && plans.front().valid && plans.front().fits) plans.front().verdict += "; fastest";
+    return plans;
+}
+
+std::vector<ScalingPoint> scaling_curve(const ModelFactory& factory, const PlannerRequest& request, const CostModel& cost,
+                                        const std::vector<std::int64_t>& budgets, bool weak) {
+    std::vector<ScalingPoint> curve;
+    for (std::int64_t cores : budgets) {
+        PlannerRequest at = request;
+        at.core_budget = cores;
+        if (weak) at.global_input[0] = request.global_input[0] * cores;
+        const std::vector<LayoutPlan> plans = plan_layouts(factory, at, cost);
+        ScalingPoint point;
+        point.cores = cores;
+        if (!plans.empty()) point.best = plans.front();
+        curve.push_back(std::move(point));
+    }
+    return curve;
+}
+
+}  // namespace tessera::cost

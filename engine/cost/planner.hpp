@@ -1,0 +1,62 @@
+// Planner: which partition layout to use for a core budget, and why.
+//
+// For a budget of n cores it enumerates every way to spend them — replicas r dividing the global batch
+// and n, and every factorisation of n / r over the spatial axes (the seeds' input_partition_dims),
+// evenly where the extents allow and aligned to the model's strides where they do not — then plans the
+// tiles, drops layouts the partition rules forbid or that do not fit a core's memory, predicts the step
+// time of the rest (step_simulation.hpp) and ranks them, each with a verdict that says what limits it.
+//
+//   PlannerRequest request{.global_input = {1, 1, 256, 256, 256}, .core_budget = 16};
+//   auto plans = plan_layouts([](const Shape& in) { return make_unet(config, in); }, request, CostModel(v3));
+//   plans[0].layout     // "input_partition_dims [1, 2, 2, 4, 1]"
+//   plans[0].verdict    // "fits (9.1 of 16 GiB); compute-bound; fastest"
+#pragma once
+
+#include "cost/step_simulation.hpp"
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace tessera::cost {
+
+using ModelFactory = std::function<graph::Graph(const Shape& replica_input)>;
+
+struct PlannerRequest {
+    Shape global_input;                   // [global batch, C, (D,) H, W]
+    std::int64_t core_budget = 1;
+    SimulationOptions simulation;
+    bool allow_replicas = true;           // spend cores on data parallelism too
+    bool allow_uneven = true;             // aligned uneven tiles when an extent does not divide
+};
+
+struct LayoutPlan {
+    std::int64_t replicas = 1;
+    std::vector<std::int64_t> pieces;     // per spatial axis
+    partition::SpatialGrid grid;
+    std::string layout;                   // "2 replicas × input_partition_dims [1, 2, 2, 1]"
+    bool valid = false;                   // the partition rules allow it
+    bool fits = false;                    // every core's memory fits the device
+    std::string verdict;                  // the reason it is ranked where it is
+    std::int64_t peak_memory = 0;         // the fullest core, bytes
+    CoreMemory memory;                    // of that core
+    double step_seconds = 0;
+    double samples_per_second = 0;
+    double fraction_of_peak = 0;          // achieved FLOP/s over the cores' peak
+    double exposed_communication = 0;     // fraction of the step
+};
+
+// Valid layouts that fit come first, fastest first; then those that do not fit (smallest need first);
+// then the invalid ones with the rule they break.
+std::vector<LayoutPlan> plan_layouts(const ModelFactory& factory, const PlannerRequest& request, const CostModel& cost);
+
+// Strong scaling (fixed global batch) or weak scaling (batch grows with the cores): the best layout's
+// step time at each budget.
+struct ScalingPoint {
+    std::int64_t cores = 0;
+    LayoutPlan best;  // invalid when nothing fits
+};
+std::vector<ScalingPoint> scaling_curve(const ModelFactory& factory, const PlannerRequest& request, const CostModel& cost,
+                                        const std::vector<std::int64_t>& budgets, bool weak);
+
+}  // namespace tessera::cost

@@ -1,0 +1,445 @@
+#include "cost/step_simulation.hpp"
+
+#include "core/error.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+
+namespace tessera::cost {
+
+namespace {
+
+using graph::Node;
+using graph::OpKind;
+
+struct IncomingHalo {
+    std::int64_t peer = 0;
+    std::int64_t elements = 0;
+};
+
+// Rows core `core` reads from each other core before windowed layer `node` (corners included).
+std::vector<IncomingHalo> incoming_halo(const graph::Graph& model, const partition::TilingPlan& plan, int node,
+                                        std::int64_t core) {
+    std::vector<IncomingHalo> incoming;
+    const Node& n = model.node(node);
+    const int producer = n.inputs[0];
+    const Shape& shape = model.node(producer).output_shape;
+    const partition::NodeTile& tile = plan.tile(node, core);
+    for (std::int64_t peer = 0; peer < plan.num_cores(); ++peer) {
+        if (peer == core) continue;
+        const auto& theirs = plan.tile(producer, peer).owned;
+        std::int64_t elements = shape[0] * shape[1];
+        for (std::size_t axis = 0; axis < tile.needed.size(); ++axis) {
+            elements *= std::max<std::int64_t>(0, std::min(tile.needed[axis].end, theirs[axis].end) -
+                                                      std::max(tile.needed[axis].begin, theirs[axis].begin));
+        }
+        if (elements > 0) incoming.push_back({peer, elements});
+    }
+    return incoming;
+}
+
+// Links between two cores of a replica: 0 on one chip, else the distance between their grid cells.
+int hops_between(const partition::TilingPlan& plan, const Device& device, std::int64_t a, std::int64_t b) {
+    if (device.cores_per_chip > 1 && a / device.cores_per_chip == b / device.cores_per_chip) return 0;
+    const auto ia = plan.grid().grid_index(a), ib = plan.grid().grid_index(b);
+    int hops = 0;
+    for (std::size_t axis = 0; axis < ia.size(); ++axis) hops += static_cast<int>(std::abs(ia[axis] - ib[axis]));
+    return std::max(hops, 1);
+}
+
+// A list scheduler: tasks are added in each resource's program order; a task starts when its resource
+// is free and every task it depends on has ended.
+class Schedule {
+public:
+    explicit Schedule(std::size_t resources) : m_free(resources, 0.0) {}
+    int add(std::size_t resource, double duration, const std::vector<int>& deps) {
+        double start = m_free[resource];
+        for (int d : deps) start = std::max(start, m_end[static_cast<std::size_t>(d)]);
+        m_start.push_back(start);
+        m_end.push_back(start + duration);
+        m_free[resource] = start + duration;
+        return static_cast<int>(m_end.size()) - 1;
+    }
+    double start(int task) const { return m_start[static_cast<std::size_t>(task)]; }
+    double end(int task) const { return m_end[static_cast<std::size_t>(task)]; }
+    double makespan() const { return m_end.empty() ? 0 : *std::max_element(m_end.begin(), m_end.end()); }
+
+private:
+    std::vector<double> m_free, m_start, m_end;
+};
+
+}  // namespace
+
+std::string_view span_kind_name(SpanKind kind) {
+    switch (kind) {
+        case SpanKind::Compute: return "compute";
+        case SpanKind::Halo: return "halo";
+        case SpanKind::AllReduce: return "all-reduce";
+    }
+    return "?";
+}
+
+StepPrediction predict_step(const graph::Graph& model, const partition::TilingPlan& plan, std::int64_t replicas,
+                            const CostModel& cost, const SimulationOptions& options) {
+    TESSERA_CHECK(replicas >= 1, "a step needs at least one replica, got " << replicas);
+    const Device& device = cost.device();
+    const std::int64_t cores = plan.num_cores();
+    const std::int64_t all_cores = cores * replicas;
+    const std::int64_t element = activation_bytes(options.precision);
+    const auto& nodes = model.nodes();
+    const std::size_t count = nodes.size();
+    StepPrediction prediction;
+    prediction.cores.resize(static_cast<std::size_t>(cores));
+
+    // Resources: each core's compute, each core's incoming links, the replica's collectives for
+    // batch-norm statistics and the loss (latency-bound, on the critical path), and the gradient
+    // all-reduce (bandwidth-bound, can run beside backward).
+    const std::size_t collective = static_cast<std::size_t>(2 * cores);
+    const std::size_t gradient_collective = collective + 1;
+    Schedule schedule(gradient_collective + 1);
+    auto compute_resource = [](std::int64_t core) { return static_cast<std::size_t>(core); };
+    auto link_resource = [&](std::int64_t core) { return static_cast<std::size_t>(cores + core); };
+    auto record = [&](int task, std::int64_t core, int layer, SpanKind kind, bool backward, std::int64_t peer = -1) {
+        if (options.record_timeline) {
+            prediction.timeline.push_back({core, layer, kind, backward, schedule.start(task), schedule.end(task), peer});
+        }
+    };
+
+    // Per core: each node's forward task (what a neighbour's halo waits for) and backward task.
+    std::vector<std::vector<int>> forward_task(static_cast<std::size_t>(cores), std::vector<int>(count, -1));
+    std::vector<std::vector<int>> backward_task(static_cast<std::size_t>(cores), std::vector<int>(count, -1));
+    // Halo gradients that must arrive at a core before it runs a node's backward.
+    std::vector<std::vector<std::vector<int>>> pending(static_cast<std::size_t>(cores), std::vector<std::vector<int>>(count));
+    std::vector<std::vector<LayerCost>> layer_cost(static_cast<std::size_t>(cores));
+    for (std::int64_t core = 0; core < cores; ++core) {
+        for (const Node& node : nodes) {
+            layer_cost[static_cast<std::size_t>(core)].push_back(
+                cost.layer(model, node.id, &plan.tile(node.id, core), options.precision));
+        }
+    }
+    auto layer_of = [&](std::int64_t core, int id) -> const LayerCost& {
+        return layer_cost[static_cast<std::size_t>(core)][static_cast<std::size_t>(id)];
+    };
+    const std::int64_t bn_group = options.cross_replica_batch_norm ? all_cores : cores;
+
+    // A reduction over the replica: every core's partial, then one collective, then the rest.
+    auto reduce = [&](const std::vector<int>& partials, std::int64_t bytes, std::int64_t group, int layer, bool backward) {
+        if (group <= 1) return partials.front();  // one core: its partial is the total
+        const int task = schedule.add(collective, cost.all_reduce_seconds(bytes, group), partials);
+        for (std::int64_t core = 0; core < cores; ++core) record(task, core, layer, SpanKind::AllReduce, backward);
+        return task;
+    };
+
+    // ---- forward ----
+    double total_flops = 0;
+    for (const Node& node : nodes) {
+        if (node.kind == OpKind::Input) continue;
+        const int id = node.id;
+        const bool halo = (node.kind == OpKind::Conv || node.kind == OpKind::Pool) && plan.halo_elements(id) > 0;
+        std::vector<std::vector<int>> deps(static_cast<std::size_t>(cores));
+        if (halo) {
+            for (std::int64_t core = 0; core < cores; ++core) {
+                for (const IncomingHalo& in : incoming_halo(model, plan, id, core)) {
+                    const int producer_task = forward_task[static_cast<std::size_t>(in.peer)][static_cast<std::size_t>(node.inputs[0])];
+                    std::vector<int> after;
+                    if (producer_task >= 0) after.push_back(producer_task);
+                    const int task = schedule.add(link_resource(core),
+                                                  cost.transfer_seconds(in.elements * element, hops_between(plan, device, in.peer, core)),
+                                                  after);
+                    record(task, core, id, SpanKind::Halo, false, in.peer);
+                    prediction.cores[static_cast<std::size_t>(core)].halo_seconds += schedule.end(task) - schedule.start(task);
+                    deps[static_cast<std::size_t>(core)].push_back(task);
+                }
+            }
+        }
+        const bool reduced = node.kind == OpKind::BatchNorm || node.kind == OpKind::GlobalAvgPool;
+        if (reduced) {
+            // Statistics pass, all-reduce, then the normalising pass (global pooling: all of it is the partial).
+            std::vector<int> partials;
+            for (std::int64_t core = 0; core < cores; ++core) {
+                const PassCost& pass = layer_of(core, id).forward;
+                const double share = node.kind == OpKind::BatchNorm ? 1.0 / 3.0 : 1.0;
+                const int task = schedule.add(compute_resource(core), pass.seconds * share, deps[static_cast<std::size_t>(core)]);
+                record(task, core, id, SpanKind::Compute, false);
+                partials.push_back(task);
+            }
+            const std::int64_t channels = node.kind == OpKind::BatchNorm ? node.output_shape[1]
+                                                                          : node.output_shape[0] * node.output_shape[1];
+            const int all_reduce = reduce(partials, 8 * 2 * channels, node.kind == OpKind::BatchNorm ? bn_group : cores, id, false);
+            for (std::int64_t core = 0; core < cores; ++core) {
+                deps[static_cast<std::size_t>(core)] = {all_reduce};
+                forward_task[static_cast<std::size_t>(core)][static_cast<std::size_t>(id)] = all_reduce;
+            }
+        }
+        for (std::int64_t core = 0; core < cores; ++core) {
+            const PassCost& pass = layer_of(core, id).forward;
+            total_flops += pass.flops;
+            if (node.kind == OpKind::GlobalAvgPool) continue;  // all of it ran as the partial
+            const double seconds = node.kind == OpKind::BatchNorm ? pass.seconds * 2.0 / 3.0 : pass.seconds;
+            const int task = schedule.add(compute_resource(core), seconds, deps[static_cast<std::size_t>(core)]);
+            record(task, core, id, SpanKind::Compute, false);
+            forward_task[static_cast<std::size_t>(core)][static_cast<std::size_t>(id)] = task;
+        }
+    }
+    // Loss: a pass over each core's logits, and (for split logits) a reduction of the partial sums.
+    const int output = model.output_node();
+    std::vector<int> loss_tasks;
+    for (std::int64_t core = 0; core < cores; ++core) {
+        const double bytes = static_cast<double>(12 * plan.tile_elements(output, core));
+        const int task = schedule.add(compute_resource(core),
+                                      bytes / (device.memory_bandwidth * device.efficiency.memory) + device.kernel_overhead, {});
+        record(task, core, -1, SpanKind::Compute, false);
+        loss_tasks.push_back(task);
+    }
+    if (!plan.tile(output, 0).replicated && cores > 1) loss_tasks = {reduce(loss_tasks, 64, cores, -1, false)};
+    for (std::int64_t core = 0; core < cores; ++core) {
+        prediction.forward_seconds = std::max(prediction.forward_seconds, schedule.end(loss_tasks.back()));
+    }
+
+    // ---- backward ----
+    std::int64_t parameter_bytes = 0, parameter_count = 0;
+    for (const graph::ParameterSpec& spec : model.parameters()) parameter_count += num_elements_of(spec.shape);
+    parameter_bytes = 4 * parameter_count;
+    std::vector<int> gradient_reductions;
+    constexpr std::int64_t kBucketBytes = 25LL << 20;
+    std::int64_t bucket_bytes = 0;
+    std::vector<int> bucket_tasks;
+    auto flush_bucket = [&](int layer) {
+        if (bucket_bytes == 0) return;
+        const int task = schedule.add(gradient_collective, cost.all_reduce_seconds(bucket_bytes, all_cores), bucket_tasks);
+        for (std::int64_t core = 0; core < cores; ++core) record(task, core, layer, SpanKind::AllReduce, true);
+        gradient_reductions.push_back(task);
+        prediction.gradient_all_reduce_seconds += schedule.end(task) - schedule.start(task);
+        bucket_bytes = 0;
+        bucket_tasks.clear();
+    };
+    for (std::size_t n = count; n-- > 0;) {
+        const Node& node = nodes[n];
+        if (node.kind == OpKind::Input) continue;
+        const int id = node.id;
+        const bool halo = (node.kind == OpKind::Conv || node.kind == OpKind::Pool) && plan.halo_elements(id) > 0;
+        std::vector<int> tasks(static_cast<std::size_t>(cores), -1);
+        std::vector<int> partials;
+        for (std::int64_t core = 0; core < cores; ++core) {
+            std::vector<int> deps = pending[static_cast<std::size_t>(core)][n];
+            if (id == output) deps.insert(deps.end(), loss_tasks.begin(), loss_tasks.end());
+            const PassCost& pass = layer_of(core, id).backward;
+            total_flops += pass.flops;
+            const double share = node.kind == OpKind::BatchNorm ? 0.4 : 1.0;
+            const int task = schedule.add(compute_resource(core), pass.seconds * share, deps);
+            record(task, core, id, SpanKind::Compute, true);
+            tasks[static_cast<std::size_t>(core)] = task;
+            partials.push_back(task);
+        }
+        if (node.kind == OpKind::BatchNorm) {
+            const int all_reduce = reduce(partials, 8 * 2 * node.output_shape[1], bn_group, id, true);
+            for (std::int64_t core = 0; core < cores; ++core) {
+                const int task = schedule.add(compute_resource(core), layer_of(core, id).backward.seconds * 0.6, {all_reduce});
+                record(task, core, id, SpanKind::Compute, true);
+                tasks[static_cast<std::size_t>(core)] = task;
+            }
+        }
+        for (std::int64_t core = 0; core < cores; ++core) backward_task[static_cast<std::size_t>(core)][n] = tasks[static_cast<std::size_t>(core)];
+        if (halo && model.node(node.inputs[0]).kind != OpKind::Input) {
+            // Each core returns the halo rows' gradient to the neighbour that owns them.
+            const auto producer = static_cast<std::size_t>(node.inputs[0]);
+            for (std::int64_t core = 0; core < cores; ++core) {
+                for (const IncomingHalo& in : incoming_halo(model, plan, id, core)) {
+                    const int task = schedule.add(link_resource(in.peer),
+                                                  cost.transfer_seconds(in.elements * element, hops_between(plan, device, core, in.peer)),
+                                                  {tasks[static_cast<std::size_t>(core)]});
+                    record(task, in.peer, id, SpanKind::Halo, true, core);
+                    prediction.cores[static_cast<std::size_t>(in.peer)].halo_seconds += schedule.end(task) - schedule.start(task);
+                    pending[static_cast<std::size_t>(in.peer)][producer].push_back(task);
+                }
+            }
+        }
+        // Weight gradients, all-reduced while backward goes on (when overlapped) in buckets of at least
+        // 25 MiB, as data-parallel frameworks do: one all-reduce per layer would pay the latency per layer.
+        if (options.overlap_gradient_all_reduce && !node.parameters.empty()) {
+            for (int p : node.parameters) bucket_bytes += 4 * num_elements_of(model.parameters()[static_cast<std::size_t>(p)].shape);
+            bucket_tasks.insert(bucket_tasks.end(), tasks.begin(), tasks.end());
+            if (bucket_bytes >= kBucketBytes) flush_bucket(id);
+        }
+    }
+    flush_bucket(-1);
+    if (!options.overlap_gradient_all_reduce) {
+        std::vector<int> last;
+        for (std::int64_t core = 0; core < cores; ++core) {
+            for (std::size_t n = 0; n < count; ++n) {
+                if (backward_task[static_cast<std::size_t>(core)][n] >= 0) last.push_back(backward_task[static_cast<std::size_t>(core)][n]);
+            }
+        }
+        const int task = schedule.add(gradient_collective, cost.all_reduce_seconds(parameter_bytes, all_cores), last);
+        for (std::int64_t core = 0; core < cores; ++core) record(task, core, -1, SpanKind::AllReduce, true);
+        gradient_reductions.push_back(task);
+        prediction.gradient_all_reduce_seconds = schedule.end(task) - schedule.start(task);
+    }
+    for (std::int64_t core = 0; core < cores; ++core) {
+        const int task = schedule.add(compute_resource(core), cost.update_seconds(parameter_count, options.optimizer_slots),
+                                      gradient_reductions);
+        record(task, core, -1, SpanKind::Compute, true);
+    }
+
+    // ---- results ----
+    prediction.step_seconds = schedule.makespan();
+    prediction.flops = total_flops;
+    const double peak = device.peak_flops(options.precision);
+    prediction.achieved_fraction_of_peak =
+        prediction.step_seconds > 0 ? total_flops / (prediction.step_seconds * static_cast<double>(cores) * peak) : 0;
+    double busiest = 0;
+    for (std::int64_t core = 0; core < cores; ++core) {
+        double busy = 0;
+        for (const Node& node : nodes) {
+            busy += layer_of(core, node.id).forward.seconds + layer_of(core, node.id).backward.seconds;
+        }
+        CoreBreakdown& breakdown = prediction.cores[static_cast<std::size_t>(core)];
+        breakdown.compute_seconds = busy;
+        breakdown.idle_seconds = std::max(0.0, prediction.step_seconds - busy);
+        busiest = std::max(busiest, busy);
+        prediction.memory.push_back(estimate_core_memory(model, plan, core, options.precision, options.optimizer_slots));
+    }
+    prediction.exposed_communication_seconds = std::max(0.0, prediction.step_seconds - busiest);
+    // Verdict material: the largest halo share and the worst-filled heavy layer.
+    double compute_total = 0, worst_share = 0;
+    for (const Node& node : nodes) compute_total += layer_of(0, node.id).forward.seconds + layer_of(0, node.id).backward.seconds;
+    for (const Node& node : nodes) {
+        if ((node.kind == OpKind::Conv || node.kind == OpKind::Pool) && plan.halo_elements(node.id) > 0) {
+            const double fraction = static_cast<double>(plan.halo_elements(node.id)) /
+                                    static_cast<double>(num_elements_of(model.node(node.inputs[0]).output_shape));
+            if (fraction > prediction.worst_halo_fraction) {
+                prediction.worst_halo_fraction = fraction;
+                prediction.worst_halo_layer = node.id;
+            }
+        }
+        const LayerCost& layer = layer_of(0, node.id);
+        const double share = compute_total > 0 ? (layer.forward.seconds + layer.backward.seconds) / compute_total : 0;
+        // The heaviest badly filled layer: utilisation weighted by the layer's share of the time.
+        if ((node.kind == OpKind::Conv || node.kind == OpKind::ConvTranspose) && share >= 0.05 &&
+            layer.channel_utilisation < 0.5 &&
+            (prediction.worst_utilisation_layer < 0 || share > worst_share)) {
+            worst_share = share;
+            prediction.worst_utilisation = layer.channel_utilisation;
+            prediction.worst_utilisation_layer = node.id;
+        }
+    }
+    return prediction;
+}
+
+namespace {
+
+// Wall time of one phase: per-core task times handed, in core order, to whichever host thread is free.
+double phase_makespan(const std::vector<double>& tasks, int threads) {
+    std::vector<double> free(static_cast<std::size_t>(std::max(1, threads)), 0.0);
+    for (double task : tasks) {
+        auto earliest = std::min_element(free.begin(), free.end());
+        *earliest += task;
+    }
+    return *std::max_element(free.begin(), free.end());
+}
+
+}  // namespace
+
+StepPrediction predict_host_step(const graph::Graph& model, const partition::TilingPlan& plan, std::int64_t replicas,
+                                 const CostModel& host, const SimulationOptions& options) {
+    TESSERA_CHECK(host.device().kind == "host",
+                  "predict_host_step needs a host preset (from `tessera-cli calibrate`), got '" << host.device().id << "'");
+    const std::int64_t cores = plan.num_cores();
+    const int threads = static_cast<int>(std::max(1.0, host.host_rate("threads")));
+    const double phase_overhead = host.host_rate("phase_overhead_us") * 1e-6;
+    const double copy_rate = std::max(host.host_rate("copy"), 1e-3) * 1e9;  // bytes/s
+    const std::int64_t element = activation_bytes(options.precision);
+    const auto& nodes = model.nodes();
+    StepPrediction prediction;
+    prediction.cores.resize(static_cast<std::size_t>(cores));
+    double wall = 0;
+    // One phase: task(core) seconds for every core of every replica (replicas repeat the same tiles).
+    auto phase = [&](const std::function<double(std::int64_t)>& task) {
+        std::vector<double> tasks;
+        for (std::int64_t r = 0; r < replicas; ++r) {
+            for (std::int64_t core = 0; core < cores; ++core) {
+                const double seconds = task(core);
+                tasks.push_back(seconds);
+                prediction.cores[static_cast<std::size_t>(core)].compute_seconds += r == 0 ? seconds : 0;
+            }
+        }
+        wall += phase_makespan(tasks, threads) + phase_overhead;
+    };
+    std::vector<std::vector<LayerCost>> costs(static_cast<std::size_t>(cores));
+    for (std::int64_t core = 0; core < cores; ++core) {
+        for (const Node& node : nodes) costs[static_cast<std::size_t>(core)].push_back(host.layer(model, node.id, &plan.tile(node.id, core), options.precision));
+    }
+    auto cost_of = [&](std::int64_t core, int id) -> const LayerCost& { return costs[static_cast<std::size_t>(core)][static_cast<std::size_t>(id)]; };
+    auto halo_copy_seconds = [&](int id, std::int64_t core) {
+        std::int64_t elements = 0;
+        for (const IncomingHalo& in : incoming_halo(model, plan, id, core)) elements += in.elements;
+        return static_cast<double>(elements * element) / copy_rate;
+    };
+    const int input = model.input_node();
+    // The input tiles: a copy out of the batch and into the executor.
+    phase([&](std::int64_t core) { return static_cast<double>(8 * plan.tile_elements(input, core)) / copy_rate; });
+    for (const Node& node : nodes) {
+        if (node.kind == OpKind::Input) continue;
+        const int id = node.id;
+        const bool halo = (node.kind == OpKind::Conv || node.kind == OpKind::Pool) && plan.halo_elements(id) > 0;
+        if (halo) {  // the halo node: its interior copy, then the rows pulled from the neighbours
+            phase([&](std::int64_t core) {
+                const Shape& in = model.node(node.inputs[0]).output_shape;
+                std::int64_t needed = in[0] * in[1];
+                for (const partition::Interval& interval : plan.tile(id, core).needed) needed *= interval.size();
+                return static_cast<double>(2 * element * needed) / copy_rate + halo_copy_seconds(id, core);
+            });
+        }
+        const bool training_norm = node.kind == OpKind::BatchNorm;
+        if (training_norm) {  // two statistics phases, then the normalising phase
+            for (int p = 0; p < 2; ++p) phase([&](std::int64_t core) { return cost_of(core, id).forward.seconds / 3; });
+            phase([&](std::int64_t core) { return cost_of(core, id).forward.seconds / 3; });
+        } else if (node.kind == OpKind::GlobalAvgPool) {
+            phase([&](std::int64_t core) { return cost_of(core, id).forward.seconds; });
+            phase([&](std::int64_t) { return 0.0; });
+        } else {
+            phase([&](std::int64_t core) { return cost_of(core, id).forward.seconds; });
+        }
+    }
+    // Loss: logits out of the executor and the partial sums; then each tile's gradient.
+    const int output = model.output_node();
+    const double loss_rate = std::max(host.host_rate("loss"), 1e-3) * 1e9;
+    phase([&](std::int64_t core) { return static_cast<double>(8 * plan.tile_elements(output, core)) / loss_rate; });
+    phase([&](std::int64_t core) { return static_cast<double>(8 * plan.tile_elements(output, core)) / loss_rate; });
+    phase([&](std::int64_t core) { return static_cast<double>(8 * plan.tile_elements(output, core)) / copy_rate; });
+    prediction.forward_seconds = wall;
+    for (std::size_t n = nodes.size(); n-- > 0;) {
+        const Node& node = nodes[n];
+        if (node.kind == OpKind::Input) continue;
+        const int id = node.id;
+        if (node.kind == OpKind::BatchNorm) {
+            phase([&](std::int64_t core) { return cost_of(core, id).backward.seconds * 0.6; });
+            phase([&](std::int64_t core) { return cost_of(core, id).backward.seconds * 0.4; });
+        } else {
+            phase([&](std::int64_t core) { return cost_of(core, id).backward.seconds; });
+        }
+        const bool halo = (node.kind == OpKind::Conv || node.kind == OpKind::Pool) && plan.halo_elements(id) > 0;
+        if (halo && model.node(node.inputs[0]).kind != OpKind::Input) {
+            // The halo node's backward (its interior back into the tile's gradient), then the returns.
+            phase([&](std::int64_t core) {
+                return static_cast<double>(2 * element * plan.tile_elements(node.inputs[0], core)) / copy_rate;
+            });
+            phase([&](std::int64_t core) { return 1.5 * halo_copy_seconds(id, core); });
+        }
+    }
+    // Weight gradients summed over the cores and copied back, spread over the threads; then each core's update.
+    std::int64_t parameters = 0;
+    for (const graph::ParameterSpec& spec : model.parameters()) parameters += num_elements_of(spec.shape);
+    const double all_cores = static_cast<double>(cores * replicas);
+    prediction.gradient_all_reduce_seconds = 4.0 * static_cast<double>(parameters) * 3 * all_cores / copy_rate / threads;
+    wall += prediction.gradient_all_reduce_seconds + phase_overhead;
+    phase([&](std::int64_t) {
+        return static_cast<double>(4 * parameters * (3 + 2 * options.optimizer_slots)) / copy_rate;
+    });
+    prediction.step_seconds = wall;
+    for (CoreBreakdown& core : prediction.cores) core.idle_seconds = std::max(0.0, wall - core.compute_seconds);
+    return prediction;
+}
+
+}  // namespace tessera::cost

@@ -1,0 +1,80 @@
+// Step simulation: the predicted step of a partitioned model on a device, by discrete-event simulation
+// of every core's ops, halo transfers and reductions — built from the model and its tiling plan alone,
+// without running anything.
+//
+// Each core runs its ops in program order (as the simulated cores do); a windowed op waits for the halo
+// rows its neighbours send after producing them; a batch norm waits for the all-reduce of every core's
+// statistics; in backward, halo gradients travel back to their owners before the owner's layer runs.
+// Weight gradients are all-reduced over every core of every replica — after the backward pass, or
+// overlapped with it layer by layer. Every task's start is the latest of its resource becoming free
+// (the core's compute, its incoming links, the replica's collective engine) and its inputs being ready.
+//
+//   CostModel model(load_device_preset("tpu_v3"));
+//   StepPrediction step = predict_step(unet, plan_tiling(unet, grid), /*replicas*/ 2, model, {});
+//   step.step_seconds; step.timeline;  step.memory[core].total()
+#pragma once
+
+#include "cost/cost_model.hpp"
+#include "cost/memory_model.hpp"
+
+#include <string>
+#include <vector>
+
+namespace tessera::cost {
+
+struct SimulationOptions {
+    graph::Precision precision = graph::Precision::F32;
+    std::int64_t optimizer_slots = 1;          // SGD with momentum: 1; Adam: 2
+    bool overlap_gradient_all_reduce = false;  // all-reduce each layer's gradients while backward goes on
+    bool cross_replica_batch_norm = false;
+    bool record_timeline = true;               // planners sweeping thousands of layouts turn it off
+};
+
+enum class SpanKind { Compute, Halo, AllReduce };
+std::string_view span_kind_name(SpanKind kind);
+
+struct TimelineSpan {
+    std::int64_t core = 0;   // core of the simulated replica
+    int layer = -1;          // model node; −1: loss, gradient all-reduce, update
+    SpanKind kind = SpanKind::Compute;
+    bool backward = false;
+    double start_seconds = 0;
+    double end_seconds = 0;
+    std::int64_t peer = -1;  // halo: the sending core
+};
+
+struct CoreBreakdown {
+    double compute_seconds = 0;   // busy computing
+    double halo_seconds = 0;      // receiving halos (may overlap compute)
+    double idle_seconds = 0;      // step − compute
+};
+
+struct StepPrediction {
+    double step_seconds = 0;
+    double forward_seconds = 0;              // end of the forward pass (slowest core)
+    double gradient_all_reduce_seconds = 0;  // its duration, whether exposed or not
+    double exposed_communication_seconds = 0;  // step time no core spent computing, on the critical core
+    double flops = 0;                        // per replica, forward and backward
+    double achieved_fraction_of_peak = 0;    // flops / (step · cores · peak)
+    std::vector<CoreBreakdown> cores;        // one replica's cores
+    std::vector<CoreMemory> memory;          // per core of one replica
+    std::vector<TimelineSpan> timeline;      // when recorded
+    // For verdicts: the layer whose halo is the largest share of its input, and that share.
+    int worst_halo_layer = -1;
+    double worst_halo_fraction = 0;
+    // The layer that fills the matrix units worst among those taking ≥ 5% of compute, and its fill.
+    int worst_utilisation_layer = -1;
+    double worst_utilisation = 1;
+};
+
+StepPrediction predict_step(const graph::Graph& model, const partition::TilingPlan& plan, std::int64_t replicas,
+                            const CostModel& cost, const SimulationOptions& options);
+
+// The same step as the simulated cores run it on this host (cores/core_mesh.hpp), with a host preset
+// from `tessera-cli calibrate`: phase after phase (each layer's forward, its reductions, its halo
+// copies, then backward likewise), each phase's per-core tasks list-scheduled on the host threads,
+// plus the barrier between phases. Returns the predicted host step time (timeline not recorded).
+StepPrediction predict_host_step(const graph::Graph& model, const partition::TilingPlan& plan, std::int64_t replicas,
+                                 const CostModel& host, const SimulationOptions& options);
+
+}  // namespace tessera::cost

@@ -1,0 +1,153 @@
+// The cost model's verdicts against the seeds, the step simulation's behaviour, and the planner.
+#include "cost/planner.hpp"
+#include "model/models.hpp"
+#include "model/retinanet.hpp"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+
+using namespace tessera;
+using namespace tessera::cost;
+
+namespace {
+
+// The seeds' models: the 3D U-Net of the spatial-partitioning example and RetinaNet with a ResNet-50
+// FPN backbone, both trained in bfloat16 with SGD and momentum on TPU v3 cores.
+graph::Graph unet3d(const Shape& input) { return model::make_unet({.depth = 4, .base_width = 32, .num_classes = 3}, input); }
+graph::Graph retinanet(const Shape& input) { return model::make_retinanet({}, input); }
+
+SimulationOptions bf16() {
+    SimulationOptions options;
+    options.precision = graph::Precision::BF16;
+    options.optimizer_slots = 1;
+    return options;
+}
+
+std::int64_t one_core_memory(const graph::Graph& model) {
+    const Shape& input = model.node(model.input_node()).output_shape;
+    const std::vector<std::int64_t> ones(input.size() - 2, 1);
+    const partition::TilingPlan plan(model, partition::SpatialGrid::even(input, ones));
+    return estimate_core_memory(model, plan, 0, graph::Precision::BF16, 1).total();
+}
+
+}  // namespace
+
+TEST(MemoryVerdicts, RetinaNetAt1280WithBatch8FitsOneV3CoreAndLargerInputsDoNot) {
+    const Device v3 = load_device_preset("tpu_v3");
+    const std::int64_t at_1280 = one_core_memory(retinanet({8, 3, 1280, 1280}));
+    std::printf("RetinaNet batch 8: 1280² %.2f GiB", static_cast<double>(at_1280) / (1 << 30));
+    EXPECT_LE(at_1280, v3.memory_per_core);
+    for (std::int64_t size : {1408, 1536, 2048, 2560}) {
+        const std::int64_t need = one_core_memory(retinanet({8, 3, size, size}));
+        std::printf(", %lld² %.2f GiB", static_cast<long long>(size), static_cast<double>(need) / (1 << 30));
+        EXPECT_GT(need, v3.memory_per_core) << size;
+    }
+    std::printf(" (a v3 core holds 16 GiB)\n");
+}
+
+TEST(MemoryVerdicts, A3DUNetOn256CubedDoesNotFitOneV3CoreAndFits16Way) {
+    const Device v3 = load_device_preset("tpu_v3");
+    const Shape input{1, 1, 256, 256, 256};
+    const graph::Graph model = unet3d(input);
+    const std::int64_t one = one_core_memory(model);
+    EXPECT_GT(one, v3.memory_per_core);
+    const partition::TilingPlan plan(model, partition::SpatialGrid::even(input, {2, 2, 4}));
+    std::int64_t worst = 0;
+    for (std::int64_t core = 0; core < 16; ++core) {
+        worst = std::max(worst, estimate_core_memory(model, plan, core, graph::Precision::BF16, 1).total());
+    }
+    std::printf("3D U-Net 256³: one core %.1f GiB, 16-way %.1f GiB per core\n", static_cast<double>(one) / (1 << 30),
+                static_cast<double>(worst) / (1 << 30));
+    EXPECT_LE(worst, v3.memory_per_core);
+}
+
+TEST(StepSimulation, MoreCoresShortenTheStepAndHalosCostSomething) {
+    const CostModel v3(load_device_preset("tpu_v3"));
+    const Shape input{1, 1, 128, 128, 128};
+    const graph::Graph model = unet3d(input);
+    double previous = 1e9;
+    for (const std::vector<std::int64_t>& pieces : {std::vector<std::int64_t>{1, 1, 1}, {2, 1, 1}, {2, 2, 1}, {2, 2, 2}}) {
+        const partition::TilingPlan plan(model, partition::SpatialGrid::even(input, pieces));
+        const StepPrediction step = predict_step(model, plan, 1, v3, bf16());
+        EXPECT_GT(step.step_seconds, 0);
+        EXPECT_LT(step.step_seconds, previous) << pieces[0] << pieces[1] << pieces[2];
+        EXPECT_GT(step.forward_seconds, 0);
+        EXPECT_LT(step.forward_seconds, step.step_seconds);
+        EXPECT_GT(step.achieved_fraction_of_peak, 0);
+        EXPECT_LT(step.achieved_fraction_of_peak, 1);
+        if (plan.num_cores() > 1) {
+            bool halo = false;
+            for (const TimelineSpan& span : step.timeline) halo = halo || span.kind == SpanKind::Halo;
+            EXPECT_TRUE(halo);
+        }
+        previous = step.step_seconds;
+    }
+}
+
+TEST(StepSimulation, OverlappingTheGradientAllReduceNeverSlowsTheStep) {
+    const CostModel v3(load_device_preset("tpu_v3"));
+    const Shape input{8, 3, 224, 224};
+    const graph::Graph model = model::make_resnet({.depth = 50, .num_classes = 1000}, input);
+    const partition::TilingPlan plan(model, partition::SpatialGrid::even(input, {1, 1}));
+    SimulationOptions options = bf16();
+    const double serial = predict_step(model, plan, 32, v3, options).step_seconds;
+    options.overlap_gradient_all_reduce = true;
+    const double overlapped = predict_step(model, plan, 32, v3, options).step_seconds;
+    EXPECT_LE(overlapped, serial);
+}
+
+TEST(CostModel, SmallChannelCountsWasteTheMatrixUnits) {
+    const CostModel v3(load_device_preset("tpu_v3"));
+    graph::Graph g("widths");
+    int x = g.input({1, 8, 64, 64});
+    const int narrow = g.conv(x, 8, ops::ConvAttributes::same(2, 3), "narrow");
+    const int wide = g.conv(g.conv(narrow, 128, ops::ConvAttributes::same(2, 1), "widen"), 128, ops::ConvAttributes::same(2, 3), "wide");
+    g.set_output(wide);
+    const LayerCost a = v3.layer(g, narrow, nullptr, graph::Precision::BF16);
+    const LayerCost b = v3.layer(g, wide, nullptr, graph::Precision::BF16);
+    EXPECT_NEAR(a.channel_utilisation, (8.0 / 128) * (8.0 / 128), 1e-12);
+    EXPECT_DOUBLE_EQ(b.channel_utilisation, 1.0);
+    // 256× the FLOPs, but far less than 256× the time: the narrow layer runs at 1/256 of the unit.
+    EXPECT_LT(b.forward.seconds / a.forward.seconds, 20.0);
+}
+
+TEST(Planner, RanksThe3DUNetLayoutsAndExplainsThem) {
+    const CostModel v3(load_device_preset("tpu_v3"));
+    PlannerRequest request;
+    request.global_input = {1, 1, 256, 256, 256};
+    request.core_budget = 16;
+    request.simulation = bf16();
+    const auto plans = plan_layouts(unet3d, request, v3);
+    ASSERT_FALSE(plans.empty());
+    EXPECT_TRUE(plans.front().valid);
+    EXPECT_TRUE(plans.front().fits);
+    EXPECT_NE(plans.front().verdict.find("fastest"), std::string::npos) << plans.front().verdict;
+    for (std::size_t i = 1; i < plans.size(); ++i) {
+        if (plans[i].valid && plans[i].fits && plans[i - 1].valid && plans[i - 1].fits) {
+            EXPECT_LE(plans[i - 1].step_seconds, plans[i].step_seconds);
+        }
+        EXPECT_FALSE(plans[i].verdict.empty()) << plans[i].layout;
+    }
+    // 16 cores over 3 axes: every factorisation is listed.
+    std::size_t without_replicas = 0;
+    for (const auto& plan : plans) without_replicas += plan.replicas == 1 ? 1 : 0;
+    EXPECT_EQ(without_replicas, 15u);
+}
+
+TEST(Planner, RefusesLayoutsTheRulesForbidWithTheRule) {
+    const CostModel v3(load_device_preset("tpu_v3"));
+    PlannerRequest request;
+    request.global_input = {1, 1, 64, 64, 64};
+    request.core_budget = 64;
+    request.simulation = bf16();
+    const auto plans = plan_layouts(unet3d, request, v3);
+    bool refused = false;
+    for (const auto& plan : plans) {
+        if (!plan.valid) {
+            refused = true;
+            EXPECT_NE(plan.verdict.find("not possible: "), std::string::npos) << plan.verdict;
+        }
+    }
+    EXPECT_TRUE(refused);  // 64 pieces along one axis of 64 voxels cannot work for a 4-level U-Net
+}
