@@ -153,10 +153,12 @@ cost::Device calibrate_host(const CalibrationOptions& options, const std::functi
     // Memory-bound ops on a mid-sized 2D activation: GB/s of the bytes the cost model counts for them.
     {
         say("memory-bound ops");
-        const Shape shape{1, 32, 96, 96};
+        // Behind a convolution, as inside a model: the activations arrive in the kernels' layouts.
+        const Shape shape{1, 16, 96, 96};
         graph::Graph g("memory ops");
         int x = g.input(shape);
         x = g.relu(x, "relu0");
+        x = g.conv(x, 32, ops::ConvAttributes::same(2, 3), "conv");
         const int norm = g.batch_norm(x, {.fuse_relu = true}, "batch_norm");
         const int relu = g.relu(norm, "relu");
         const int pool = g.pool(relu, ops::PoolAttributes::max_down(2, 2), "pool");

@@ -50,17 +50,30 @@ ThreadPool::~ThreadPool() {
     for (std::thread& worker : m_workers) worker.join();
 }
 
-void ThreadPool::run_tasks() {
+// The cursor's index while a new phase is being set up: no task can be taken.
+constexpr std::uint64_t kSettingUp = 0xffffffffu;
+
+void ThreadPool::run_tasks(std::uint64_t generation) {
     while (true) {
-        const std::int64_t index = m_next.fetch_add(1);
-        if (index >= m_count) return;
+        std::uint64_t cursor = m_cursor.load(std::memory_order_acquire);
+        if ((cursor >> 32) != generation) return;  // a later phase began: not ours
+        const std::uint64_t index = cursor & 0xffffffffu;
+        if (index == kSettingUp) {
+            std::this_thread::yield();
+            continue;
+        }
+        // m_count belongs to this generation: the cursor was published after it was written, and the
+        // phase cannot end (so the next cannot begin) while an index below it is untaken.
+        if (static_cast<std::int64_t>(index) >= m_count.load(std::memory_order_relaxed)) return;
+        if (!m_cursor.compare_exchange_weak(cursor, cursor + 1, std::memory_order_acq_rel)) continue;
+        const std::int64_t count = m_count.load(std::memory_order_relaxed);  // stable until this task is counted
         try {
-            (*m_task)(index);
+            (*m_task)(static_cast<std::int64_t>(index));
         } catch (...) {
             std::lock_guard lock(m_mutex);
             if (!m_error) m_error = std::current_exception();
         }
-        if (m_finished.fetch_add(1) + 1 == m_count) {
+        if (m_finished.fetch_add(1) + 1 == count) {
             std::lock_guard lock(m_mutex);  // the caller may be about to sleep on m_done
             m_done.notify_all();
         }
@@ -69,21 +82,26 @@ void ThreadPool::run_tasks() {
 
 void ThreadPool::run(std::int64_t count, const std::function<void(std::int64_t)>& task) {
     if (count <= 0) return;
+    TESSERA_CHECK(count < static_cast<std::int64_t>(kSettingUp), "a phase has fewer than 2^32 - 1 tasks, got " << count);
     const SingleThreadedKernels single;
+    std::uint64_t generation = 0;
     {
         std::lock_guard lock(m_mutex);
+        // First close the previous phase's cursor: a thread that read it just before can no longer
+        // take an index (its compare-exchange fails), whatever m_count becomes next.
+        generation = ((m_cursor.load() >> 32) + 1) & 0xffffffffu;
+        m_cursor.store((generation << 32) | kSettingUp, std::memory_order_release);
         m_task = &task;
-        m_count = count;
+        m_count.store(count, std::memory_order_relaxed);
         m_error = nullptr;
         m_finished = 0;
-        m_next = 0;
-        m_generation.fetch_add(1);
+        m_cursor.store(generation << 32, std::memory_order_release);
     }
     m_wake.notify_all();
-    run_tasks();
-    if (!spin_until([&] { return m_finished.load() == m_count; })) {
+    run_tasks(generation);
+    if (!spin_until([&] { return m_finished.load() == count; })) {
         std::unique_lock lock(m_mutex);
-        m_done.wait(lock, [&] { return m_finished.load() == m_count; });
+        m_done.wait(lock, [&] { return m_finished.load() == count; });
     }
     std::exception_ptr error;
     {
@@ -97,17 +115,15 @@ void ThreadPool::run(std::int64_t count, const std::function<void(std::int64_t)>
 void ThreadPool::work() {
     ops::set_num_threads(1);  // this thread's OpenMP team: itself
     std::uint64_t seen = 0;
+    auto announced = [&] { return m_stop.load() || (m_cursor.load(std::memory_order_acquire) >> 32) != seen; };
     while (true) {
-        if (!spin_until([&] { return m_stop.load() || m_generation.load() != seen; })) {
+        if (!spin_until(announced)) {
             std::unique_lock lock(m_mutex);
-            m_wake.wait(lock, [&] { return m_stop.load() || m_generation.load() != seen; });
+            m_wake.wait(lock, announced);
         }
         if (m_stop) return;
-        {
-            std::lock_guard lock(m_mutex);  // m_task and m_count are published under the lock
-            seen = m_generation.load();
-        }
-        run_tasks();
+        seen = m_cursor.load(std::memory_order_acquire) >> 32;
+        run_tasks(seen);
     }
 }
 

@@ -35,14 +35,18 @@ public:
 
 private:
     void work();
-    void run_tasks();
+    void run_tasks(std::uint64_t generation);
 
     std::vector<std::thread> m_workers;
     std::mutex m_mutex;
     std::condition_variable m_wake, m_done;
+    // The phase's task and size, written before the cursor announces the phase.
     const std::function<void(std::int64_t)>* m_task = nullptr;
-    std::atomic<std::int64_t> m_count{0}, m_next{0}, m_finished{0};
-    std::atomic<std::uint64_t> m_generation{0};
+    std::atomic<std::int64_t> m_count{0};  // atomic: a thread leaving the last phase may still read it
+    // Phase generation (high 32 bits) and next task index (low 32) in one word: a thread still leaving
+    // the previous phase can never take an index of the next one.
+    std::atomic<std::uint64_t> m_cursor{0};
+    std::atomic<std::int64_t> m_finished{0};
     std::atomic<bool> m_stop{false};
     std::exception_ptr m_error;
 };

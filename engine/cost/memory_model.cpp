@@ -38,7 +38,11 @@ CoreMemory estimate_core_memory(const graph::Graph& model, const partition::Tili
     for (const Node& node : nodes) {
         if (node.kind == OpKind::Input) continue;
         const partition::NodeTile& tile = plan.tile(node.id, core);
-        const bool has_halo = plan.halo_elements(node.id) > 0;
+        // This core's tile reads rows it does not own: it keeps a widened copy for backward.
+        bool has_halo = false;
+        for (std::size_t axis = 0; axis < tile.halo_before.size(); ++axis) {
+            has_halo = has_halo || tile.halo_before[axis] > 0 || tile.halo_after[axis] > 0;
+        }
         switch (node.kind) {
             case OpKind::Conv:
             case OpKind::Pool:

@@ -4,6 +4,9 @@
 #include "partition/partition_spec.hpp"
 
 #include <algorithm>
+#include <atomic>
+#include <memory>
+#include <thread>
 #include <cstdio>
 #include <sstream>
 
@@ -45,6 +48,37 @@ partition::SpatialGrid grid_for(const graph::Graph& model, const Shape& input, c
     return partition::SpatialGrid::aligned(input, pieces, alignment);
 }
 
+// The cores whose memory can be the largest: along each axis the largest piece nearest the middle
+// (the most halo neighbours and the biggest tile) and the first piece — every combination, at most
+// 2^rank cores instead of all of them.
+std::vector<std::int64_t> fullest_core_candidates(const partition::SpatialGrid& grid) {
+    const auto pieces = grid.pieces_per_axis();
+    std::vector<std::vector<std::int64_t>> choices;
+    for (std::size_t axis = 0; axis < pieces.size(); ++axis) {
+        const auto& cuts = grid.boundaries[axis];
+        std::int64_t best = 0, best_size = -1, best_distance = 0;
+        for (std::int64_t i = 0; i < pieces[axis]; ++i) {
+            const std::int64_t size = cuts[static_cast<std::size_t>(i) + 1] - cuts[static_cast<std::size_t>(i)];
+            const std::int64_t distance = std::abs(2 * i + 1 - pieces[axis]);
+            if (size > best_size || (size == best_size && distance < best_distance)) {
+                best = i;
+                best_size = size;
+                best_distance = distance;
+            }
+        }
+        choices.push_back(best == 0 ? std::vector<std::int64_t>{0} : std::vector<std::int64_t>{0, best});
+    }
+    std::vector<std::int64_t> cores{0};
+    for (std::size_t axis = 0; axis < choices.size(); ++axis) {
+        std::vector<std::int64_t> next;
+        for (std::int64_t prefix : cores) {
+            for (std::int64_t index : choices[axis]) next.push_back(prefix * pieces[axis] + index);
+        }
+        cores = std::move(next);
+    }
+    return cores;
+}
+
 void explain(LayoutPlan& plan, const graph::Graph& model, const StepPrediction& step, const Device& device) {
     std::ostringstream out;
     out << "fits (" << gib(plan.peak_memory) << " of " << gib(device.memory_per_core) << " GiB per core)";
@@ -80,56 +114,81 @@ std::vector<LayoutPlan> plan_layouts(const ModelFactory& factory, const PlannerR
     TESSERA_CHECK(request.core_budget >= 1, "the core budget must be at least 1, got " << request.core_budget);
     const int rank = static_cast<int>(input.size());  // channels-last rank equals the NCHW rank
     const std::int64_t batch = input[0];
-    std::vector<LayoutPlan> plans;
+    // Every candidate first (models built once per replica count), then each evaluated on its own.
+    struct Candidate {
+        const graph::Graph* model = nullptr;
+        Shape replica_input;
+        LayoutPlan plan;
+    };
+    std::vector<std::unique_ptr<graph::Graph>> models;
+    std::vector<Candidate> candidates;
     for (std::int64_t replicas = 1; replicas <= request.core_budget; ++replicas) {
         if (request.core_budget % replicas != 0 || batch % replicas != 0) continue;
         if (replicas > 1 && !request.allow_replicas) break;
         const std::int64_t cores = request.core_budget / replicas;
         Shape replica_input = input;
         replica_input[0] = batch / replicas;
-        const graph::Graph model = factory(replica_input);
+        models.push_back(std::make_unique<graph::Graph>(factory(replica_input)));
         for (const auto& dims : partition::factorizations(cores, partition::spatial_axes(rank), rank)) {
-            LayoutPlan plan;
-            plan.replicas = replicas;
-            plan.pieces.assign(dims.begin() + 1, dims.end() - 1);
-            plan.layout = describe_layout(replicas, plan.pieces);
-            try {
-                plan.grid = grid_for(model, replica_input, plan.pieces, request.allow_uneven);
-                const partition::TilingPlan tiling(model, plan.grid);
-                plan.valid = true;
-                // Memory first: a layout that cannot fit is not simulated.
-                for (std::int64_t core = 0; core < cores; ++core) {
-                    const CoreMemory memory =
-                        estimate_core_memory(model, tiling, core, request.simulation.precision, request.simulation.optimizer_slots);
-                    if (memory.total() > plan.peak_memory) {
-                        plan.peak_memory = memory.total();
-                        plan.memory = memory;
-                    }
-                }
-                plan.fits = plan.peak_memory <= cost.device().memory_per_core;
-                if (!plan.fits) {
-                    plan.verdict = "does not fit: a core needs " + gib(plan.peak_memory) + " GiB of " +
-                                   gib(cost.device().memory_per_core) + " (saved activations " + gib(plan.memory.saved_activations) +
-                                   ", halo buffers " + gib(plan.memory.halo_buffers) + ", working set " +
-                                   gib(plan.memory.working_set) + ")";
-                    plans.push_back(std::move(plan));
-                    continue;
-                }
-                SimulationOptions options = request.simulation;
-                options.record_timeline = false;
-                const StepPrediction step = predict_step(model, tiling, replicas, cost, options);
-                plan.step_seconds = step.step_seconds;
-                plan.samples_per_second = step.step_seconds > 0 ? static_cast<double>(batch) / step.step_seconds : 0;
-                plan.fraction_of_peak = step.achieved_fraction_of_peak;
-                plan.exposed_communication = step.step_seconds > 0 ? step.exposed_communication_seconds / step.step_seconds : 0;
-                explain(plan, model, step, cost.device());
-            } catch (const Error& error) {
-                plan.valid = false;
-                plan.verdict = std::string("not possible: ") + error.what();
-            }
-            plans.push_back(std::move(plan));
+            Candidate candidate;
+            candidate.model = models.back().get();
+            candidate.replica_input = replica_input;
+            candidate.plan.replicas = replicas;
+            candidate.plan.pieces.assign(dims.begin() + 1, dims.end() - 1);
+            candidate.plan.layout = describe_layout(replicas, candidate.plan.pieces);
+            candidates.push_back(std::move(candidate));
         }
     }
+    auto evaluate = [&](Candidate& candidate) {
+        LayoutPlan& plan = candidate.plan;
+        const graph::Graph& model = *candidate.model;
+        try {
+            plan.grid = grid_for(model, candidate.replica_input, plan.pieces, request.allow_uneven);
+            const partition::TilingPlan tiling(model, plan.grid);
+            plan.valid = true;
+            // Memory first: a layout that cannot fit is not simulated.
+            for (std::int64_t core : fullest_core_candidates(plan.grid)) {
+                const CoreMemory memory =
+                    estimate_core_memory(model, tiling, core, request.simulation.precision, request.simulation.optimizer_slots);
+                if (memory.total() > plan.peak_memory) {
+                    plan.peak_memory = memory.total();
+                    plan.memory = memory;
+                }
+            }
+            plan.fits = plan.peak_memory <= cost.device().memory_per_core;
+            if (!plan.fits) {
+                plan.verdict = "does not fit: a core needs " + gib(plan.peak_memory) + " GiB of " +
+                               gib(cost.device().memory_per_core) + " (saved activations " + gib(plan.memory.saved_activations) +
+                               ", halo buffers " + gib(plan.memory.halo_buffers) + ", working set " +
+                               gib(plan.memory.working_set) + ")";
+                return;
+            }
+            SimulationOptions options = request.simulation;
+            options.record_timeline = false;
+            const StepPrediction step = predict_step(model, tiling, plan.replicas, cost, options);
+            plan.step_seconds = step.step_seconds;
+            plan.samples_per_second = step.step_seconds > 0 ? static_cast<double>(batch) / step.step_seconds : 0;
+            plan.fraction_of_peak = step.achieved_fraction_of_peak;
+            plan.exposed_communication = step.step_seconds > 0 ? step.exposed_communication_seconds / step.step_seconds : 0;
+            explain(plan, model, step, cost.device());
+        } catch (const Error& error) {
+            plan.valid = false;
+            plan.verdict = std::string("not possible: ") + error.what();
+        }
+    };
+    // Candidates are independent: spread them over the host's threads (each writes only its own).
+    const std::size_t threads = std::clamp<std::size_t>(std::thread::hardware_concurrency(), 1, 8);
+    std::atomic<std::size_t> next{0};
+    auto worker = [&] {
+        for (std::size_t i = next.fetch_add(1); i < candidates.size(); i = next.fetch_add(1)) evaluate(candidates[i]);
+    };
+    std::vector<std::thread> pool;
+    for (std::size_t t = 1; t < std::min(threads, candidates.size()); ++t) pool.emplace_back(worker);
+    worker();
+    for (std::thread& thread : pool) thread.join();
+
+    std::vector<LayoutPlan> plans;
+    for (Candidate& candidate : candidates) plans.push_back(std::move(candidate.plan));
     std::stable_sort(plans.begin(), plans.end(), [](const LayoutPlan& a, const LayoutPlan& b) {
         const int rank_a = a.valid ? (a.fits ? 0 : 1) : 2, rank_b = b.valid ? (b.fits ? 0 : 1) : 2;
         if (rank_a != rank_b) return rank_a < rank_b;

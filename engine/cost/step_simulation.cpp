@@ -5,6 +5,9 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <map>
+#include <initializer_list>
+#include <span>
 
 namespace tessera::cost {
 
@@ -18,16 +21,42 @@ struct IncomingHalo {
     std::int64_t elements = 0;
 };
 
-// Rows core `core` reads from each other core before windowed layer `node` (corners included).
-std::vector<IncomingHalo> incoming_halo(const graph::Graph& model, const partition::TilingPlan& plan, int node,
-                                        std::int64_t core) {
+// The grid positions of a plan's cores, computed once (planners price thousands of layouts).
+struct GridGeometry {
+    std::vector<std::int64_t> pieces;
+    std::vector<std::vector<std::int64_t>> index;  // [core] grid index
+    explicit GridGeometry(const partition::TilingPlan& plan) : pieces(plan.grid().pieces_per_axis()) {
+        for (std::int64_t core = 0; core < plan.num_cores(); ++core) index.push_back(plan.grid().grid_index(core));
+    }
+};
+
+// Rows core `core` reads from its neighbours before windowed layer `node` (corners included). Halos
+// never reach past the adjacent tiles (the tiling plan refuses that), so only the up to 3^rank − 1
+// cores around it are looked at.
+std::vector<IncomingHalo> incoming_halo(const graph::Graph& model, const partition::TilingPlan& plan,
+                                        const GridGeometry& geometry, int node, std::int64_t core) {
     std::vector<IncomingHalo> incoming;
     const Node& n = model.node(node);
     const int producer = n.inputs[0];
     const Shape& shape = model.node(producer).output_shape;
     const partition::NodeTile& tile = plan.tile(node, core);
-    for (std::int64_t peer = 0; peer < plan.num_cores(); ++peer) {
-        if (peer == core) continue;
+    const auto& pieces = geometry.pieces;
+    const auto& index = geometry.index[static_cast<std::size_t>(core)];
+    const std::size_t rank = pieces.size();
+    std::int64_t offsets = 1;
+    for (std::size_t axis = 0; axis < rank; ++axis) offsets *= 3;
+    for (std::int64_t code = 0; code < offsets; ++code) {
+        std::int64_t peer = 0, rest = code;
+        bool inside = true, self = true;
+        for (std::size_t axis = 0; axis < rank; ++axis) {
+            const std::int64_t step = rest % 3 - 1;
+            rest /= 3;
+            const std::int64_t at = index[axis] + step;
+            inside = inside && at >= 0 && at < pieces[axis];
+            self = self && step == 0;
+            peer = peer * pieces[axis] + at;
+        }
+        if (!inside || self) continue;
         const auto& theirs = plan.tile(producer, peer).owned;
         std::int64_t elements = shape[0] * shape[1];
         for (std::size_t axis = 0; axis < tile.needed.size(); ++axis) {
@@ -36,16 +65,67 @@ std::vector<IncomingHalo> incoming_halo(const graph::Graph& model, const partiti
         }
         if (elements > 0) incoming.push_back({peer, elements});
     }
+    std::sort(incoming.begin(), incoming.end(), [](const IncomingHalo& a, const IncomingHalo& b) { return a.peer < b.peer; });
     return incoming;
 }
 
+// Per node: whether any core of the plan needs a halo for it (computed once per plan).
+std::vector<bool> layers_with_halos(const graph::Graph& model, const partition::TilingPlan& plan) {
+    std::vector<bool> result(model.nodes().size(), false);
+    for (const Node& node : model.nodes()) {
+        if (node.kind != OpKind::Conv && node.kind != OpKind::Pool) continue;
+        for (std::int64_t core = 0; core < plan.num_cores() && !result[static_cast<std::size_t>(node.id)]; ++core) {
+            const partition::NodeTile& tile = plan.tile(node.id, core);
+            for (std::size_t axis = 0; axis < tile.halo_before.size(); ++axis) {
+                if (tile.halo_before[axis] > 0 || tile.halo_after[axis] > 0) result[static_cast<std::size_t>(node.id)] = true;
+            }
+        }
+    }
+    return result;
+}
+
 // Links between two cores of a replica: 0 on one chip, else the distance between their grid cells.
-int hops_between(const partition::TilingPlan& plan, const Device& device, std::int64_t a, std::int64_t b) {
+int hops_between(const GridGeometry& geometry, const Device& device, std::int64_t a, std::int64_t b) {
     if (device.cores_per_chip > 1 && a / device.cores_per_chip == b / device.cores_per_chip) return 0;
-    const auto ia = plan.grid().grid_index(a), ib = plan.grid().grid_index(b);
+    const auto& ia = geometry.index[static_cast<std::size_t>(a)];
+    const auto& ib = geometry.index[static_cast<std::size_t>(b)];
     int hops = 0;
     for (std::size_t axis = 0; axis < ia.size(); ++axis) hops += static_cast<int>(std::abs(ia[axis] - ib[axis]));
     return std::max(hops, 1);
+}
+
+// Every halo layer's incoming transfers, per core, computed once per plan.
+std::vector<std::vector<std::vector<IncomingHalo>>> all_incoming(const graph::Graph& model, const partition::TilingPlan& plan,
+                                                                 const GridGeometry& geometry, const std::vector<bool>& has_halo) {
+    std::vector<std::vector<std::vector<IncomingHalo>>> result(model.nodes().size());
+    for (const Node& node : model.nodes()) {
+        if (!has_halo[static_cast<std::size_t>(node.id)]) continue;
+        auto& per_core = result[static_cast<std::size_t>(node.id)];
+        for (std::int64_t core = 0; core < plan.num_cores(); ++core) per_core.push_back(incoming_halo(model, plan, geometry, node.id, core));
+    }
+    return result;
+}
+
+// Every core's cost of every layer. Cores whose tiles of a layer have the same extents cost the same, so
+// each distinct tile is priced once (an even grid has a handful per layer however many cores it has).
+std::vector<std::vector<LayerCost>> costs_per_core(const graph::Graph& model, const partition::TilingPlan& plan,
+                                                   const CostModel& cost, graph::Precision precision) {
+    const std::size_t count = model.nodes().size();
+    std::vector<std::vector<LayerCost>> result(static_cast<std::size_t>(plan.num_cores()), std::vector<LayerCost>(count));
+    std::vector<std::int64_t> key;
+    for (const Node& node : model.nodes()) {
+        std::map<std::vector<std::int64_t>, LayerCost> priced;
+        for (std::int64_t core = 0; core < plan.num_cores(); ++core) {
+            const partition::NodeTile& tile = plan.tile(node.id, core);
+            key.clear();
+            for (const partition::Interval& interval : tile.owned) key.push_back(interval.size());
+            for (const partition::Interval& interval : tile.needed) key.push_back(interval.size());
+            auto found = priced.find(key);
+            if (found == priced.end()) found = priced.emplace(key, cost.layer(model, node.id, &tile, precision)).first;
+            result[static_cast<std::size_t>(core)][static_cast<std::size_t>(node.id)] = found->second;
+        }
+    }
+    return result;
 }
 
 // A list scheduler: tasks are added in each resource's program order; a task starts when its resource
@@ -53,7 +133,13 @@ int hops_between(const partition::TilingPlan& plan, const Device& device, std::i
 class Schedule {
 public:
     explicit Schedule(std::size_t resources) : m_free(resources, 0.0) {}
+    int add(std::size_t resource, double duration, std::initializer_list<int> deps) {
+        return add(resource, duration, std::span<const int>(deps.begin(), deps.size()));
+    }
     int add(std::size_t resource, double duration, const std::vector<int>& deps) {
+        return add(resource, duration, std::span<const int>(deps));
+    }
+    int add(std::size_t resource, double duration, std::span<const int> deps) {
         double start = m_free[resource];
         for (int d : deps) start = std::max(start, m_end[static_cast<std::size_t>(d)]);
         m_start.push_back(start);
@@ -91,6 +177,12 @@ StepPrediction predict_step(const graph::Graph& model, const partition::TilingPl
     const std::size_t count = nodes.size();
     StepPrediction prediction;
     prediction.cores.resize(static_cast<std::size_t>(cores));
+    const std::vector<bool> has_halo = layers_with_halos(model, plan);
+    const GridGeometry geometry(plan);
+    const auto incoming = all_incoming(model, plan, geometry, has_halo);
+    auto incoming_of = [&](int id, std::int64_t core) -> const std::vector<IncomingHalo>& {
+        return incoming[static_cast<std::size_t>(id)][static_cast<std::size_t>(core)];
+    };
 
     // Resources: each core's compute, each core's incoming links, the replica's collectives for
     // batch-norm statistics and the loss (latency-bound, on the critical path), and the gradient
@@ -111,13 +203,7 @@ StepPrediction predict_step(const graph::Graph& model, const partition::TilingPl
     std::vector<std::vector<int>> backward_task(static_cast<std::size_t>(cores), std::vector<int>(count, -1));
     // Halo gradients that must arrive at a core before it runs a node's backward.
     std::vector<std::vector<std::vector<int>>> pending(static_cast<std::size_t>(cores), std::vector<std::vector<int>>(count));
-    std::vector<std::vector<LayerCost>> layer_cost(static_cast<std::size_t>(cores));
-    for (std::int64_t core = 0; core < cores; ++core) {
-        for (const Node& node : nodes) {
-            layer_cost[static_cast<std::size_t>(core)].push_back(
-                cost.layer(model, node.id, &plan.tile(node.id, core), options.precision));
-        }
-    }
+    const std::vector<std::vector<LayerCost>> layer_cost = costs_per_core(model, plan, cost, options.precision);
     auto layer_of = [&](std::int64_t core, int id) -> const LayerCost& {
         return layer_cost[static_cast<std::size_t>(core)][static_cast<std::size_t>(id)];
     };
@@ -136,21 +222,25 @@ StepPrediction predict_step(const graph::Graph& model, const partition::TilingPl
     for (const Node& node : nodes) {
         if (node.kind == OpKind::Input) continue;
         const int id = node.id;
-        const bool halo = (node.kind == OpKind::Conv || node.kind == OpKind::Pool) && plan.halo_elements(id) > 0;
+        const bool halo = has_halo[static_cast<std::size_t>(id)];
         std::vector<std::vector<int>> deps(static_cast<std::size_t>(cores));
         if (halo) {
+            // One receive per core and layer: its neighbours' rows arrive over its links one after another
+            // (as a device's collective-permutes do), once every sender has produced them.
+            std::vector<int> senders;
             for (std::int64_t core = 0; core < cores; ++core) {
-                for (const IncomingHalo& in : incoming_halo(model, plan, id, core)) {
+                senders.clear();
+                double seconds = 0;
+                for (const IncomingHalo& in : incoming_of(id, core)) {
                     const int producer_task = forward_task[static_cast<std::size_t>(in.peer)][static_cast<std::size_t>(node.inputs[0])];
-                    std::vector<int> after;
-                    if (producer_task >= 0) after.push_back(producer_task);
-                    const int task = schedule.add(link_resource(core),
-                                                  cost.transfer_seconds(in.elements * element, hops_between(plan, device, in.peer, core)),
-                                                  after);
-                    record(task, core, id, SpanKind::Halo, false, in.peer);
-                    prediction.cores[static_cast<std::size_t>(core)].halo_seconds += schedule.end(task) - schedule.start(task);
-                    deps[static_cast<std::size_t>(core)].push_back(task);
+                    if (producer_task >= 0) senders.push_back(producer_task);
+                    seconds += cost.transfer_seconds(in.elements * element, hops_between(geometry, device, in.peer, core));
                 }
+                if (seconds == 0) continue;
+                const int task = schedule.add(link_resource(core), seconds, senders);
+                record(task, core, id, SpanKind::Halo, false);
+                prediction.cores[static_cast<std::size_t>(core)].halo_seconds += seconds;
+                deps[static_cast<std::size_t>(core)].push_back(task);
             }
         }
         const bool reduced = node.kind == OpKind::BatchNorm || node.kind == OpKind::GlobalAvgPool;
@@ -218,7 +308,7 @@ StepPrediction predict_step(const graph::Graph& model, const partition::TilingPl
         const Node& node = nodes[n];
         if (node.kind == OpKind::Input) continue;
         const int id = node.id;
-        const bool halo = (node.kind == OpKind::Conv || node.kind == OpKind::Pool) && plan.halo_elements(id) > 0;
+        const bool halo = has_halo[static_cast<std::size_t>(id)];
         std::vector<int> tasks(static_cast<std::size_t>(cores), -1);
         std::vector<int> partials;
         for (std::int64_t core = 0; core < cores; ++core) {
@@ -242,17 +332,25 @@ StepPrediction predict_step(const graph::Graph& model, const partition::TilingPl
         }
         for (std::int64_t core = 0; core < cores; ++core) backward_task[static_cast<std::size_t>(core)][n] = tasks[static_cast<std::size_t>(core)];
         if (halo && model.node(node.inputs[0]).kind != OpKind::Input) {
-            // Each core returns the halo rows' gradient to the neighbour that owns them.
+            // The halo rows' gradients go back to the neighbours that own them: one receive per owner,
+            // after every core that used its rows has run this layer's backward.
             const auto producer = static_cast<std::size_t>(node.inputs[0]);
+            std::vector<double> seconds(static_cast<std::size_t>(cores), 0.0);
+            std::vector<std::vector<int>> senders(static_cast<std::size_t>(cores));
             for (std::int64_t core = 0; core < cores; ++core) {
-                for (const IncomingHalo& in : incoming_halo(model, plan, id, core)) {
-                    const int task = schedule.add(link_resource(in.peer),
-                                                  cost.transfer_seconds(in.elements * element, hops_between(plan, device, core, in.peer)),
-                                                  {tasks[static_cast<std::size_t>(core)]});
-                    record(task, in.peer, id, SpanKind::Halo, true, core);
-                    prediction.cores[static_cast<std::size_t>(in.peer)].halo_seconds += schedule.end(task) - schedule.start(task);
-                    pending[static_cast<std::size_t>(in.peer)][producer].push_back(task);
+                for (const IncomingHalo& in : incoming_of(id, core)) {
+                    seconds[static_cast<std::size_t>(in.peer)] +=
+                        cost.transfer_seconds(in.elements * element, hops_between(geometry, device, core, in.peer));
+                    senders[static_cast<std::size_t>(in.peer)].push_back(tasks[static_cast<std::size_t>(core)]);
                 }
+            }
+            for (std::int64_t owner = 0; owner < cores; ++owner) {
+                if (seconds[static_cast<std::size_t>(owner)] == 0) continue;
+                const int task = schedule.add(link_resource(owner), seconds[static_cast<std::size_t>(owner)],
+                                              senders[static_cast<std::size_t>(owner)]);
+                record(task, owner, id, SpanKind::Halo, true);
+                prediction.cores[static_cast<std::size_t>(owner)].halo_seconds += seconds[static_cast<std::size_t>(owner)];
+                pending[static_cast<std::size_t>(owner)][producer].push_back(task);
             }
         }
         // Weight gradients, all-reduced while backward goes on (when overlapped) in buckets of at least
@@ -305,7 +403,7 @@ StepPrediction predict_step(const graph::Graph& model, const partition::TilingPl
     double compute_total = 0, worst_share = 0;
     for (const Node& node : nodes) compute_total += layer_of(0, node.id).forward.seconds + layer_of(0, node.id).backward.seconds;
     for (const Node& node : nodes) {
-        if ((node.kind == OpKind::Conv || node.kind == OpKind::Pool) && plan.halo_elements(node.id) > 0) {
+        if (has_halo[static_cast<std::size_t>(node.id)]) {
             const double fraction = static_cast<double>(plan.halo_elements(node.id)) /
                                     static_cast<double>(num_elements_of(model.node(node.inputs[0]).output_shape));
             if (fraction > prediction.worst_halo_fraction) {
@@ -353,6 +451,9 @@ StepPrediction predict_host_step(const graph::Graph& model, const partition::Til
     const auto& nodes = model.nodes();
     StepPrediction prediction;
     prediction.cores.resize(static_cast<std::size_t>(cores));
+    const std::vector<bool> has_halo = layers_with_halos(model, plan);
+    const GridGeometry geometry(plan);
+    const auto incoming = all_incoming(model, plan, geometry, has_halo);
     double wall = 0;
     // One phase: task(core) seconds for every core of every replica (replicas repeat the same tiles).
     auto phase = [&](const std::function<double(std::int64_t)>& task) {
@@ -366,14 +467,11 @@ StepPrediction predict_host_step(const graph::Graph& model, const partition::Til
         }
         wall += phase_makespan(tasks, threads) + phase_overhead;
     };
-    std::vector<std::vector<LayerCost>> costs(static_cast<std::size_t>(cores));
-    for (std::int64_t core = 0; core < cores; ++core) {
-        for (const Node& node : nodes) costs[static_cast<std::size_t>(core)].push_back(host.layer(model, node.id, &plan.tile(node.id, core), options.precision));
-    }
+    const std::vector<std::vector<LayerCost>> costs = costs_per_core(model, plan, host, options.precision);
     auto cost_of = [&](std::int64_t core, int id) -> const LayerCost& { return costs[static_cast<std::size_t>(core)][static_cast<std::size_t>(id)]; };
     auto halo_copy_seconds = [&](int id, std::int64_t core) {
         std::int64_t elements = 0;
-        for (const IncomingHalo& in : incoming_halo(model, plan, id, core)) elements += in.elements;
+        for (const IncomingHalo& in : incoming[static_cast<std::size_t>(id)][static_cast<std::size_t>(core)]) elements += in.elements;
         return static_cast<double>(elements * element) / copy_rate;
     };
     const int input = model.input_node();
@@ -382,7 +480,7 @@ StepPrediction predict_host_step(const graph::Graph& model, const partition::Til
     for (const Node& node : nodes) {
         if (node.kind == OpKind::Input) continue;
         const int id = node.id;
-        const bool halo = (node.kind == OpKind::Conv || node.kind == OpKind::Pool) && plan.halo_elements(id) > 0;
+        const bool halo = has_halo[static_cast<std::size_t>(id)];
         if (halo) {  // the halo node: its interior copy, then the rows pulled from the neighbours
             phase([&](std::int64_t core) {
                 const Shape& in = model.node(node.inputs[0]).output_shape;
@@ -419,7 +517,7 @@ StepPrediction predict_host_step(const graph::Graph& model, const partition::Til
         } else {
             phase([&](std::int64_t core) { return cost_of(core, id).backward.seconds; });
         }
-        const bool halo = (node.kind == OpKind::Conv || node.kind == OpKind::Pool) && plan.halo_elements(id) > 0;
+        const bool halo = has_halo[static_cast<std::size_t>(id)];
         if (halo && model.node(node.inputs[0]).kind != OpKind::Input) {
             // The halo node's backward (its interior back into the tile's gradient), then the returns.
             phase([&](std::int64_t core) {

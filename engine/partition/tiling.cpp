@@ -149,9 +149,12 @@ TilingPlan::TilingPlan(const graph::Graph& graph, SpatialGrid grid) : m_graph(&g
     const auto& nodes = graph.nodes();
     m_tiles.assign(nodes.size(), std::vector<NodeTile>(static_cast<std::size_t>(cores)));
 
+    // Grid positions, once: a planner builds thousands of plans.
+    std::vector<std::vector<std::int64_t>> grid_indices;
+    for (std::int64_t core = 0; core < cores; ++core) grid_indices.push_back(m_grid.grid_index(core));
     // Neighbours along an axis: the cores one piece below and above (−1 at the border).
     auto neighbour = [&](std::int64_t core, std::size_t axis, int direction) -> std::int64_t {
-        auto index = m_grid.grid_index(core);
+        std::vector<std::int64_t> index = grid_indices[static_cast<std::size_t>(core)];
         index[axis] += direction;
         if (index[axis] < 0 || index[axis] >= pieces[axis]) return -1;
         std::int64_t id = 0;
@@ -163,7 +166,7 @@ TilingPlan::TilingPlan(const graph::Graph& graph, SpatialGrid grid) : m_graph(&g
         auto& tiles = m_tiles[static_cast<std::size_t>(node.id)];
         if (node.kind == OpKind::Input) {
             for (std::int64_t core = 0; core < cores; ++core) {
-                const auto index = m_grid.grid_index(core);
+                const auto& index = grid_indices[static_cast<std::size_t>(core)];
                 NodeTile& tile = tiles[static_cast<std::size_t>(core)];
                 for (std::size_t axis = 0; axis < rank; ++axis) {
                     const auto& cuts = m_grid.boundaries[axis];

@@ -1,6 +1,7 @@
 // The core mesh's bookkeeping: events and exchanged bytes, the memory ledger against what the process
 // really allocated, the out-of-memory refusal, bit-reproducibility, evaluation and bad input.
 #include "cores/core_mesh.hpp"
+#include "cores/thread_pool.hpp"
 #include "core/random.hpp"
 #include "model/models.hpp"
 
@@ -9,6 +10,7 @@
 #include <malloc.h>
 
 #include <cmath>
+#include <atomic>
 #include <cstring>
 #include <set>
 
@@ -243,4 +245,34 @@ TEST(CoreMesh, GridsComeFromTheSeedsInputPartitionDims) {
     EXPECT_NE(channels.find("splits the batch or channel axis"), std::string::npos) << channels;
     const std::string rank = error_of([] { partition::SpatialGrid::from_partition_dims({8, 3, 512, 512}, {1, 4, 1}); });
     EXPECT_NE(rank.find("needs one entry per axis"), std::string::npos) << rank;
+}
+
+TEST(ThreadPool, EveryTaskRunsExactlyOnceAcrossManyShortPhases) {
+    // Short phases back to back are where a thread leaving one phase meets the next.
+    cores::ThreadPool pool(2);
+    std::vector<std::atomic<int>> runs(16);
+    std::int64_t expected = 0;
+    for (int phase = 0; phase < 20000; ++phase) {
+        const std::int64_t count = 1 + phase % 9;
+        pool.run(count, [&](std::int64_t task) { runs[static_cast<std::size_t>(task)].fetch_add(1); });
+        expected += count;
+        for (std::int64_t task = 0; task < count; ++task) {
+            ASSERT_EQ(runs[static_cast<std::size_t>(task)].exchange(0), 1) << "phase " << phase << " task " << task;
+        }
+    }
+    EXPECT_GT(expected, 0);
+}
+
+TEST(ThreadPool, AnExceptionReachesTheCallerAfterThePhase) {
+    cores::ThreadPool pool(2);
+    std::atomic<int> finished{0};
+    EXPECT_THROW(pool.run(6,
+                          [&](std::int64_t task) {
+                              if (task == 3) TESSERA_FAIL("task 3 failed");
+                              finished.fetch_add(1);
+                          }),
+                 Error);
+    EXPECT_EQ(finished.load(), 5);
+    pool.run(2, [&](std::int64_t) { finished.fetch_add(1); });  // the pool still works
+    EXPECT_EQ(finished.load(), 7);
 }

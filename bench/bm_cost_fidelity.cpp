@@ -1,0 +1,153 @@
+// Fidelity of the cost model on this host: the predicted step time of the simulated cores (from the
+// host preset `tessera-cli calibrate` measures) against the measured one, for several models, sizes
+// and layouts.
+//
+// Usage: bm_cost_fidelity [--host <host.json>] [--steps S]
+// Calibrates first unless --host names an existing preset; prints, per run,
+//   case=<name> predicted_ms=<x> measured_ms=<median> error=<percent>%
+// and the sweep timing: the planner over ≥ 500 layouts of the 3D U-Net on 256³.
+#include "cores/core_mesh.hpp"
+#include "cores/host_calibration.hpp"
+#include "core/random.hpp"
+#include "cost/planner.hpp"
+#include "model/models.hpp"
+#include "ops/dnnl_support.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <string>
+
+using namespace tessera;
+
+namespace {
+
+struct Run {
+    std::string name;
+    std::function<graph::Graph(const Shape&)> model;
+    Shape input;  // one replica's
+    std::vector<std::int64_t> pieces;
+    std::int64_t replicas = 1;
+};
+
+double median(std::vector<double> values) {
+    std::sort(values.begin(), values.end());
+    return values[values.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    std::string host_path, detail;
+    int steps = 5;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!std::strcmp(argv[i], "--host")) host_path = argv[i + 1];
+        else if (!std::strcmp(argv[i], "--steps")) steps = std::atoi(argv[i + 1]);
+        else if (!std::strcmp(argv[i], "--detail")) detail = argv[i + 1];  // a case name: per-layer figures
+    }
+    ops::set_num_threads(2);
+    cost::Device host;
+    if (!host_path.empty()) {
+        host = cost::load_device_file(host_path);
+    } else {
+        std::printf("calibrating this host ...\n");
+        const auto start = std::chrono::steady_clock::now();
+        host = cores::calibrate_host({.threads = 2});
+        std::printf("calibrated in %.1f s\n", std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
+    const cost::CostModel model(host);
+
+    auto unet = [](int depth, std::int64_t width, bool norm) {
+        return [=](const Shape& input) {
+            return model::make_unet({.depth = depth, .base_width = width, .num_classes = 2, .batch_norm = norm}, input);
+        };
+    };
+    const std::vector<Run> runs = {
+        {"unet2d_256_4way_h", unet(4, 16, true), {4, 1, 256, 256}, {4, 1}},
+        {"unet2d_128_2x2", unet(3, 16, true), {2, 1, 128, 128}, {2, 2}},
+        {"unet2d_128_one_core", unet(3, 16, true), {2, 1, 128, 128}, {1, 1}},
+        {"unet2d_nobn_128_1x4", unet(3, 32, false), {2, 1, 128, 128}, {1, 4}},
+        {"unet2d_128_2rep_x_h2", unet(3, 16, true), {2, 1, 128, 128}, {2, 1}, 2},
+        {"unet3d_64_8way", unet(3, 8, true), {1, 1, 64, 64, 64}, {2, 2, 2}},
+        {"unet3d_48_d2", unet(3, 16, true), {1, 1, 48, 48, 48}, {2, 1, 1}},
+        {"resnet18_128_2x2", [](const Shape& input) { return model::make_resnet({.depth = 18, .num_classes = 10, .base_width = 32}, input); },
+         {4, 3, 128, 128}, {2, 2}},
+    };
+    std::vector<std::string> lines;
+    double worst = 0;
+    for (const Run& run : runs) {
+        const graph::Graph g = run.model(run.input);
+        train::TrainerConfig config;
+        config.optimizer = {.kind = train::OptimizerKind::Sgd, .momentum = 0.9};
+        config.schedule = {.kind = train::ScheduleKind::Constant, .learning_rate = 0.01};
+        cores::MeshConfig mesh;
+        mesh.num_replicas = run.replicas;
+        mesh.grid = partition::SpatialGrid::even(run.input, run.pieces);
+        mesh.host_threads = 2;
+        cores::CoreMesh cores(g, mesh, config);
+        Shape global = run.input;
+        global[0] *= run.replicas;
+        SeededRandom random(1);
+        Tensor images = Tensor::empty(global, DType::F32);
+        for (std::int64_t i = 0; i < images.num_elements(); ++i) images.data<float>()[i] = static_cast<float>(random.normal());
+        Shape label_shape{global[0]};
+        if (g.node(g.output_node()).output_shape.size() > 2) label_shape.insert(label_shape.end(), global.begin() + 2, global.end());
+        Tensor labels = Tensor::zeros(label_shape, DType::I32);
+        for (std::int64_t i = 0; i < labels.num_elements(); ++i) labels.data<std::int32_t>()[i] = random.uniform() > 0.5;
+        cores.train_step(images, labels);  // warm-up
+        std::vector<double> measured;
+        for (int s = 0; s < steps; ++s) {
+            const auto start = std::chrono::steady_clock::now();
+            cores.train_step(images, labels);
+            measured.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+        }
+        cost::SimulationOptions options;
+        options.optimizer_slots = 1;
+        const cost::StepPrediction predicted = cost::predict_host_step(g, cores.plan(), run.replicas, model, options);
+        if (run.name == detail) {  // core 0's layers: measured (executor timings) against the host cost model
+            const auto& graphs = cores.core_graphs();
+            for (const graph::Node& node : graphs.graphs[0].nodes()) {
+                const auto timing = cores.executor(0).timings()[static_cast<std::size_t>(node.id)];
+                const int model_node = graphs.model_node[static_cast<std::size_t>(node.id)];
+                if (model_node < 0) {
+                    std::printf("  %-24s %-14s measured %7.2f / %7.2f ms\n", node.name.c_str(), "halo", timing.forward_seconds * 1e3,
+                                timing.backward_seconds * 1e3);
+                    continue;
+                }
+                const cost::LayerCost c = model.layer(g, model_node, &cores.plan().tile(model_node, 0), graph::Precision::F32);
+                std::printf("  %-24s %-14s measured %7.2f / %7.2f ms  predicted %7.2f / %7.2f ms\n", node.name.c_str(),
+                            std::string(graph::op_name(node.kind)).c_str(), timing.forward_seconds * 1e3, timing.backward_seconds * 1e3,
+                            c.forward.seconds * 1e3, c.backward.seconds * 1e3);
+            }
+        }
+        const double m = median(measured), p = predicted.step_seconds;
+        const double error = 100.0 * (p - m) / m;
+        worst = std::max(worst, std::abs(error));
+        char line[256];
+        std::snprintf(line, sizeof line, "case=%s predicted_ms=%.1f measured_ms=%.1f error=%+.1f%%", run.name.c_str(), p * 1e3,
+                      m * 1e3, error);
+        std::printf("%s\n", line);
+        std::fflush(stdout);
+        lines.push_back(line);
+    }
+
+    // The planner's sweep: every layout of the 3D U-Net on 256³ CT for budgets of 1 to 512 TPU v3 cores.
+    const cost::CostModel v3(cost::load_device_preset("tpu_v3"));
+    cost::PlannerRequest request;
+    request.global_input = {8, 1, 256, 256, 256};
+    request.simulation.precision = graph::Precision::BF16;
+    const auto factory = [](const Shape& input) { return model::make_unet({.depth = 4, .base_width = 32, .num_classes = 3}, input); };
+    std::size_t layouts = 0;
+    const auto start = std::chrono::steady_clock::now();
+    for (std::int64_t budget = 1; budget <= 512; budget *= 2) {
+        request.core_budget = budget;
+        layouts += cost::plan_layouts(factory, request, v3).size();
+    }
+    const double sweep = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::printf("sweep: %zu layouts of the 3D U-Net on 256³ (global batch 8, 1…512 cores) planned in %.3f s\n", layouts, sweep);
+    std::printf("worst fidelity error over %zu runs: %.1f%%\n", runs.size(), worst);
+    return 0;
+}
