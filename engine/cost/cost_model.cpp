@@ -190,13 +190,16 @@ LayerCost CostModel::host_layer(const graph::Graph& model, int id, const partiti
     const Node& node = model.node(id);
     if (node.kind == OpKind::Input) return result;
     const double overhead = host_rate("op_overhead_us") * 1e-6;
-    auto conv_rate = [&](int rank, std::int64_t kernel, bool first, std::int64_t channels, bool backward) {
-        // Measured channel counts bracketing `channels`, interpolated in log2.
+    // The measured rate at `channels`, interpolated in log2 between the measured channel counts
+    // bracketing it (the nearest one outside them).
+    auto interpolated_rate = [&](const std::string& stem, std::int64_t channels, bool backward) {
         static const std::int64_t measured_channels[] = {4, 8, 16, 32, 64, 128, 256};
         double below_rate = 0, above_rate = 0;
         std::int64_t below = 0, above = 0;
         for (std::int64_t c : measured_channels) {
-            const double rate = host_rate(host_conv_key(rank, kernel, first, c, backward));
+            std::string key(stem);
+            key.append(".c").append(std::to_string(c)).append(backward ? ".bwd" : ".fwd");
+            const double rate = host_rate(key);
             if (rate <= 0) continue;
             if (c <= channels) {
                 below = c;
@@ -213,6 +216,27 @@ LayerCost CostModel::host_layer(const graph::Graph& model, int id, const partiti
                          (std::log2(static_cast<double>(above)) - std::log2(static_cast<double>(below)));
         return below_rate + t * (above_rate - below_rate);
     };
+    auto conv_rate = [&](int rank, std::int64_t kernel, bool first, std::int64_t channels, bool backward) {
+        const std::string key = host_conv_key(rank, kernel, first, channels, backward);
+        return interpolated_rate(key.substr(0, key.find(".c")), channels, backward);
+    };
+    // The fixed cost measured with the nearest channel count of a convolution class (seconds).
+    auto fixed_cost = [&](const std::string& stem, std::int64_t channels, bool backward) {
+        static const std::int64_t measured_channels[] = {4, 8, 16, 32, 64, 128, 256};
+        double best = 0, distance = 1e300;
+        for (std::int64_t c : measured_channels) {
+            std::string key(stem);
+            key.append(".c").append(std::to_string(c)).append(backward ? ".bwd_fixed_us" : ".fwd_fixed_us");
+            const auto found = m_device.measured.find(key);
+            if (found == m_device.measured.end()) continue;
+            const double d = std::abs(std::log2(static_cast<double>(c)) - std::log2(static_cast<double>(std::max<std::int64_t>(channels, 1))));
+            if (d < distance) {
+                distance = d;
+                best = found->second * 1e-6;
+            }
+        }
+        return best;
+    };
     auto set = [&](PassCost& pass, double seconds) {
         pass.seconds = seconds + overhead;
         pass.bound = pass.flops > 0 && (node.kind == OpKind::Conv || node.kind == OpKind::ConvTranspose) ? Bound::Compute
@@ -221,8 +245,10 @@ LayerCost CostModel::host_layer(const graph::Graph& model, int id, const partiti
     auto memory_op = [&](const std::string& name) {
         const double forward_rate = host_rate(std::string(name).append(".fwd"));
         const double backward_rate = host_rate(std::string(name).append(".bwd"));
-        if (forward_rate > 0) set(result.forward, static_cast<double>(result.forward.bytes) / (forward_rate * 1e9));
-        if (backward_rate > 0) set(result.backward, static_cast<double>(result.backward.bytes) / (backward_rate * 1e9));
+        const double forward_fixed = host_rate(std::string(name).append(".fwd_fixed_us")) * 1e-6;
+        const double backward_fixed = host_rate(std::string(name).append(".bwd_fixed_us")) * 1e-6;
+        if (forward_rate > 0) set(result.forward, forward_fixed + static_cast<double>(result.forward.bytes) / (forward_rate * 1e9));
+        if (backward_rate > 0) set(result.backward, backward_fixed + static_cast<double>(result.backward.bytes) / (backward_rate * 1e9));
     };
     const int rank = static_cast<int>(node.output_shape.size()) - 2;
     switch (node.kind) {
@@ -230,22 +256,32 @@ LayerCost CostModel::host_layer(const graph::Graph& model, int id, const partiti
             const Node& source = model.node(node.inputs[0]);
             const std::int64_t in_channels = source.output_shape[1], out_channels = node.output_shape[1];
             const bool first = in_channels == 1;
-            const std::int64_t channels = first ? out_channels : std::min(in_channels, out_channels);
-            const std::int64_t kernel = node.conv.kernel[0] == 1 ? 1 : 3;
+            // A 1×1 layer to a few outputs (a segmentation head) has its own measured rates, keyed by its input.
+            const bool head = node.conv.kernel[0] == 1 && out_channels < 16 && !first;
+            const std::int64_t channels = first ? out_channels : head ? in_channels : std::min(in_channels, out_channels);
             for (bool backward : {false, true}) {
-                const double rate = conv_rate(rank, kernel, first, channels, backward);
+                const std::string head_stem = "conv" + std::to_string(rank) + "d.head";
+                double rate = head ? interpolated_rate(head_stem, channels, backward) : 0;
+                double fixed = head ? fixed_cost(head_stem, channels, backward) : 0;
+                if (rate <= 0) {
+                    const std::string key = host_conv_key(rank, node.conv.kernel[0] == 1 ? 1 : 3, first, channels, backward);
+                    const std::string stem = key.substr(0, key.find(".c"));
+                    rate = interpolated_rate(stem, channels, backward);
+                    fixed = fixed_cost(stem, channels, backward);
+                }
                 PassCost& pass = backward ? result.backward : result.forward;
-                if (rate > 0) set(pass, pass.flops / (rate * 1e9));
+                if (rate > 0) set(pass, fixed + pass.flops / (rate * 1e9));
             }
             break;
         }
         case OpKind::ConvTranspose: {  // kernel = stride (U-Net's up-convolution), measured as such: key k1
             const Node& source = model.node(node.inputs[0]);
             const std::int64_t channels = std::min(source.output_shape[1], node.output_shape[1]);
+            const std::string stem = "conv" + std::to_string(rank) + "d.k1";
             for (bool backward : {false, true}) {
                 const double rate = conv_rate(rank, 1, false, channels, backward);
                 PassCost& pass = backward ? result.backward : result.forward;
-                if (rate > 0) set(pass, pass.flops / (rate * 1e9));
+                if (rate > 0) set(pass, fixed_cost(stem, channels, backward) + pass.flops / (rate * 1e9));
             }
             break;
         }

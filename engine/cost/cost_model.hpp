@@ -46,9 +46,12 @@ struct LayerCost {
 //   conv<r>d.k<k>.c<c>.fwd / .bwd        r spatial rank, k kernel (3 or 1), c = min(C_in, C_out);
 //                                        k1: kernel = stride transposed convolutions and 1×1 convolutions
 //   conv<r>d.first.c<c>.fwd / .bwd       a first layer reading a 1-channel input, c = C_out
+//   conv<r>d.head.c<c>.fwd / .bwd        a 1×1 layer to a few outputs (segmentation head), c = C_in
 //   <op>.fwd / <op>.bwd                  op: batch_norm, relu, pool, concat, add, upsample
 //   copy                                 memory copies (halo buffers, tiles)
 //   op_overhead_us, phase_overhead_us    a kernel call; a barrier between the simulated cores' phases
+//   <key>_fixed_us                       a measured class's fixed cost per call (with its rate: t = fixed + work / rate)
+//   parallel_slowdown                    how much slower a kernel runs while every host thread runs one
 //   threads                              host threads the simulated cores run on
 std::string host_conv_key(int rank, std::int64_t kernel, bool first_layer, std::int64_t channels, bool backward);
 

@@ -455,12 +455,16 @@ StepPrediction predict_host_step(const graph::Graph& model, const partition::Til
     const GridGeometry geometry(plan);
     const auto incoming = all_incoming(model, plan, geometry, has_halo);
     double wall = 0;
+    // Kernels run slower while the other host threads run theirs (measured by calibration).
+    const double slowdown = std::max(1.0, host.host_rate("parallel_slowdown"));
+    const std::int64_t tasks_per_phase = cores * replicas;
+    const double concurrent = tasks_per_phase > 1 && threads > 1 ? slowdown : 1.0;
     // One phase: task(core) seconds for every core of every replica (replicas repeat the same tiles).
     auto phase = [&](const std::function<double(std::int64_t)>& task) {
         std::vector<double> tasks;
         for (std::int64_t r = 0; r < replicas; ++r) {
             for (std::int64_t core = 0; core < cores; ++core) {
-                const double seconds = task(core);
+                const double seconds = task(core) * concurrent;
                 tasks.push_back(seconds);
                 prediction.cores[static_cast<std::size_t>(core)].compute_seconds += r == 0 ? seconds : 0;
             }
