@@ -4,7 +4,7 @@
 //   tessera-cli info <image> [--labels <file>]
 //   tessera-cli phantom <out.nii.gz> [--size 128,128,96] [--spacing 1,1,1] [--seed 1] [--labels <out>]
 //   tessera-cli convert <in> <out>
-//   tessera-cli plan <experiment.json> [--sweep] [--json <out.json>] [--device <preset>]
+//   tessera-cli plan <experiment.json> [--sweep] [--json <out.json>] [--device <preset>] [--overlap]
 //   tessera-cli calibrate [--out <host.json>] [--threads 2] [--quick]
 //
 // Exit codes: 0 success, 2 bad input (a file or an argument), 1 any other failure.
@@ -103,7 +103,7 @@ void print_plan_table(const std::vector<tessera::cost::LayoutPlan>& plans) {
 
 // `plan`: the experiment's own layout on its device, then (with --sweep) every layout for its core
 // budget and the best layout at other budgets.
-int run_plan(const std::string& path, bool sweep, const std::string& json_out, const std::string& device_override) {
+int run_plan(const std::string& path, bool sweep, const std::string& json_out, const std::string& device_override, bool overlap) {
     using namespace tessera;
     const experiment::Experiment e = experiment::load_experiment(path);
     const cost::Device device = cost::load_device_preset(device_override.empty() ? e.device : device_override);
@@ -113,6 +113,7 @@ int run_plan(const std::string& path, bool sweep, const std::string& json_out, c
     request.global_input = experiment::global_input_shape(e);
     request.core_budget = e.partition.num_cores();
     request.simulation.precision = e.precision;
+    request.simulation.overlap_gradient_all_reduce = overlap;
     request.simulation.optimizer_slots = e.optimizer.kind == train::OptimizerKind::Sgd ? (e.optimizer.momentum > 0 ? 1 : 0) : 2;
     std::printf("experiment %s%s%s\n", path.c_str(), e.name.empty() ? "" : ": ", e.name.c_str());
     std::printf("device     %s (%s, %s per core)\n", device.name.c_str(), device.id.c_str(), gib(device.memory_per_core).c_str());
@@ -192,12 +193,13 @@ int main(int argc, char** argv) {
     convert->add_flag("--labels", convert_as_labels, "Treat the image as a label map (integer values)");
 
     std::string plan_experiment, plan_json_out, plan_device;
-    bool plan_sweep = false;
+    bool plan_sweep = false, plan_overlap = false;
     CLI::App* plan = app.add_subcommand("plan", "Predict an experiment's step time and memory on its device; --sweep ranks every layout");
     plan->add_option("experiment", plan_experiment, "Experiment file (JSON)")->required();
     plan->add_flag("--sweep", plan_sweep, "Rank every layout for the core budget and print strong scaling");
     plan->add_option("--json", plan_json_out, "Also write the results as JSON to this file");
     plan->add_option("--device", plan_device, "Plan for this device preset instead of the experiment's");
+    plan->add_flag("--overlap", plan_overlap, "Overlap the gradient all-reduce with the backward pass (25 MiB buckets)");
 
     std::string calibrate_out;
     int calibrate_threads = 2;
@@ -215,7 +217,7 @@ int main(int argc, char** argv) {
 
     try {
         if (*plan) {
-            return run_plan(plan_experiment, plan_sweep, plan_json_out, plan_device);
+            return run_plan(plan_experiment, plan_sweep, plan_json_out, plan_device, plan_overlap);
         } else if (*calibrate) {
             tessera::cores::CalibrationOptions options;
             options.threads = calibrate_threads;
