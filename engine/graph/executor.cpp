@@ -780,8 +780,12 @@ private:
 class AddKernel final : public Kernel {
 public:
     explicit AddKernel(const KernelInputs& in) : m_needs_gradient(in.needs_gradient) {
+        // Both summands in the first one's layout: oneDNN's binary op over two different layouts (a
+        // residual shortcut from a pooling in another format) takes a reference path many times slower
+        // than one reorder.
+        m_second = Converted(in.descs[1], in.descs[0]);
         const dnnl::binary::primitive_desc pd(
-            dnnl::binary::desc(dnnl::algorithm::binary_add, in.descs[0], in.descs[1], in.descs[0]), cpu_engine());
+            dnnl::binary::desc(dnnl::algorithm::binary_add, in.descs[0], in.descs[0], in.descs[0]), cpu_engine());
         m_add = dnnl::binary(pd);
         m_output_desc = pd.dst_desc();
         for (std::size_t i = 0; i < 2; ++i) {
@@ -791,7 +795,7 @@ public:
     }
 
     void forward(const std::vector<memory>& inputs, const memory& output, Mode) override {
-        m_add.execute(cpu_stream(), {{DNNL_ARG_SRC_0, inputs[0]}, {DNNL_ARG_SRC_1, inputs[1]}, {DNNL_ARG_DST, output}});
+        m_add.execute(cpu_stream(), {{DNNL_ARG_SRC_0, inputs[0]}, {DNNL_ARG_SRC_1, m_second(inputs[1])}, {DNNL_ARG_DST, output}});
     }
 
     void backward(const std::vector<memory>&, const memory&, const memory& diff_output,
@@ -801,8 +805,11 @@ public:
         }
     }
 
+    std::int64_t bytes() const override { return m_second.bytes(); }
+
 private:
     std::vector<bool> m_needs_gradient;
+    Converted m_second;
     dnnl::binary m_add;
     std::vector<Copy> m_copies;
 };
