@@ -163,6 +163,33 @@ cost::Device calibrate_host(const CalibrationOptions& options, const std::functi
             conv_rates(rank, 1, c, false, false, key_stem(rank, 3, true, c));
         }
     }
+    // Narrow tiles: oneDNN's kernels vectorise along the output row, so a tile a few elements wide runs
+    // far below the rate of a wide one. A 3×3 layer at widths 2 and 8 (batch 4, as many cores' tiles)
+    // gives w0 in efficiency(W) = W / (W + w0), relative to a wide tile.
+    for (int rank : {2, 3}) {
+        say("narrow tiles " + std::to_string(rank) + "D");
+        const std::int64_t c = 64;
+        auto time_at = [&](std::int64_t width) {
+            graph::Graph g("narrow");
+            Shape shape{4, 8};
+            for (int axis = 0; axis < rank; ++axis) shape.push_back(width);
+            int x = g.conv(g.relu(g.input(shape), "relu"), c, ops::ConvAttributes::same(rank, 3), "before");
+            const int layer = g.conv(x, c, ops::ConvAttributes::same(rank, 3), "layer");
+            g.set_output(layer);
+            const auto [forward, backward] = time_node(g, layer, options.repeats);
+            const cost::LayerCost counted = roofline.layer(g, layer, nullptr, graph::Precision::F32);
+            return (counted.forward.flops + counted.backward.flops) / (forward + backward);  // FLOP/s
+        };
+        const double wide = time_at(rank == 3 ? 16 : 32), narrow = time_at(2);
+        // efficiency(2) / efficiency(wide) = narrow / wide, with efficiency(W) = W / (W + w0).
+        const double ratio = std::clamp(narrow / wide, 0.01, 1.0);
+        const double w_wide = rank == 3 ? 16 : 32;
+        // Solve 2/(2 + w0) = ratio · w_wide/(w_wide + w0) for w0.
+        const double a = ratio * w_wide;
+        const double w0 = a > 2 ? std::max(0.0, (2 * w_wide - 2 * a) / (a - 2)) : 64.0;
+        measured["conv" + std::to_string(rank) + "d.width_w0"] = w0;
+    }
+
     // The largest measured 3×3 rate stands for the peak (the cost model needs one).
     for (const auto& [key, value] : measured) {
         if (key.rfind("conv", 0) == 0) device.peak_flops_f32 = std::max(device.peak_flops_f32, value * 1e9);

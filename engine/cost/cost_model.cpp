@@ -255,7 +255,13 @@ LayerCost CostModel::host_layer(const graph::Graph& model, int id, const partiti
         case OpKind::Conv: {
             const Node& source = model.node(node.inputs[0]);
             const std::int64_t in_channels = source.output_shape[1], out_channels = node.output_shape[1];
-            const bool first = in_channels == 1;
+            // A layer reading a few image channels (grey, RGB) runs like the measured first layers.
+            const bool first = in_channels <= 4 && out_channels > in_channels;
+            // Narrow tiles run below the measured (wide-tile) rates: efficiency W / (W + w0), relative.
+            const double w0 = host_rate("conv" + std::to_string(rank) + "d.width_w0");
+            const double width = static_cast<double>(output_extent(node, tile).back());
+            const double wide = rank == 3 ? 16.0 : 32.0;
+            const double narrow_factor = w0 > 0 && width < wide ? (width / (width + w0)) / (wide / (wide + w0)) : 1.0;
             // A 1×1 layer to a few outputs (a segmentation head) has its own measured rates, keyed by its input.
             const bool head = node.conv.kernel[0] == 1 && out_channels < 16 && !first;
             const std::int64_t channels = first ? out_channels : head ? in_channels : std::min(in_channels, out_channels);
@@ -270,7 +276,7 @@ LayerCost CostModel::host_layer(const graph::Graph& model, int id, const partiti
                     fixed = fixed_cost(stem, channels, backward);
                 }
                 PassCost& pass = backward ? result.backward : result.forward;
-                if (rate > 0) set(pass, fixed + pass.flops / (rate * 1e9));
+                if (rate > 0) set(pass, fixed + pass.flops / (rate * narrow_factor * 1e9));
             }
             break;
         }

@@ -52,6 +52,7 @@ struct LayerCost {
 //   op_overhead_us, phase_overhead_us    a kernel call; a barrier between the simulated cores' phases
 //   <key>_fixed_us                       a measured class's fixed cost per call (with its rate: t = fixed + work / rate)
 //   parallel_slowdown                    how much slower a kernel runs while every host thread runs one
+//   conv<r>d.width_w0                    narrow tiles: a convolution's rate × W/(W + w0), relative to a wide tile
 //   threads                              host threads the simulated cores run on
 std::string host_conv_key(int rank, std::int64_t kernel, bool first_layer, std::int64_t channels, bool backward);
 
