@@ -1,6 +1,7 @@
 #include "cost/step_simulation.hpp"
 
 #include "core/error.hpp"
+#include "partition/core_graph.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -16,58 +17,7 @@ namespace {
 using graph::Node;
 using graph::OpKind;
 
-struct IncomingHalo {
-    std::int64_t peer = 0;
-    std::int64_t elements = 0;
-};
-
-// The grid positions of a plan's cores, computed once (planners price thousands of layouts).
-struct GridGeometry {
-    std::vector<std::int64_t> pieces;
-    std::vector<std::vector<std::int64_t>> index;  // [core] grid index
-    explicit GridGeometry(const partition::TilingPlan& plan) : pieces(plan.grid().pieces_per_axis()) {
-        for (std::int64_t core = 0; core < plan.num_cores(); ++core) index.push_back(plan.grid().grid_index(core));
-    }
-};
-
-// Rows core `core` reads from its neighbours before windowed layer `node` (corners included). Halos
-// never reach past the adjacent tiles (the tiling plan refuses that), so only the up to 3^rank − 1
-// cores around it are looked at.
-std::vector<IncomingHalo> incoming_halo(const graph::Graph& model, const partition::TilingPlan& plan,
-                                        const GridGeometry& geometry, int node, std::int64_t core) {
-    std::vector<IncomingHalo> incoming;
-    const Node& n = model.node(node);
-    const int producer = n.inputs[0];
-    const Shape& shape = model.node(producer).output_shape;
-    const partition::NodeTile& tile = plan.tile(node, core);
-    const auto& pieces = geometry.pieces;
-    const auto& index = geometry.index[static_cast<std::size_t>(core)];
-    const std::size_t rank = pieces.size();
-    std::int64_t offsets = 1;
-    for (std::size_t axis = 0; axis < rank; ++axis) offsets *= 3;
-    for (std::int64_t code = 0; code < offsets; ++code) {
-        std::int64_t peer = 0, rest = code;
-        bool inside = true, self = true;
-        for (std::size_t axis = 0; axis < rank; ++axis) {
-            const std::int64_t step = rest % 3 - 1;
-            rest /= 3;
-            const std::int64_t at = index[axis] + step;
-            inside = inside && at >= 0 && at < pieces[axis];
-            self = self && step == 0;
-            peer = peer * pieces[axis] + at;
-        }
-        if (!inside || self) continue;
-        const auto& theirs = plan.tile(producer, peer).owned;
-        std::int64_t elements = shape[0] * shape[1];
-        for (std::size_t axis = 0; axis < tile.needed.size(); ++axis) {
-            elements *= std::max<std::int64_t>(0, std::min(tile.needed[axis].end, theirs[axis].end) -
-                                                      std::max(tile.needed[axis].begin, theirs[axis].begin));
-        }
-        if (elements > 0) incoming.push_back({peer, elements});
-    }
-    std::sort(incoming.begin(), incoming.end(), [](const IncomingHalo& a, const IncomingHalo& b) { return a.peer < b.peer; });
-    return incoming;
-}
+using partition::HaloTransfer;
 
 // Per node: whether any core of the plan needs a halo for it (computed once per plan).
 std::vector<bool> layers_with_halos(const graph::Graph& model, const partition::TilingPlan& plan) {
@@ -85,23 +35,23 @@ std::vector<bool> layers_with_halos(const graph::Graph& model, const partition::
 }
 
 // Links between two cores of a replica: 0 on one chip, else the distance between their grid cells.
-int hops_between(const GridGeometry& geometry, const Device& device, std::int64_t a, std::int64_t b) {
+int hops_between(const partition::TilingPlan& plan, const Device& device, std::int64_t a, std::int64_t b) {
     if (device.cores_per_chip > 1 && a / device.cores_per_chip == b / device.cores_per_chip) return 0;
-    const auto& ia = geometry.index[static_cast<std::size_t>(a)];
-    const auto& ib = geometry.index[static_cast<std::size_t>(b)];
+    const auto& ia = plan.grid_index(a);
+    const auto& ib = plan.grid_index(b);
     int hops = 0;
     for (std::size_t axis = 0; axis < ia.size(); ++axis) hops += static_cast<int>(std::abs(ia[axis] - ib[axis]));
     return std::max(hops, 1);
 }
 
 // Every halo layer's incoming transfers, per core, computed once per plan.
-std::vector<std::vector<std::vector<IncomingHalo>>> all_incoming(const graph::Graph& model, const partition::TilingPlan& plan,
-                                                                 const GridGeometry& geometry, const std::vector<bool>& has_halo) {
-    std::vector<std::vector<std::vector<IncomingHalo>>> result(model.nodes().size());
+std::vector<std::vector<std::vector<HaloTransfer>>> all_incoming(const graph::Graph& model, const partition::TilingPlan& plan,
+                                                                 const std::vector<bool>& has_halo) {
+    std::vector<std::vector<std::vector<HaloTransfer>>> result(model.nodes().size());
     for (const Node& node : model.nodes()) {
         if (!has_halo[static_cast<std::size_t>(node.id)]) continue;
         auto& per_core = result[static_cast<std::size_t>(node.id)];
-        for (std::int64_t core = 0; core < plan.num_cores(); ++core) per_core.push_back(incoming_halo(model, plan, geometry, node.id, core));
+        for (std::int64_t core = 0; core < plan.num_cores(); ++core) per_core.push_back(partition::incoming_halo(model, plan, node.id, core));
     }
     return result;
 }
@@ -178,9 +128,8 @@ StepPrediction predict_step(const graph::Graph& model, const partition::TilingPl
     StepPrediction prediction;
     prediction.cores.resize(static_cast<std::size_t>(cores));
     const std::vector<bool> has_halo = layers_with_halos(model, plan);
-    const GridGeometry geometry(plan);
-    const auto incoming = all_incoming(model, plan, geometry, has_halo);
-    auto incoming_of = [&](int id, std::int64_t core) -> const std::vector<IncomingHalo>& {
+    const auto incoming = all_incoming(model, plan, has_halo);
+    auto incoming_of = [&](int id, std::int64_t core) -> const std::vector<HaloTransfer>& {
         return incoming[static_cast<std::size_t>(id)][static_cast<std::size_t>(core)];
     };
 
@@ -231,10 +180,10 @@ StepPrediction predict_step(const graph::Graph& model, const partition::TilingPl
             for (std::int64_t core = 0; core < cores; ++core) {
                 senders.clear();
                 double seconds = 0;
-                for (const IncomingHalo& in : incoming_of(id, core)) {
+                for (const HaloTransfer& in : incoming_of(id, core)) {
                     const int producer_task = forward_task[static_cast<std::size_t>(in.peer)][static_cast<std::size_t>(node.inputs[0])];
                     if (producer_task >= 0) senders.push_back(producer_task);
-                    seconds += cost.transfer_seconds(in.elements * element, hops_between(geometry, device, in.peer, core));
+                    seconds += cost.transfer_seconds(in.elements * element, hops_between(plan, device, in.peer, core));
                 }
                 if (seconds == 0) continue;
                 const int task = schedule.add(link_resource(core), seconds, senders);
@@ -338,9 +287,9 @@ StepPrediction predict_step(const graph::Graph& model, const partition::TilingPl
             std::vector<double> seconds(static_cast<std::size_t>(cores), 0.0);
             std::vector<std::vector<int>> senders(static_cast<std::size_t>(cores));
             for (std::int64_t core = 0; core < cores; ++core) {
-                for (const IncomingHalo& in : incoming_of(id, core)) {
+                for (const HaloTransfer& in : incoming_of(id, core)) {
                     seconds[static_cast<std::size_t>(in.peer)] +=
-                        cost.transfer_seconds(in.elements * element, hops_between(geometry, device, core, in.peer));
+                        cost.transfer_seconds(in.elements * element, hops_between(plan, device, core, in.peer));
                     senders[static_cast<std::size_t>(in.peer)].push_back(tasks[static_cast<std::size_t>(core)]);
                 }
             }
@@ -452,8 +401,7 @@ StepPrediction predict_host_step(const graph::Graph& model, const partition::Til
     StepPrediction prediction;
     prediction.cores.resize(static_cast<std::size_t>(cores));
     const std::vector<bool> has_halo = layers_with_halos(model, plan);
-    const GridGeometry geometry(plan);
-    const auto incoming = all_incoming(model, plan, geometry, has_halo);
+    const auto incoming = all_incoming(model, plan, has_halo);
     double wall = 0;
     // Kernels run slower while the other host threads run theirs (measured by calibration).
     const double slowdown = std::max(1.0, host.host_rate("parallel_slowdown"));
@@ -475,7 +423,7 @@ StepPrediction predict_host_step(const graph::Graph& model, const partition::Til
     auto cost_of = [&](std::int64_t core, int id) -> const LayerCost& { return costs[static_cast<std::size_t>(core)][static_cast<std::size_t>(id)]; };
     auto halo_copy_seconds = [&](int id, std::int64_t core) {
         std::int64_t elements = 0;
-        for (const IncomingHalo& in : incoming[static_cast<std::size_t>(id)][static_cast<std::size_t>(core)]) elements += in.elements;
+        for (const HaloTransfer& in : incoming[static_cast<std::size_t>(id)][static_cast<std::size_t>(core)]) elements += in.elements;
         return static_cast<double>(elements * element) / copy_rate;
     };
     const int input = model.input_node();

@@ -621,115 +621,6 @@ private:
     Staged m_diff_src;
 };
 
-// ---- batch normalisation --------------------------------------------------------------------
-
-// running = momentum · running + (1 − momentum) · batch, with the unbiased batch variance (M values per channel).
-void update_running_statistics(const float* mean, const float* variance, std::int64_t values_per_channel,
-                               double momentum, Tensor& running_mean, Tensor& running_variance) {
-    const double bessel = values_per_channel > 1
-                              ? static_cast<double>(values_per_channel) / static_cast<double>(values_per_channel - 1)
-                              : 1.0;
-    float* means = running_mean.data<float>();
-    float* variances = running_variance.data<float>();
-    for (std::int64_t c = 0; c < running_mean.num_elements(); ++c) {
-        means[c] = static_cast<float>(momentum * means[c] + (1 - momentum) * mean[c]);
-        variances[c] = static_cast<float>(momentum * variances[c] + (1 - momentum) * variance[c] * bessel);
-    }
-}
-
-class BatchNormKernel final : public Kernel {
-public:
-    BatchNormKernel(const Node& node, const KernelInputs& in, Parameter* scale, Parameter* shift, Tensor* running_mean,
-                    Tensor* running_variance)
-        : m_attributes(node.batch_norm), m_scale(scale), m_shift(shift), m_running_mean(running_mean),
-          m_running_variance(running_variance), m_needs_diff_input(in.needs_gradient[0]) {
-        using flags = dnnl::normalization_flags;
-        const auto epsilon = static_cast<float>(m_attributes.epsilon);
-        flags training_flags = flags::use_scale | flags::use_shift;
-        if (m_attributes.fuse_relu) training_flags = training_flags | flags::fuse_norm_relu;
-        m_training_pd = dnnl::batch_normalization_forward::primitive_desc(
-            dnnl::batch_normalization_forward::desc(dnnl::prop_kind::forward_training, in.descs[0], epsilon,
-                                                    training_flags),
-            cpu_engine());
-        m_training = dnnl::batch_normalization_forward(m_training_pd);
-        m_inference = dnnl::batch_normalization_forward(dnnl::batch_normalization_forward::primitive_desc(
-            dnnl::batch_normalization_forward::desc(dnnl::prop_kind::forward_inference, in.descs[0], epsilon,
-                                                    training_flags | flags::use_global_stats),
-            cpu_engine()));
-        m_output_desc = m_training_pd.dst_desc();
-        m_mean = memory(m_training_pd.mean_desc(), cpu_engine());
-        m_variance = memory(m_training_pd.variance_desc(), cpu_engine());
-        if (m_attributes.fuse_relu) m_workspace = memory(m_training_pd.workspace_desc(), cpu_engine());
-        m_backward_pd = dnnl::batch_normalization_backward::primitive_desc(
-            dnnl::batch_normalization_backward::desc(dnnl::prop_kind::backward, m_output_desc, in.descs[0], epsilon,
-                                                     training_flags),
-            cpu_engine(), m_training_pd);
-        m_backward = dnnl::batch_normalization_backward(m_backward_pd);
-        m_diff_src = Staged(m_backward_pd.diff_src_desc(), in.descs[0]);
-        const Shape& shape = node.output_shape;
-        m_values_per_channel = num_elements_of(shape) / shape[1];
-    }
-
-    void forward(const std::vector<memory>& inputs, const memory& output, Mode mode) override {
-        std::unordered_map<int, memory> args{{DNNL_ARG_SRC, inputs[0]},
-                                             {DNNL_ARG_DST, output},
-                                             {DNNL_ARG_SCALE, ops::wrap(m_scale->value)},
-                                             {DNNL_ARG_SHIFT, ops::wrap(m_shift->value)}};
-        if (mode == Mode::Eval) {
-            args[DNNL_ARG_MEAN] = ops::wrap(*m_running_mean);
-            args[DNNL_ARG_VARIANCE] = ops::wrap(*m_running_variance);
-            m_inference.execute(cpu_stream(), args);
-            return;
-        }
-        args[DNNL_ARG_MEAN] = m_mean;
-        args[DNNL_ARG_VARIANCE] = m_variance;
-        if (m_workspace) args[DNNL_ARG_WORKSPACE] = m_workspace;
-        m_training.execute(cpu_stream(), args);
-        cpu_stream().wait();
-        update_running_statistics(static_cast<const float*>(m_mean.get_data_handle()),
-                                  static_cast<const float*>(m_variance.get_data_handle()), m_values_per_channel,
-                                  m_attributes.momentum, *m_running_mean, *m_running_variance);
-    }
-
-    void backward(const std::vector<memory>& inputs, const memory&, const memory& diff_output,
-                  const std::vector<memory>& diff_inputs) override {
-        // The scale and shift gradients are needed even when the input's is not, so the primitive always runs.
-        const memory target = m_needs_diff_input ? diff_inputs[0] : memory(m_backward_pd.diff_src_desc(), cpu_engine());
-        std::unordered_map<int, memory> args{{DNNL_ARG_SRC, inputs[0]},
-                                             {DNNL_ARG_MEAN, m_mean},
-                                             {DNNL_ARG_VARIANCE, m_variance},
-                                             {DNNL_ARG_DIFF_DST, diff_output},
-                                             {DNNL_ARG_SCALE, ops::wrap(m_scale->value)},
-                                             {DNNL_ARG_SHIFT, ops::wrap(m_shift->value)},
-                                             {DNNL_ARG_DIFF_SRC, m_diff_src.destination(target)},
-                                             {DNNL_ARG_DIFF_SCALE, ops::wrap(m_scale->gradient)},
-                                             {DNNL_ARG_DIFF_SHIFT, ops::wrap(m_shift->gradient)}};
-        if (m_workspace) args[DNNL_ARG_WORKSPACE] = m_workspace;
-        m_backward.execute(cpu_stream(), args);
-        m_diff_src.finish(target);
-    }
-
-    std::int64_t bytes() const override {
-        return (m_workspace ? static_cast<std::int64_t>(m_workspace.get_desc().get_size()) : 0) + m_diff_src.bytes();
-    }
-
-private:
-    ops::BatchNormAttributes m_attributes;
-    Parameter* m_scale;
-    Parameter* m_shift;
-    Tensor* m_running_mean;
-    Tensor* m_running_variance;
-    bool m_needs_diff_input;
-    std::int64_t m_values_per_channel = 1;
-    dnnl::batch_normalization_forward::primitive_desc m_training_pd;
-    dnnl::batch_normalization_forward m_training;
-    dnnl::batch_normalization_forward m_inference;
-    dnnl::batch_normalization_backward::primitive_desc m_backward_pd;
-    dnnl::batch_normalization_backward m_backward;
-    memory m_mean, m_variance, m_workspace;
-    Staged m_diff_src;
-};
-
 // ---- ReLU -----------------------------------------------------------------------------------
 
 class ReluKernel final : public Kernel {
@@ -1176,27 +1067,48 @@ private:
     bool m_covers_input = true;
 };
 
-// Batch norm over a replica's tiles. Forward (training): Σx then Σ(x − mean)² are reduced over the
-// replica's cores (two passes, as oneDNN's own kernel computes them), then oneDNN normalises with those
-// statistics. Backward: oneDNN with the statistics held fixed gives γ/σ·g' and this core's Σg'·x̂ and
-// Σg' (g' the gradient after the fused ReLU's mask); once those are summed over the replica, the terms
-// the statistics contribute are subtracted by hand: dx = γ/σ·(g' − (Σg' + x̂·Σg'x̂) / M).
-class DistributedBatchNormKernel final : public Kernel {
+// ---- batch normalisation --------------------------------------------------------------------
+
+// running = momentum · running + (1 − momentum) · batch, with the unbiased batch variance (M values per channel).
+void update_running_statistics(const float* mean, const float* variance, std::int64_t values_per_channel,
+                               double momentum, Tensor& running_mean, Tensor& running_variance) {
+    const double bessel = values_per_channel > 1
+                              ? static_cast<double>(values_per_channel) / static_cast<double>(values_per_channel - 1)
+                              : 1.0;
+    float* means = running_mean.data<float>();
+    float* variances = running_variance.data<float>();
+    for (std::int64_t c = 0; c < running_mean.num_elements(); ++c) {
+        means[c] = static_cast<float>(momentum * means[c] + (1 - momentum) * mean[c]);
+        variances[c] = static_cast<float>(momentum * variances[c] + (1 - momentum) * variance[c] * bessel);
+    }
+}
+
+// Batch normalisation. On one executor oneDNN computes the batch statistics and the whole backward pass.
+//
+// Distributed (a simulated core's tile of a replica): forward (training), Σx then Σ(x − mean)² are
+// reduced over the replica's cores (two passes, as oneDNN's own kernel computes them), then oneDNN
+// normalises with those statistics. Backward: oneDNN with the statistics held fixed gives γ/σ·g' and
+// this core's Σg'·x̂ and Σg' (g' the gradient after the fused ReLU's mask); once those are summed over
+// the replica, the terms the statistics contribute are subtracted by hand:
+// dx = γ/σ·(g' − (Σg' + x̂·Σg'x̂) / M).
+class BatchNormKernel final : public Kernel {
 public:
-    DistributedBatchNormKernel(const Node& node, const KernelInputs& in, Parameter* scale, Parameter* shift,
-                               Tensor* running_mean, Tensor* running_variance)
+    BatchNormKernel(const Node& node, const KernelInputs& in, Parameter* scale, Parameter* shift, Tensor* running_mean,
+                    Tensor* running_variance, bool distributed)
         : m_attributes(node.batch_norm), m_scale(scale), m_shift(shift), m_running_mean(running_mean),
-          m_running_variance(running_variance), m_needs_diff_input(in.needs_gradient[0]) {
+          m_running_variance(running_variance), m_needs_diff_input(in.needs_gradient[0]), m_distributed(distributed) {
         using flags = dnnl::normalization_flags;
         const auto epsilon = static_cast<float>(m_attributes.epsilon);
-        flags normalization = flags::use_scale | flags::use_shift | flags::use_global_stats;
+        flags normalization = flags::use_scale | flags::use_shift;
         if (m_attributes.fuse_relu) normalization = normalization | flags::fuse_norm_relu;
+        const flags training = m_distributed ? normalization | flags::use_global_stats : normalization;
         m_training_pd = dnnl::batch_normalization_forward::primitive_desc(
-            dnnl::batch_normalization_forward::desc(dnnl::prop_kind::forward_training, in.descs[0], epsilon, normalization),
+            dnnl::batch_normalization_forward::desc(dnnl::prop_kind::forward_training, in.descs[0], epsilon, training),
             cpu_engine());
         m_training = dnnl::batch_normalization_forward(m_training_pd);
         m_inference = dnnl::batch_normalization_forward(dnnl::batch_normalization_forward::primitive_desc(
-            dnnl::batch_normalization_forward::desc(dnnl::prop_kind::forward_inference, in.descs[0], epsilon, normalization),
+            dnnl::batch_normalization_forward::desc(dnnl::prop_kind::forward_inference, in.descs[0], epsilon,
+                                                    normalization | flags::use_global_stats),
             cpu_engine()));
         m_output_desc = m_training_pd.dst_desc();
         const std::int64_t channels = node.output_shape[1];
@@ -1205,15 +1117,17 @@ public:
         if (m_attributes.fuse_relu) m_workspace = memory(m_training_pd.workspace_desc(), cpu_engine());
         m_backward_pd = dnnl::batch_normalization_backward::primitive_desc(
             dnnl::batch_normalization_backward::desc(dnnl::prop_kind::backward, m_output_desc, in.descs[0], epsilon,
-                                                     normalization),
+                                                     training),
             cpu_engine(), m_training_pd);
         m_backward = dnnl::batch_normalization_backward(m_backward_pd);
         m_diff_src = Staged(m_backward_pd.diff_src_desc(), in.descs[0]);
         if (!m_needs_diff_input) m_discarded = memory(m_backward_pd.diff_src_desc(), cpu_engine());
         m_tile_count = num_elements_of(node.output_shape) / channels;
+        m_count = m_tile_count;
     }
 
     int reduction_phases(Pass pass, Mode mode) const override {
+        if (!m_distributed) return 0;
         if (pass == Pass::Forward) return mode == Mode::Train ? 2 : 0;
         return 1;
     }
@@ -1282,13 +1196,19 @@ public:
         args[DNNL_ARG_VARIANCE] = ops::wrap(m_variance);
         if (m_workspace) args[DNNL_ARG_WORKSPACE] = m_workspace;
         m_training.execute(cpu_stream(), args);
-        // The replica's statistics: M counts every core's elements.
+        cpu_stream().wait();
+        // Distributed, the replica's statistics: M counts every core's elements.
         update_running_statistics(m_mean.data<float>(), m_variance.data<float>(), m_count, m_attributes.momentum,
                                   *m_running_mean, *m_running_variance);
     }
 
-    void backward(const std::vector<memory>& inputs, const memory&, const memory&,
+    void backward(const std::vector<memory>& inputs, const memory&, const memory& diff_output,
                   const std::vector<memory>& diff_inputs) override {
+        if (!m_distributed) {  // the whole backward pass, with the batch statistics' terms
+            run_backward(inputs[0], diff_output, diff_inputs);
+            return;
+        }
+        // Distributed: oneDNN ran in the reduction phase; what remains is the statistics' terms.
         if (!m_needs_diff_input) return;
         const TileBuffer x = tile_buffer_of(inputs[0]);
         const TileBuffer dx = tile_buffer_of(diff_inputs[0]);
@@ -1346,9 +1266,10 @@ private:
     Tensor* m_running_mean;
     Tensor* m_running_variance;
     bool m_needs_diff_input;
-    std::int64_t m_tile_count = 1;  // elements per channel on this core
-    std::int64_t m_count = 1;       // ... on the whole replica
-    Tensor m_mean, m_variance;      // [C] of the replica, f32
+    bool m_distributed;
+    std::int64_t m_tile_count = 1;  // elements per channel on this executor
+    std::int64_t m_count = 1;       // ... in the statistics (distributed: on the whole replica)
+    Tensor m_mean, m_variance;      // [C] f32: the batch's (or, distributed, the replica's) statistics
     std::vector<double> m_sum_gradient, m_sum_gradient_xhat;
     dnnl::batch_normalization_forward::primitive_desc m_training_pd;
     dnnl::batch_normalization_forward m_training;
@@ -1563,13 +1484,8 @@ Executor::Executor(const Graph& graph, ExecutorOptions options) : m_impl(std::ma
                 case OpKind::BatchNorm: {
                     Tensor* running_mean = &impl.buffers[static_cast<std::size_t>(node.buffers[0])];
                     Tensor* running_variance = &impl.buffers[static_cast<std::size_t>(node.buffers[1])];
-                    if (impl.options.distributed_reductions) {
-                        kernel = std::make_unique<DistributedBatchNormKernel>(node, in, parameter(node, 0), parameter(node, 1),
-                                                                              running_mean, running_variance);
-                    } else {
-                        kernel = std::make_unique<BatchNormKernel>(node, in, parameter(node, 0), parameter(node, 1),
-                                                                   running_mean, running_variance);
-                    }
+                    kernel = std::make_unique<BatchNormKernel>(node, in, parameter(node, 0), parameter(node, 1), running_mean,
+                                                               running_variance, impl.options.distributed_reductions);
                     break;
                 }
                 case OpKind::Relu: kernel = std::make_unique<ReluKernel>(in); break;

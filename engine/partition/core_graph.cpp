@@ -29,6 +29,48 @@ Shape tile_shape(const Shape& full, const std::vector<Interval>& box) {
 
 }  // namespace
 
+std::vector<HaloTransfer> incoming_halo(const graph::Graph& model, const TilingPlan& plan, int node, std::int64_t core) {
+    std::vector<HaloTransfer> incoming;
+    const int producer = model.node(node).inputs[0];
+    const Shape& shape = model.node(producer).output_shape;
+    const NodeTile& tile = plan.tile(node, core);
+    const auto pieces = plan.grid().pieces_per_axis();
+    const auto& index = plan.grid_index(core);
+    const std::size_t rank = pieces.size();
+    std::int64_t neighbourhood = 1;
+    for (std::size_t axis = 0; axis < rank; ++axis) neighbourhood *= 3;
+    for (std::int64_t code = 0; code < neighbourhood; ++code) {  // offsets −1, 0, +1 per axis
+        std::int64_t peer = 0, rest = code;
+        bool inside = true, self = true;
+        for (std::size_t axis = 0; axis < rank; ++axis) {
+            const std::int64_t step = rest % 3 - 1;
+            rest /= 3;
+            const std::int64_t at = index[axis] + step;
+            inside = inside && at >= 0 && at < pieces[axis];
+            self = self && step == 0;
+            peer = peer * pieces[axis] + at;
+        }
+        if (!inside || self) continue;
+        const auto& theirs = plan.tile(producer, peer).owned;
+        HaloTransfer transfer;
+        transfer.peer = peer;
+        std::int64_t elements = shape[0] * shape[1];
+        for (std::size_t axis = 0; axis < rank; ++axis) {
+            const std::int64_t begin = std::max(tile.needed[axis].begin, theirs[axis].begin);
+            const std::int64_t end = std::min(tile.needed[axis].end, theirs[axis].end);
+            elements *= std::max<std::int64_t>(0, end - begin);
+            transfer.peer_origin.push_back(begin - theirs[axis].begin);
+            transfer.buffer_origin.push_back(begin - tile.needed[axis].begin);
+            transfer.extent.push_back(end - begin);
+        }
+        if (elements == 0) continue;
+        transfer.elements = elements;
+        incoming.push_back(std::move(transfer));
+    }
+    std::sort(incoming.begin(), incoming.end(), [](const HaloTransfer& a, const HaloTransfer& b) { return a.peer < b.peer; });
+    return incoming;
+}
+
 const HaloExchange* CoreGraphs::halo_for(int local) const {
     for (const HaloExchange& halo : halos) {
         if (halo.halo_node == local) return &halo;
@@ -93,27 +135,7 @@ CoreGraphs build_core_graphs(const graph::Graph& model, const TilingPlan& plan) 
                             attributes.interior_extent.push_back(std::max<std::int64_t>(0, end - begin));
                             extent.push_back(needed.size());
                         }
-                        // Incoming rows: every other core whose tile meets the needed box (diagonal
-                        // neighbours included: a 2-axis split needs the corners).
-                        auto& incoming = exchange.transfers[static_cast<std::size_t>(core)];
-                        for (std::int64_t peer = 0; peer < cores; ++peer) {
-                            if (peer == core) continue;
-                            const auto& theirs = plan.tile(producer, peer).owned;
-                            HaloTransfer transfer;
-                            transfer.peer = peer;
-                            std::int64_t elements = producer_shape[0] * producer_shape[1];
-                            for (std::size_t axis = 0; axis < rank; ++axis) {
-                                const std::int64_t begin = std::max(tile.needed[axis].begin, theirs[axis].begin);
-                                const std::int64_t end = std::min(tile.needed[axis].end, theirs[axis].end);
-                                elements *= std::max<std::int64_t>(0, end - begin);
-                                transfer.peer_origin.push_back(begin - theirs[axis].begin);
-                                transfer.buffer_origin.push_back(begin - tile.needed[axis].begin);
-                                transfer.extent.push_back(end - begin);
-                            }
-                            if (elements == 0) continue;
-                            transfer.elements = elements;
-                            incoming.push_back(std::move(transfer));
-                        }
+                        exchange.transfers[static_cast<std::size_t>(core)] = incoming_halo(model, plan, node.id, core);
                         return g.halo(source, extent, attributes, node.name + ".halo");
                     });
                     exchange.halo_node = source;

@@ -50,4 +50,9 @@ struct CoreGraphs {
 
 CoreGraphs build_core_graphs(const graph::Graph& model, const TilingPlan& plan);
 
+// The rows core `core` reads from its neighbours before windowed layer `node` of the model, peers
+// ascending (corners included: a 2-axis split needs them). Halos never reach past the adjacent tiles
+// (plan_tiling refuses that), so only the up to 3^rank − 1 cores around it are looked at.
+std::vector<HaloTransfer> incoming_halo(const graph::Graph& model, const TilingPlan& plan, int node, std::int64_t core);
+
 }  // namespace tessera::partition

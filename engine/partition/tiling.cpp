@@ -150,8 +150,8 @@ TilingPlan::TilingPlan(const graph::Graph& graph, SpatialGrid grid) : m_graph(&g
     m_tiles.assign(nodes.size(), std::vector<NodeTile>(static_cast<std::size_t>(cores)));
 
     // Grid positions, once: a planner builds thousands of plans.
-    std::vector<std::vector<std::int64_t>> grid_indices;
-    for (std::int64_t core = 0; core < cores; ++core) grid_indices.push_back(m_grid.grid_index(core));
+    for (std::int64_t core = 0; core < cores; ++core) m_grid_indices.push_back(m_grid.grid_index(core));
+    const auto& grid_indices = m_grid_indices;
     // Neighbours along an axis: the cores one piece below and above (−1 at the border).
     auto neighbour = [&](std::int64_t core, std::size_t axis, int direction) -> std::int64_t {
         std::vector<std::int64_t> index = grid_indices[static_cast<std::size_t>(core)];
@@ -305,6 +305,11 @@ TilingPlan::TilingPlan(const graph::Graph& graph, SpatialGrid grid) : m_graph(&g
             case OpKind::Dense: break;
         }
     }
+}
+
+const std::vector<std::int64_t>& TilingPlan::grid_index(std::int64_t core) const {
+    TESSERA_CHECK(core >= 0 && core < num_cores(), "no core " << core << " in a plan of " << num_cores());
+    return m_grid_indices[static_cast<std::size_t>(core)];
 }
 
 const NodeTile& TilingPlan::tile(int node, std::int64_t core) const {

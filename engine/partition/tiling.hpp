@@ -69,6 +69,8 @@ public:
 
     const SpatialGrid& grid() const { return m_grid; }
     std::int64_t num_cores() const { return m_grid.num_cores(); }
+    // Core `core`'s piece index per axis (SpatialGrid::grid_index, computed once for the plan).
+    const std::vector<std::int64_t>& grid_index(std::int64_t core) const;
     const NodeTile& tile(int node, std::int64_t core) const;
     // Elements (all channels, the whole batch) one step's forward halo exchange moves into `node`'s input.
     std::int64_t halo_elements(int node) const;
@@ -80,6 +82,7 @@ private:
     const graph::Graph* m_graph;
     SpatialGrid m_grid;
     std::vector<std::vector<NodeTile>> m_tiles;  // [node][core]
+    std::vector<std::vector<std::int64_t>> m_grid_indices;  // [core]
 };
 
 TilingPlan plan_tiling(const graph::Graph& graph, const SpatialGrid& grid);
