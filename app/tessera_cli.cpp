@@ -6,8 +6,14 @@
 //   tessera-cli convert <in> <out>
 //   tessera-cli plan <experiment.json> [--sweep] [--json <out.json>] [--device <preset>] [--overlap]
 //   tessera-cli calibrate [--out <host.json>] [--threads 2] [--quick]
+//   tessera-cli validate <experiment.json>...
+//   tessera-cli train <experiment.json> [--steps N] [--model-dir DIR] [--threads 2] [--plain]
+//   tessera-cli eval <experiment.json> [--model-dir DIR]
+//   tessera-cli predict <experiment.json> <image>... [--out DIR] [--model-dir DIR]
 //
-// Exit codes: 0 success, 2 bad input (a file or an argument), 1 any other failure.
+// Exit codes (cli_run.hpp): 0 success, 2 bad input (a file, an argument, an experiment that cannot run),
+// 1 a failure after the work started, 130 a training run stopped by Ctrl-C after its checkpoint.
+#include "cli_run.hpp"
 #include "core/error.hpp"
 #include "cores/host_calibration.hpp"
 #include "cost/planner.hpp"
@@ -27,8 +33,8 @@
 
 namespace {
 
-constexpr int exit_bad_input = 2;
-constexpr int exit_failure = 1;
+using tessera::cli::exit_bad_input;
+using tessera::cli::exit_failure;
 
 void describe_volume(const tessera::Volume& volume) {
     const auto& g = volume.geometry;
@@ -167,7 +173,7 @@ int run_plan(const std::string& path, bool sweep, const std::string& json_out, c
 }  // namespace
 
 int main(int argc, char** argv) {
-    CLI::App app{"tessera-cli: headless Tessera (volumes, phantoms, planning)"};
+    CLI::App app{"tessera-cli: headless Tessera (volumes, phantoms, planning, training)"};
     app.set_version_flag("--version", TESSERA_VERSION);
     app.require_subcommand(0, 1);
 
@@ -209,11 +215,45 @@ int main(int argc, char** argv) {
     calibrate->add_option("--threads", calibrate_threads, "Host threads the simulated cores run on")->capture_default_str();
     calibrate->add_flag("--quick", calibrate_quick, "Fewer measurements (a rougher preset, in a second)");
 
+    std::vector<std::string> validate_files;
+    CLI::App* validate = app.add_subcommand("validate", "Check experiment files: every field, the data they name");
+    validate->add_option("experiments", validate_files, "Experiment files (JSON)")->required();
+
+    // train, eval and predict share the run's options.
+    tessera::cli::RunArguments run_arguments;
+    std::int64_t steps_override = 0;
+    const auto add_run_options = [&](CLI::App* command, bool training) {
+        command->add_option("experiment", run_arguments.experiment, "Experiment file (JSON)")->required();
+        command->add_option("--model-dir", run_arguments.model_dir, "Checkpoints, metrics and predictions (default: the experiment's model_dir)");
+        command->add_option("--threads", run_arguments.threads, "Host threads the simulated cores run on")->capture_default_str();
+        if (training) {
+            command->add_option("--steps", steps_override, "Train this many steps instead of the experiment's")->check(CLI::PositiveNumber);
+            command->add_flag("--plain", run_arguments.plain, "Plain progress lines even on a terminal");
+        }
+        command->add_flag("--no-predictions", run_arguments.no_predictions, "Do not write label volumes at evaluations");
+    };
+    CLI::App* train = app.add_subcommand("train", "Train an experiment on the simulated cores; resumes from its model_dir's latest checkpoint");
+    add_run_options(train, true);
+    CLI::App* eval = app.add_subcommand("eval", "Evaluate the latest checkpoint on the held-out data (Dice, IoU, accuracy)");
+    add_run_options(eval, false);
+    std::vector<std::string> predict_inputs;
+    std::string predict_out = "predictions";
+    CLI::App* predict = app.add_subcommand("predict", "Segment images or volumes of any size with the latest checkpoint (sliding windows)");
+    add_run_options(predict, false);
+    predict->add_option("inputs", predict_inputs, "Images or volumes to segment")->required();
+    predict->add_option("--out", predict_out, "Folder for the label volumes")->capture_default_str();
+
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& error) {
         return app.exit(error) == 0 ? 0 : exit_bad_input;
     }
+
+    if (steps_override > 0) run_arguments.steps = steps_override;
+    if (*validate) return tessera::cli::validate_command(validate_files);
+    if (*train) return tessera::cli::train_command(run_arguments);
+    if (*eval) return tessera::cli::eval_command(run_arguments);
+    if (*predict) return tessera::cli::predict_command(run_arguments, predict_inputs, predict_out);
 
     try {
         if (*plan) {

@@ -350,6 +350,78 @@ std::int64_t CoreMesh::num_cores() const { return m_impl->total_cores; }
 std::int64_t CoreMesh::cores_per_replica() const { return m_impl->per_replica; }
 std::int64_t CoreMesh::num_replicas() const { return m_impl->mesh.num_replicas; }
 std::int64_t CoreMesh::step() const { return m_impl->step; }
+
+std::vector<train::NamedTensor> CoreMesh::weights() const {
+    const Impl& impl = *m_impl;
+    graph::Executor& first = *impl.cores[0].executor;
+    std::vector<train::NamedTensor> entries;
+    for (const Parameter& parameter : first.parameters()) entries.push_back({parameter.name, parameter.value.clone()});
+    const auto& buffers = first.graph().buffers();
+    const auto values = first.buffers();
+    for (std::size_t b = 0; b < buffers.size(); ++b) entries.push_back({buffers[b].name, values[b].clone()});
+    return entries;
+}
+
+std::vector<train::NamedTensor> CoreMesh::training_state() const {
+    const Impl& impl = *m_impl;
+    std::vector<train::NamedTensor> entries;
+    for (train::NamedTensor& entry : impl.cores[0].optimizer->state()) entries.push_back({"optimizer/" + entry.name, std::move(entry.value)});
+    for (train::NamedTensor& entry : impl.loss_scaler->state()) entries.push_back(std::move(entry));
+    entries.push_back(train::make_counter_entry("mesh/step", impl.step));
+    for (std::int64_t replica = 1; replica < impl.mesh.num_replicas; ++replica) {
+        graph::Executor& executor = *impl.cores[static_cast<std::size_t>(replica * impl.per_replica)].executor;
+        const auto& buffers = executor.graph().buffers();
+        const auto values = executor.buffers();
+        for (std::size_t b = 0; b < buffers.size(); ++b) {
+            entries.push_back({"replica" + std::to_string(replica) + "/" + buffers[b].name, values[b].clone()});
+        }
+    }
+    return entries;
+}
+
+void CoreMesh::load_checkpoint(const std::vector<train::NamedTensor>& weights, const std::vector<train::NamedTensor>& state) {
+    Impl& impl = *m_impl;
+    const auto require = [](const std::vector<train::NamedTensor>& entries, const std::string& name, const Tensor& like,
+                            const char* part) -> const Tensor& {
+        const train::NamedTensor* entry = train::find_entry(entries, name);
+        TESSERA_CHECK(entry, "the checkpoint's " << part << " have no '" << name
+                                                 << "': it was written for another model; start a new model_dir or restore the experiment it came from");
+        TESSERA_CHECK(entry->value.shape() == like.shape() && entry->value.dtype() == like.dtype(),
+                      "the checkpoint's '" << name << "' is " << shape_to_string(entry->value.shape()) << ", the model's "
+                                           << shape_to_string(like.shape()) << ": it was written for another model");
+        return entry->value;
+    };
+    // Check everything before changing anything.
+    graph::Executor& first = *impl.cores[0].executor;
+    const auto& buffer_specs = first.graph().buffers();
+    std::vector<const Tensor*> parameter_values, buffer_values;
+    for (const Parameter& parameter : first.parameters()) parameter_values.push_back(&require(weights, parameter.name, parameter.value, "weights"));
+    for (std::size_t b = 0; b < buffer_specs.size(); ++b) buffer_values.push_back(&require(weights, buffer_specs[b].name, first.buffers()[b], "weights"));
+    std::vector<std::vector<const Tensor*>> replica_buffers(static_cast<std::size_t>(impl.mesh.num_replicas), buffer_values);
+    for (std::int64_t replica = 1; replica < impl.mesh.num_replicas; ++replica) {
+        for (std::size_t b = 0; b < buffer_specs.size(); ++b) {
+            replica_buffers[static_cast<std::size_t>(replica)][b] =
+                &require(state, "replica" + std::to_string(replica) + "/" + buffer_specs[b].name, first.buffers()[b], "training state");
+        }
+    }
+    const train::NamedTensor* step = train::find_entry(state, "mesh/step");
+    TESSERA_CHECK(step, "the checkpoint's training state has no 'mesh/step': the file is not a Tessera checkpoint");
+    std::vector<train::NamedTensor> optimizer_state, scaler_state;
+    for (const train::NamedTensor& entry : state) {
+        if (entry.name.starts_with("optimizer/")) optimizer_state.push_back({entry.name.substr(10), entry.value});
+        else if (entry.name.starts_with("loss_scale/")) scaler_state.push_back(entry);
+    }
+    const std::int64_t step_value = train::read_counter_entry(*step);
+    impl.loss_scaler->load_state(scaler_state);
+    for (Impl::Core& core : impl.cores) {
+        for (std::size_t p = 0; p < parameter_values.size(); ++p) core.executor->parameters()[p].value.copy_from(*parameter_values[p]);
+        const auto& values = replica_buffers[static_cast<std::size_t>(core.replica)];
+        for (std::size_t b = 0; b < values.size(); ++b) core.executor->buffers()[b].copy_from(*values[b]);
+        core.optimizer->reset();
+        if (!optimizer_state.empty()) core.optimizer->load_state(optimizer_state);
+    }
+    impl.step = step_value;
+}
 const graph::Graph& CoreMesh::model() const { return m_impl->model; }
 const partition::TilingPlan& CoreMesh::plan() const { return m_impl->plan; }
 const partition::CoreGraphs& CoreMesh::core_graphs() const { return m_impl->core_graphs; }

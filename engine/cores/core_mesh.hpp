@@ -125,6 +125,20 @@ public:
     // Throws the out-of-memory error train_step would; does nothing when every core fits.
     void check_memory() const;
 
+    // ---- checkpoints ----
+    // Every core holds the same weights and optimizer state (each applies the same update to the same
+    // summed gradients), so replica 0's first core speaks for all of them. BN running statistics are
+    // per replica (without cross-replica BN) and are all kept, so a resumed run evaluates like the
+    // uninterrupted one.
+    // The model's parameters, then its BN running statistics (replica 0), by name; copies.
+    std::vector<train::NamedTensor> weights() const;
+    // "optimizer/<parameter>/<slot>" and "optimizer/num_steps", the loss scaler's entries, "mesh/step",
+    // and "replica<r>/<buffer>" for replicas 1…R−1; copies.
+    std::vector<train::NamedTensor> training_state() const;
+    // Loads what weights() and training_state() returned (from this model and layout) into every core.
+    // Checks every name and shape first and changes nothing when one is missing or differs.
+    void load_checkpoint(const std::vector<train::NamedTensor>& weights, const std::vector<train::NamedTensor>& state);
+
     // A model node's value (or gradient) on one replica, assembled from its cores' tiles: what the
     // unpartitioned model holds for that replica's batch.
     Tensor gather_activation(int model_node, std::int64_t replica = 0) const;

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 namespace tessera::experiment {
@@ -102,6 +103,24 @@ public:
         return text;
     }
 
+    std::optional<std::string> string(const Json& parent, std::string_view path, std::string_view key) const {
+        const Json* value = find(parent, key);
+        if (!value) return std::nullopt;
+        if (!value->is_string()) fail(join_path(path, key), "expected a string, got " + type_name(*value));
+        return value->get<std::string>();
+    }
+
+    // An object at parent[key], or nullptr when absent; its fields checked against `known`.
+    const Json* optional_object(const Json& parent, std::string_view path, std::string_view key, std::string_view example,
+                                const std::vector<std::string_view>& known) const {
+        const Json* value = find(parent, key);
+        if (!value) return nullptr;
+        const std::string here = join_path(path, key);
+        if (!value->is_object()) fail(here, "expected an object such as " + std::string(example) + ", got " + type_name(*value));
+        check_fields(*value, here, known);
+        return value;
+    }
+
     const std::string& origin() const { return m_origin; }
 
 private:
@@ -128,6 +147,224 @@ std::string partition_text(const Json& value) {
     return value.dump();
 }
 
+std::vector<std::int64_t> integer_list(const Reader& read, const Json& parent, std::string_view path, std::string_view key,
+                                       std::int64_t minimum, std::string_view example) {
+    const Json* value = read.find(parent, key);
+    if (!value) return {};
+    const std::string here = join_path(path, key);
+    if (!value->is_array()) read.fail(here, "expected a list such as " + std::string(example) + ", got " + type_name(*value));
+    std::vector<std::int64_t> values;
+    for (std::size_t i = 0; i < value->size(); ++i) {
+        const Json& item = (*value)[i];
+        if (!item.is_number_integer() || item.get<std::int64_t>() < minimum) {
+            read.fail(here + "[" + std::to_string(i) + "]",
+                      "expected an integer of at least " + std::to_string(minimum) + ", got " + shown(item));
+        }
+        values.push_back(item.get<std::int64_t>());
+    }
+    return values;
+}
+
+data::DataConfig parse_data(const Reader& read, const Json& root, const Experiment& e, std::uint64_t seed) {
+    const Json* object = read.optional_object(
+        root, "", "data", R"({"source": "synthetic_em"})",
+        {"source", "seed", "image_size", "num_train_images", "num_eval_images", "noise", "images", "labels", "label_mapping",
+         "normalization", "static_shape", "foreground_fraction", "augment", "holdout_fraction"});
+    const Json& d = *object;
+    data::DataConfig config;
+    const std::string source =
+        read.choice(d, "data", "source", {"synthetic_em", "synthetic_ct", "fake_images", "folder", "example_mri"}, std::nullopt);
+    config.source = source == "synthetic_em"   ? data::SourceKind::SyntheticEm
+                    : source == "synthetic_ct" ? data::SourceKind::SyntheticCt
+                    : source == "fake_images"  ? data::SourceKind::FakeImages
+                    : source == "folder"       ? data::SourceKind::Folder
+                                               : data::SourceKind::ExampleMri;
+    const bool classification = e.model.kind != ModelKind::UNet;
+    if (classification != (config.source == data::SourceKind::FakeImages)) {
+        read.fail("data.source", classification ? "a " + std::string(e.model.kind == ModelKind::ResNet ? "ResNet" : "RetinaNet") +
+                                                      " classifies whole images: use \"fake_images\", got " + in_quotes(source)
+                                                : "a U-Net segments: use \"synthetic_em\", \"synthetic_ct\", \"folder\" or "
+                                                  "\"example_mri\", got \"fake_images\"");
+    }
+    config.seed = static_cast<std::uint64_t>(read.integer(d, "data", "seed", 0, std::numeric_limits<std::int64_t>::max(),
+                                                          static_cast<std::int64_t>(seed)));
+    config.image_size = integer_list(read, d, "data", "image_size", 1, "[512, 512]");
+    config.num_train_images = read.integer(d, "data", "num_train_images", 1, 100000, config.num_train_images);
+    config.num_eval_images = read.integer(d, "data", "num_eval_images", 1, 100000, config.num_eval_images);
+    config.noise = read.number(d, "data", "noise", 0.0, 1e6, config.noise);
+    if (config.source == data::SourceKind::Folder) {
+        const auto images = read.string(d, "data", "images");
+        const auto labels = read.string(d, "data", "labels");
+        if (!images) read.fail("data.images", "missing; a folder source needs the images' folder, e.g. \"data/images\"");
+        if (!labels) read.fail("data.labels", "missing; a folder source needs the label maps' folder, e.g. \"data/labels\"");
+        config.images_dir = *images;
+        config.labels_dir = *labels;
+    } else {
+        for (std::string_view key : {"images", "labels"}) {
+            if (read.find(d, key)) read.fail(join_path("data", key), "only a \"folder\" source reads folders; this source is " + in_quotes(source));
+        }
+    }
+    if (const Json* mapping = read.find(d, "label_mapping")) {
+        if (!mapping->is_object()) read.fail("data.label_mapping", "expected an object from file label to class, e.g. {\"4\": 1, \"5\": 1}, got " + type_name(*mapping));
+        for (const auto& item : mapping->items()) {
+            const std::string here = join_path("data.label_mapping", item.key());
+            std::size_t used = 0;
+            long long from = 0;
+            try {
+                from = std::stoll(item.key(), &used);
+            } catch (const std::exception&) {
+                used = 0;
+            }
+            if (used != item.key().size()) read.fail(here, "expected a whole-number file label as the key, got " + in_quotes(item.key()));
+            if (!item.value().is_number_integer() || item.value().get<std::int64_t>() < 0 ||
+                item.value().get<std::int64_t>() >= e.model.num_classes) {
+                read.fail(here, "expected a class from 0 to " + std::to_string(e.model.num_classes - 1) + " (model.num_classes is " +
+                                    std::to_string(e.model.num_classes) + "), got " + shown(item.value()));
+            }
+            config.label_mapping.emplace_back(static_cast<std::int32_t>(from), item.value().get<std::int32_t>());
+        }
+    }
+    if (const Json* normalization = read.find(d, "normalization")) {
+        const std::string here = "data.normalization";
+        if (normalization->is_object()) {
+            read.check_fields(*normalization, here, {"window"});
+            const Json* window = read.find(*normalization, "window");
+            if (!window || !window->is_array() || window->size() != 2 || !(*window)[0].is_number() || !(*window)[1].is_number() ||
+                !((*window)[0].get<double>() < (*window)[1].get<double>())) {
+                read.fail(here + ".window", "expected [low, high] with low < high, e.g. [-1000, 1000] for CT in HU, got " +
+                                                (window ? shown(*window) : std::string("nothing")));
+            }
+            config.normalization = data::Normalization::Window;
+            config.window_low = (*window)[0].get<double>();
+            config.window_high = (*window)[1].get<double>();
+        } else {
+            const std::string kind = read.choice(d, "data", "normalization", {"zscore", "none"}, std::nullopt);
+            config.normalization = kind == "zscore" ? data::Normalization::ZScore : data::Normalization::None;
+        }
+    }
+    const std::string static_shape = read.choice(d, "data", "static_shape", {"crop", "resize", "pad_to_max"}, "crop");
+    config.static_shape = static_shape == "crop" ? data::StaticShape::Crop
+                          : static_shape == "resize" ? data::StaticShape::Resize : data::StaticShape::PadToMax;
+    config.foreground_fraction = read.number(d, "data", "foreground_fraction", 0.0, 1.0, config.foreground_fraction);
+    config.holdout_fraction = read.number(d, "data", "holdout_fraction", 0.0, 0.9, config.holdout_fraction);
+    if (const Json* augment = read.optional_object(d, "data", "augment", R"({"flip_axes": [1, 2], "rotate90": true})",
+                                                   {"flip_axes", "rotate90", "intensity_scale", "intensity_shift"})) {
+        for (std::int64_t axis : integer_list(read, *augment, "data.augment", "flip_axes", 0, "[0, 1]")) {
+            if (axis >= static_cast<std::int64_t>(e.size.size())) {
+                read.fail("data.augment.flip_axes", "expected spatial axes from 0 to " + std::to_string(e.size.size() - 1) +
+                                                        " (0 is the first of input.size), got " + std::to_string(axis));
+            }
+            config.augment.flip_axes.push_back(static_cast<int>(axis));
+        }
+        config.augment.rotate90 = read.boolean(*augment, "data.augment", "rotate90", false);
+        if (config.augment.rotate90 && e.size[e.size.size() - 1] != e.size[e.size.size() - 2]) {
+            read.fail("data.augment.rotate90", "rotations by 90° need the last two extents of input.size equal, got " +
+                                                   std::to_string(e.size[e.size.size() - 2]) + " and " + std::to_string(e.size.back()));
+        }
+        config.augment.intensity_scale = read.number(*augment, "data.augment", "intensity_scale", 0.0, 1.0, 0.0);
+        config.augment.intensity_shift = read.number(*augment, "data.augment", "intensity_shift", 0.0, 10.0, 0.0);
+    }
+    try {
+        data::validate(config);
+    } catch (const Error& error) {
+        read.fail("data", error.what());
+    }
+    return config;
+}
+
+void parse_training(const Reader& read, const Json& root, Experiment& e) {
+    TrainingSpec& t = e.training;
+    t.seed = static_cast<std::uint64_t>(read.integer(root, "", "seed", 0, std::numeric_limits<std::int64_t>::max(), 1));
+    const bool has_data = read.find(root, "data") != nullptr;
+    t.steps = read.integer(root, "", "steps", has_data ? 1 : 0, 100000000, has_data ? std::optional<std::int64_t>() : 0);
+    t.steps_per_eval = read.integer(root, "", "steps_per_eval", 0, 100000000, 0);
+    t.steps_per_checkpoint = read.integer(root, "", "steps_per_checkpoint", 0, 100000000, 0);
+    t.keep_checkpoints = read.integer(root, "", "keep_checkpoints", 1, 1000, 3);
+    if (const auto model_dir = read.string(root, "", "model_dir")) {
+        if (model_dir->empty()) read.fail("model_dir", "expected a folder for checkpoints and metrics, got an empty string");
+        t.model_dir = *model_dir;
+    }
+    if (has_data) e.data = parse_data(read, root, e, t.seed);
+
+    if (const Json* schedule = read.optional_object(
+            root, "", "schedule", R"({"kind": "cosine", "learning_rate": 0.01, "warmup_steps": 100})",
+            {"kind", "learning_rate", "warmup_steps", "warmup_learning_rate", "hold_steps", "total_steps", "boundaries",
+             "scale_by_batch_size", "reference_batch_size"})) {
+        train::ScheduleConfig& s = t.schedule;
+        const std::string kind = read.choice(*schedule, "schedule", "kind", {"constant", "cosine", "manual"}, "constant");
+        s.kind = kind == "constant" ? train::ScheduleKind::Constant
+                 : kind == "cosine" ? train::ScheduleKind::CosineDecay : train::ScheduleKind::ManualStep;
+        s.learning_rate = read.number(*schedule, "schedule", "learning_rate", 0.0, 100.0, 0.01);
+        s.warmup_steps = read.integer(*schedule, "schedule", "warmup_steps", 0, 100000000, 0);
+        s.warmup_learning_rate = read.number(*schedule, "schedule", "warmup_learning_rate", 0.0, 100.0, 0.0);
+        s.hold_base_rate_steps = read.integer(*schedule, "schedule", "hold_steps", 0, 100000000, 0);
+        s.total_steps = read.integer(*schedule, "schedule", "total_steps", 1, 100000000, std::max<std::int64_t>(t.steps, 1));
+        s.scale_by_batch_size = read.boolean(*schedule, "schedule", "scale_by_batch_size", false);
+        s.reference_batch_size = read.integer(*schedule, "schedule", "reference_batch_size", 1, 1 << 24, 256);
+        s.global_batch_size = e.global_batch;
+        if (const Json* boundaries = read.find(*schedule, "boundaries")) {
+            if (kind != "manual") read.fail("schedule.boundaries", "only a \"manual\" schedule has boundaries; this one is " + in_quotes(kind));
+            if (!boundaries->is_array()) read.fail("schedule.boundaries", "expected a list such as [{\"step\": 1000, \"learning_rate\": 0.001}], got " + type_name(*boundaries));
+            for (std::size_t i = 0; i < boundaries->size(); ++i) {
+                const std::string here = "schedule.boundaries[" + std::to_string(i) + "]";
+                const Json& boundary = (*boundaries)[i];
+                if (!boundary.is_object()) read.fail(here, "expected {\"step\": …, \"learning_rate\": …}, got " + type_name(boundary));
+                read.check_fields(boundary, here, {"step", "learning_rate"});
+                s.steps.push_back({read.integer(boundary, here, "step", 1, 100000000, std::nullopt),
+                                   read.number(boundary, here, "learning_rate", 0.0, 100.0, 0.0)});
+            }
+        }
+        try {
+            train::validate(s);
+        } catch (const Error& error) {
+            read.fail("schedule", error.what());
+        }
+    } else {
+        t.schedule.kind = train::ScheduleKind::Constant;
+        t.schedule.learning_rate = 0.01;
+    }
+
+    if (const Json* loss = read.find(root, "loss")) {
+        if (e.model.kind != ModelKind::UNet) read.fail("loss", "only segmentation models choose a loss; a classifier trains with cross-entropy");
+        const std::string kind = read.choice(root, "", "loss", {"cross_entropy", "dice", "cross_entropy_dice"}, std::nullopt);
+        t.loss = kind == "cross_entropy" ? train::LossKind::SoftmaxCrossEntropy
+                 : kind == "dice" ? train::LossKind::SoftDice : train::LossKind::CrossEntropyAndDice;
+        (void)loss;
+    }
+    // Half precision needs loss scaling (tiny gradients flush to zero); the U-Net seed's "dynamic" is the default.
+    t.loss_scale.kind = e.precision == graph::Precision::F16 ? train::LossScaleKind::Dynamic : train::LossScaleKind::None;
+    if (const Json* scale = read.find(root, "loss_scale")) {
+        if (scale->is_number()) {
+            const double value = scale->get<double>();
+            if (!(value >= 1 && value <= 16777216.0)) read.fail("loss_scale", "expected a static scale from 1 to 2^24, \"dynamic\" or \"none\", got " + shown(*scale));
+            t.loss_scale.kind = train::LossScaleKind::Static;
+            t.loss_scale.static_scale = value;
+        } else {
+            const std::string kind = read.choice(root, "", "loss_scale", {"dynamic", "none"}, std::nullopt);
+            t.loss_scale.kind = kind == "dynamic" ? train::LossScaleKind::Dynamic : train::LossScaleKind::None;
+        }
+    }
+    if (const Json* evaluation = read.optional_object(root, "", "evaluation", R"({"overlap": 0.25, "blend": "gaussian"})",
+                                                      {"overlap", "blend", "max_examples", "exclude_background"})) {
+        t.eval_overlap = read.number(*evaluation, "evaluation", "overlap", 0.0, 0.95, 0.25);
+        const std::string blend = read.choice(*evaluation, "evaluation", "blend", {"gaussian", "constant"}, "gaussian");
+        t.eval_blend = blend == "gaussian" ? data::BlendMode::Gaussian : data::BlendMode::Constant;
+        t.max_eval_examples = read.integer(*evaluation, "evaluation", "max_examples", 0, 100000, 0);
+        t.dice_excludes_background = read.boolean(*evaluation, "evaluation", "exclude_background", false);
+    }
+    if (!has_data) {
+        for (std::string_view key : {"steps", "steps_per_eval", "steps_per_checkpoint", "model_dir", "evaluation"}) {
+            if (read.find(root, key) && !(key == "steps" && t.steps == 0)) {
+                read.fail(key, "this experiment has no \"data\" section, so it cannot train: add one (e.g. \"data\": {\"source\": "
+                               "\"synthetic_em\"}) or remove " + in_quotes(key) + " to keep the experiment plan-only");
+            }
+        }
+    }
+    if (t.steps_per_eval > t.steps) {
+        read.fail("steps_per_eval", "expected at most steps (" + std::to_string(t.steps) + "), got " + std::to_string(t.steps_per_eval));
+    }
+}
+
 }  // namespace
 
 std::string_view precision_name(graph::Precision precision) {
@@ -145,9 +382,11 @@ Experiment parse_experiment(const std::string& json_text, const std::string& ori
     if (!root.is_object()) TESSERA_FAIL(origin << ": expected a JSON object with the experiment's fields, got " << type_name(root));
     read.check_fields(root, "", {"version", "name", "notes", "model", "input", "global_batch", "num_cores_per_replica",
                                  "num_replicas", "input_partition_dims", "per_host_input_for_training", "device",
-                                 "precision", "optimizer"});
+                                 "precision", "optimizer", "data", "steps", "steps_per_eval", "steps_per_checkpoint",
+                                 "keep_checkpoints", "model_dir", "seed", "schedule", "loss", "loss_scale", "evaluation"});
     Experiment e;
     e.origin = origin;
+    e.text = json_text;
     e.version = static_cast<int>(read.integer(root, "", "version", 1, 1, std::nullopt));
     if (const Json* name = read.find(root, "name")) {
         if (!name->is_string()) read.fail("name", "expected a string, got " + type_name(*name));
@@ -260,6 +499,7 @@ Experiment parse_experiment(const std::string& json_text, const std::string& ori
             read.fail("optimizer", error.what());
         }
     }
+    parse_training(read, root, e);
     // The model must build for this input (a U-Net needs extents divisible by 2^(depth−1), …).
     try {
         build_model(e, replica_input_shape(e));
@@ -274,7 +514,14 @@ Experiment load_experiment(const std::filesystem::path& path) {
     TESSERA_CHECK(in, "cannot read the experiment file '" << path.string() << "': no such file, or not readable");
     std::ostringstream text;
     text << in.rdbuf();
-    return parse_experiment(text.str(), path.filename().string());
+    Experiment e = parse_experiment(text.str(), path.filename().string());
+    e.directory = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
+    if (e.data) {  // data folders are relative to the experiment file
+        for (std::filesystem::path* folder : {&e.data->images_dir, &e.data->labels_dir}) {
+            if (!folder->empty() && folder->is_relative()) *folder = e.directory / *folder;
+        }
+    }
+    return e;
 }
 
 Shape global_input_shape(const Experiment& e) {
@@ -308,6 +555,26 @@ graph::Graph build_model(const Experiment& e, const Shape& input) {
         }
     }
     TESSERA_FAIL("unknown model kind");
+}
+
+train::TrainerConfig trainer_config(const Experiment& e) {
+    train::TrainerConfig config;
+    config.optimizer = e.optimizer;
+    config.schedule = e.training.schedule;
+    config.loss = e.training.loss;
+    config.dice_excludes_background = e.training.dice_excludes_background;
+    config.precision = e.precision;
+    config.loss_scale = e.training.loss_scale;
+    config.seed = e.training.seed;
+    return config;
+}
+
+void check_trainable(const Experiment& e) {
+    TESSERA_CHECK(e.model.kind != ModelKind::RetinaNet,
+                  e.origin << ": RetinaNet experiments are plan-only: the simulated cores train U-Nets (segmentation) and ResNets "
+                              "(classification); use tessera-cli plan for this one");
+    TESSERA_CHECK(e.data.has_value(), e.origin << ": this experiment has no \"data\" section, so it is plan-only; add one, e.g. "
+                                                  "\"data\": {\"source\": \"synthetic_em\"}, with \"steps\" to train it");
 }
 
 std::vector<std::int64_t> spatial_pieces(const Experiment& e) {

@@ -14,7 +14,10 @@
 //     "per_host_input_for_training": "PER_HOST_V2",
 //     "device": "tpu_v3",
 //     "precision": "bf16",
-//     "optimizer": {"kind": "sgd", "momentum": 0.9}
+//     "optimizer": {"kind": "sgd", "momentum": 0.9},
+//     "data": {"source": "synthetic_ct", "normalization": {"window": [-1000, 1000]}},
+//     "steps": 200, "steps_per_eval": 50, "model_dir": "runs/unet3d_ct",
+//     "schedule": {"kind": "cosine", "learning_rate": 0.01, "warmup_steps": 20}
 //   }
 //
 // Every field is checked; an error gives the file, the JSON path, what is allowed and what came, and an
@@ -24,11 +27,14 @@
 //   graph::Graph model = build_model(e, replica_input_shape(e));
 #pragma once
 
+#include "data/dataset.hpp"
+#include "data/sliding_window.hpp"
 #include "graph/executor.hpp"
 #include "partition/partition_spec.hpp"
-#include "train/optimizer.hpp"
+#include "train/trainer.hpp"
 
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -46,10 +52,29 @@ struct ModelSpec {
     std::int64_t num_anchors = 9;     // RetinaNet
 };
 
+// How a run trains: the parts of TPUEstimator's params that are not the model or the layout.
+struct TrainingSpec {
+    std::int64_t steps = 0;                  // training steps (global batches)
+    std::int64_t steps_per_eval = 0;         // evaluate every this many steps (and at the end); 0: at the end only
+    std::int64_t steps_per_checkpoint = 0;   // 0: every steps_per_eval (or at the end)
+    std::int64_t keep_checkpoints = 3;       // the last K are kept
+    std::filesystem::path model_dir;         // checkpoints, metrics, predictions; relative to the working directory
+    std::uint64_t seed = 1;                  // weights, and the data's unless data.seed is given
+    train::ScheduleConfig schedule;
+    train::LossKind loss = train::LossKind::SoftmaxCrossEntropy;
+    bool dice_excludes_background = false;
+    train::LossScaleConfig loss_scale;
+    // Evaluation over whole held-out images by sliding windows (MONAI's sliding_window_inference).
+    double eval_overlap = 0.25;
+    data::BlendMode eval_blend = data::BlendMode::Gaussian;
+    std::int64_t max_eval_examples = 0;      // 0: all held-out examples
+};
+
 struct Experiment {
     int version = 1;
     std::string name;
     std::string origin;                      // the file it came from (for messages)
+    std::string text;                        // the JSON as read (kept in a run's model_dir)
     ModelSpec model;
     std::int64_t channels = 1;               // input channels
     std::vector<std::int64_t> size;          // spatial extents: (H, W) or (D, H, W)
@@ -58,6 +83,11 @@ struct Experiment {
     std::string device = "tpu_v3";           // a preset id (resources/devices)
     graph::Precision precision = graph::Precision::F32;
     train::OptimizerConfig optimizer;
+    // What the run trains on; absent for a plan-only experiment (e.g. RetinaNet at 2560²).
+    std::optional<data::DataConfig> data;
+    TrainingSpec training;
+    std::filesystem::path directory;         // of the experiment file: data paths are relative to it
+    bool is_trainable() const { return data.has_value() && training.steps > 0; }
 };
 
 Experiment parse_experiment(const std::string& json_text, const std::string& origin);
@@ -71,5 +101,9 @@ graph::Graph build_model(const Experiment& experiment, const Shape& input);
 // The per-axis pieces of the features' input_partition_dims ({1, …} when not split).
 std::vector<std::int64_t> spatial_pieces(const Experiment& experiment);
 std::string_view precision_name(graph::Precision precision);
+// The trainer's settings (optimizer, schedule, loss, precision, loss scaling, seed).
+train::TrainerConfig trainer_config(const Experiment& experiment);
+// Throws a message naming what is missing when the experiment cannot be trained (plan-only, RetinaNet).
+void check_trainable(const Experiment& experiment);
 
 }  // namespace tessera::experiment

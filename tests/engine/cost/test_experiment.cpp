@@ -80,3 +80,84 @@ TEST(Experiment, SchemaErrorsNameThePathWhatIsAllowedAndWhatCame) {
                   .find("input.size: expected [H, W] (this model is 2D)"),
               std::string::npos);
 }
+
+TEST(Experiment, TrainingFieldsAreRead) {
+    const experiment::Experiment e = experiment::load_experiment(kPresets / "unet2d_em_4way.json");
+    ASSERT_TRUE(e.is_trainable());
+    EXPECT_EQ(e.data->source, data::SourceKind::SyntheticEm);
+    EXPECT_EQ(e.data->image_size, (std::vector<std::int64_t>{512, 512}));
+    EXPECT_EQ(e.data->augment.flip_axes, (std::vector<int>{0, 1}));
+    EXPECT_TRUE(e.data->augment.rotate90);
+    EXPECT_EQ(e.data->seed, 1u);  // the experiment's seed when data.seed is absent
+    EXPECT_EQ(e.training.steps, 300);
+    EXPECT_EQ(e.training.steps_per_eval, 100);
+    EXPECT_EQ(e.training.model_dir, "runs/unet2d_em_4way");
+    EXPECT_EQ(e.training.schedule.kind, train::ScheduleKind::CosineDecay);
+    EXPECT_EQ(e.training.schedule.total_steps, 300);  // the run's steps unless given
+    EXPECT_EQ(e.training.schedule.warmup_steps, 20);
+    const train::TrainerConfig config = experiment::trainer_config(e);
+    EXPECT_EQ(config.optimizer.kind, train::OptimizerKind::Adam);
+    EXPECT_EQ(config.loss_scale.kind, train::LossScaleKind::None);
+
+    const experiment::Experiment mri = experiment::load_experiment(kPresets / "unet3d_mri_skullstrip.json");
+    EXPECT_EQ(mri.data->source, data::SourceKind::ExampleMri);
+    EXPECT_EQ(mri.training.loss, train::LossKind::CrossEntropyAndDice);
+    EXPECT_TRUE(mri.training.dice_excludes_background);
+    EXPECT_DOUBLE_EQ(mri.training.eval_overlap, 0.5);
+
+    const experiment::Experiment ct = experiment::load_experiment(kPresets / "unet3d_ct_8way.json");
+    EXPECT_EQ(ct.data->normalization, data::Normalization::Window);
+    EXPECT_DOUBLE_EQ(ct.data->window_low, -1000);
+    EXPECT_DOUBLE_EQ(ct.data->window_high, 1000);
+
+    const experiment::Experiment plan_only = experiment::load_experiment(kPresets / "retinanet_2560_8cores.json");
+    EXPECT_FALSE(plan_only.is_trainable());
+    // f16 gets the U-Net seed's dynamic loss scaling unless told otherwise.
+    const experiment::Experiment half = experiment::parse_experiment(with(R"("precision": "f16")"), "half.json");
+    EXPECT_EQ(half.training.loss_scale.kind, train::LossScaleKind::Dynamic);
+}
+
+TEST(Experiment, TrainingSchemaErrorsNameThePathWhatIsAllowedAndWhatCame) {
+    const std::string data = R"("data": {"source": "synthetic_em"}, "steps": 10, )";
+    expect_message(R"("data": {"source": "synthetic_em"})", "steps: missing; expected an integer from 1 to");
+    expect_message(R"("steps": 10)", "steps: this experiment has no \"data\" section, so it cannot train");
+    expect_message(data + R"("stesp": 3)", "stesp: unknown field; did you mean \"steps\"?");
+    expect_message(R"("data": {"source": "synthetic_emm"}, "steps": 1)",
+                   "data.source: expected one of \"synthetic_em\", \"synthetic_ct\", \"fake_images\", \"folder\", \"example_mri\", got \"synthetic_emm\"; did you mean \"synthetic_em\"?");
+    expect_message(R"("data": {"source": "fake_images"}, "steps": 1)", "data.source: a U-Net segments");
+    expect_message(R"("data": {"source": "folder", "labels": "l"}, "steps": 1)", "data.images: missing; a folder source needs");
+    expect_message(R"("data": {"source": "synthetic_em", "images": "x"}, "steps": 1)", "data.images: only a \"folder\" source reads folders");
+    expect_message(R"("data": {"source": "synthetic_em", "label_mapping": {"four": 1}}, "steps": 1)",
+                   "data.label_mapping.four: expected a whole-number file label as the key, got \"four\"");
+    expect_message(R"("data": {"source": "synthetic_em", "label_mapping": {"4": 2}}, "steps": 1)",
+                   "data.label_mapping.4: expected a class from 0 to 1 (model.num_classes is 2), got 2");
+    expect_message(R"("data": {"source": "synthetic_em", "normalization": {"window": [5, 1]}}, "steps": 1)",
+                   "data.normalization.window: expected [low, high] with low < high");
+    expect_message(R"("data": {"source": "synthetic_em", "normalization": "minmax"}, "steps": 1)",
+                   "data.normalization: expected one of \"zscore\", \"none\", got \"minmax\"");
+    expect_message(R"("data": {"source": "synthetic_em", "static_shape": "pad"}, "steps": 1)",
+                   "data.static_shape: expected one of \"crop\", \"resize\", \"pad_to_max\", got \"pad\"");
+    expect_message(R"("data": {"source": "synthetic_em", "foreground_fraction": 1.5}, "steps": 1)",
+                   "data.foreground_fraction: expected a number from 0 to 1, got 1.5");
+    expect_message(R"("data": {"source": "synthetic_em", "augment": {"flip_axes": [0, 2]}}, "steps": 1)",
+                   "data.augment.flip_axes: expected spatial axes from 0 to 1");
+    expect_message(R"("data": {"source": "synthetic_em", "augment": {"flip": [0]}}, "steps": 1)",
+                   "data.augment.flip: unknown field; did you mean \"flip_axes\"?");
+    expect_message(R"("data": {"source": "synthetic_em", "image_size": [512, -1]}, "steps": 1)",
+                   "data.image_size[1]: expected an integer of at least 1, got -1");
+    expect_message(data + R"("steps_per_eval": 20)", "steps_per_eval: expected at most steps (10), got 20");
+    expect_message(data + R"("keep_checkpoints": 0)", "keep_checkpoints: expected an integer from 1 to 1000, got 0");
+    expect_message(data + R"("model_dir": "")", "model_dir: expected a folder for checkpoints and metrics, got an empty string");
+    expect_message(data + R"("model_dir": 3)", "model_dir: expected a string, got");
+    expect_message(data + R"("schedule": {"kind": "cosine", "warmup_steps": 20})", "schedule: ");
+    expect_message(data + R"("schedule": {"kind": "exponential"})", "schedule.kind: expected one of \"constant\", \"cosine\", \"manual\"");
+    expect_message(data + R"("schedule": {"kind": "constant", "boundaries": []})", "schedule.boundaries: only a \"manual\" schedule has boundaries");
+    expect_message(data + R"("schedule": {"kind": "manual", "boundaries": [{"step": 5, "learning_rat": 0.1}]})",
+                   "schedule.boundaries[0].learning_rat: unknown field; did you mean \"learning_rate\"?");
+    expect_message(data + R"("loss": "focal")", "loss: expected one of \"cross_entropy\", \"dice\", \"cross_entropy_dice\", got \"focal\"");
+    expect_message(data + R"("loss_scale": 0.5)", "loss_scale: expected a static scale from 1 to 2^24, \"dynamic\" or \"none\", got 0.5");
+    expect_message(data + R"("loss_scale": "auto")", "loss_scale: expected one of \"dynamic\", \"none\", got \"auto\"");
+    expect_message(data + R"("evaluation": {"overlap": 1.0})", "evaluation.overlap: expected a number from 0 to 0.95, got 1");
+    expect_message(data + R"("evaluation": {"blend": "mean"})", "evaluation.blend: expected one of \"gaussian\", \"constant\", got \"mean\"");
+    expect_message(data + R"("seed": -1)", "seed: expected an integer from 0 to");
+}

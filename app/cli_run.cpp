@@ -1,0 +1,244 @@
+#include "cli_run.hpp"
+
+#include "core/error.hpp"
+#include "experiment/experiment.hpp"
+#include "run/training_run.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <unistd.h>
+
+namespace tessera::cli {
+
+namespace {
+
+std::atomic<bool> g_stop_requested = false;
+static_assert(std::atomic<bool>::is_always_lock_free, "the signal handler needs a lock-free flag");
+
+// First Ctrl-C / SIGTERM: finish the step, checkpoint, exit. A second one kills at once.
+extern "C" void request_stop(int signal_number) {
+    g_stop_requested.store(true);
+    std::signal(signal_number, SIG_DFL);
+}
+
+void install_stop_handlers() {
+    g_stop_requested.store(false);
+    std::signal(SIGINT, request_stop);
+    std::signal(SIGTERM, request_stop);
+}
+
+std::string duration_text(double seconds) {
+    char text[32];
+    if (seconds < 1) std::snprintf(text, sizeof text, "%.0f ms", seconds * 1e3);
+    else if (seconds < 90) std::snprintf(text, sizeof text, "%.1f s", seconds);
+    else if (seconds < 5400) std::snprintf(text, sizeof text, "%d:%02d", static_cast<int>(seconds) / 60, static_cast<int>(seconds) % 60);
+    else std::snprintf(text, sizeof text, "%.1f h", seconds / 3600);
+    return text;
+}
+
+std::string gib(std::int64_t bytes) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.2f GiB", static_cast<double>(bytes) / static_cast<double>(1LL << 30));
+    return text;
+}
+
+std::string eval_line(const run::EvalRecord& e) {
+    std::string line = std::string("eval  step ").append(std::to_string(e.step));
+    char text[160];
+    std::snprintf(text, sizeof text, "  loss %.4f  mean Dice %.4f  mean IoU %.4f  accuracy %.4f  (%lld examples, %s)", e.loss,
+                  e.mean_dice, e.mean_iou, e.accuracy, static_cast<long long>(e.num_examples), duration_text(e.seconds).c_str());
+    line += text;
+    for (const run::ClassRecord& c : e.classes) {
+        if (!c.is_present) continue;
+        std::snprintf(text, sizeof text, "\n      %-14s Dice %.4f  IoU %.4f", c.name.c_str(), c.dice, c.iou);
+        line += text;
+    }
+    return line;
+}
+
+// Prints a run's progress: a bar redrawn in place on a terminal, one line per step otherwise.
+class ConsoleObserver final : public run::RunObserver {
+public:
+    explicit ConsoleObserver(bool interactive) : m_interactive(interactive) {}
+
+    void on_start(const run::RunStart& s) override {
+        m_total = s.total_steps;
+        m_first = s.first_step;
+        std::printf("experiment  %s\n", s.experiment.c_str());
+        std::string resumed;
+        if (s.resumed) resumed.append(" (resuming after step ").append(std::to_string(s.first_step)).append(")");
+        std::printf("model_dir   %s%s\n", s.model_dir.string().c_str(), resumed.c_str());
+        std::printf("data        %s\n", s.data.c_str());
+        std::printf("cores       %lld simulated (%s), %s per core at most (capacity %s)\n", static_cast<long long>(s.num_cores),
+                    s.layout.c_str(), gib(*std::max_element(s.core_memory_bytes.begin(), s.core_memory_bytes.end())).c_str(),
+                    gib(s.core_capacity_bytes).c_str());
+        std::printf("predicted   %s per step on %s\n", duration_text(s.predicted_step_seconds).c_str(), s.device.c_str());
+        if (s.first_step >= s.total_steps) std::printf("nothing to do: all %lld steps are done\n", static_cast<long long>(s.total_steps));
+        std::fflush(stdout);
+    }
+
+    void on_step(const run::StepRecord& s) override {
+        m_seconds_sum += s.host_seconds;
+        ++m_steps_seen;
+        const double per_step = m_seconds_sum / static_cast<double>(m_steps_seen);
+        const double eta = per_step * static_cast<double>(m_total - s.step);
+        if (m_interactive) {
+            constexpr int width = 28;
+            const int filled = static_cast<int>(width * static_cast<double>(s.step) / static_cast<double>(std::max<std::int64_t>(m_total, 1)));
+            std::string bar(static_cast<std::size_t>(filled), '=');
+            if (filled < width) bar += '>';
+            bar.resize(width, ' ');
+            std::printf("\r[%s] %lld/%lld  loss %.4f  lr %.3g  %s/step  ETA %s\x1b[K", bar.c_str(), static_cast<long long>(s.step),
+                        static_cast<long long>(m_total), s.loss, s.learning_rate, duration_text(per_step).c_str(), duration_text(eta).c_str());
+            m_line_open = true;
+        } else {
+            std::printf("step %lld/%lld loss %.6f lr %.6g loss_scale %g host %.3f s predicted %.3f ms%s ETA %s\n",
+                        static_cast<long long>(s.step), static_cast<long long>(m_total), s.loss, s.learning_rate, s.loss_scale,
+                        s.host_seconds, s.predicted_seconds * 1e3, s.applied ? "" : " (overflow: update skipped)",
+                        duration_text(eta).c_str());
+        }
+        std::fflush(stdout);
+    }
+
+    void on_eval(const run::EvalRecord& e) override {
+        end_line();
+        std::printf("%s\n", eval_line(e).c_str());
+        std::fflush(stdout);
+    }
+
+    void on_checkpoint(const run::CheckpointRecord& c) override {
+        if (!m_interactive) {
+            std::printf("checkpoint step %lld: %s (%s)\n", static_cast<long long>(c.step), c.weights.string().c_str(),
+                        duration_text(c.seconds).c_str());
+            std::fflush(stdout);
+        }
+    }
+
+    void on_finish(const run::RunSummary& s) override {
+        end_line();
+        if (s.stopped) std::printf("stopped after step %lld on request; a checkpoint is saved: run the same command to resume\n",
+                                   static_cast<long long>(s.last_step));
+        std::printf("summary     steps %lld → %lld in %s, final loss %.6f\n", static_cast<long long>(s.first_step),
+                    static_cast<long long>(s.last_step), duration_text(s.wall_seconds).c_str(), s.final_loss);
+        if (s.mean_host_step_seconds > 0) {
+            std::printf("            mean step %s on this host, %s predicted on the device\n", duration_text(s.mean_host_step_seconds).c_str(),
+                        duration_text(s.mean_predicted_step_seconds).c_str());
+        }
+        if (!s.core_peak_bytes.empty()) {
+            std::string peaks;
+            for (std::size_t c = 0; c < s.core_peak_bytes.size(); ++c) {
+                if (c) peaks += ' ';
+                peaks += gib(s.core_peak_bytes[c]);
+            }
+            std::printf("            peak memory per core: %s\n", peaks.c_str());
+        }
+        if (s.has_eval) std::printf("            last eval: mean Dice %.4f, accuracy %.4f\n", s.last_eval.mean_dice, s.last_eval.accuracy);
+        std::fflush(stdout);
+    }
+
+private:
+    void end_line() {
+        if (m_line_open) std::printf("\n");
+        m_line_open = false;
+    }
+
+    bool m_interactive;
+    bool m_line_open = false;
+    std::int64_t m_total = 0, m_first = 0, m_steps_seen = 0;
+    double m_seconds_sum = 0;
+};
+
+run::RunOptions run_options(const RunArguments& arguments) {
+    run::RunOptions options;
+    options.steps = arguments.steps;
+    if (!arguments.model_dir.empty()) options.model_dir = arguments.model_dir;
+    options.host_threads = arguments.threads;
+    options.write_predictions = !arguments.no_predictions;
+    return options;
+}
+
+// Bad input is reported before the run starts; after that an error is a failure of the run.
+template <class Setup, class Work>
+int guarded(Setup&& setup, Work&& work) {
+    try {
+        auto prepared = setup();
+        try {
+            return work(prepared);
+        } catch (const Error& error) {
+            std::fprintf(stderr, "\ntessera-cli: %s\n", error.what());
+            return exit_failure;
+        }
+    } catch (const Error& error) {
+        std::fprintf(stderr, "tessera-cli: %s\n", error.what());
+        return error.is_internal() ? exit_failure : exit_bad_input;
+    }
+}
+
+}  // namespace
+
+int validate_command(const std::vector<std::string>& experiments) {
+    int worst = exit_ok;
+    for (const std::string& path : experiments) {
+        try {
+            const experiment::Experiment e = experiment::load_experiment(path);
+            std::string what = e.is_trainable() ? std::string("trainable, ").append(std::to_string(e.training.steps)).append(" steps")
+                                                : std::string("plan-only");
+            if (e.is_trainable()) {
+                experiment::check_trainable(e);
+                const auto dataset = data::make_dataset(*e.data, experiment::global_input_shape(e), e.model.num_classes);
+                what += "; data: " + dataset->describe();
+            }
+            std::printf("ok    %s: %s (%s)\n", path.c_str(), e.name.empty() ? "unnamed" : e.name.c_str(), what.c_str());
+        } catch (const Error& error) {
+            std::printf("error %s\n      %s\n", path.c_str(), error.what());
+            worst = error.is_internal() ? exit_failure : exit_bad_input;
+        }
+    }
+    return worst;
+}
+
+int train_command(const RunArguments& arguments) {
+    return guarded(
+        [&] { return std::make_unique<run::TrainingRun>(experiment::load_experiment(arguments.experiment), run_options(arguments)); },
+        [&](std::unique_ptr<run::TrainingRun>& training) {
+            ConsoleObserver console(!arguments.plain && isatty(STDOUT_FILENO));
+            install_stop_handlers();
+            const run::RunSummary summary = training->train(&console, &g_stop_requested);
+            std::signal(SIGINT, SIG_DFL);
+            std::signal(SIGTERM, SIG_DFL);
+            return summary.stopped ? exit_interrupted : exit_ok;
+        });
+}
+
+int eval_command(const RunArguments& arguments) {
+    return guarded(
+        [&] { return std::make_unique<run::TrainingRun>(experiment::load_experiment(arguments.experiment), run_options(arguments)); },
+        [&](std::unique_ptr<run::TrainingRun>& training) {
+            const auto latest = training->model_dir().latest();
+            std::printf("evaluating %s\n", latest ? latest->weights.string().c_str()
+                                                  : "the initial weights (the model_dir holds no checkpoint yet)");
+            const run::EvalRecord record = training->evaluate();
+            std::printf("%s\n", eval_line(record).c_str());
+            for (const auto& file : record.predictions) std::printf("wrote %s\n", file.string().c_str());
+            return exit_ok;
+        });
+}
+
+int predict_command(const RunArguments& arguments, const std::vector<std::string>& inputs, const std::string& output_dir) {
+    return guarded(
+        [&] {
+            for (const std::string& input : inputs) {
+                TESSERA_CHECK(std::filesystem::exists(input), "cannot predict '" << input << "': no such file or folder");
+            }
+            return std::make_unique<run::TrainingRun>(experiment::load_experiment(arguments.experiment), run_options(arguments));
+        },
+        [&](std::unique_ptr<run::TrainingRun>& training) {
+            std::vector<std::filesystem::path> files(inputs.begin(), inputs.end());
+            for (const auto& file : training->predict(files, output_dir)) std::printf("wrote %s\n", file.string().c_str());
+            return exit_ok;
+        });
+}
+
+}  // namespace tessera::cli

@@ -1,0 +1,114 @@
+#include "data/dataset.hpp"
+
+#include "data/sources.hpp"
+#include "data/volume_dataset.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+namespace tessera::data {
+
+std::string_view source_kind_name(SourceKind kind) {
+    switch (kind) {
+        case SourceKind::SyntheticEm: return "SyntheticEm";
+        case SourceKind::SyntheticCt: return "SyntheticCt";
+        case SourceKind::FakeImages: return "FakeImages";
+        case SourceKind::Folder: return "Folder";
+        case SourceKind::ExampleMri: return "ExampleMri";
+    }
+    return "?";
+}
+
+std::string_view static_shape_name(StaticShape shape) {
+    switch (shape) {
+        case StaticShape::Crop: return "Crop";
+        case StaticShape::Resize: return "Resize";
+        case StaticShape::PadToMax: return "PadToMax";
+    }
+    return "?";
+}
+
+std::string_view normalization_name(Normalization normalization) {
+    switch (normalization) {
+        case Normalization::None: return "None";
+        case Normalization::ZScore: return "ZScore";
+        case Normalization::Window: return "Window";
+    }
+    return "?";
+}
+
+void validate(const DataConfig& config) {
+    TESSERA_CHECK(source_kind_name(config.source) != "?",
+                  "data.source " << static_cast<int>(config.source)
+                                 << " is not a source: use SyntheticEm, SyntheticCt, FakeImages, Folder or ExampleMri");
+    TESSERA_CHECK(static_shape_name(config.static_shape) != "?",
+                  "data.static_shape " << static_cast<int>(config.static_shape) << " is not one: use Crop, Resize or PadToMax");
+    TESSERA_CHECK(normalization_name(config.normalization) != "?",
+                  "data.normalization " << static_cast<int>(config.normalization)
+                                        << " is not one: use None, ZScore or Window");
+    TESSERA_CHECK(config.image_size.empty() || config.image_size.size() == 2 || config.image_size.size() == 3,
+                  "data.image_size must be empty, [H, W] or [D, H, W], got " << shape_to_string(config.image_size));
+    for (std::int64_t extent : config.image_size) {
+        TESSERA_CHECK(extent >= 1, "data.image_size must hold positive extents, got " << shape_to_string(config.image_size));
+    }
+    TESSERA_CHECK(config.num_train_images >= 1,
+                  "data.num_train_images must be at least 1, got " << config.num_train_images);
+    TESSERA_CHECK(config.num_eval_images >= 0, "data.num_eval_images must be ≥ 0, got " << config.num_eval_images);
+    TESSERA_CHECK(std::isfinite(config.noise), "data.noise must be a number (< 0 for the source's default), got " << config.noise);
+    TESSERA_CHECK(config.source != SourceKind::Folder || !config.images_dir.empty(),
+                  "data.images_dir is empty: the Folder source needs the folder holding the training images");
+    std::set<std::int32_t> mapped_from;
+    for (const auto& [from, to] : config.label_mapping) {
+        TESSERA_CHECK(mapped_from.insert(from).second,
+                      "data.label_mapping lists label " << from << " twice: give each file label one class");
+        TESSERA_CHECK(to >= 0, "data.label_mapping maps label " << from << " to class " << to << ": classes are ≥ 0");
+    }
+    if (config.normalization == Normalization::Window) {
+        TESSERA_CHECK(std::isfinite(config.window_low) && std::isfinite(config.window_high) &&
+                          config.window_high > config.window_low,
+                      "data.window_high must be above data.window_low, got [" << config.window_low << ", "
+                                                                              << config.window_high << "]");
+    }
+    TESSERA_CHECK(config.foreground_fraction >= 0 && config.foreground_fraction <= 1,
+                  "data.foreground_fraction must be in [0, 1], got " << config.foreground_fraction);
+    std::set<int> flipped;
+    for (int axis : config.augment.flip_axes) {
+        TESSERA_CHECK(axis >= 0 && axis <= 2, "data.augment.flip_axes holds " << axis
+                                                                              << ": spatial axes are 0, 1 (2D) or 0, 1, 2 (3D)");
+        TESSERA_CHECK(flipped.insert(axis).second, "data.augment.flip_axes lists axis " << axis << " twice");
+    }
+    TESSERA_CHECK(config.augment.intensity_scale >= 0 && config.augment.intensity_scale < 1,
+                  "data.augment.intensity_scale must be in [0, 1), got " << config.augment.intensity_scale);
+    TESSERA_CHECK(config.augment.intensity_shift >= 0 && std::isfinite(config.augment.intensity_shift),
+                  "data.augment.intensity_shift must be ≥ 0, got " << config.augment.intensity_shift);
+    TESSERA_CHECK(config.holdout_fraction >= 0 && config.holdout_fraction < 1,
+                  "data.holdout_fraction must be in [0, 1), got " << config.holdout_fraction);
+}
+
+std::unique_ptr<Dataset> make_dataset(const DataConfig& config, const Shape& batch_shape, std::int64_t num_classes) {
+    validate(config);
+    TESSERA_CHECK(batch_shape.size() == 4 || batch_shape.size() == 5,
+                  "the model input must be [N, C, H, W] or [N, C, D, H, W], got " << shape_to_string(batch_shape));
+    for (std::int64_t extent : batch_shape) {
+        TESSERA_CHECK(extent >= 1, "the model input must have positive extents, got " << shape_to_string(batch_shape));
+    }
+    TESSERA_CHECK(num_classes >= 1, "the model must have at least one class, got " << num_classes);
+    const int spatial_rank = static_cast<int>(batch_shape.size()) - 2;
+    for (int axis : config.augment.flip_axes) {
+        TESSERA_CHECK(axis < spatial_rank, "data.augment.flip_axes holds axis "
+                                               << axis << " but the model input " << shape_to_string(batch_shape)
+                                               << " has " << spatial_rank << " spatial axes (0 to " << spatial_rank - 1 << ")");
+    }
+    detail::VolumePlan plan;
+    switch (config.source) {
+        case SourceKind::FakeImages: return detail::make_fake_images(config, batch_shape, num_classes);
+        case SourceKind::SyntheticEm: plan = detail::synthetic_em_plan(config, batch_shape, num_classes); break;
+        case SourceKind::SyntheticCt: plan = detail::synthetic_ct_plan(config, batch_shape, num_classes); break;
+        case SourceKind::Folder: plan = detail::folder_plan(config, batch_shape, num_classes); break;
+        case SourceKind::ExampleMri: plan = detail::example_mri_plan(config, batch_shape, num_classes); break;
+    }
+    return std::make_unique<detail::VolumeDataset>(config, batch_shape, num_classes, std::move(plan));
+}
+
+}  // namespace tessera::data

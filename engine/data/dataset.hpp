@@ -1,0 +1,130 @@
+// Training data: where the images come from, how patches are cut from them, and the held-out examples.
+//
+// A Dataset turns a DataConfig into training batches for a model input shape. Batch `i` is a pure
+// function of (config, i): the sampler's whole state is the next index, so a resumed run sees exactly
+// the batches an uninterrupted one would, and batches can be prepared ahead on another thread
+// (Prefetcher, prefetcher.hpp).
+//
+//   DataConfig config;                                   // synthetic EM sections, 8 + 2 held out
+//   config.augment.flip_axes = {0, 1};
+//   auto dataset = make_dataset(config, {8, 1, 256, 256}, /*num_classes=*/2);
+//   Batch batch = dataset->training_batch(0);            // images [8, 1, 256, 256] f32, labels [8, 256, 256] i32
+//   Example held_out = dataset->eval_example(0);         // the whole 512×512 section, for sliding_window_predict
+//
+// Sources: synthetic EM sections (synthetic_em.hpp), synthetic CT phantoms (phantom.hpp), fake images
+// for classification, image/label pairs from folders, and the example head MRI (examples.hpp).
+// Internally every image is [C, D, H, W] with D = 1 for 2D, so one sampler serves 2D and 3D models.
+//
+// Every random draw comes from tessera::SeededRandom streams derived from (seed, what, index), never
+// from std:: distributions, so batches are bit-identical on every machine.
+#pragma once
+
+#include "io/volume.hpp"
+#include "tensor/tensor.hpp"
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace tessera::data {
+
+struct Batch {
+    Tensor images;  // [N, C, (D,) H, W] f32
+    Tensor labels;  // [N, (D,) H, W] i32 (segmentation) or [N] i32 (classification)
+};
+
+// A whole held-out image or volume for evaluation and prediction (not a patch).
+struct Example {
+    std::string name;        // "em_eval_0", the file stem, "head_mri slices 47-61"
+    Tensor image;            // [C, (D,) H, W] f32, normalised like the training batches
+    Tensor labels;           // [(D,) H, W] i32, or [1] i32 for classification
+    ImageGeometry geometry;  // of image/labels, so predictions can be written as label volumes
+};
+
+enum class SourceKind { SyntheticEm, SyntheticCt, FakeImages, Folder, ExampleMri };
+// Crop: patches sampled from larger images (default). Resize: the whole image resampled to the model
+// input. PadToMax: aspect ratio kept, the longest side scaled to the input, the rest padded at the end
+// (the detection seed's static shapes).
+enum class StaticShape { Crop, Resize, PadToMax };
+// ZScore: per image/volume and channel, mean 0 and standard deviation 1. Window: [window_low,
+// window_high] -> [0, 1], clamped.
+enum class Normalization { None, ZScore, Window };
+
+std::string_view source_kind_name(SourceKind kind);          // "SyntheticEm", ...
+std::string_view static_shape_name(StaticShape shape);       // "Crop", ...
+std::string_view normalization_name(Normalization normalization);  // "ZScore", ...
+
+struct AugmentConfig {
+    std::vector<int> flip_axes{};  // spatial axes (0 = first spatial axis) each flipped with probability 0.5
+    bool rotate90 = false;         // a random multiple of 90° in the last two spatial axes, only when they
+                                   // are equal (a non-square input is left unrotated)
+    double intensity_scale = 0;    // image *= 1 + U(-s, s)
+    double intensity_shift = 0;    // image += U(-s, s), after normalisation
+    // Fake images (classification) are not augmented: random noise has nothing to learn invariance to.
+};
+
+struct DataConfig {
+    SourceKind source = SourceKind::SyntheticEm;
+    std::uint64_t seed = 1;
+    // Synthetic sources.
+    std::vector<std::int64_t> image_size{};  // [(D,) H, W] of each generated image; empty: EM 512×512, CT and
+                                             // fake images the model input's
+    std::int64_t num_train_images = 8;       // distinct synthetic training images (generated once, lazily, cached)
+    std::int64_t num_eval_images = 2;        // distinct held-out ones (another stream of the seed)
+    double noise = -1;                       // noise sigma in the source's units (EM grey levels, CT HU); < 0: default
+    // Folder source: image/label pairs matched by name (same stem after stripping extensions such as
+    // .nii.gz, and a suffix _label/_labels/_mask/_seg on the label side). Empty labels_dir: the labels
+    // sit beside the images, told apart by that suffix.
+    std::filesystem::path images_dir{}, labels_dir{};
+    // File label -> class; empty = identity (ExampleMri: non-zero -> 1). Labels not in a non-empty
+    // mapping become 0 (background).
+    std::vector<std::pair<std::int32_t, std::int32_t>> label_mapping{};
+    Normalization normalization = Normalization::ZScore;
+    double window_low = 0, window_high = 1;
+    StaticShape static_shape = StaticShape::Crop;
+    double foreground_fraction = 0.5;  // Crop: probability that a patch is centred on a random foreground voxel
+    AugmentConfig augment{};
+    // Evaluation split. A source with a single image/volume (ExampleMri, a folder with one pair) holds out
+    // the last holdout_fraction of the slices along the first spatial axis (D for volumes, H for 2D
+    // images), never sampled for training; several pairs hold out the last holdout_fraction of the sorted
+    // pairs (at least one). 0 holds out nothing.
+    double holdout_fraction = 0.25;
+};
+
+// Checks the config on its own (throws tessera::Error naming the field, the value and what is allowed).
+// make_dataset also checks it against the model input.
+void validate(const DataConfig& config);
+
+class Dataset {
+public:
+    virtual ~Dataset() = default;
+    Dataset(const Dataset&) = delete;
+    Dataset& operator=(const Dataset&) = delete;
+
+    // Training batch number `index` (0, 1, 2, ...): a pure function of (config, index), the same tensors
+    // on every call, on every machine, from any thread, in any order.
+    virtual Batch training_batch(std::int64_t index) const = 0;
+    virtual std::int64_t num_eval_examples() const = 0;
+    virtual Example eval_example(std::int64_t i) const = 0;
+    virtual std::int64_t num_classes() const = 0;
+    virtual std::string describe() const = 0;  // one line: "synthetic EM sections 512×512, 8 training + 2 held out, ..."
+    const Shape& batch_shape() const { return m_batch_shape; }  // [N, C, (D,) H, W] of training_batch(i).images
+
+protected:
+    explicit Dataset(Shape batch_shape) : m_batch_shape(std::move(batch_shape)) {}
+
+private:
+    Shape m_batch_shape;  // [N, C, (D,) H, W]
+};
+
+// batch_shape: the model input for one step over all replicas [N, C, (D,) H, W]; num_classes: the
+// model's. Throws a clear error when the source cannot feed that shape (a 3D model on 2D images, a
+// channel mismatch, a label >= num_classes after mapping, ...). Folder and ExampleMri files are read
+// here; synthetic images are generated when first sampled.
+std::unique_ptr<Dataset> make_dataset(const DataConfig& config, const Shape& batch_shape, std::int64_t num_classes);
+
+}  // namespace tessera::data

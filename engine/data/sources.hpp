@@ -1,0 +1,21 @@
+// Internal to engine/data: what each DataConfig::source loads. The segmentation sources return a
+// VolumePlan (loaders for their training and held-out volumes, checked against the model here, loaded
+// lazily or already read); fake images are their own small Dataset.
+//
+//   VolumePlan plan = synthetic_em_plan(config, {8, 1, 256, 256}, 2);
+//   VolumeDataset dataset(config, {8, 1, 256, 256}, 2, std::move(plan));
+#pragma once
+
+#include "data/volume_dataset.hpp"
+
+namespace tessera::data::detail {
+
+// batch_shape is the model input [N, C, (D,) H, W]; each throws when the source cannot feed it.
+VolumePlan synthetic_em_plan(const DataConfig& config, const Shape& batch_shape, std::int64_t num_classes);
+VolumePlan synthetic_ct_plan(const DataConfig& config, const Shape& batch_shape, std::int64_t num_classes);
+VolumePlan folder_plan(const DataConfig& config, const Shape& batch_shape, std::int64_t num_classes);
+VolumePlan example_mri_plan(const DataConfig& config, const Shape& batch_shape, std::int64_t num_classes);
+
+std::unique_ptr<Dataset> make_fake_images(const DataConfig& config, const Shape& batch_shape, std::int64_t num_classes);
+
+}  // namespace tessera::data::detail

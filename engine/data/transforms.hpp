@@ -1,0 +1,50 @@
+// The image operations the data pipeline is made of: normalise, crop (with zero padding), resample,
+// flip and rotate. Plain functions on tensors, so the sampler reads as the list of steps it takes.
+//
+// Images are [C, D, H, W] f32 and label maps [D, H, W] i32 (D = 1 for 2D); crop, flip and rotate work
+// on any rank and element type, so one call handles both.
+//
+//   Tensor patch = crop_padded(image, {0, 10, -4, 20}, {1, 16, 64, 64});   // rows -4..-1 are zeros
+//   flip(patch, 3);                                                        // mirror W, in place
+//   Tensor turned = rotate90(patch, 1);                                    // as numpy.rot90 in (H, W)
+//   Tensor small = resample(image, {1, 32, 32}, {1, 32, 32}, Interpolation::Linear);
+#pragma once
+
+#include "data/dataset.hpp"
+
+#include <array>
+#include <cstdint>
+#include <span>
+
+namespace tessera::data {
+
+// Normalises image [C, ...] in place, each channel on its own (ZScore: over that channel's voxels; a
+// constant channel becomes 0). `image` must be contiguous.
+void normalize(Tensor& image, Normalization normalization, double window_low, double window_high);
+
+// The box [begin, begin + extent) of `source` as a new dense tensor; parts of the box outside the source
+// (begin may be negative, the box may overhang the end) are 0. Any rank, any dtype, any strides.
+Tensor crop_padded(const Tensor& source, std::span<const std::int64_t> begin, std::span<const std::int64_t> extent);
+
+// Mirrors `tensor` along `axis` in place; `tensor` must be contiguous. Any rank and dtype.
+void flip(Tensor& tensor, int axis);
+
+// Rotates the last two axes by `turns` × 90° counter-clockwise, as numpy.rot90(x, turns, axes=(-2, -1)):
+// a dense copy whose last two extents are swapped when `turns` is odd. Any rank ≥ 2 and dtype.
+Tensor rotate90(const Tensor& tensor, int turns);
+
+enum class Interpolation { Linear, Nearest };
+
+// Resamples source [C, D, H, W] onto the first content[a] voxels of each spatial axis a of a new
+// [C, extent...] tensor (the rest is 0), as torch's interpolate with align_corners=False: output voxel
+// o samples the source at (o + 0.5) · in / content − 0.5, clamped at the borders. Linear: f32 only;
+// Nearest: f32 or i32.
+Tensor resample(const Tensor& source, const std::array<std::int64_t, 3>& extent,
+                const std::array<std::int64_t, 3>& content, Interpolation interpolation);
+
+// The grid of resample()'s output: spacing scaled by in / content, origin at output voxel 0's centre.
+ImageGeometry resampled_geometry(const ImageGeometry& geometry, const std::array<std::int64_t, 3>& source_extent,
+                                 const std::array<std::int64_t, 3>& extent,
+                                 const std::array<std::int64_t, 3>& content);  // extents [D, H, W]
+
+}  // namespace tessera::data

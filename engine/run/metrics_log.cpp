@@ -1,0 +1,259 @@
+#include "run/metrics_log.hpp"
+
+#include "core/error.hpp"
+#include "core/json_support.hpp"
+#include "io/atomic_file.hpp"
+#include "io/tensorboard_events.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+namespace tessera::run {
+
+namespace fs = std::filesystem;
+using json::Json;
+
+namespace {
+
+constexpr const char* jsonl_name = "metrics.jsonl";
+constexpr const char* train_csv_name = "train.csv";
+constexpr const char* eval_csv_name = "eval.csv";
+
+const std::vector<std::string> train_columns = {"step", "loss", "learning_rate", "loss_scale", "applied", "host_seconds",
+                                                "predicted_seconds", "images_per_second", "halo_bytes", "peak_core_bytes",
+                                                "wall_time"};
+
+std::vector<std::string> read_lines(const fs::path& path) {
+    std::vector<std::string> lines;
+    std::ifstream in(path);
+    for (std::string line; std::getline(in, line);) lines.push_back(line);
+    return lines;
+}
+
+void write_lines(const fs::path& path, const std::vector<std::string>& lines) {
+    std::string text;
+    for (const std::string& line : lines) text += line + "\n";
+    io::write_file_atomically(path, std::as_bytes(std::span(text.data(), text.size())));
+}
+
+// The leading integer of a CSV row ("120,0.53,…" → 120); −1 for a header or a torn line.
+std::int64_t csv_step(const std::string& line) {
+    std::int64_t step = 0;
+    std::size_t i = 0;
+    for (; i < line.size() && line[i] >= '0' && line[i] <= '9'; ++i) step = step * 10 + (line[i] - '0');
+    return i > 0 && i < line.size() && line[i] == ',' ? step : -1;
+}
+
+// Keeps what a run up to `resumed_at` wrote: every record with step ≤ resumed_at, and the CSV header.
+void truncate_after(const fs::path& dir, std::int64_t resumed_at) {
+    const fs::path jsonl = dir / jsonl_name;
+    if (fs::exists(jsonl)) {
+        std::vector<std::string> kept;
+        for (const std::string& line : read_lines(jsonl)) {
+            try {
+                const Json record = Json::parse(line);
+                if (record.value("step", std::int64_t{-1}) <= resumed_at) kept.push_back(line);
+            } catch (const Json::exception&) {
+                // a line torn by a kill mid-write: dropped
+            }
+        }
+        write_lines(jsonl, kept);
+    }
+    for (const char* name : {train_csv_name, eval_csv_name}) {
+        const fs::path csv = dir / name;
+        if (!fs::exists(csv)) continue;
+        const std::vector<std::string> lines = read_lines(csv);
+        std::vector<std::string> kept;
+        for (std::size_t i = 0; i < lines.size(); ++i) {
+            const std::int64_t step = csv_step(lines[i]);
+            if (i == 0 ? lines[i].starts_with("step,") : step >= 0 && step <= resumed_at) kept.push_back(lines[i]);
+        }
+        if (kept.size() <= 1) fs::remove(csv);  // header only: the next record writes it again
+        else write_lines(csv, kept);
+    }
+}
+
+void append_line(const fs::path& path, const std::string& line) {
+    std::ofstream out(path, std::ios::app | std::ios::binary);
+    TESSERA_CHECK(out, "cannot append to '" << path.string() << "'; check the model_dir is writable and the disk not full");
+    out << line << '\n';
+    out.flush();
+    TESSERA_CHECK(out, "cannot write '" << path.string() << "'; check the disk is not full");
+}
+
+std::string number(double value) {
+    std::ostringstream out;
+    out.precision(9);
+    out << value;
+    return out.str();
+}
+
+std::string unix_seconds(double value) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.3f", value);
+    return text;
+}
+
+std::string csv_safe(std::string name) {
+    for (char& c : name) {
+        if (c == ',' || c == ' ' || c == '"' || c == '\n') c = '_';
+    }
+    return name;
+}
+
+}  // namespace
+
+MetricsLog::MetricsLog(const fs::path& model_dir, std::int64_t resumed_at_step) : m_dir(model_dir) {
+    truncate_after(m_dir, resumed_at_step);
+    m_train_events = std::make_unique<io::TensorBoardWriter>(m_dir);
+    m_eval_events = std::make_unique<io::TensorBoardWriter>(m_dir / "eval");
+    if (resumed_at_step > 0) {
+        m_train_events->add_session_start(resumed_at_step + 1);
+        m_eval_events->add_session_start(resumed_at_step + 1);
+    }
+    const std::vector<std::string> eval_lines = read_lines(m_dir / eval_csv_name);
+    if (!eval_lines.empty()) {
+        std::istringstream header(eval_lines.front());
+        for (std::string column; std::getline(header, column, ',');) m_eval_columns.push_back(column);
+    }
+}
+
+MetricsLog::~MetricsLog() = default;
+
+void MetricsLog::write(const StepRecord& s) {
+    const std::int64_t peak = s.core_peak_bytes.empty() ? 0 : *std::max_element(s.core_peak_bytes.begin(), s.core_peak_bytes.end());
+    const Json record = {{"kind", "train"},
+                         {"step", s.step},
+                         {"loss", s.loss},
+                         {"learning_rate", s.learning_rate},
+                         {"loss_scale", s.loss_scale},
+                         {"applied", s.applied},
+                         {"host_seconds", s.host_seconds},
+                         {"predicted_seconds", s.predicted_seconds},
+                         {"images_per_second", s.images_per_second},
+                         {"halo_bytes", s.halo_bytes},
+                         {"core_peak_bytes", s.core_peak_bytes},
+                         {"wall_time", s.wall_time}};
+    append_line(m_dir / jsonl_name, record.dump());
+
+    const fs::path csv = m_dir / train_csv_name;
+    if (!fs::exists(csv)) {
+        std::string header;
+        for (const std::string& column : train_columns) header += (header.empty() ? "" : ",") + column;
+        append_line(csv, header);
+    }
+    append_line(csv, std::to_string(s.step) + "," + number(s.loss) + "," + number(s.learning_rate) + "," + number(s.loss_scale) + "," +
+                         (s.applied ? "1" : "0") + "," + number(s.host_seconds) + "," + number(s.predicted_seconds) + "," +
+                         number(s.images_per_second) + "," + std::to_string(s.halo_bytes) + "," + std::to_string(peak) + "," +
+                         unix_seconds(s.wall_time));
+
+    m_train_events->add_scalar("loss", s.loss, s.step, s.wall_time);
+    m_train_events->add_scalar("learning_rate", s.learning_rate, s.step, s.wall_time);
+    m_train_events->add_scalar("loss_scale", s.loss_scale, s.step, s.wall_time);
+    m_train_events->add_scalar("step_time/host_seconds", s.host_seconds, s.step, s.wall_time);
+    m_train_events->add_scalar("step_time/predicted_seconds", s.predicted_seconds, s.step, s.wall_time);
+    m_train_events->add_scalar("images_per_second", s.images_per_second, s.step, s.wall_time);
+    m_train_events->add_scalar("memory/peak_core_gib", static_cast<double>(peak) / static_cast<double>(1LL << 30), s.step, s.wall_time);
+}
+
+void MetricsLog::write(const EvalRecord& e) {
+    Json classes = Json::array();
+    for (const ClassRecord& c : e.classes) classes.push_back({{"name", c.name}, {"present", c.is_present}, {"dice", c.dice}, {"iou", c.iou}});
+    Json predictions = Json::array();
+    for (const fs::path& p : e.predictions) predictions.push_back(p.string());
+    const Json record = {{"kind", "eval"},       {"step", e.step},         {"loss", e.loss},
+                         {"mean_dice", e.mean_dice}, {"mean_iou", e.mean_iou}, {"accuracy", e.accuracy},
+                         {"classes", classes},   {"num_examples", e.num_examples}, {"seconds", e.seconds},
+                         {"predictions", predictions}, {"wall_time", e.wall_time}};
+    append_line(m_dir / jsonl_name, record.dump());
+
+    std::vector<std::string> columns = {"step", "loss", "mean_dice", "mean_iou", "accuracy"};
+    std::vector<std::string> values = {std::to_string(e.step), number(e.loss), number(e.mean_dice), number(e.mean_iou), number(e.accuracy)};
+    for (const ClassRecord& c : e.classes) {
+        columns.push_back("dice_" + csv_safe(c.name));
+        values.push_back(c.is_present ? number(c.dice) : "");
+        columns.push_back("iou_" + csv_safe(c.name));
+        values.push_back(c.is_present ? number(c.iou) : "");
+    }
+    columns.insert(columns.end(), {"num_examples", "seconds", "wall_time"});
+    values.insert(values.end(), {std::to_string(e.num_examples), number(e.seconds), unix_seconds(e.wall_time)});
+    const fs::path csv = m_dir / eval_csv_name;
+    if (m_eval_columns.empty() || !fs::exists(csv)) {
+        m_eval_columns = columns;
+        std::string header;
+        for (const std::string& column : columns) header += (header.empty() ? "" : ",") + column;
+        if (fs::exists(csv)) fs::remove(csv);
+        append_line(csv, header);
+    }
+    TESSERA_ASSERT(columns == m_eval_columns, "the evaluation's classes changed during a run");
+    std::string row;
+    for (std::size_t i = 0; i < values.size(); ++i) row += (i ? "," : "") + values[i];
+    append_line(csv, row);
+
+    m_eval_events->add_scalar("loss", e.loss, e.step, e.wall_time);
+    m_eval_events->add_scalar("mean_dice", e.mean_dice, e.step, e.wall_time);
+    m_eval_events->add_scalar("mean_iou", e.mean_iou, e.step, e.wall_time);
+    m_eval_events->add_scalar("accuracy", e.accuracy, e.step, e.wall_time);
+    for (const ClassRecord& c : e.classes) {
+        if (!c.is_present) continue;
+        m_eval_events->add_scalar("dice/" + c.name, c.dice, e.step, e.wall_time);
+        m_eval_events->add_scalar("iou/" + c.name, c.iou, e.step, e.wall_time);
+    }
+}
+
+void MetricsLog::flush() {
+    m_train_events->flush();
+    m_eval_events->flush();
+}
+
+MetricsHistory read_metrics(const fs::path& model_dir) {
+    MetricsHistory history;
+    for (const std::string& line : read_lines(model_dir / jsonl_name)) {
+        Json record;
+        try {
+            record = Json::parse(line);
+        } catch (const Json::exception&) {
+            continue;  // torn by a kill
+        }
+        const std::string kind = record.value("kind", "");
+        if (kind == "train") {
+            StepRecord s;
+            s.step = record.value("step", std::int64_t{0});
+            s.loss = record.value("loss", 0.0);
+            s.learning_rate = record.value("learning_rate", 0.0);
+            s.loss_scale = record.value("loss_scale", 1.0);
+            s.applied = record.value("applied", true);
+            s.host_seconds = record.value("host_seconds", 0.0);
+            s.predicted_seconds = record.value("predicted_seconds", 0.0);
+            s.images_per_second = record.value("images_per_second", 0.0);
+            s.halo_bytes = record.value("halo_bytes", std::int64_t{0});
+            if (record.contains("core_peak_bytes")) s.core_peak_bytes = record["core_peak_bytes"].get<std::vector<std::int64_t>>();
+            s.wall_time = record.value("wall_time", 0.0);
+            history.steps.push_back(std::move(s));
+        } else if (kind == "eval") {
+            EvalRecord e;
+            e.step = record.value("step", std::int64_t{0});
+            e.loss = record.value("loss", 0.0);
+            e.mean_dice = record.value("mean_dice", 0.0);
+            e.mean_iou = record.value("mean_iou", 0.0);
+            e.accuracy = record.value("accuracy", 0.0);
+            e.num_examples = record.value("num_examples", std::int64_t{0});
+            e.seconds = record.value("seconds", 0.0);
+            e.wall_time = record.value("wall_time", 0.0);
+            if (record.contains("classes")) {
+                for (const Json& c : record["classes"]) {
+                    e.classes.push_back({c.value("name", ""), c.value("present", false), c.value("dice", 0.0), c.value("iou", 0.0)});
+                }
+            }
+            if (record.contains("predictions")) {
+                for (const Json& p : record["predictions"]) e.predictions.emplace_back(p.get<std::string>());
+            }
+            history.evals.push_back(std::move(e));
+        }
+    }
+    return history;
+}
+
+}  // namespace tessera::run

@@ -1,0 +1,94 @@
+// What a training run reports: plain value types handed to observers (the CLI's progress bar, the
+// studio's charts through its bridge, the metrics files) — copies, never views into live tensors.
+//
+//   class Printer : public RunObserver {
+//       void on_step(const StepRecord& s) override { std::printf("step %lld loss %.4f\n", s.step, s.loss); }
+//   };
+//   TrainingRun run(experiment);
+//   Printer printer;
+//   run.train(&printer, &stop_requested);
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace tessera::run {
+
+struct RunStart {
+    std::string experiment;                      // its name (or file)
+    std::filesystem::path model_dir;
+    std::int64_t first_step = 0;                 // steps already completed (resumed from a checkpoint)
+    std::int64_t total_steps = 0;
+    bool resumed = false;
+    std::string layout;                          // "2 replicas × input_partition_dims [1, 2, 2, 1]"
+    std::int64_t num_cores = 1, cores_per_replica = 1, num_replicas = 1;
+    std::string device;                          // the preset the prediction is for
+    double predicted_step_seconds = 0;           // on that device
+    std::vector<std::int64_t> core_memory_bytes; // the simulated cores' peaks (ledger), one per core
+    std::int64_t core_capacity_bytes = 0;
+    std::string data;                            // the dataset's description
+};
+
+struct StepRecord {
+    std::int64_t step = 0;                 // completed steps after this one (1 for the first)
+    double loss = 0;
+    double learning_rate = 0;
+    double loss_scale = 1;
+    bool applied = true;                   // false: gradients overflowed, update skipped
+    double host_seconds = 0;               // the simulated cores' step on this machine
+    double predicted_seconds = 0;          // the same step on the experiment's device (cost model)
+    double images_per_second = 0;          // host
+    std::int64_t halo_bytes = 0;           // exchanged over the step
+    std::vector<std::int64_t> core_peak_bytes;  // per core
+    double wall_time = 0;                  // seconds since the Unix epoch
+};
+
+struct ClassRecord {
+    std::string name;      // "background", "membrane", "class 3"
+    bool is_present = false;
+    double dice = 0, iou = 0;
+};
+
+struct EvalRecord {
+    std::int64_t step = 0;          // completed training steps
+    double loss = 0;                // cross-entropy over the held-out voxels (images)
+    double mean_dice = 0, mean_iou = 0, accuracy = 0;
+    std::vector<ClassRecord> classes;
+    std::int64_t num_examples = 0;
+    double seconds = 0;             // host time of the evaluation
+    std::vector<std::filesystem::path> predictions;  // label volumes written
+    double wall_time = 0;
+};
+
+struct CheckpointRecord {
+    std::int64_t step = 0;
+    std::filesystem::path weights;
+    double seconds = 0;
+};
+
+struct RunSummary {
+    std::filesystem::path model_dir;
+    std::int64_t first_step = 0, last_step = 0;  // completed steps at the start and the end
+    bool stopped = false;                        // a stop request ended it early
+    double final_loss = 0;
+    bool has_eval = false;
+    EvalRecord last_eval;
+    double mean_host_step_seconds = 0;           // over this session's steps (the first, warming up, excluded when there are more)
+    double mean_predicted_step_seconds = 0;
+    std::vector<std::int64_t> core_peak_bytes;
+    double wall_seconds = 0;
+};
+
+class RunObserver {
+public:
+    virtual ~RunObserver() = default;
+    virtual void on_start(const RunStart&) {}
+    virtual void on_step(const StepRecord&) {}
+    virtual void on_eval(const EvalRecord&) {}
+    virtual void on_checkpoint(const CheckpointRecord&) {}
+    virtual void on_finish(const RunSummary&) {}
+};
+
+}  // namespace tessera::run

@@ -1,0 +1,428 @@
+#include "run/training_run.hpp"
+
+#include "core/error.hpp"
+#include "cost/device.hpp"
+#include "cost/step_simulation.hpp"
+#include "data/phantom.hpp"
+#include "data/prefetcher.hpp"
+#include "data/sliding_window.hpp"
+#include "data/folder_pairs.hpp"
+#include "data/transforms.hpp"
+#include "io/volume_io.hpp"
+#include "loss/cross_entropy.hpp"
+#include "loss/metrics.hpp"
+#include "run/metrics_log.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <numeric>
+
+namespace tessera::run {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+double unix_time() {
+    return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::vector<std::string> class_names(const experiment::Experiment& e) {
+    std::vector<std::string> names;
+    const data::SourceKind source = e.data->source;
+    for (std::int64_t c = 0; c < e.model.num_classes; ++c) {
+        std::string name = c == 0 ? "background" : "class " + std::to_string(c);
+        if (source == data::SourceKind::SyntheticEm && c == 1) name = "membrane";
+        if (source == data::SourceKind::ExampleMri && c == 1 && e.data->label_mapping.empty()) name = "brain";
+        if (source == data::SourceKind::SyntheticCt && e.data->label_mapping.empty() &&
+            c < static_cast<std::int64_t>(phantom_label_names().size())) {
+            name = phantom_label_names()[static_cast<std::size_t>(c)];
+        }
+        if (source == data::SourceKind::FakeImages) name = "class " + std::to_string(c);
+        names.push_back(name);
+    }
+    return names;
+}
+
+// [K, spatial…] logits → [1, K, spatial…]; labels [spatial…] → [1, spatial…].
+Tensor with_batch_axis(const Tensor& tensor) {
+    Shape shape{1};
+    shape.insert(shape.end(), tensor.shape().begin(), tensor.shape().end());
+    return tensor.contiguous().reshape(shape);
+}
+
+// Argmax over the classes of [K, spatial…] logits: i32 [spatial…] (ties to the lowest class).
+Tensor argmax_labels(const Tensor& logits) {
+    const Tensor dense = logits.contiguous();
+    const std::int64_t classes = dense.dim(0);
+    const std::int64_t voxels = dense.num_elements() / classes;
+    Shape shape(dense.shape().begin() + 1, dense.shape().end());
+    Tensor labels = Tensor::empty(shape, DType::I32);
+    const float* in = dense.data<float>();
+    std::int32_t* out = labels.data<std::int32_t>();
+    for (std::int64_t v = 0; v < voxels; ++v) {
+        std::int32_t best = 0;
+        for (std::int64_t c = 1; c < classes; ++c) {
+            if (in[c * voxels + v] > in[best * voxels + v]) best = static_cast<std::int32_t>(c);
+        }
+        out[v] = best;
+    }
+    return labels;
+}
+
+std::string safe_file_name(std::string name) {
+    for (char& c : name) {
+        const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_' || c == '.';
+        if (!ok) c = '_';
+    }
+    return name;
+}
+
+// "2 replicas × input_partition_dims [1, 2, 2, 1]", as the planner writes layouts.
+std::string layout_description(const experiment::Experiment& e) {
+    std::string dims = "[1";
+    for (std::int64_t pieces : experiment::spatial_pieces(e)) dims += ", " + std::to_string(pieces);
+    dims += ", 1]";
+    const std::int64_t replicas = e.partition.num_replicas;
+    return (replicas > 1 ? std::to_string(replicas) + " replicas × " : std::string()) + "input_partition_dims " + dims;
+}
+
+}  // namespace
+
+fs::path default_model_dir(const experiment::Experiment& e) {
+    if (!e.training.model_dir.empty()) return e.training.model_dir;
+    std::string stem = fs::path(e.origin).stem().string();
+    if (stem.empty()) stem = "experiment";
+    return fs::path("runs") / stem;
+}
+
+struct TrainingRun::Impl {
+    experiment::Experiment experiment;
+    RunOptions options;
+    std::unique_ptr<data::Dataset> dataset;
+    std::unique_ptr<cores::CoreMesh> mesh;
+    std::unique_ptr<ModelDir> model_dir;
+    cost::Device device;
+    double predicted_step_seconds = 0;
+    std::int64_t total_steps = 0;
+    std::vector<std::string> classes;
+    bool checkpoint_loaded = false;
+
+    bool is_segmentation() const { return experiment.model.kind == experiment::ModelKind::UNet; }
+
+    // Loads the latest checkpoint into the cores once; returns the completed steps.
+    std::int64_t restore() {
+        if (checkpoint_loaded) return mesh->step();
+        checkpoint_loaded = true;
+        const auto latest = model_dir->latest();
+        if (!latest) return 0;
+        const Checkpoint checkpoint = model_dir->load(*latest);
+        try {
+            mesh->load_checkpoint(checkpoint.weights, checkpoint.state);
+        } catch (const Error& error) {
+            TESSERA_FAIL("cannot resume from " << latest->weights.string() << ": " << error.what());
+        }
+        return mesh->step();
+    }
+
+    // Logits [B, K, window…] for B ≤ global batch windows [B, C, window…]: the batch is padded to the
+    // cores' static shape (as TPU input pipelines pad the last batch) and the padding dropped.
+    Tensor predict_windows(const Tensor& windows) {
+        const Shape batch_shape = experiment::global_input_shape(experiment);
+        const std::int64_t count = windows.dim(0);
+        TESSERA_ASSERT(count <= batch_shape[0], "more windows than the global batch");
+        Tensor images = Tensor::zeros(batch_shape, DType::F32);
+        std::vector<std::int64_t> begin(batch_shape.size(), 0), extent(batch_shape.begin(), batch_shape.end());
+        extent[0] = count;
+        images.view_box(begin, extent).copy_from(windows);
+        Shape label_shape{batch_shape[0]};
+        if (is_segmentation()) label_shape.insert(label_shape.end(), batch_shape.begin() + 2, batch_shape.end());
+        const Tensor labels = Tensor::zeros(label_shape, DType::I32);
+        const train::EvalResult result = mesh->evaluate(images, labels);
+        std::vector<std::int64_t> out_begin(result.logits.rank(), 0), out_extent(result.logits.shape().begin(), result.logits.shape().end());
+        out_extent[0] = count;
+        return result.logits.view_box(out_begin, out_extent).clone();
+    }
+
+    Tensor sliding_window(const Tensor& image) {
+        data::SlidingWindowOptions window;
+        window.window = experiment.size;
+        window.overlap = experiment.training.eval_overlap;
+        window.window_batch = experiment.global_batch;
+        window.blend = experiment.training.eval_blend;
+        return data::sliding_window_predict(image, window, [this](const Tensor& windows) { return predict_windows(windows); });
+    }
+
+    EvalRecord evaluate(std::int64_t step) {
+        const auto start = Clock::now();
+        EvalRecord record;
+        record.step = step;
+        std::int64_t count = dataset->num_eval_examples();
+        if (experiment.training.max_eval_examples > 0) count = std::min(count, experiment.training.max_eval_examples);
+        TESSERA_CHECK(count > 0, experiment.origin << ": the dataset holds no example out for evaluation; raise data.holdout_fraction "
+                                                      "or data.num_eval_images");
+        loss::ConfusionMatrix confusion;
+        double nll_sum = 0, weight_sum = 0;
+        if (is_segmentation()) {
+            for (std::int64_t i = 0; i < count; ++i) {
+                const data::Example example = dataset->eval_example(i);
+                const Tensor logits = sliding_window(example.image);  // [K, spatial…]
+                const Tensor batch_logits = with_batch_axis(logits);
+                const Tensor batch_labels = with_batch_axis(example.labels);
+                confusion += loss::confusion_matrix_from_logits(batch_logits, batch_labels);
+                const loss::CrossEntropyPartial partial = loss::softmax_cross_entropy_partial(batch_logits, batch_labels);
+                nll_sum += partial.weighted_nll_sum;
+                weight_sum += partial.weight_sum;
+                if (options.write_predictions) {
+                    const fs::path folder = model_dir->path() / "predictions";
+                    fs::create_directories(folder);
+                    LabelMap prediction = make_label_map(example.geometry);
+                    prediction.labels.copy_from(argmax_labels(logits).reshape(prediction.labels.shape()));
+                    const fs::path file = folder / (safe_file_name(example.name) + ".nii.gz");
+                    write_label_map(prediction, file);
+                    record.predictions.push_back(file);
+                }
+            }
+        } else {
+            // Classification: whole images, a global batch at a time.
+            const Shape batch_shape = experiment::global_input_shape(experiment);
+            for (std::int64_t first = 0; first < count; first += batch_shape[0]) {
+                const std::int64_t n = std::min(batch_shape[0], count - first);
+                Shape window_shape = batch_shape;
+                window_shape[0] = n;
+                Tensor images = Tensor::empty(window_shape, DType::F32);
+                Tensor labels = Tensor::empty({n}, DType::I32);
+                for (std::int64_t i = 0; i < n; ++i) {
+                    const data::Example example = dataset->eval_example(first + i);
+                    std::vector<std::int64_t> begin(window_shape.size(), 0), extent(window_shape.begin(), window_shape.end());
+                    begin[0] = i;
+                    extent[0] = 1;
+                    images.view_box(begin, extent).copy_from(with_batch_axis(example.image));
+                    labels.data<std::int32_t>()[i] = example.labels.contiguous().data<std::int32_t>()[0];
+                }
+                const Tensor logits = predict_windows(images);
+                confusion += loss::confusion_matrix_from_logits(logits, labels);
+                const loss::CrossEntropyPartial partial = loss::softmax_cross_entropy_partial(logits, labels);
+                nll_sum += partial.weighted_nll_sum;
+                weight_sum += partial.weight_sum;
+            }
+        }
+        loss::ScoreOptions score_options;
+        score_options.exclude_background = experiment.training.dice_excludes_background;
+        const loss::SegmentationScores scores = loss::segmentation_scores(confusion, score_options);
+        record.loss = weight_sum > 0 ? nll_sum / weight_sum : 0;
+        record.mean_dice = scores.mean_dice;
+        record.mean_iou = scores.mean_iou;
+        record.accuracy = scores.accuracy;
+        if (is_segmentation()) {
+            for (std::size_t c = 0; c < scores.classes.size(); ++c) {
+                record.classes.push_back({c < classes.size() ? classes[c] : "class " + std::to_string(c), scores.classes[c].is_present,
+                                          scores.classes[c].dice, scores.classes[c].iou});
+            }
+        }
+        record.num_examples = count;
+        record.seconds = seconds_since(start);
+        record.wall_time = unix_time();
+        return record;
+    }
+
+    CheckpointRecord checkpoint() {
+        const auto start = Clock::now();
+        std::vector<train::NamedTensor> state = mesh->training_state();
+        state.push_back(train::make_counter_entry("run/next_batch", mesh->step()));
+        const std::map<std::string, std::string> metadata = {
+            {"experiment", experiment.name.empty() ? experiment.origin : experiment.name},
+            {"data_seed", std::to_string(experiment.data->seed)},
+            {"seed", std::to_string(experiment.training.seed)},
+            {"layout", layout_description(experiment)},
+        };
+        const CheckpointInfo info = model_dir->save(mesh->step(), mesh->weights(), state, metadata, experiment.training.keep_checkpoints);
+        return {info.step, info.weights, seconds_since(start)};
+    }
+};
+
+TrainingRun::TrainingRun(experiment::Experiment e, RunOptions options) : m_impl(std::make_unique<Impl>()) {
+    Impl& impl = *m_impl;
+    experiment::check_trainable(e);
+    impl.experiment = std::move(e);
+    impl.options = std::move(options);
+    const experiment::Experiment& x = impl.experiment;
+    impl.total_steps = impl.options.steps.value_or(x.training.steps);
+    TESSERA_CHECK(impl.total_steps >= 1, x.origin << ": expected at least one training step, got " << impl.total_steps);
+    impl.classes = class_names(x);
+    impl.device = cost::load_device_preset(x.device);
+
+    impl.dataset = data::make_dataset(*x.data, experiment::global_input_shape(x), x.model.num_classes);
+
+    cores::MeshConfig mesh;
+    mesh.num_replicas = x.partition.num_replicas;
+    mesh.grid = partition::SpatialGrid::even(experiment::replica_input_shape(x), experiment::spatial_pieces(x));
+    mesh.core_memory_bytes = impl.device.memory_per_core;
+    mesh.host_threads = impl.options.host_threads;
+    const graph::Graph model = experiment::build_model(x, experiment::replica_input_shape(x));
+    impl.mesh = std::make_unique<cores::CoreMesh>(model, mesh, experiment::trainer_config(x));
+    impl.mesh->check_memory();  // out of simulated memory: say so before any step
+
+    cost::SimulationOptions simulation;
+    simulation.precision = x.precision;
+    simulation.optimizer_slots = x.optimizer.kind == train::OptimizerKind::Sgd ? (x.optimizer.momentum > 0 ? 1 : 0) : 2;
+    simulation.record_timeline = false;
+    impl.predicted_step_seconds =
+        cost::predict_step(impl.mesh->model(), impl.mesh->plan(), x.partition.num_replicas, cost::CostModel(impl.device), simulation)
+            .step_seconds;
+
+    impl.model_dir = std::make_unique<ModelDir>(impl.options.model_dir.value_or(default_model_dir(x)));
+}
+
+TrainingRun::~TrainingRun() = default;
+
+RunSummary TrainingRun::train(RunObserver* observer, const std::atomic<bool>* stop) {
+    Impl& impl = *m_impl;
+    const experiment::Experiment& x = impl.experiment;
+    const auto run_start = Clock::now();
+    const std::int64_t first_step = impl.restore();
+    if (!x.text.empty()) impl.model_dir->write_experiment_text(x.text);
+    MetricsLog log(impl.model_dir->path(), first_step);
+
+    RunStart start;
+    start.experiment = x.name.empty() ? x.origin : x.name;
+    start.model_dir = impl.model_dir->path();
+    start.first_step = first_step;
+    start.total_steps = impl.total_steps;
+    start.resumed = first_step > 0;
+    start.layout = layout_description(x);
+    start.num_cores = impl.mesh->num_cores();
+    start.cores_per_replica = impl.mesh->cores_per_replica();
+    start.num_replicas = impl.mesh->num_replicas();
+    start.device = impl.device.id;
+    start.predicted_step_seconds = impl.predicted_step_seconds;
+    for (const cores::MemoryLedger& ledger : impl.mesh->memory()) start.core_memory_bytes.push_back(ledger.peak());
+    start.core_capacity_bytes = impl.device.memory_per_core;
+    start.data = impl.dataset->describe();
+    if (observer) observer->on_start(start);
+
+    RunSummary summary;
+    summary.model_dir = impl.model_dir->path();
+    summary.first_step = summary.last_step = first_step;
+    summary.core_peak_bytes = start.core_memory_bytes;
+    const std::int64_t eval_every = x.training.steps_per_eval;
+    const std::int64_t checkpoint_every = x.training.steps_per_checkpoint > 0 ? x.training.steps_per_checkpoint : eval_every;
+    std::vector<double> host_seconds;
+    std::int64_t last_checkpoint = first_step;
+
+    if (first_step < impl.total_steps) {
+        data::Prefetcher batches(*impl.dataset, first_step, impl.options.prefetch_depth);
+        for (std::int64_t step = first_step; step < impl.total_steps; ++step) {
+            const data::Batch batch = batches.next();
+            const auto step_start = Clock::now();
+            const train::StepResult result = impl.mesh->train_step(batch.images, batch.labels);
+            StepRecord record;
+            record.host_seconds = seconds_since(step_start);
+            record.step = step + 1;
+            record.loss = result.loss;
+            record.learning_rate = result.learning_rate;
+            record.loss_scale = result.loss_scale;
+            record.applied = result.applied;
+            record.predicted_seconds = impl.predicted_step_seconds;
+            record.images_per_second = static_cast<double>(x.global_batch) / record.host_seconds;
+            record.halo_bytes = impl.mesh->summary().halo_bytes;
+            for (const cores::MemoryLedger& ledger : impl.mesh->memory()) record.core_peak_bytes.push_back(ledger.peak());
+            record.wall_time = unix_time();
+            TESSERA_CHECK(std::isfinite(record.loss),
+                          "the loss became " << record.loss << " at step " << record.step
+                                             << "; lower the learning rate (schedule.learning_rate) or use loss scaling; the last "
+                                                "checkpoint is kept in " << impl.model_dir->path().string());
+            host_seconds.push_back(record.host_seconds);
+            summary.final_loss = record.loss;
+            summary.last_step = record.step;
+            summary.core_peak_bytes = record.core_peak_bytes;
+            log.write(record);
+            if (observer) observer->on_step(record);
+
+            const std::int64_t done = record.step;
+            const bool last = done == impl.total_steps;
+            if (last || (eval_every > 0 && done % eval_every == 0)) {
+                const EvalRecord eval = impl.evaluate(done);
+                summary.has_eval = true;
+                summary.last_eval = eval;
+                log.write(eval);
+                if (observer) observer->on_eval(eval);
+            }
+            const bool stopping = stop && stop->load();
+            if (last || stopping || (checkpoint_every > 0 && done % checkpoint_every == 0)) {
+                const CheckpointRecord saved = impl.checkpoint();
+                last_checkpoint = done;
+                if (observer) observer->on_checkpoint(saved);
+            }
+            log.flush();
+            if (stopping && !last) {
+                summary.stopped = true;
+                break;
+            }
+        }
+    }
+    (void)last_checkpoint;
+    if (!host_seconds.empty()) {
+        // The first step of a session warms caches and compiles kernels' scratch: left out when there are others.
+        const std::size_t skip = host_seconds.size() > 1 ? 1 : 0;
+        summary.mean_host_step_seconds =
+            std::accumulate(host_seconds.begin() + static_cast<std::ptrdiff_t>(skip), host_seconds.end(), 0.0) /
+            static_cast<double>(host_seconds.size() - skip);
+    }
+    summary.mean_predicted_step_seconds = impl.predicted_step_seconds;
+    summary.wall_seconds = seconds_since(run_start);
+    if (observer) observer->on_finish(summary);
+    return summary;
+}
+
+EvalRecord TrainingRun::evaluate(RunObserver* observer) {
+    Impl& impl = *m_impl;
+    const std::int64_t step = impl.restore();
+    const EvalRecord record = impl.evaluate(step);
+    if (observer) observer->on_eval(record);
+    return record;
+}
+
+std::vector<fs::path> TrainingRun::predict(const std::vector<fs::path>& inputs, const fs::path& output_dir) {
+    Impl& impl = *m_impl;
+    TESSERA_CHECK(impl.is_segmentation(), impl.experiment.origin << ": predict writes label volumes, so it needs a segmentation model (a U-Net)");
+    impl.restore();
+    fs::create_directories(output_dir);
+    std::vector<fs::path> written;
+    for (const fs::path& input : inputs) {
+        const Volume volume = read_volume(input);
+        const experiment::Experiment& x = impl.experiment;
+        const bool volumetric = x.size.size() == 3;
+        TESSERA_CHECK(x.channels == 1, input.string() << ": predict reads single-channel images and volumes; this model takes "
+                                                      << x.channels << " channels");
+        TESSERA_CHECK(volumetric || volume.geometry.is_2d(),
+                      input.string() << " is a volume (" << describe(volume.geometry) << ") but the model is 2D; predict its slices as 2D images");
+        // [1, (D,) H, W], normalised as the training data.
+        Shape shape{1};
+        if (volumetric) shape.push_back(volume.geometry.size[2]);
+        shape.insert(shape.end(), {volume.geometry.size[1], volume.geometry.size[0]});
+        Tensor image = volume.voxels.clone().reshape(shape);
+        data::normalize(image, x.data->normalization, x.data->window_low, x.data->window_high);
+        const Tensor logits = impl.sliding_window(image);
+        LabelMap prediction = make_label_map(volume.geometry);
+        prediction.labels.copy_from(argmax_labels(logits).reshape(prediction.labels.shape()));
+        const std::string stem = data::volume_file_stem(input);
+        const fs::path file = output_dir / (stem + "_prediction.nii.gz");
+        write_label_map(prediction, file);
+        written.push_back(file);
+    }
+    return written;
+}
+
+const experiment::Experiment& TrainingRun::experiment() const { return m_impl->experiment; }
+const data::Dataset& TrainingRun::dataset() const { return *m_impl->dataset; }
+cores::CoreMesh& TrainingRun::mesh() { return *m_impl->mesh; }
+const ModelDir& TrainingRun::model_dir() const { return *m_impl->model_dir; }
+std::int64_t TrainingRun::total_steps() const { return m_impl->total_steps; }
+double TrainingRun::predicted_step_seconds() const { return m_impl->predicted_step_seconds; }
+
+}  // namespace tessera::run

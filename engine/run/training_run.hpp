@@ -1,0 +1,72 @@
+// TrainingRun: an experiment run to completion on the simulated cores — the unit of work the CLI's
+// `train`, `eval` and `predict` and the studio's Run panel share.
+//
+// Training takes batch i for step i from the dataset (a pure function of the seed and i, prepared on
+// a background thread while the step runs), hands each step's record to the observers and the
+// metrics files, evaluates every steps_per_eval steps on the held-out images by sliding windows on
+// the same cores, and checkpoints into model_dir. A run started on a model_dir holding checkpoints
+// resumes from the latest one and skips the completed steps: its losses are exactly those of a run
+// that never stopped. A stop request ends the run after the current step, with a checkpoint.
+//
+//   Experiment e = load_experiment("resources/experiments/unet2d_em_4way_train.json");
+//   TrainingRun run(e, {.model_dir = "runs/em"});
+//   std::atomic<bool> stop = false;
+//   RunSummary summary = run.train(&observer, &stop);
+//   EvalRecord eval = run.evaluate(&observer);          // the latest checkpoint on the held-out data
+#pragma once
+
+#include "cores/core_mesh.hpp"
+#include "data/dataset.hpp"
+#include "experiment/experiment.hpp"
+#include "run/model_dir.hpp"
+#include "run/run_records.hpp"
+
+#include <atomic>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <vector>
+
+namespace tessera::run {
+
+struct RunOptions {
+    std::optional<std::int64_t> steps;                // overrides the experiment's steps
+    std::optional<std::filesystem::path> model_dir;   // overrides the experiment's model_dir
+    int host_threads = 2;                             // threads that run the simulated cores
+    int prefetch_depth = 2;                           // batches prepared ahead
+    bool write_predictions = true;                    // label volumes of each evaluation
+};
+
+// model_dir when neither the experiment nor the options name one: runs/<experiment file stem>.
+std::filesystem::path default_model_dir(const experiment::Experiment& experiment);
+
+class TrainingRun {
+public:
+    // Checks the experiment can be trained, builds the dataset and the simulated cores and checks their
+    // memory: every bad input is reported here, before any step.
+    TrainingRun(experiment::Experiment experiment, RunOptions options = {});
+    ~TrainingRun();
+
+    // Trains from the latest checkpoint (or from the start) to the last step, or until *stop is set.
+    RunSummary train(RunObserver* observer = nullptr, const std::atomic<bool>* stop = nullptr);
+    // Evaluates the latest checkpoint (the initial weights when there is none) on the held-out data;
+    // writes predictions when the options ask for them.
+    EvalRecord evaluate(RunObserver* observer = nullptr);
+    // Predicts label volumes for images or volumes of any size (sliding windows), normalised as the
+    // training data; writes <output_dir>/<stem>_prediction.nii.gz for each and returns the paths.
+    std::vector<std::filesystem::path> predict(const std::vector<std::filesystem::path>& inputs,
+                                               const std::filesystem::path& output_dir);
+
+    const experiment::Experiment& experiment() const;
+    const data::Dataset& dataset() const;
+    cores::CoreMesh& mesh();
+    const ModelDir& model_dir() const;
+    std::int64_t total_steps() const;
+    double predicted_step_seconds() const;  // on the experiment's device
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> m_impl;
+};
+
+}  // namespace tessera::run

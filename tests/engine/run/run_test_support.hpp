@@ -1,0 +1,65 @@
+// Small experiments and temporary model_dirs for the training-run tests.
+#pragma once
+
+#include "experiment/experiment.hpp"
+#include "run/training_run.hpp"
+
+#include <filesystem>
+#include <string>
+#include <unistd.h>
+
+namespace tessera::test {
+
+// A fresh, empty folder under the system's temporary directory, removed with the object.
+class TemporaryFolder {
+public:
+    explicit TemporaryFolder(const std::string& name) {
+        m_path = std::filesystem::temp_directory_path() / ("tessera_" + name + "_" + std::to_string(::getpid()));
+        std::filesystem::remove_all(m_path);
+        std::filesystem::create_directories(m_path);
+    }
+    ~TemporaryFolder() {
+        std::error_code ignored;
+        std::filesystem::remove_all(m_path, ignored);
+    }
+    const std::filesystem::path& path() const { return m_path; }
+
+private:
+    std::filesystem::path m_path;
+};
+
+// A 2D U-Net on 32×32 crops of 64×64 EM-like sections, 2 replicas × 2 cores: every part of a run
+// (halos, BN over a replica, gradients over replicas, Adam, a warmup schedule) in a few milliseconds a step.
+inline std::string small_em_experiment(int steps, int steps_per_eval, int steps_per_checkpoint) {
+    return R"({
+      "version": 1,
+      "name": "small EM",
+      "model": {"kind": "unet", "depth": 2, "base_width": 4, "num_classes": 2},
+      "input": {"channels": 1, "size": [32, 32]},
+      "global_batch": 4,
+      "num_cores_per_replica": 2,
+      "num_replicas": 2,
+      "input_partition_dims": [[1, 2, 1, 1], null],
+      "optimizer": {"kind": "adam"},
+      "data": {"source": "synthetic_em", "image_size": [64, 64], "num_train_images": 3, "num_eval_images": 1,
+               "augment": {"flip_axes": [0, 1], "intensity_scale": 0.1}},
+      "schedule": {"kind": "cosine", "learning_rate": 0.01, "warmup_steps": 2},
+      "steps": )" + std::to_string(steps) + R"(,
+      "steps_per_eval": )" + std::to_string(steps_per_eval) + R"(,
+      "steps_per_checkpoint": )" + std::to_string(steps_per_checkpoint) + R"(,
+      "keep_checkpoints": 2,
+      "seed": 7
+    })";
+}
+
+inline experiment::Experiment small_em(int steps, int steps_per_eval, int steps_per_checkpoint) {
+    return experiment::parse_experiment(small_em_experiment(steps, steps_per_eval, steps_per_checkpoint), "small_em.json");
+}
+
+inline run::RunOptions options_in(const std::filesystem::path& model_dir) {
+    run::RunOptions options;
+    options.model_dir = model_dir;
+    return options;
+}
+
+}  // namespace tessera::test

@@ -1,0 +1,252 @@
+// The training run end to end on small experiments: what it writes (metrics three ways, checkpoints,
+// predictions), stop-and-resume equality, the last-K policy, and bad input before any step.
+#include "run/training_run.hpp"
+
+#include "io/safetensors.hpp"
+#include "io/tensorboard_events.hpp"
+#include "io/volume_io.hpp"
+#include "run/metrics_log.hpp"
+#include "run_test_support.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+
+namespace tessera {
+namespace {
+
+namespace fs = std::filesystem;
+using test::TemporaryFolder;
+
+// Stops the run after a given step, as Ctrl-C in the CLI or the studio's Stop button would.
+class StopAfter final : public run::RunObserver {
+public:
+    StopAfter(std::int64_t step, std::atomic<bool>& flag) : m_step(step), m_flag(flag) {}
+    void on_step(const run::StepRecord& record) override {
+        if (record.step == m_step) m_flag = true;
+    }
+
+private:
+    std::int64_t m_step;
+    std::atomic<bool>& m_flag;
+};
+
+class Recorder final : public run::RunObserver {
+public:
+    void on_start(const run::RunStart& s) override { starts.push_back(s); }
+    void on_step(const run::StepRecord& s) override { steps.push_back(s); }
+    void on_eval(const run::EvalRecord& e) override { evals.push_back(e); }
+    void on_checkpoint(const run::CheckpointRecord& c) override { checkpoints.push_back(c); }
+    void on_finish(const run::RunSummary& s) override { summaries.push_back(s); }
+    std::vector<run::RunStart> starts;
+    std::vector<run::StepRecord> steps;
+    std::vector<run::EvalRecord> evals;
+    std::vector<run::CheckpointRecord> checkpoints;
+    std::vector<run::RunSummary> summaries;
+};
+
+std::size_t count_lines(const fs::path& path) {
+    std::ifstream in(path);
+    std::size_t lines = 0;
+    for (std::string line; std::getline(in, line);) ++lines;
+    return lines;
+}
+
+TEST(TrainingRun, WritesMetricsCheckpointsAndPredictions) {
+    TemporaryFolder folder("run_outputs");
+    run::TrainingRun training(test::small_em(4, 2, 2), test::options_in(folder.path()));
+    Recorder recorder;
+    const run::RunSummary summary = training.train(&recorder);
+
+    ASSERT_EQ(recorder.steps.size(), 4u);
+    ASSERT_EQ(recorder.evals.size(), 2u);
+    EXPECT_EQ(recorder.evals[0].step, 2);
+    EXPECT_EQ(recorder.evals[1].step, 4);
+    EXPECT_EQ(summary.last_step, 4);
+    EXPECT_FALSE(summary.stopped);
+    EXPECT_GT(recorder.starts.at(0).predicted_step_seconds, 0);
+    EXPECT_EQ(recorder.starts[0].num_cores, 4);
+    for (const run::StepRecord& s : recorder.steps) {
+        EXPECT_TRUE(std::isfinite(s.loss));
+        EXPECT_GT(s.host_seconds, 0);
+        EXPECT_EQ(s.core_peak_bytes.size(), 4u);
+        EXPECT_GT(s.halo_bytes, 0);  // a 2-way split exchanges halos
+    }
+    // Warmup: the rate rises over the first two steps.
+    EXPECT_LT(recorder.steps[0].learning_rate, recorder.steps[2].learning_rate);
+
+    // Metrics three ways, the same numbers.
+    const run::MetricsHistory history = run::read_metrics(folder.path());
+    ASSERT_EQ(history.steps.size(), 4u);
+    ASSERT_EQ(history.evals.size(), 2u);
+    for (std::size_t i = 0; i < 4; ++i) EXPECT_EQ(history.steps[i].loss, recorder.steps[i].loss);
+    EXPECT_EQ(history.evals[1].mean_dice, recorder.evals[1].mean_dice);
+    EXPECT_EQ(count_lines(folder.path() / "train.csv"), 5u);
+    EXPECT_EQ(count_lines(folder.path() / "eval.csv"), 3u);
+    std::vector<float> tensorboard_losses;
+    for (const io::ScalarEvent& event : io::read_tensorboard_scalars(folder.path())) {
+        if (event.tag == "loss") tensorboard_losses.push_back(event.value);
+    }
+    ASSERT_EQ(tensorboard_losses.size(), 4u);
+    for (std::size_t i = 0; i < 4; ++i) EXPECT_EQ(tensorboard_losses[i], static_cast<float>(recorder.steps[i].loss));
+    std::size_t eval_dice_points = 0;
+    for (const io::ScalarEvent& event : io::read_tensorboard_scalars(folder.path() / "eval")) eval_dice_points += event.tag == "mean_dice";
+    EXPECT_EQ(eval_dice_points, 2u);
+
+    // Checkpoints at 2 and 4, the weights readable as plain safetensors with the model's names.
+    const auto checkpoints = training.model_dir().checkpoints();
+    ASSERT_EQ(checkpoints.size(), 2u);
+    EXPECT_EQ(checkpoints[0].step, 2);
+    EXPECT_EQ(checkpoints[1].step, 4);
+    const io::TensorFile weights = io::read_safetensors(checkpoints[1].weights);
+    const auto current = training.mesh().weights();
+    ASSERT_EQ(weights.tensors.size(), current.size());
+    for (std::size_t i = 0; i < current.size(); ++i) {
+        EXPECT_EQ(weights.tensors[i].name, current[i].name);
+        EXPECT_EQ(0, std::memcmp(weights.tensors[i].value.raw_data(), current[i].value.raw_data(), current[i].value.num_bytes()));
+    }
+    EXPECT_EQ(weights.metadata.at("step"), "4");
+    EXPECT_TRUE(fs::exists(folder.path() / "experiment.json"));
+
+    // Predictions: a label map on the held-out image's grid.
+    ASSERT_EQ(recorder.evals[1].predictions.size(), 1u);
+    const LabelMap prediction = read_label_map(recorder.evals[1].predictions[0]);
+    EXPECT_EQ(prediction.geometry.size[0], 64);
+    EXPECT_EQ(prediction.geometry.size[1], 64);
+    for (std::int32_t label : prediction.present_labels()) EXPECT_TRUE(label == 0 || label == 1);
+}
+
+TEST(TrainingRun, StoppedAndResumedGivesExactlyTheUninterruptedLosses) {
+    TemporaryFolder whole("run_whole"), split("run_split");
+    const int steps = 6;
+    std::vector<double> uninterrupted;
+    std::vector<train::NamedTensor> final_weights;
+    double uninterrupted_dice = 0;
+    {
+        run::TrainingRun training(test::small_em(steps, 3, 0), test::options_in(whole.path()));
+        Recorder recorder;
+        training.train(&recorder);
+        for (const auto& s : recorder.steps) uninterrupted.push_back(s.loss);
+        final_weights = training.mesh().weights();
+        uninterrupted_dice = recorder.evals.back().mean_dice;
+    }
+    {
+        run::TrainingRun training(test::small_em(steps, 3, 0), test::options_in(split.path()));
+        std::atomic<bool> stop = false;
+        StopAfter stopper(2, stop);
+        const run::RunSummary summary = training.train(&stopper, &stop);
+        EXPECT_TRUE(summary.stopped);
+        EXPECT_EQ(summary.last_step, 2);
+        ASSERT_TRUE(training.model_dir().latest());
+        EXPECT_EQ(training.model_dir().latest()->step, 2);  // the stop wrote a checkpoint
+    }
+    {
+        run::TrainingRun training(test::small_em(steps, 3, 0), test::options_in(split.path()));
+        Recorder recorder;
+        const run::RunSummary summary = training.train(&recorder);
+        EXPECT_EQ(summary.first_step, 2);
+        EXPECT_TRUE(recorder.starts.at(0).resumed);
+        ASSERT_EQ(recorder.steps.size(), 4u);
+        EXPECT_EQ(recorder.steps[0].step, 3);
+        EXPECT_EQ(recorder.evals.back().mean_dice, uninterrupted_dice);
+        const auto weights = training.mesh().weights();
+        ASSERT_EQ(weights.size(), final_weights.size());
+        for (std::size_t i = 0; i < weights.size(); ++i) {
+            EXPECT_EQ(0, std::memcmp(weights[i].value.raw_data(), final_weights[i].value.raw_data(), weights[i].value.num_bytes()))
+                << weights[i].name;
+        }
+    }
+    // The split run's metrics file reads as one run: six steps, the same losses, bit for bit.
+    const run::MetricsHistory history = run::read_metrics(split.path());
+    ASSERT_EQ(history.steps.size(), static_cast<std::size_t>(steps));
+    for (int i = 0; i < steps; ++i) {
+        EXPECT_EQ(history.steps[static_cast<std::size_t>(i)].step, i + 1);
+        EXPECT_EQ(history.steps[static_cast<std::size_t>(i)].loss, uninterrupted[static_cast<std::size_t>(i)]) << "step " << i + 1;
+    }
+}
+
+TEST(TrainingRun, KeepsTheLastCheckpointsAndDropsRecordsPastTheResumePoint) {
+    TemporaryFolder folder("run_keep");
+    {
+        run::TrainingRun training(test::small_em(5, 5, 1), test::options_in(folder.path()));
+        training.train();
+        const auto kept = training.model_dir().checkpoints();
+        ASSERT_EQ(kept.size(), 2u);  // keep_checkpoints 2
+        EXPECT_EQ(kept[0].step, 4);
+        EXPECT_EQ(kept[1].step, 5);
+        std::size_t files = 0;
+        for (const auto& entry : fs::directory_iterator(folder.path())) files += entry.path().extension() == ".safetensors";
+        EXPECT_EQ(files, 4u);
+    }
+    // A record past the latest checkpoint (as a kill between a step and its checkpoint leaves) is dropped on resume.
+    {
+        std::ofstream(folder.path() / "metrics.jsonl", std::ios::app) << R"({"kind": "train", "step": 6, "loss": 123.0})" << "\n"
+                                                                       << R"({"kind": "tr)";
+        std::ofstream(folder.path() / "train.csv", std::ios::app) << "6,123,0,1,1,0,0,0,0,0,0\n";
+        run::TrainingRun training(test::small_em(7, 7, 0), test::options_in(folder.path()));
+        training.train();
+    }
+    const run::MetricsHistory history = run::read_metrics(folder.path());
+    ASSERT_EQ(history.steps.size(), 7u);
+    for (std::size_t i = 0; i < history.steps.size(); ++i) {
+        EXPECT_EQ(history.steps[i].step, static_cast<std::int64_t>(i) + 1);
+        EXPECT_NE(history.steps[i].loss, 123.0);
+    }
+    EXPECT_EQ(count_lines(folder.path() / "train.csv"), 8u);
+}
+
+TEST(TrainingRun, AFinishedRunHasNothingLeftToDo) {
+    TemporaryFolder folder("run_finished");
+    {
+        run::TrainingRun training(test::small_em(2, 0, 0), test::options_in(folder.path()));
+        training.train();
+    }
+    run::TrainingRun training(test::small_em(2, 0, 0), test::options_in(folder.path()));
+    Recorder recorder;
+    const run::RunSummary summary = training.train(&recorder);
+    EXPECT_TRUE(recorder.steps.empty());
+    EXPECT_EQ(summary.first_step, 2);
+    EXPECT_EQ(summary.last_step, 2);
+    // eval alone uses the latest checkpoint
+    const run::EvalRecord eval = training.evaluate();
+    EXPECT_EQ(eval.step, 2);
+    EXPECT_EQ(eval.num_examples, 1);
+}
+
+TEST(TrainingRun, RefusesACheckpointOfAnotherModel) {
+    TemporaryFolder folder("run_other_model");
+    {
+        run::TrainingRun training(test::small_em(2, 0, 0), test::options_in(folder.path()));
+        training.train();
+    }
+    std::string text = test::small_em_experiment(4, 0, 0);
+    text.replace(text.find("\"base_width\": 4"), 15, "\"base_width\": 6");
+    run::TrainingRun training(experiment::parse_experiment(text, "wider.json"), test::options_in(folder.path()));
+    try {
+        training.train();
+        FAIL() << "expected an error";
+    } catch (const Error& error) {
+        EXPECT_NE(std::string(error.what()).find("cannot resume from"), std::string::npos) << error.what();
+        EXPECT_NE(std::string(error.what()).find("written for another model"), std::string::npos) << error.what();
+    }
+}
+
+TEST(TrainingRun, PlanOnlyExperimentsSayWhyTheyCannotTrain) {
+    const auto expect_error = [](const std::string& json, const std::string& expected) {
+        try {
+            run::TrainingRun training(experiment::parse_experiment(json, "plan.json"));
+            FAIL() << "expected an error";
+        } catch (const Error& error) {
+            EXPECT_NE(std::string(error.what()).find(expected), std::string::npos) << error.what();
+        }
+    };
+    expect_error(R"({"version": 1, "model": {"kind": "unet", "depth": 2}, "input": {"size": [32, 32]}, "global_batch": 1})",
+                 "no \"data\" section, so it is plan-only");
+    expect_error(R"({"version": 1, "model": {"kind": "retinanet"}, "input": {"channels": 3, "size": [256, 256]}, "global_batch": 1})",
+                 "RetinaNet experiments are plan-only");
+}
+
+}  // namespace
+}  // namespace tessera
