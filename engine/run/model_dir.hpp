@@ -6,6 +6,7 @@
 //     state.ckpt-000200.safetensors          optimizer slots, loss scale, step, data position, other replicas' BN
 //     experiment.json                         the experiment the run was started with
 //     metrics.jsonl, train.csv, eval.csv      one record per step / evaluation
+//     summary.json                            the end of the last session: final metrics, mean step times, peak memory
 //     events.out.tfevents.*, eval/…           TensorBoard scalars
 //     predictions/<example>.nii.gz            the latest evaluation's label volumes
 //

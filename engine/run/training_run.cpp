@@ -1,6 +1,7 @@
 #include "run/training_run.hpp"
 
 #include "core/error.hpp"
+#include "core/json_support.hpp"
 #include "cost/device.hpp"
 #include "cost/step_simulation.hpp"
 #include "data/phantom.hpp"
@@ -8,6 +9,7 @@
 #include "data/sliding_window.hpp"
 #include "data/folder_pairs.hpp"
 #include "data/transforms.hpp"
+#include "io/atomic_file.hpp"
 #include "io/volume_io.hpp"
 #include "loss/cross_entropy.hpp"
 #include "loss/metrics.hpp"
@@ -89,6 +91,30 @@ std::string layout_description(const experiment::Experiment& e) {
     dims += ", 1]";
     const std::int64_t replicas = e.partition.num_replicas;
     return (replicas > 1 ? std::to_string(replicas) + " replicas × " : std::string()) + "input_partition_dims " + dims;
+}
+
+// summary.json: the end of a session in one file, for scripts and the studio's run list.
+void write_summary(const fs::path& path, const RunSummary& s) {
+    json::Json eval = nullptr;
+    if (s.has_eval) {
+        json::Json classes = json::Json::object();
+        for (const ClassRecord& c : s.last_eval.classes) {
+            if (c.is_present) classes[c.name] = {{"dice", c.dice}, {"iou", c.iou}};
+        }
+        eval = {{"step", s.last_eval.step}, {"loss", s.last_eval.loss}, {"mean_dice", s.last_eval.mean_dice},
+                {"mean_iou", s.last_eval.mean_iou}, {"accuracy", s.last_eval.accuracy}, {"classes", classes}};
+    }
+    const json::Json root = {{"first_step", s.first_step},
+                             {"last_step", s.last_step},
+                             {"stopped", s.stopped},
+                             {"final_loss", s.final_loss},
+                             {"mean_host_step_seconds", s.mean_host_step_seconds},
+                             {"mean_predicted_step_seconds", s.mean_predicted_step_seconds},
+                             {"core_peak_bytes", s.core_peak_bytes},
+                             {"wall_seconds", s.wall_seconds},
+                             {"last_eval", eval}};
+    const std::string text = root.dump(2) + "\n";
+    io::write_file_atomically(path, std::as_bytes(std::span(text.data(), text.size())));
 }
 
 }  // namespace
@@ -375,6 +401,7 @@ RunSummary TrainingRun::train(RunObserver* observer, const std::atomic<bool>* st
     }
     summary.mean_predicted_step_seconds = impl.predicted_step_seconds;
     summary.wall_seconds = seconds_since(run_start);
+    write_summary(impl.model_dir->path() / "summary.json", summary);
     if (observer) observer->on_finish(summary);
     return summary;
 }

@@ -109,6 +109,10 @@ TEST(TrainingRun, WritesMetricsCheckpointsAndPredictions) {
     }
     EXPECT_EQ(weights.metadata.at("step"), "4");
     EXPECT_TRUE(fs::exists(folder.path() / "experiment.json"));
+    std::ifstream summary_file(folder.path() / "summary.json");
+    const std::string summary_text((std::istreambuf_iterator<char>(summary_file)), std::istreambuf_iterator<char>());
+    EXPECT_NE(summary_text.find("\"last_step\": 4"), std::string::npos) << summary_text;
+    EXPECT_NE(summary_text.find("\"mean_dice\""), std::string::npos) << summary_text;
 
     // Predictions: a label map on the held-out image's grid.
     ASSERT_EQ(recorder.evals[1].predictions.size(), 1u);
