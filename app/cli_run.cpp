@@ -47,8 +47,13 @@ std::string gib(std::int64_t bytes) {
 std::string eval_line(const run::EvalRecord& e) {
     std::string line = std::string("eval  step ").append(std::to_string(e.step));
     char text[160];
-    std::snprintf(text, sizeof text, "  loss %.4f  mean Dice %.4f  mean IoU %.4f  accuracy %.4f  (%lld examples, %s)", e.loss,
-                  e.mean_dice, e.mean_iou, e.accuracy, static_cast<long long>(e.num_examples), duration_text(e.seconds).c_str());
+    if (e.classes.empty()) {  // classification: Dice and IoU mean nothing here
+        std::snprintf(text, sizeof text, "  loss %.4f  accuracy %.4f  (%lld examples, %s)", e.loss, e.accuracy,
+                      static_cast<long long>(e.num_examples), duration_text(e.seconds).c_str());
+    } else {
+        std::snprintf(text, sizeof text, "  loss %.4f  mean Dice %.4f  mean IoU %.4f  accuracy %.4f  (%lld examples, %s)", e.loss,
+                      e.mean_dice, e.mean_iou, e.accuracy, static_cast<long long>(e.num_examples), duration_text(e.seconds).c_str());
+    }
     line += text;
     for (const run::ClassRecord& c : e.classes) {
         if (!c.is_present) continue;
@@ -134,7 +139,8 @@ public:
             }
             std::printf("            peak memory per core: %s\n", peaks.c_str());
         }
-        if (s.has_eval) std::printf("            last eval: mean Dice %.4f, accuracy %.4f\n", s.last_eval.mean_dice, s.last_eval.accuracy);
+        if (s.has_eval && s.last_eval.classes.empty()) std::printf("            last eval: accuracy %.4f\n", s.last_eval.accuracy);
+        else if (s.has_eval) std::printf("            last eval: mean Dice %.4f, accuracy %.4f\n", s.last_eval.mean_dice, s.last_eval.accuracy);
         std::fflush(stdout);
     }
 

@@ -129,18 +129,19 @@ int run_plan(const std::string& path, bool sweep, const std::string& json_out, c
                 static_cast<long long>(e.partition.num_replicas));
 
     std::vector<cost::LayoutPlan> plans = cost::plan_layouts(factory, request, model);
-    const std::vector<std::int64_t> chosen = experiment::spatial_pieces(e);
+    // The experiment's own layout: its grid (even, or its tile_boundaries) among the planner's, else planned alone.
+    const partition::SpatialGrid grid = experiment::tile_grid(e);
     const auto mine = std::find_if(plans.begin(), plans.end(), [&](const cost::LayoutPlan& p) {
-        return p.replicas == e.partition.num_replicas && p.pieces == chosen;
+        return p.replicas == e.partition.num_replicas && p.grid.boundaries == grid.boundaries;
     });
+    const cost::LayoutPlan own =
+        mine != plans.end() ? *mine : cost::plan_layout(factory, request, model, e.partition.num_replicas, grid);
     nlohmann::json out;
     out["experiment"] = path;
     out["device"] = device.id;
-    if (mine != plans.end()) {
-        std::printf("the experiment's layout:\n");
-        print_plan_table({*mine});
-        out["layout"] = plan_json(*mine);
-    }
+    std::printf("the experiment's layout:\n");
+    print_plan_table({own});
+    out["layout"] = plan_json(own);
     if (sweep) {
         std::printf("\nevery layout for %lld cores, best first:\n", static_cast<long long>(request.core_budget));
         print_plan_table(plans);

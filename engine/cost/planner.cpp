@@ -105,6 +105,45 @@ void explain(LayoutPlan& plan, const graph::Graph& model, const StepPrediction& 
     plan.verdict = out.str();
 }
 
+// Plans one layout: its grid (`grid`, or the planner's own for plan.pieces), memory, step time, verdict.
+void evaluate_layout(LayoutPlan& plan, const graph::Graph& model, const Shape& replica_input, const partition::SpatialGrid* grid,
+                     const PlannerRequest& request, const CostModel& cost) {
+    const std::int64_t batch = request.global_input[0];
+    try {
+        plan.grid = grid ? *grid : grid_for(model, replica_input, plan.pieces, request.allow_uneven);
+        const partition::TilingPlan tiling(model, plan.grid);
+        plan.valid = true;
+        // Memory first: a layout that cannot fit is not simulated.
+        for (std::int64_t core : fullest_core_candidates(plan.grid)) {
+            const CoreMemory memory =
+                estimate_core_memory(model, tiling, core, request.simulation.precision, request.simulation.optimizer_slots);
+            if (memory.total() > plan.peak_memory) {
+                plan.peak_memory = memory.total();
+                plan.memory = memory;
+            }
+        }
+        plan.fits = plan.peak_memory <= cost.device().memory_per_core;
+        if (!plan.fits) {
+            plan.verdict = "does not fit: a core needs " + gib(plan.peak_memory) + " GiB of " +
+                           gib(cost.device().memory_per_core) + " (saved activations " + gib(plan.memory.saved_activations) +
+                           ", halo buffers " + gib(plan.memory.halo_buffers) + ", working set " +
+                           gib(plan.memory.working_set) + ")";
+            return;
+        }
+        SimulationOptions options = request.simulation;
+        options.record_timeline = false;
+        const StepPrediction step = predict_step(model, tiling, plan.replicas, cost, options);
+        plan.step_seconds = step.step_seconds;
+        plan.samples_per_second = step.step_seconds > 0 ? static_cast<double>(batch) / step.step_seconds : 0;
+        plan.fraction_of_peak = step.achieved_fraction_of_peak;
+        plan.exposed_communication = step.step_seconds > 0 ? step.exposed_communication_seconds / step.step_seconds : 0;
+        explain(plan, model, step, cost.device());
+    } catch (const Error& error) {
+        plan.valid = false;
+        plan.verdict = std::string("not possible: ") + error.what();
+    }
+}
+
 }  // namespace
 
 std::vector<LayoutPlan> plan_layouts(const ModelFactory& factory, const PlannerRequest& request, const CostModel& cost) {
@@ -140,41 +179,7 @@ std::vector<LayoutPlan> plan_layouts(const ModelFactory& factory, const PlannerR
         }
     }
     auto evaluate = [&](Candidate& candidate) {
-        LayoutPlan& plan = candidate.plan;
-        const graph::Graph& model = *candidate.model;
-        try {
-            plan.grid = grid_for(model, candidate.replica_input, plan.pieces, request.allow_uneven);
-            const partition::TilingPlan tiling(model, plan.grid);
-            plan.valid = true;
-            // Memory first: a layout that cannot fit is not simulated.
-            for (std::int64_t core : fullest_core_candidates(plan.grid)) {
-                const CoreMemory memory =
-                    estimate_core_memory(model, tiling, core, request.simulation.precision, request.simulation.optimizer_slots);
-                if (memory.total() > plan.peak_memory) {
-                    plan.peak_memory = memory.total();
-                    plan.memory = memory;
-                }
-            }
-            plan.fits = plan.peak_memory <= cost.device().memory_per_core;
-            if (!plan.fits) {
-                plan.verdict = "does not fit: a core needs " + gib(plan.peak_memory) + " GiB of " +
-                               gib(cost.device().memory_per_core) + " (saved activations " + gib(plan.memory.saved_activations) +
-                               ", halo buffers " + gib(plan.memory.halo_buffers) + ", working set " +
-                               gib(plan.memory.working_set) + ")";
-                return;
-            }
-            SimulationOptions options = request.simulation;
-            options.record_timeline = false;
-            const StepPrediction step = predict_step(model, tiling, plan.replicas, cost, options);
-            plan.step_seconds = step.step_seconds;
-            plan.samples_per_second = step.step_seconds > 0 ? static_cast<double>(batch) / step.step_seconds : 0;
-            plan.fraction_of_peak = step.achieved_fraction_of_peak;
-            plan.exposed_communication = step.step_seconds > 0 ? step.exposed_communication_seconds / step.step_seconds : 0;
-            explain(plan, model, step, cost.device());
-        } catch (const Error& error) {
-            plan.valid = false;
-            plan.verdict = std::string("not possible: ") + error.what();
-        }
+        evaluate_layout(candidate.plan, *candidate.model, candidate.replica_input, nullptr, request, cost);
     };
     // Candidates are independent: spread them over the host's threads (each writes only its own).
     const std::size_t threads = std::clamp<std::size_t>(std::thread::hardware_concurrency(), 1, 8);
@@ -198,6 +203,43 @@ std::vector<LayoutPlan> plan_layouts(const ModelFactory& factory, const PlannerR
     });
     if (!plans.empty() && plans.front().valid && plans.front().fits) plans.front().verdict += "; fastest";
     return plans;
+}
+
+LayoutPlan plan_layout(const ModelFactory& factory, const PlannerRequest& request, const CostModel& cost, std::int64_t replicas,
+                       const partition::SpatialGrid& grid) {
+    const Shape& input = request.global_input;
+    TESSERA_CHECK(input.size() == 4 || input.size() == 5,
+                  "the planner needs a [N, C, H, W] or [N, C, D, H, W] input, got " << shape_to_string(input));
+    TESSERA_CHECK(replicas >= 1 && input[0] % replicas == 0,
+                  "expected a replica count that divides the global batch " << input[0] << ", got " << replicas);
+    TESSERA_CHECK(grid.boundaries.size() + 2 == input.size(),
+                  "expected a grid with one list of cuts per spatial axis of " << shape_to_string(input) << ", got "
+                                                                               << grid.boundaries.size() << " lists");
+    Shape replica_input = input;
+    replica_input[0] = input[0] / replicas;
+    const graph::Graph model = factory(replica_input);
+    LayoutPlan plan;
+    plan.replicas = replicas;
+    plan.pieces = grid.pieces_per_axis();
+    plan.layout = describe_layout(replicas, plan.pieces);
+    // Cuts other than the planner's own for these pieces are part of the layout's name.
+    try {
+        if (grid.boundaries != grid_for(model, replica_input, plan.pieces, request.allow_uneven).boundaries) {
+            plan.layout += ", tiles [";
+            for (std::size_t axis = 0; axis < grid.boundaries.size(); ++axis) {
+                plan.layout += axis ? ", [" : "[";
+                for (std::size_t i = 0; i < grid.boundaries[axis].size(); ++i) {
+                    plan.layout.append(i ? ", " : "").append(std::to_string(grid.boundaries[axis][i]));
+                }
+                plan.layout += "]";
+            }
+            plan.layout += "]";
+        }
+    } catch (const Error&) {
+        // The planner has no grid of its own for these pieces; the name stays the plain layout.
+    }
+    evaluate_layout(plan, model, replica_input, &grid, request, cost);
+    return plan;
 }
 
 std::vector<ScalingPoint> scaling_curve(const ModelFactory& factory, const PlannerRequest& request, const CostModel& cost,

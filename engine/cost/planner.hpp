@@ -50,6 +50,12 @@ struct LayoutPlan {
 // then the invalid ones with the rule they break.
 std::vector<LayoutPlan> plan_layouts(const ModelFactory& factory, const PlannerRequest& request, const CostModel& cost);
 
+// One layout on its own: `replicas` replicas, each cut by `grid` (e.g. an experiment's tile_boundaries,
+// which the planner's even or aligned grids may not include). The layout's name gives the cuts when they
+// are not the planner's own for those pieces: "input_partition_dims [1, 2, 1, 1], tiles [[0, 120, 256], [0, 256]]".
+LayoutPlan plan_layout(const ModelFactory& factory, const PlannerRequest& request, const CostModel& cost, std::int64_t replicas,
+                       const partition::SpatialGrid& grid);
+
 // Strong scaling (fixed global batch) or weak scaling (batch grows with the cores): the best layout's
 // step time at each budget.
 struct ScalingPoint {

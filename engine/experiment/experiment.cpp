@@ -165,6 +165,137 @@ std::vector<std::int64_t> integer_list(const Reader& read, const Json& parent, s
     return values;
 }
 
+std::string cuts_text(const std::vector<std::int64_t>& cuts) {
+    std::string text = "[";
+    for (std::size_t i = 0; i < cuts.size(); ++i) text.append(i ? ", " : "").append(std::to_string(cuts[i]));
+    return text.append("]");
+}
+
+// "D", "H", "W" for a 3D input; "H", "W" for a 2D one.
+std::string axis_letter(std::size_t axis, std::size_t rank) {
+    static constexpr std::string_view letters = "DHW";
+    return std::string(1, letters[axis + 3 - rank]);
+}
+
+// tile_boundaries: per spatial axis the cuts from 0 to the extent, as many tiles as input_partition_dims
+// gives the axis, every interior cut on the model's boundary alignment; then the model must tile.
+partition::SpatialGrid parse_tile_boundaries(const Reader& read, const Json& value, const Experiment& e, const graph::Graph& model) {
+    const std::size_t rank = e.size.size();
+    const std::vector<std::int64_t> pieces = spatial_pieces(e);
+    // An example in the user's own terms: their pieces, cut evenly.
+    std::string example = "[";
+    for (std::size_t axis = 0; axis < rank; ++axis) {
+        std::vector<std::int64_t> cuts;
+        for (std::int64_t i = 0; i <= pieces[axis]; ++i) cuts.push_back(e.size[axis] * i / pieces[axis]);
+        example.append(axis ? ", " : "").append(cuts_text(cuts));
+    }
+    example.append("]");
+    const std::string input_size = cuts_text(e.size);
+    if (!value.is_array() || value.size() != rank) {
+        read.fail("tile_boundaries", std::string("expected one list of cuts per spatial axis of input.size ")
+                                         .append(input_size)
+                                         .append(" (")
+                                         .append(std::to_string(rank))
+                                         .append(" lists, outermost first, each from 0 to the extent), e.g. ")
+                                         .append(example)
+                                         .append(", got ")
+                                         .append(value.is_array() ? std::to_string(value.size()) + (value.size() == 1 ? " list" : " lists") : type_name(value)));
+    }
+    const std::vector<std::int64_t> alignment = partition::boundary_alignment(model);
+    partition::SpatialGrid grid;
+    for (std::size_t axis = 0; axis < rank; ++axis) {
+        const std::string here = "tile_boundaries[" + std::to_string(axis) + "]";
+        const std::string letter = axis_letter(axis, rank);
+        const std::int64_t extent = e.size[axis];
+        const Json& list = value[axis];
+        if (!list.is_array() || list.size() < 2) {
+            read.fail(here, std::string("expected the cuts along ")
+                                .append(letter)
+                                .append(" from 0 to its extent ")
+                                .append(std::to_string(extent))
+                                .append(", e.g. [0, ")
+                                .append(std::to_string(extent))
+                                .append("] for one tile, got ")
+                                .append(shown(list)));
+        }
+        std::vector<std::int64_t> cuts;
+        for (std::size_t i = 0; i < list.size(); ++i) {
+            const std::string at = here + "[" + std::to_string(i) + "]";
+            const Json& item = list[i];
+            if (!item.is_number_integer()) read.fail(at, std::string("expected an integer row index, got ").append(type_name(item)));
+            const std::int64_t cut = item.get<std::int64_t>();
+            if (i == 0 && cut != 0) read.fail(at, std::string("expected 0 (the cuts start at the beginning of the axis), got ").append(shown(item)));
+            if (i + 1 == list.size() && cut != extent) {
+                read.fail(at, std::string("expected ")
+                                  .append(std::to_string(extent))
+                                  .append(", the extent of ")
+                                  .append(letter)
+                                  .append(" (input.size[")
+                                  .append(std::to_string(axis))
+                                  .append("]), as the last cut, got ")
+                                  .append(shown(item)));
+            }
+            if (i > 0 && cut <= cuts.back()) {
+                read.fail(at, std::string("expected more than the previous cut ")
+                                  .append(std::to_string(cuts.back()))
+                                  .append(" (cuts increase, every tile at least one row), got ")
+                                  .append(shown(item)));
+            }
+            cuts.push_back(cut);
+        }
+        const auto tiles = static_cast<std::int64_t>(cuts.size()) - 1;
+        if (tiles != pieces[axis]) {
+            std::string message = std::string("expected ")
+                                      .append(std::to_string(pieces[axis]))
+                                      .append(pieces[axis] == 1 ? " tile" : " tiles")
+                                      .append(" (")
+                                      .append(std::to_string(pieces[axis] + 1))
+                                      .append(" cuts) along ")
+                                      .append(letter)
+                                      .append(", as input_partition_dims ");
+            message.append(pieces[axis] == 1 ? std::string("does not split it")
+                                             : std::string("splits it into ").append(std::to_string(pieces[axis])).append(" pieces"))
+                .append(", got ")
+                .append(std::to_string(tiles))
+                .append(" in ")
+                .append(cuts_text(cuts))
+                .append("; change input_partition_dims and num_cores_per_replica to match, or the cuts");
+            read.fail(here, message);
+        }
+        const std::int64_t unit = alignment[axis];
+        for (std::size_t i = 1; i + 1 < cuts.size(); ++i) {
+            if (cuts[i] % unit == 0) continue;
+            const std::int64_t lower = cuts[i] / unit * unit, upper = lower + unit;
+            // The nearest multiple strictly inside the axis (ties go down).
+            std::int64_t nearest = cuts[i] - lower <= upper - cuts[i] ? lower : upper;
+            if (nearest <= 0) nearest = upper;
+            if (nearest >= extent) nearest = lower;
+            std::string message = std::string("expected a multiple of ")
+                                      .append(std::to_string(unit))
+                                      .append(" (the model's strided layers need every tile boundary along ")
+                                      .append(letter)
+                                      .append(" on a multiple of ")
+                                      .append(std::to_string(unit))
+                                      .append("), got ")
+                                      .append(std::to_string(cuts[i]));
+            if (nearest > 0 && nearest < extent) {
+                message.append("; the nearest valid cut is ").append(std::to_string(nearest));
+            } else {
+                message.append("; no cut inside ").append(letter).append(" is a multiple of ").append(std::to_string(unit))
+                    .append(", so this axis cannot be split: give [0, ").append(std::to_string(extent)).append("]");
+            }
+            read.fail(here + "[" + std::to_string(i) + "]", message);
+        }
+        grid.boundaries.push_back(std::move(cuts));
+    }
+    try {
+        partition::plan_tiling(model, grid);
+    } catch (const Error& error) {
+        read.fail("tile_boundaries", error.what());
+    }
+    return grid;
+}
+
 data::DataConfig parse_data(const Reader& read, const Json& root, const Experiment& e, std::uint64_t seed) {
     const Json* object = read.optional_object(
         root, "", "data", R"({"source": "synthetic_em"})",
@@ -381,7 +512,7 @@ Experiment parse_experiment(const std::string& json_text, const std::string& ori
     const Json root = parse_json_strictly(json_text, origin);
     if (!root.is_object()) TESSERA_FAIL(origin << ": expected a JSON object with the experiment's fields, got " << type_name(root));
     read.check_fields(root, "", {"version", "name", "notes", "model", "input", "global_batch", "num_cores_per_replica",
-                                 "num_replicas", "input_partition_dims", "per_host_input_for_training", "device",
+                                 "num_replicas", "input_partition_dims", "tile_boundaries", "per_host_input_for_training", "device",
                                  "precision", "optimizer", "data", "steps", "steps_per_eval", "steps_per_checkpoint",
                                  "keep_checkpoints", "model_dir", "seed", "schedule", "loss", "loss_scale", "evaluation"});
     Experiment e;
@@ -450,6 +581,7 @@ Experiment parse_experiment(const std::string& json_text, const std::string& ori
     const std::string host_input = read.choice(root, "", "per_host_input_for_training",
                                                {"PER_HOST_V2", "PER_HOST_V1", "PER_SHARD_V1", "BROADCAST"}, "PER_HOST_V2");
     e.partition.per_host_input_v2 = host_input == "PER_HOST_V2";
+    e.per_host_input = host_input;
     if (const Json* dims = read.find(root, "input_partition_dims")) {
         if (!dims->is_array() || dims->empty() || dims->size() > 2) {
             read.fail("input_partition_dims", "expected [features_dims, labels_dims] as in TPUConfig, e.g. [[1, 4, 1, 1], null], got " + shown(*dims));
@@ -464,15 +596,25 @@ Experiment parse_experiment(const std::string& json_text, const std::string& ori
     }
     // The pipeline's tensors, channels last as TPUConfig sees them.
     const std::int64_t replica_batch = e.global_batch / e.partition.num_replicas;
-    Shape features{replica_batch};
+    Shape features{replica_batch};  // [N, (D,) H, W, C]
     features.insert(features.end(), e.size.begin(), e.size.end());
     features.push_back(e.channels);
-    Shape labels{replica_batch};
+    Shape labels{replica_batch};    // [N, (D,) H, W] for a U-Net, [N] for a classifier
     if (e.model.kind == ModelKind::UNet) labels.insert(labels.end(), e.size.begin(), e.size.end());
     try {
         partition::validate(e.partition, partition::InputSignature::tensor(features), partition::InputSignature::tensor(labels));
     } catch (const Error& error) {
-        read.fail("input_partition_dims", error.what());
+        if (!read.find(root, "tile_boundaries")) read.fail("input_partition_dims", error.what());
+        // Explicit tile boundaries allow extents the pieces do not divide: check every other rule on
+        // extents that every piece count divides (the product of the dims, num_cores_per_replica).
+        for (Shape* shape : {&features, &labels}) {
+            for (std::size_t axis = 1; axis < shape->size() && axis <= e.size.size(); ++axis) (*shape)[axis] *= e.partition.num_cores_per_replica;
+        }
+        try {
+            partition::validate(e.partition, partition::InputSignature::tensor(features), partition::InputSignature::tensor(labels));
+        } catch (const Error& other) {
+            read.fail("input_partition_dims", other.what());
+        }
     }
 
     // device, precision, optimizer
@@ -501,11 +643,13 @@ Experiment parse_experiment(const std::string& json_text, const std::string& ori
     }
     parse_training(read, root, e);
     // The model must build for this input (a U-Net needs extents divisible by 2^(depth−1), …).
+    std::optional<graph::Graph> model_graph;
     try {
-        build_model(e, replica_input_shape(e));
+        model_graph.emplace(build_model(e, replica_input_shape(e)));
     } catch (const Error& error) {
         read.fail("input.size", error.what());
     }
+    if (const Json* boundaries = read.find(root, "tile_boundaries")) e.grid = parse_tile_boundaries(read, *boundaries, e, *model_graph);
     return e;
 }
 
@@ -583,6 +727,30 @@ std::vector<std::int64_t> spatial_pieces(const Experiment& e) {
     const auto& dims = *e.partition.features.single().dims;  // [N, spatial…, C]
     for (std::size_t axis = 0; axis < pieces.size() && axis + 1 < dims.size(); ++axis) pieces[axis] = dims[axis + 1];
     return pieces;
+}
+
+partition::SpatialGrid tile_grid(const Experiment& e) {
+    if (e.grid) return *e.grid;
+    return partition::SpatialGrid::even(replica_input_shape(e), spatial_pieces(e));
+}
+
+bool is_even_split(const partition::SpatialGrid& grid, const std::vector<std::int64_t>& size) {
+    if (grid.boundaries.size() != size.size()) return false;
+    for (std::size_t axis = 0; axis < size.size(); ++axis) {
+        const auto& cuts = grid.boundaries[axis];
+        const auto pieces = static_cast<std::int64_t>(cuts.size()) - 1;
+        if (pieces < 1 || size[axis] % pieces != 0) return false;
+        for (std::int64_t i = 0; i <= pieces; ++i) {
+            if (cuts[static_cast<std::size_t>(i)] != size[axis] / pieces * i) return false;
+        }
+    }
+    return true;
+}
+
+std::string tile_boundaries_text(const partition::SpatialGrid& grid) {
+    std::string text = "[";
+    for (std::size_t axis = 0; axis < grid.boundaries.size(); ++axis) text.append(axis ? ", " : "").append(cuts_text(grid.boundaries[axis]));
+    return text.append("]");
 }
 
 }  // namespace tessera::experiment

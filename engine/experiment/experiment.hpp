@@ -11,6 +11,7 @@
 //     "num_cores_per_replica": 16,
 //     "num_replicas": 1,
 //     "input_partition_dims": [[1, 2, 2, 4, 1], null],
+//     "tile_boundaries": [[0, 128, 256], [0, 120, 256], [0, 64, 128, 192, 256]],   // optional: uneven cuts
 //     "per_host_input_for_training": "PER_HOST_V2",
 //     "device": "tpu_v3",
 //     "precision": "bf16",
@@ -25,12 +26,16 @@
 //
 //   Experiment e = load_experiment("resources/experiments/unet3d_ct_16cores.json");
 //   graph::Graph model = build_model(e, replica_input_shape(e));
+//   partition::SpatialGrid grid = tile_grid(e);   // tile_boundaries, or even pieces of input_partition_dims
+//
+// Writing a design back into the file: experiment_edit.hpp; TPUConfig and JAX snippets: export.hpp.
 #pragma once
 
 #include "data/dataset.hpp"
 #include "data/sliding_window.hpp"
 #include "graph/executor.hpp"
 #include "partition/partition_spec.hpp"
+#include "partition/tiling.hpp"
 #include "train/trainer.hpp"
 
 #include <filesystem>
@@ -80,6 +85,10 @@ struct Experiment {
     std::vector<std::int64_t> size;          // spatial extents: (H, W) or (D, H, W)
     std::int64_t global_batch = 1;
     partition::PartitionSpec partition;      // cores per replica, replicas, input_partition_dims, PER_HOST_V2
+    std::string per_host_input = "PER_HOST_V2";  // per_host_input_for_training as written (PER_HOST_V1, BROADCAST, …)
+    // tile_boundaries when the file gives them: per spatial axis the cuts 0 = b_0 < … < b_k = extent, each
+    // interior cut a multiple of the model's boundary alignment; absent: even pieces (tile_grid()).
+    std::optional<partition::SpatialGrid> grid;
     std::string device = "tpu_v3";           // a preset id (resources/devices)
     graph::Precision precision = graph::Precision::F32;
     train::OptimizerConfig optimizer;
@@ -100,6 +109,13 @@ Shape replica_input_shape(const Experiment& experiment);
 graph::Graph build_model(const Experiment& experiment, const Shape& input);
 // The per-axis pieces of the features' input_partition_dims ({1, …} when not split).
 std::vector<std::int64_t> spatial_pieces(const Experiment& experiment);
+// How one replica's input is cut: the explicit tile_boundaries, or spatial_pieces split evenly.
+partition::SpatialGrid tile_grid(const Experiment& experiment);
+// True when `grid` is the even split of these spatial extents (every piece the same size), which
+// input_partition_dims alone expresses; false for uneven cuts (they need tile_boundaries).
+bool is_even_split(const partition::SpatialGrid& grid, const std::vector<std::int64_t>& size);
+// "[[0, 120, 256], [0, 256]]": a grid as tile_boundaries is written.
+std::string tile_boundaries_text(const partition::SpatialGrid& grid);
 std::string_view precision_name(graph::Precision precision);
 // The trainer's settings (optimizer, schedule, loss, precision, loss scaling, seed).
 train::TrainerConfig trainer_config(const Experiment& experiment);

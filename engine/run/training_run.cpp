@@ -286,7 +286,7 @@ TrainingRun::TrainingRun(experiment::Experiment e, RunOptions options) : m_impl(
 
     cores::MeshConfig mesh;
     mesh.num_replicas = x.partition.num_replicas;
-    mesh.grid = partition::SpatialGrid::even(experiment::replica_input_shape(x), experiment::spatial_pieces(x));
+    mesh.grid = experiment::tile_grid(x);  // tile_boundaries, or input_partition_dims' even pieces
     mesh.core_memory_bytes = impl.device.memory_per_core;
     mesh.host_threads = impl.options.host_threads;
     const graph::Graph model = experiment::build_model(x, experiment::replica_input_shape(x));

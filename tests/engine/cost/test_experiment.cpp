@@ -161,3 +161,79 @@ TEST(Experiment, TrainingSchemaErrorsNameThePathWhatIsAllowedAndWhatCame) {
     expect_message(data + R"("evaluation": {"blend": "mean"})", "evaluation.blend: expected one of \"gaussian\", \"constant\", got \"mean\"");
     expect_message(data + R"("seed": -1)", "seed: expected an integer from 0 to");
 }
+
+// tile_boundaries: uneven cuts of the input (the base experiment: a depth-3 U-Net on 64 × 64, whose two
+// pools need every tile boundary on a multiple of 4).
+TEST(Experiment, TileBoundariesAreReadAndGiveTheGrid) {
+    const std::string split = R"("num_cores_per_replica": 2, "input_partition_dims": [[1, 2, 1, 1], null], )";
+    const experiment::Experiment e = experiment::parse_experiment(with(split + R"("tile_boundaries": [[0, 24, 64], [0, 64]])"), "uneven.json");
+    ASSERT_TRUE(e.grid.has_value());
+    EXPECT_EQ(experiment::tile_grid(e).boundaries, (std::vector<std::vector<std::int64_t>>{{0, 24, 64}, {0, 64}}));
+    EXPECT_FALSE(experiment::is_even_split(*e.grid, e.size));
+    EXPECT_EQ(experiment::tile_boundaries_text(*e.grid), "[[0, 24, 64], [0, 64]]");
+
+    // Without tile_boundaries the grid is input_partition_dims' even split.
+    const experiment::Experiment even = experiment::parse_experiment(with(split + R"("device": "tpu_v3")"), "even.json");
+    EXPECT_FALSE(even.grid.has_value());
+    EXPECT_EQ(experiment::tile_grid(even).boundaries, (std::vector<std::vector<std::int64_t>>{{0, 32, 64}, {0, 64}}));
+    EXPECT_TRUE(experiment::is_even_split(experiment::tile_grid(even), even.size));
+
+    // An extent the pieces do not divide is allowed with explicit boundaries (and only then).
+    const std::string three = R"("num_cores_per_replica": 3, "input_partition_dims": [[1, 3, 1, 1], null])";
+    expect_message(three, "an uneven split is allowed only with explicit tile boundaries");
+    const experiment::Experiment thirds =
+        experiment::parse_experiment(with(three + R"(, "tile_boundaries": [[0, 20, 40, 64], [0, 64]])"), "thirds.json");
+    EXPECT_EQ(experiment::tile_grid(thirds).pieces_per_axis(), (std::vector<std::int64_t>{3, 1}));
+
+    // The 3D preset's layout with uneven cuts along D and W.
+    const experiment::Experiment volume = experiment::parse_experiment(
+        R"({"version": 1, "model": {"kind": "unet", "depth": 4, "base_width": 8}, "input": {"size": [64, 64, 64]},
+            "global_batch": 1, "num_cores_per_replica": 16, "input_partition_dims": [[1, 2, 2, 4, 1], null],
+            "tile_boundaries": [[0, 40, 64], [0, 32, 64], [0, 8, 24, 48, 64]]})",
+        "volume.json");
+    EXPECT_EQ(experiment::tile_grid(volume).num_cores(), 16);
+}
+
+TEST(Experiment, TileBoundaryErrorsNameThePathWhatIsAllowedAndWhatCame) {
+    const std::string split = R"("num_cores_per_replica": 2, "input_partition_dims": [[1, 2, 1, 1], null], )";
+    expect_message(split + R"("tile_boundarys": [])", "tile_boundarys: unknown field; did you mean \"tile_boundaries\"?");
+    expect_message(split + R"("tile_boundaries": 3)",
+                   "tile_boundaries: expected one list of cuts per spatial axis of input.size [64, 64] (2 lists, outermost first, "
+                   "each from 0 to the extent), e.g. [[0, 32, 64], [0, 64]], got the number 3");
+    expect_message(split + R"("tile_boundaries": [[0, 32, 64]])", "tile_boundaries: expected one list of cuts per spatial axis");
+    expect_message(split + R"("tile_boundaries": [[0, 32, 64]])", "got 1 list");
+    expect_message(split + R"("tile_boundaries": [[0, 32, 64], 5])",
+                   "tile_boundaries[1]: expected the cuts along W from 0 to its extent 64, e.g. [0, 64] for one tile, got 5");
+    expect_message(split + R"("tile_boundaries": [[0, "a", 64], [0, 64]])",
+                   "tile_boundaries[0][1]: expected an integer row index, got the string \"a\"");
+    expect_message(split + R"("tile_boundaries": [[4, 32, 64], [0, 64]])",
+                   "tile_boundaries[0][0]: expected 0 (the cuts start at the beginning of the axis), got 4");
+    expect_message(split + R"("tile_boundaries": [[0, 32, 60], [0, 64]])",
+                   "tile_boundaries[0][2]: expected 64, the extent of H (input.size[0]), as the last cut, got 60");
+    expect_message(split + R"("tile_boundaries": [[0, 32, 32, 64], [0, 64]])",
+                   "tile_boundaries[0][2]: expected more than the previous cut 32 (cuts increase, every tile at least one row), got 32");
+    expect_message(split + R"("tile_boundaries": [[0, 16, 32, 64], [0, 64]])",
+                   "tile_boundaries[0]: expected 2 tiles (3 cuts) along H, as input_partition_dims splits it into 2 pieces, got 3 "
+                   "in [0, 16, 32, 64]; change input_partition_dims and num_cores_per_replica to match, or the cuts");
+    expect_message(split + R"("tile_boundaries": [[0, 32, 64], [0, 32, 64]])",
+                   "tile_boundaries[1]: expected 1 tile (2 cuts) along W, as input_partition_dims does not split it, got 2 in [0, 32, 64]");
+    expect_message(R"("tile_boundaries": [[0, 32, 64], [0, 64]])",
+                   "tile_boundaries[0]: expected 1 tile (2 cuts) along H, as input_partition_dims does not split it");
+    expect_message(split + R"("tile_boundaries": [[0, 30, 64], [0, 64]])",
+                   "tile_boundaries[0][1]: expected a multiple of 4 (the model's strided layers need every tile boundary along H on a "
+                   "multiple of 4), got 30; the nearest valid cut is 28");
+    expect_message(split + R"("tile_boundaries": [[0, 31, 64], [0, 64]])", "got 31; the nearest valid cut is 32");
+    // Other partition mistakes are still reported when boundaries are given.
+    expect_message(R"("num_cores_per_replica": 4, "input_partition_dims": [[1, 3, 1, 1], null], "tile_boundaries": [[0, 20, 40, 64], [0, 64]])",
+                   "input_partition_dims: features: dims [1,3,1,1] multiply to 3 but num_cores_per_replica is 4");
+    // An axis too short for any aligned cut.
+    EXPECT_NE(error_of(R"({"version": 1, "model": {"kind": "unet", "depth": 3, "base_width": 4}, "input": {"size": [4, 64]},
+                          "global_batch": 1, "num_cores_per_replica": 2, "input_partition_dims": [[1, 2, 1, 1], null],
+                          "tile_boundaries": [[0, 2, 4], [0, 64]]})")
+                  .find("tile_boundaries[0][1]: expected a multiple of 4 (the model's strided layers need every tile boundary along H "
+                        "on a multiple of 4), got 2; no cut inside H is a multiple of 4, so this axis cannot be split: give [0, 4]"),
+              std::string::npos)
+        << error_of(R"({"version": 1, "model": {"kind": "unet", "depth": 3, "base_width": 4}, "input": {"size": [4, 64]},
+                       "global_batch": 1, "num_cores_per_replica": 2, "input_partition_dims": [[1, 2, 1, 1], null],
+                       "tile_boundaries": [[0, 2, 4], [0, 64]]})");
+}
