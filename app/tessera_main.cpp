@@ -2,6 +2,8 @@
 // mask (Debian's insighttoolkit5-examples), or a synthetic CT phantom when that package is missing.
 #include "data/examples.hpp"
 #include "widgets/main_window.hpp"
+#include "widgets/planner_panel.hpp"
+#include "widgets/timeline_chart.hpp"
 
 #include <QApplication>
 #include <QCommandLineParser>
@@ -39,7 +41,13 @@ int main(int argc, char** argv) {
         QStringLiteral("png"));
     const QCommandLineOption size_option(QStringLiteral("size"), QStringLiteral("Window size WxH."),
                                          QStringLiteral("WxH"));
-    parser.addOptions({labels_option, phantom_option, screenshot_option, size_option});
+    const QCommandLineOption experiment_option(QStringList{QStringLiteral("e"), QStringLiteral("experiment")},
+                                               QStringLiteral("Experiment file to design (opened over the image)."),
+                                               QStringLiteral("json"));
+    const QCommandLineOption grab_option(QStringLiteral("grab"),
+                                         QStringLiteral("What --screenshot captures: window (default), planner or timeline."),
+                                         QStringLiteral("part"), QStringLiteral("window"));
+    parser.addOptions({labels_option, phantom_option, screenshot_option, size_option, experiment_option, grab_option});
     parser.process(app);
 
     tessera::ui::MainWindow window;
@@ -56,6 +64,8 @@ int main(int argc, char** argv) {
         }
     } else if (parser.isSet(phantom_option)) {
         window.showPhantom(parser.value(phantom_option) == QStringLiteral("2d"));
+    } else if (parser.isSet(experiment_option)) {
+        // The experiment brings its own data to draw over (its example MRI, an EM section, a phantom).
     } else if (const auto example = tessera::find_example_mri()) {
         if (window.openImage(QString::fromStdString(example->image.string()))) {
             window.openLabelMap(QString::fromStdString(example->labels.string()));
@@ -66,11 +76,17 @@ int main(int argc, char** argv) {
         window.showPhantom(false);
     }
 
+    if (parser.isSet(experiment_option)) window.openExperiment(parser.value(experiment_option));
+
     if (parser.isSet(screenshot_option)) {
         const QString path = parser.value(screenshot_option);
         // Give the GL views a few frames to render before grabbing.
-        QTimer::singleShot(1500, &window, [&window, path] {
-            const bool saved = window.grab().save(path);
+        const QString part = parser.value(grab_option);
+        QTimer::singleShot(2500, &window, [&window, path, part] {
+            QWidget* target = &window;
+            if (part == QStringLiteral("planner")) target = window.plannerPanel();
+            if (part == QStringLiteral("timeline")) target = window.plannerPanel()->timeline();
+            const bool saved = target->grab().save(path);
             std::fprintf(saved ? stdout : stderr, saved ? "screenshot: %s\n" : "could not save screenshot %s\n",
                          qPrintable(path));
             QApplication::exit(saved ? 0 : 1);

@@ -15,8 +15,19 @@ shoot() {  # shoot <png> <arguments...>
   local png=$1; shift
   QT_QPA_PLATFORM=xcb xvfb-run -a -s "-screen 0 1280x800x24" "$app" --size 1240x760 --screenshot "$out/$png" "$@"
 }
+shoot_large() {  # the designer's docks need a larger window
+  local png=$1; shift
+  QT_QPA_PLATFORM=xcb xvfb-run -a -s "-screen 0 1680x1050x24" "$app" --size 1600x1000 --screenshot "$out/$png" "$@"
+}
 shoot viewer_mri.png "$data/KmeansTest_T1UCharRaw.nii.gz" --labels "$data/KmeansTest_T1RawSkullStrip.nii.gz"
 shoot viewer_ct_phantom.png --phantom 3d
 shoot viewer_2d.png "$data/BrainProtonDensitySliceBorder20.png" --labels "$data/BrainProtonDensitySliceBorder20Mask.png" || \
   shoot viewer_2d.png --phantom 2d
+# The partition editor: a 2D U-Net's 4-way split over an EM section, a 3D U-Net's 2×2×2 split over the
+# head MRI, the planner's table and charts, and the predicted step's timeline.
+experiments=$root/resources/experiments
+shoot_large editor_2d.png --experiment "$experiments/unet2d_em_4way.json"
+shoot_large editor_3d.png --experiment "$experiments/unet3d_mri_skullstrip.json"
+shoot_large planner.png --experiment "$experiments/unet3d_ct_256_16cores.json" --grab planner
+shoot_large timeline.png --experiment "$experiments/unet3d_ct_256_16cores.json" --grab timeline
 echo "screenshots written to $out"

@@ -8,6 +8,7 @@
 #include <vtkCallbackCommand.h>
 #include <vtkCamera.h>
 #include <vtkCellArray.h>
+#include <vtkCellData.h>
 #include <vtkColorTransferFunction.h>
 #include <vtkDiscreteFlyingEdges3D.h>
 #include <vtkFloatArray.h>
@@ -311,6 +312,9 @@ struct VolumeScene::Pipeline {
 
     vtkNew<vtkPolyData> outline;  // the 12 edges of the voxel-centre box
     vtkNew<vtkActor> outline_actor;
+    vtkNew<vtkPolyData> tiles;    // a partition design's tiles: 12 edges per box, coloured per cell
+    vtkNew<vtkActor> tiles_actor;
+    std::size_t tile_count = 0;
     std::array<vtkSmartPointer<vtkPolyData>, 3> planes;
     std::array<vtkSmartPointer<vtkActor>, 3> plane_actors;
     std::array<std::int64_t, 3> cursor{0, 0, 0};
@@ -494,6 +498,14 @@ VolumeScene::VolumeScene() : m_pipeline(std::make_unique<Pipeline>()) {
     p.outline_actor->GetProperty()->SetLighting(false);
     p.outline_actor->VisibilityOff();
     p.renderer->AddActor(p.outline_actor);
+    vtkNew<vtkPolyDataMapper> tiles_mapper;
+    tiles_mapper->SetInputData(p.tiles);
+    tiles_mapper->SetScalarModeToUseCellData();
+    p.tiles_actor->SetMapper(tiles_mapper);
+    p.tiles_actor->GetProperty()->SetLineWidth(2.0f);
+    p.tiles_actor->GetProperty()->SetLighting(false);
+    p.tiles_actor->VisibilityOff();
+    p.renderer->AddActor(p.tiles_actor);
 
     for (std::size_t axis = 0; axis < 3; ++axis) {
         p.planes[axis] = vtkSmartPointer<vtkPolyData>::New();
@@ -593,6 +605,7 @@ void VolumeScene::setVolume(std::shared_ptr<const tessera::Volume> volume) {
     const vtkSmartPointer<vtkMatrix4x4> matrix = gridToWorld(geometry);
     p.volume_prop->SetUserMatrix(matrix);
     p.outline_actor->SetUserMatrix(matrix);
+    p.tiles_actor->SetUserMatrix(matrix);
     for (const auto& actor : p.plane_actors) actor->SetUserMatrix(matrix);
     p.updateOutline();
 
@@ -683,6 +696,48 @@ void VolumeScene::setSurfacesVisible(bool visible) {
 }
 
 bool VolumeScene::areSurfacesVisible() const { return m_pipeline->surfaces_visible; }
+
+void VolumeScene::setTileBoxes(const std::vector<TileBox>& boxes) {
+    Pipeline& p = *m_pipeline;
+    vtkNew<vtkPoints> points;
+    vtkNew<vtkCellArray> edges;
+    vtkNew<vtkUnsignedCharArray> colors;
+    colors->SetNumberOfComponents(3);
+    colors->SetName("core");
+    const std::array<double, 6> grid = gridBounds(p.geometry);
+    for (const TileBox& box : boxes) {
+        // Voxel edges in mm: voxel centres sit at index · spacing; keep the box inside the drawn volume.
+        std::array<double, 6> mm{};
+        for (std::size_t axis = 0; axis < 3; ++axis) {
+            const double spacing = p.geometry.spacing[axis];
+            mm[2 * axis] = std::clamp((box.voxel_bounds[2 * axis] - 0.5) * spacing, grid[2 * axis], grid[2 * axis + 1]);
+            mm[2 * axis + 1] = std::clamp((box.voxel_bounds[2 * axis + 1] - 0.5) * spacing, grid[2 * axis], grid[2 * axis + 1]);
+        }
+        const vtkIdType first = points->GetNumberOfPoints();
+        for (int corner = 0; corner < 8; ++corner) {
+            points->InsertNextPoint(mm[(corner & 1) ? 1 : 0], mm[(corner & 2) ? 3 : 2], mm[(corner & 4) ? 5 : 4]);
+        }
+        for (vtkIdType corner = 0; corner < 8; ++corner) {
+            for (vtkIdType bit : {1, 2, 4}) {
+                if ((corner & bit) != 0) continue;
+                const vtkIdType edge[2] = {first + corner, first + (corner | bit)};
+                edges->InsertNextCell(2, edge);
+                const unsigned char rgb[3] = {static_cast<unsigned char>(box.color.red()), static_cast<unsigned char>(box.color.green()),
+                                              static_cast<unsigned char>(box.color.blue())};
+                colors->InsertNextTypedTuple(rgb);
+            }
+        }
+    }
+    p.tiles->Initialize();
+    p.tiles->SetPoints(points);
+    p.tiles->SetLines(edges);
+    p.tiles->GetCellData()->SetScalars(colors);
+    p.tiles->Modified();
+    p.tile_count = boxes.size();
+    p.tiles_actor->SetVisibility(boxes.empty() || !hasVolume() ? 0 : 1);
+}
+
+std::size_t VolumeScene::tileBoxCount() const { return m_pipeline->tile_count; }
 
 void VolumeScene::setSlicePlanesVisible(bool visible) {
     m_pipeline->planes_visible = visible;

@@ -72,6 +72,12 @@ private:
     std::shared_ptr<const Data> m_data;
 };
 
+// One core's tile drawn as a wireframe box in the 3D view.
+struct TileBox {
+    std::array<double, 6> voxel_bounds{};  // {i0, i1, j0, j1, k0, k1}: voxel-edge coordinates (0 … size)
+    QColor color;
+};
+
 class VolumeScene {
 public:
     VolumeScene();
@@ -116,6 +122,9 @@ public:
     void setSurfacesVisible(bool visible);
     bool areSurfacesVisible() const;
     void setSlicePlanesVisible(bool visible);
+    // A partition design's tiles as coloured wireframe boxes (empty: none).
+    void setTileBoxes(const std::vector<TileBox>& boxes);
+    std::size_t tileBoxCount() const;
     bool areSlicePlanesVisible() const;
 
     // Anterior view, slightly from the left and above, framing everything shown.

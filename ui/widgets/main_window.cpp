@@ -97,7 +97,9 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent), m_model(new Viewe
     statusBar()->addWidget(m_status, 1);
 
     createDock();
+    createDesignDocks();
     createActions();
+    createDesignActions();
 
     connect(m_model, &ViewerModel::volumeChanged, this, &MainWindow::onVolumeChanged);
     connect(m_model, &ViewerModel::cursorChanged, this, &MainWindow::updateStatus);
@@ -478,6 +480,10 @@ void MainWindow::rebuildRecentMenu() {
 }
 
 void MainWindow::closeEvent(QCloseEvent* event) {
+    if (!confirmDiscardDesign()) {
+        event->ignore();
+        return;
+    }
     QSettings settings;
     settings.setValue(QStringLiteral("mainWindow/geometry"), saveGeometry());
     settings.setValue(QStringLiteral("mainWindow/state"), saveState());

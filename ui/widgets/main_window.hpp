@@ -1,7 +1,10 @@
-// MainWindow: the viewer — three linked slice views and a 3D view of one volume with its label map,
-// the overlay and window controls in a dock, and the status bar reading out the voxel under the mouse.
+// MainWindow: the studio — three linked slice views and a 3D view of one volume with its label map,
+// the overlay and window controls in a dock, the status bar reading out the voxel under the mouse, and
+// the design of an experiment: its fields, its partition grid drawn over the slices, the planner, and
+// the export of the design as TPUConfig or JAX code (main_window_design.cpp).
 #pragma once
 
+#include "model/partition_design.hpp"
 #include "model/viewer_model.hpp"
 #include "render/slice_renderer.hpp"
 
@@ -18,9 +21,14 @@ class QScrollBar;
 
 namespace tessera::ui {
 
+class ExperimentPanel;
 class LabelLegend;
+class PartitionPanel;
+class PlannerPanel;
 class SliceView;
 class VolumeView;
+
+enum class SnippetKind { TpuConfig, Jax };
 
 class MainWindow : public QMainWindow {
     Q_OBJECT
@@ -44,6 +52,21 @@ public:
     void showVolume(std::shared_ptr<const tessera::Volume> volume, std::shared_ptr<const tessera::LabelMap> labels,
                     std::map<std::int32_t, QString> label_names = {});
 
+    // ---- the experiment being designed ----
+    PartitionDesign* design() const { return m_design; }
+    ExperimentPanel* experimentPanel() const { return m_experiment_panel; }
+    PartitionPanel* partitionPanel() const { return m_partition_panel; }
+    PlannerPanel* plannerPanel() const { return m_planner_panel; }
+    QMenu* recentExperimentsMenu() const { return m_recent_experiments_menu; }
+    // Opens an experiment file; false (with the parser's message shown) when it cannot be used.
+    bool openExperiment(const QString& path);
+    // Writes the design into `path` (the experiment file with the edited fields replaced).
+    bool saveExperiment(const QString& path);
+    // The design as code for real hardware.
+    QString exportSnippet(SnippetKind kind) const;
+    // Shows the snippet in a dialog with Copy and Save buttons.
+    void showExportDialog(SnippetKind kind);
+
 protected:
     void closeEvent(QCloseEvent* event) override;
     void dragEnterEvent(QDragEnterEvent* event) override;
@@ -60,8 +83,16 @@ private slots:
     void onWindowLevelChanged();
     void onPresetChosen(int index);
     void rebuildRecentMenu();
+    void rebuildRecentExperimentsMenu();
+    void onDesignExperimentChanged();
+    void onDesignChanged();
+    void onPlannerLayoutChosen(std::int64_t replicas, std::vector<std::int64_t> pieces);
+    void updateWindowTitle();
 
 private:
+    void createDesignDocks();
+    void createDesignActions();
+    bool confirmDiscardDesign();
     void createActions();
     void createDock();
     void showError(const QString& title, const QString& message);
@@ -83,6 +114,13 @@ private:
     QMenu* m_recent_menu = nullptr;
     std::array<std::int64_t, 3> m_hovered{-1, -1, -1};
     QString m_last_error;
+
+    PartitionDesign* m_design = nullptr;
+    ExperimentPanel* m_experiment_panel = nullptr;
+    PartitionPanel* m_partition_panel = nullptr;
+    PlannerPanel* m_planner_panel = nullptr;
+    QMenu* m_recent_experiments_menu = nullptr;
+    std::int64_t m_planned_cores = -1;  // the core budget the planner last swept
 };
 
 }  // namespace tessera::ui

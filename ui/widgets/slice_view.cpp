@@ -57,6 +57,50 @@ void SliceView::rebuildImage() {
     }
 }
 
+void SliceView::setPartitionDesign(PartitionDesign* design) {
+    if (m_design) disconnect(m_design, nullptr, this, nullptr);
+    m_design = design;
+    if (m_design) {
+        connect(m_design, &PartitionDesign::designChanged, this, qOverload<>(&SliceView::update));
+        connect(m_design, &PartitionDesign::layerChanged, this, qOverload<>(&SliceView::update));
+        connect(m_design, &PartitionDesign::experimentChanged, this, qOverload<>(&SliceView::update));
+    }
+    update();
+}
+
+void SliceView::setPartitionVisible(bool visible) {
+    m_partition_visible = visible;
+    update();
+}
+
+SliceFrame SliceView::frame() const {
+    SliceFrame frame;
+    frame.axes = m_axes;
+    frame.image_rect = imageRect();
+    if (m_model->hasVolume()) {
+        frame.volume_size = m_model->volume()->geometry.size;
+        frame.slice_index = sliceIndex();
+    }
+    return frame;
+}
+
+std::optional<QPointF> SliceView::cutPosition(int input_axis, int index) const {
+    if (!m_design || !m_design->hasExperiment() || !m_model->hasVolume()) return std::nullopt;
+    const auto& cuts = m_design->grid().boundaries;
+    if (input_axis < 0 || input_axis >= static_cast<int>(cuts.size()) || index < 1 ||
+        index + 1 >= static_cast<int>(cuts[static_cast<std::size_t>(input_axis)].size())) {
+        return std::nullopt;
+    }
+    const SliceFrame f = frame();
+    const auto screen = PartitionOverlay::screenCoordinate(*m_design, f, input_axis,
+                                                           static_cast<double>(cuts[static_cast<std::size_t>(input_axis)][static_cast<std::size_t>(index)]));
+    if (!screen) return std::nullopt;
+    const int rank = static_cast<int>(cuts.size());
+    // A third of the way along the line, away from the crosshair at the centre.
+    return PartitionOverlay::runsAlongX(f, input_axis, rank) ? QPointF(*screen, f.image_rect.top() + f.image_rect.height() / 3)
+                                                             : QPointF(f.image_rect.left() + f.image_rect.width() / 3, *screen);
+}
+
 void SliceView::resetView() {
     m_zoom = 1.0;
     m_pan = {0, 0};
@@ -105,6 +149,8 @@ void SliceView::paintEvent(QPaintEvent*) {
     painter.setRenderHint(QPainter::SmoothPixmapTransform, false);  // voxels stay voxels
     painter.drawImage(target, m_image);
 
+    if (m_design && m_partition_visible) PartitionOverlay::paint(painter, *m_design, frame(), m_hot_cut);
+
     // Crosshair through the cursor, in the colour ITK-SNAP users know.
     const QPointF centre = positionOfVoxel(m_model->cursor());
     painter.setPen(QPen(QColor(60, 160, 255, 200), 1));
@@ -144,6 +190,14 @@ void SliceView::moveCursorTo(QPointF position) {
 void SliceView::mousePressEvent(QMouseEvent* event) {
     if (!m_model->hasVolume()) return;
     m_drag_start = event->position();
+    if (event->button() == Qt::LeftButton && m_design && m_partition_visible) {
+        if (const auto cut = PartitionOverlay::cutNear(*m_design, frame(), event->position())) {
+            m_drag = Drag::Cut;
+            m_hot_cut = cut;
+            update();
+            return;
+        }
+    }
     if (event->button() == Qt::LeftButton) {
         m_drag = Drag::Cursor;
         moveCursorTo(event->position());
@@ -160,7 +214,27 @@ void SliceView::mouseMoveEvent(QMouseEvent* event) {
     if (!m_model->hasVolume()) return;
     if (const auto voxel = voxelAt(event->position())) emit hoveredVoxel(*voxel);
     const QPointF delta = event->position() - m_drag_start;
+    if (m_drag == Drag::None && m_design && m_partition_visible) {
+        // Hovering a cut: show that it can be dragged.
+        const auto cut = PartitionOverlay::cutNear(*m_design, frame(), event->position());
+        if (cut != m_hot_cut) {
+            m_hot_cut = cut;
+            const int rank = static_cast<int>(m_design->inputExtent().size());
+            setCursor(cut ? (PartitionOverlay::runsAlongX(frame(), cut->input_axis, rank) ? Qt::SplitHCursor : Qt::SplitVCursor)
+                          : Qt::ArrowCursor);
+            update();
+        }
+    }
     switch (m_drag) {
+        case Drag::Cut: {
+            const SliceFrame f = frame();
+            const int rank = static_cast<int>(m_design->inputExtent().size());
+            const bool along_x = PartitionOverlay::runsAlongX(f, m_hot_cut->input_axis, rank);
+            const double position = PartitionOverlay::inputPosition(*m_design, f, m_hot_cut->input_axis,
+                                                                    along_x ? event->position().x() : event->position().y());
+            m_design->moveBoundary(m_hot_cut->input_axis, m_hot_cut->index, static_cast<std::int64_t>(std::llround(position)), true);
+            break;
+        }
         case Drag::Cursor: moveCursorTo(event->position()); break;
         case Drag::WindowLevel: {
             // One widget width of drag spans the whole intensity range, as in ITK-SNAP.
@@ -180,7 +254,10 @@ void SliceView::mouseMoveEvent(QMouseEvent* event) {
     }
 }
 
-void SliceView::mouseReleaseEvent(QMouseEvent*) { m_drag = Drag::None; }
+void SliceView::mouseReleaseEvent(QMouseEvent*) {
+    if (m_drag == Drag::Cut && m_design) m_design->finishDrag();  // the next drag is a new undo step
+    m_drag = Drag::None;
+}
 
 void SliceView::wheelEvent(QWheelEvent* event) {
     if (!m_model->hasVolume()) return;

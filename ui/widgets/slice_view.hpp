@@ -1,9 +1,11 @@
 // SliceView: one of the three linked 2D views (axial, coronal, sagittal) of the ViewerModel.
 //
 // Left click or drag moves the shared cursor; right drag changes window (x) and level (y); the wheel
-// or Page Up/Down walks slices; Ctrl+wheel zooms, middle drag pans, Home resets the view.
+// or Page Up/Down walks slices; Ctrl+wheel zooms, middle drag pans, Home resets the view. With a
+// partition design attached, its tiles are drawn over the slice and a left drag on a cut moves it.
 #pragma once
 
+#include "render/partition_overlay.hpp"
 #include "render/slice_renderer.hpp"
 
 #include <QPointF>
@@ -29,6 +31,13 @@ public:
     QPointF positionOfVoxel(const std::array<std::int64_t, 3>& voxel) const;
     const QImage& sliceImage() const { return m_image; }
     void resetView();
+    // Draws `design` over the slice and lets cuts be dragged (nullptr: no overlay).
+    void setPartitionDesign(PartitionDesign* design);
+    void setPartitionVisible(bool visible);
+    bool isPartitionVisible() const { return m_partition_visible; }
+    SliceFrame frame() const;
+    // Widget position of the middle of a cut line, when the cut is drawn in this view.
+    std::optional<QPointF> cutPosition(int input_axis, int index) const;
 
     QSize sizeHint() const override { return {400, 400}; }
     QSize minimumSizeHint() const override { return {120, 120}; }
@@ -60,7 +69,10 @@ private:
     std::int64_t m_shown_slice = -1;  // the slice m_image shows, to signal changes only
     double m_zoom = 1.0;
     QPointF m_pan{0, 0};  // widget pixels
-    enum class Drag { None, Cursor, WindowLevel, Pan } m_drag = Drag::None;
+    PartitionDesign* m_design = nullptr;
+    bool m_partition_visible = true;
+    std::optional<CutLine> m_hot_cut;  // hovered or dragged
+    enum class Drag { None, Cursor, WindowLevel, Pan, Cut } m_drag = Drag::None;
     QPointF m_drag_start;
     WindowLevel m_window_at_drag_start;
     QPointF m_pan_at_drag_start;

@@ -1,5 +1,8 @@
 #include "widgets/volume_view.hpp"
 
+#include "model/partition_design.hpp"
+#include "render/partition_overlay.hpp"
+
 #include "model/viewer_model.hpp"
 #include "render/volume_scene.hpp"
 #include "widgets/vtk_gl_widget.hpp"
@@ -149,7 +152,7 @@ void VolumeView::onVolumeChanged() {
     // The model drops its label map with a new volume; follow it even if it says so only once.
     if (m_model->labelMap() != m_requested_labels) onLabelMapChanged();
     if (volume) m_scene->resetCamera();
-    render();
+    updateTileBoxes();  // the tiles stretch over the new volume
 }
 
 void VolumeView::onLabelMapChanged() {
@@ -232,5 +235,44 @@ LabelDisplay VolumeView::labelDisplay() const {
 }
 
 void VolumeView::render() { m_gl->requestRender(); }
+
+void VolumeView::setPartitionDesign(PartitionDesign* design) {
+    if (m_design) disconnect(m_design, nullptr, this, nullptr);
+    m_design = design;
+    if (m_design) {
+        connect(m_design, &PartitionDesign::designChanged, this, &VolumeView::updateTileBoxes);
+        connect(m_design, &PartitionDesign::experimentChanged, this, &VolumeView::updateTileBoxes);
+    }
+    updateTileBoxes();
+}
+
+void VolumeView::setPartitionVisible(bool visible) {
+    m_partition_visible = visible;
+    updateTileBoxes();
+}
+
+// Each core's tile stretched over the volume, as the slice views draw it.
+void VolumeView::updateTileBoxes() {
+    std::vector<TileBox> boxes;
+    if (m_design && m_design->hasExperiment() && m_partition_visible && m_model->hasVolume()) {
+        const auto& size = m_model->volume()->geometry.size;
+        const Shape input = m_design->inputExtent();
+        const int rank = static_cast<int>(input.size());
+        for (const CoreCost& core : m_design->cores()) {
+            TileBox box;
+            box.voxel_bounds = {0, static_cast<double>(size[0]), 0, static_cast<double>(size[1]), 0, static_cast<double>(size[2])};
+            for (int a = 0; a < rank; ++a) {
+                const int voxel_axis = PartitionOverlay::voxelAxisOf(a, rank);
+                const double scale = static_cast<double>(size[static_cast<std::size_t>(voxel_axis)]) / static_cast<double>(input[static_cast<std::size_t>(a)]);
+                box.voxel_bounds[static_cast<std::size_t>(2 * voxel_axis)] = static_cast<double>(core.owned[static_cast<std::size_t>(a)].begin) * scale;
+                box.voxel_bounds[static_cast<std::size_t>(2 * voxel_axis + 1)] = static_cast<double>(core.owned[static_cast<std::size_t>(a)].end) * scale;
+            }
+            box.color = core.fits ? coreColor(core.core) : QColor(230, 40, 40);
+            boxes.push_back(box);
+        }
+    }
+    m_scene->setTileBoxes(boxes);
+    render();
+}
 
 }  // namespace tessera::ui

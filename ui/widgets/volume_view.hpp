@@ -29,6 +29,8 @@ struct LabelMap;
 
 namespace tessera::ui {
 
+class PartitionDesign;
+
 class LabelSurfaces;
 class ViewerModel;
 class VolumeScene;
@@ -54,6 +56,9 @@ public slots:
     void setVolumeVisible(bool visible);
     void setSurfacesVisible(bool visible);
     void setSlicePlanesVisible(bool visible);
+    // Draws the design's tiles as coloured boxes (nullptr: none).
+    void setPartitionDesign(PartitionDesign* design);
+    void setPartitionVisible(bool visible);
 
 signals:
     // The surfaces of the model's current label map are in the scene (or were cleared).
@@ -69,10 +74,13 @@ private slots:
     void onPresetChosen(int index);
 
 private:
+    PartitionDesign* m_design = nullptr;
+    bool m_partition_visible = true;
     LabelDisplay labelDisplay() const;
     void startSurfaceExtraction();
     void onExtractionFinished(std::uint64_t generation, const LabelSurfaces& surfaces, const QString& error);
     void render();
+    void updateTileBoxes();
 
     ViewerModel* m_model = nullptr;
     std::unique_ptr<VolumeScene> m_scene;

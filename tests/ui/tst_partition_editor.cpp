@@ -1,0 +1,201 @@
+// The partition editor as a user drives it: a volume and an experiment open, a 2×2 split from the spin
+// boxes, an uneven split by dragging a cut, the labels and input_partition_dims following, undo of
+// both, a planner row applied to the editor, inline errors, saving, and both export snippets.
+#include "gl_test_main.hpp"
+#include "experiment/experiment.hpp"
+#include "model/partition_design.hpp"
+#include "widgets/experiment_panel.hpp"
+#include "widgets/main_window.hpp"
+#include "widgets/partition_panel.hpp"
+#include "widgets/planner_panel.hpp"
+#include "widgets/slice_view.hpp"
+#include "widgets/volume_view.hpp"
+#include "render/volume_scene.hpp"
+
+#include <QComboBox>
+#include <QLabel>
+#include <QLineEdit>
+#include <QSettings>
+#include <QSignalSpy>
+#include <QSpinBox>
+#include <QTableView>
+#include <QTemporaryDir>
+#include <QUndoStack>
+
+#include <fstream>
+#include <sstream>
+
+using namespace tessera;
+using namespace tessera::ui;
+
+namespace {
+
+const QString presets = QStringLiteral(TESSERA_SOURCE_DIR "/resources/experiments/");
+
+std::vector<std::int64_t> memories(const PartitionDesign& design) {
+    std::vector<std::int64_t> bytes;
+    for (const CoreCost& core : design.cores()) bytes.push_back(core.memory_bytes);
+    return bytes;
+}
+
+// Pixels that differ between two grabs of the same size.
+int differing_pixels(const QImage& a, const QImage& b) {
+    int count = 0;
+    for (int y = 0; y < a.height(); ++y) {
+        for (int x = 0; x < a.width(); ++x) count += a.pixel(x, y) != b.pixel(x, y);
+    }
+    return count;
+}
+
+}  // namespace
+
+class tst_PartitionEditor : public QObject {
+    Q_OBJECT
+private slots:
+    void init() { QSettings().clear(); }
+
+    void designsASplitByHandAndByPlanner() {
+        MainWindow window;
+        window.resize(1400, 950);
+        window.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&window));
+        window.showPhantom(true);  // a 256×256 CT section
+        QVERIFY(window.openExperiment(presets + QStringLiteral("unet2d_em_4way.json")));
+        PartitionDesign* design = window.design();
+        PartitionPanel* panel = window.partitionPanel();
+        QCOMPARE(design->pieces(), (std::vector<std::int64_t>{4, 1}));
+        QCOMPARE(panel->dimsEdit()->text(), QStringLiteral("[[1, 4, 1, 1], null]"));
+        const auto memory_4x1 = memories(*design);
+        QCOMPARE(memory_4x1.size(), std::size_t{4});
+        const int undo_base = design->undoStack()->index();
+
+        // 2×2 with the spin boxes: two edits, the text and the labels follow.
+        panel->piecesBox(0)->setValue(2);
+        panel->piecesBox(1)->setValue(2);
+        QCOMPARE(design->pieces(), (std::vector<std::int64_t>{2, 2}));
+        QCOMPARE(panel->dimsEdit()->text(), QStringLiteral("[[1, 2, 2, 1], null]"));
+        QCOMPARE(design->coresPerReplica(), 4);
+        QVERIFY(memories(*design) != memory_4x1);  // halos along two axes instead of one
+        QVERIFY(panel->summaryLabel()->text().contains(QStringLiteral("fits")));
+
+        // The overlay is drawn: the axial view changes when it is hidden.
+        SliceView* axial = window.sliceView(SliceOrientation::Axial);
+        QTest::qWait(50);
+        const QImage with_grid = axial->grab().toImage();
+        axial->setPartitionVisible(false);
+        const QImage without_grid = axial->grab().toImage();
+        axial->setPartitionVisible(true);
+        QVERIFY(differing_pixels(with_grid, without_grid) > 1000);
+
+        // An uneven split: drag the H cut down in the axial view. One drag is one undo step.
+        const auto cut = axial->cutPosition(0, 1);
+        QVERIFY(cut.has_value());
+        const std::int64_t before = design->grid().boundaries[0][1];
+        QCOMPARE(before, 128);
+        const QPoint start = cut->toPoint();
+        QTest::mousePress(axial, Qt::LeftButton, Qt::NoModifier, start);
+        for (int step = 1; step <= 6; ++step) {
+            QMouseEvent move(QEvent::MouseMove, QPointF(start + QPoint(0, 8 * step)), axial->mapToGlobal(QPointF(start + QPoint(0, 8 * step))),
+                             Qt::NoButton, Qt::LeftButton, Qt::NoModifier);
+            QApplication::sendEvent(axial, &move);
+        }
+        QTest::mouseRelease(axial, Qt::LeftButton, Qt::NoModifier, start + QPoint(0, 48));
+        const std::int64_t after = design->grid().boundaries[0][1];
+        QVERIFY2(after != before, qPrintable(QStringLiteral("the cut stayed at %1").arg(after)));
+        QCOMPARE(after % design->alignment()[0], 0);  // snapped to the U-Net's stride
+        QCOMPARE(design->undoStack()->index(), undo_base + 3);
+        QCOMPARE(design->cores()[0].owned[0].end, after);
+        QVERIFY(QString::fromStdString(design->experimentText()).contains(QStringLiteral("tile_boundaries")));
+
+        // Undo the drag and both spin-box edits: back to the file's 4×1.
+        design->undoStack()->undo();
+        QCOMPARE(design->grid().boundaries[0][1], before);
+        design->undoStack()->undo();
+        design->undoStack()->undo();
+        QCOMPARE(design->pieces(), (std::vector<std::int64_t>{4, 1}));
+        QCOMPARE(panel->piecesBox(0)->value(), 4);
+        QCOMPARE(panel->dimsEdit()->text(), QStringLiteral("[[1, 4, 1, 1], null]"));
+        QCOMPARE(memories(*design), memory_4x1);
+        QVERIFY(!design->isModified());
+
+        // A planner row applied to the editor.
+        PlannerPanel* planner = window.plannerPanel();
+        QSignalSpy planned(planner, &PlannerPanel::planned);
+        QVERIFY(planned.wait(60000) || !planner->isBusy());
+        QTableView* table = planner->table();
+        QVERIFY(table->model()->rowCount() > 1);
+        int other_row = -1;
+        for (int row = 0; row < table->model()->rowCount() && other_row < 0; ++row) {
+            const QString pieces = table->model()->index(row, PlannerPanel::PiecesColumn).data().toString();
+            const QString replicas = table->model()->index(row, PlannerPanel::ReplicasColumn).data().toString();
+            if (pieces == QStringLiteral("1×4") && replicas == QStringLiteral("1")) other_row = row;
+        }
+        QVERIFY2(other_row >= 0, "the planner lists the 1×4 layout");
+        table->scrollTo(table->model()->index(other_row, 0));
+        const QRect cell = table->visualRect(table->model()->index(other_row, PlannerPanel::LayoutColumn));
+        QTest::mouseClick(table->viewport(), Qt::LeftButton, Qt::NoModifier, cell.center());
+        QCOMPARE(design->pieces(), (std::vector<std::int64_t>{1, 4}));
+        QCOMPARE(panel->dimsEdit()->text(), QStringLiteral("[[1, 1, 4, 1], null]"));
+
+        // Both snippets carry the design.
+        const QString tpu = window.exportSnippet(SnippetKind::TpuConfig);
+        QVERIFY2(tpu.contains(QStringLiteral("num_cores_per_replica=4")), qPrintable(tpu));
+        QVERIFY2(tpu.contains(QStringLiteral("input_partition_dims=[[1, 1, 4, 1], None]")), qPrintable(tpu));
+        QVERIFY2(tpu.contains(QStringLiteral("PER_HOST_V2")), qPrintable(tpu));
+        const QString jax = window.exportSnippet(SnippetKind::Jax);
+        QVERIFY2(jax.contains(QStringLiteral("PartitionSpec")), qPrintable(jax));
+        QVERIFY2(jax.contains(QStringLiteral("Mesh")), qPrintable(jax));
+
+        // The 3D view draws one box per core.
+        QCOMPARE(window.volumeView()->scene()->tileBoxCount(), std::size_t{4});
+
+        // Saved: the file holds the design and opens again as it was.
+        QTemporaryDir dir;
+        const QString saved = dir.filePath(QStringLiteral("designed.json"));
+        QVERIFY(window.saveExperiment(saved));
+        QVERIFY(!design->isModified());
+        const experiment::Experiment reread = experiment::load_experiment(saved.toStdString());
+        QCOMPARE(experiment::spatial_pieces(reread), (std::vector<std::int64_t>{1, 4}));
+        QVERIFY(reread.data.has_value());  // the data section kept
+    }
+
+    void refusesBadEditsInPlace() {
+        MainWindow window;
+        window.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&window));
+        QVERIFY(window.openExperiment(presets + QStringLiteral("unet3d_ct_256_16cores.json")));
+        PartitionDesign* design = window.design();
+        const auto pieces = design->pieces();
+        const int index = design->undoStack()->index();
+
+        // input_partition_dims that do not fit the input: the engine's message, nothing changed.
+        PartitionPanel* panel = window.partitionPanel();
+        panel->dimsEdit()->setText(QStringLiteral("[1, 2, 2, 4]"));
+        QTest::keyClick(panel->dimsEdit(), Qt::Key_Return);
+        QVERIFY(panel->messageLabel()->isVisibleTo(panel));
+        QVERIFY2(panel->messageLabel()->text().contains(QStringLiteral("NDHWC")), qPrintable(panel->messageLabel()->text()));
+        QCOMPARE(design->pieces(), pieces);
+        QCOMPARE(design->undoStack()->index(), index);
+
+        // A U-Net input that its depth cannot halve: the message sits under the input size field.
+        ExperimentPanel* fields = window.experimentPanel();
+        QVERIFY(!fields->applyField(QStringLiteral("input.size"), QStringLiteral("[250, 256, 256]")));
+        QVERIFY(fields->fieldMessage(QStringLiteral("input.size"))->isVisibleTo(fields));
+        QVERIFY(!fields->fieldMessage(QStringLiteral("input.size"))->text().isEmpty());
+        QCOMPARE(design->experiment().size, (std::vector<std::int64_t>{256, 256, 256}));
+
+        // A good field edit is one undo step and changes the costs.
+        const double step = design->predictedStepSeconds();
+        QVERIFY(fields->applyField(QStringLiteral("model.base_width"), QStringLiteral("16")));
+        QVERIFY(!fields->fieldMessage(QStringLiteral("input.size"))->isVisibleTo(fields));
+        QCOMPARE(design->experiment().model.base_width, 16);
+        QVERIFY(design->predictedStepSeconds() < step);
+        QCOMPARE(design->pieces(), pieces);  // the design survives field edits
+        design->undoStack()->undo();
+        QCOMPARE(design->experiment().model.base_width, 32);
+        QVERIFY(!design->isModified());
+    }
+};
+
+TESSERA_GL_TEST_MAIN(tst_PartitionEditor)
+#include "tst_partition_editor.moc"

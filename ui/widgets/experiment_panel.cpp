@@ -1,0 +1,221 @@
+#include "widgets/experiment_panel.hpp"
+
+#include "cost/device.hpp"
+#include "experiment/experiment_edit.hpp"
+
+#include <QComboBox>
+#include <QFormLayout>
+#include <QLabel>
+#include <QLineEdit>
+#include <QSignalBlocker>
+#include <QSpinBox>
+
+#include <nlohmann/json.hpp>
+
+namespace tessera::ui {
+
+namespace {
+
+QString model_kind_name(experiment::ModelKind kind) {
+    switch (kind) {
+        case experiment::ModelKind::UNet: return QStringLiteral("unet");
+        case experiment::ModelKind::ResNet: return QStringLiteral("resnet");
+        case experiment::ModelKind::RetinaNet: return QStringLiteral("retinanet");
+    }
+    return {};
+}
+
+QString optimizer_name(train::OptimizerKind kind) {
+    return QString::fromUtf8(train::to_string(kind).data(), static_cast<qsizetype>(train::to_string(kind).size()));
+}
+
+// "origin: model.depth: expected …" → "model.depth"; empty when the message names no path.
+QString path_of(const QString& message) {
+    const QStringList parts = message.split(QStringLiteral(": "));
+    return parts.size() >= 3 ? parts[1] : QString();
+}
+
+}  // namespace
+
+ExperimentPanel::ExperimentPanel(PartitionDesign* design, QWidget* parent) : QWidget(parent), m_design(design) {
+    m_form = new QFormLayout(this);
+    m_form->setFieldGrowthPolicy(QFormLayout::AllNonFixedFieldsGrow);
+
+    auto* name = new QLineEdit(this);
+    connect(name, &QLineEdit::editingFinished, this, [this, name] {
+        if (!m_updating) applyField(QStringLiteral("name"), QString::fromStdString(nlohmann::json(name->text().toStdString()).dump()));
+    });
+    addField(tr("Name"), QStringLiteral("name"), name, tr("Shown in listings and in the run's summary"));
+
+    auto* kind = new QComboBox(this);
+    kind->addItems({QStringLiteral("unet"), QStringLiteral("resnet"), QStringLiteral("retinanet")});
+    connect(kind, &QComboBox::activated, this, [this, kind] {
+        applyField(QStringLiteral("model.kind"), QStringLiteral("\"%1\"").arg(kind->currentText()));
+    });
+    addField(tr("Model"), QStringLiteral("model.kind"), kind, tr("U-Net (segmentation, 2D or 3D), ResNet (classification), RetinaNet (detection, plan-only)"));
+
+    const auto add_number = [this](const QString& label, const QString& path, int low, int high, const QString& tip) {
+        auto* box = new QSpinBox(this);
+        box->setRange(low, high);
+        box->setKeyboardTracking(false);  // one edit when typing "64", not "6" then "64"
+        connect(box, &QSpinBox::valueChanged, this, [this, path](int value) {
+            if (!m_updating) applyField(path, QString::number(value));
+        });
+        addField(label, path, box, tip);
+    };
+    add_number(tr("Depth"), QStringLiteral("model.depth"), 2, 200, tr("U-Net levels (2–7) or ResNet depth (18, 34, 50, 101, 152, 200)"));
+    add_number(tr("Base width"), QStringLiteral("model.base_width"), 1, 1024, tr("Channels of the first level"));
+    add_number(tr("Classes"), QStringLiteral("model.num_classes"), 1, 100000, tr("Output classes"));
+    add_number(tr("Input channels"), QStringLiteral("input.channels"), 1, 4096, tr("Channels of the input image"));
+
+    auto* size = new QLineEdit(this);
+    size->setPlaceholderText(QStringLiteral("256, 256, 256"));
+    connect(size, &QLineEdit::editingFinished, this, [this, size] {
+        if (!m_updating) applyField(QStringLiteral("input.size"), QStringLiteral("[%1]").arg(size->text()));
+    });
+    addField(tr("Input size"), QStringLiteral("input.size"), size,
+             tr("Spatial extents of the model input, [H, W] or [D, H, W] (the tensor the grid splits)"));
+
+    add_number(tr("Global batch"), QStringLiteral("global_batch"), 1, 1 << 20, tr("Images per step over all replicas"));
+
+    auto* device = new QComboBox(this);
+    try {
+        for (const std::string& id : cost::device_preset_ids()) device->addItem(QString::fromStdString(id));
+    } catch (const Error&) {
+        // No presets folder: the field shows what the experiment names.
+    }
+    connect(device, &QComboBox::activated, this, [this, device] {
+        applyField(QStringLiteral("device"), QStringLiteral("\"%1\"").arg(device->currentText()));
+    });
+    addField(tr("Device"), QStringLiteral("device"), device, tr("The device preset predictions and memory verdicts are for (resources/devices)"));
+
+    auto* precision = new QComboBox(this);
+    precision->addItems({QStringLiteral("f32"), QStringLiteral("bf16"), QStringLiteral("f16")});
+    connect(precision, &QComboBox::activated, this, [this, precision] {
+        applyField(QStringLiteral("precision"), QStringLiteral("\"%1\"").arg(precision->currentText()));
+    });
+    addField(tr("Precision"), QStringLiteral("precision"), precision, tr("What convolutions compute in"));
+
+    auto* optimizer = new QComboBox(this);
+    optimizer->addItems({QStringLiteral("sgd"), QStringLiteral("adam"), QStringLiteral("adamw")});
+    connect(optimizer, &QComboBox::activated, this, [this, optimizer] {
+        applyField(QStringLiteral("optimizer.kind"), QStringLiteral("\"%1\"").arg(optimizer->currentText()));
+    });
+    addField(tr("Optimizer"), QStringLiteral("optimizer.kind"), optimizer, tr("SGD keeps one slot per weight (momentum), Adam two"));
+
+    m_general_message = new QLabel(this);
+    m_general_message->setWordWrap(true);
+    m_general_message->setStyleSheet(QStringLiteral("color: #d23c3c;"));
+    m_general_message->hide();
+    m_form->addRow(m_general_message);
+
+    connect(m_design, &PartitionDesign::experimentChanged, this, &ExperimentPanel::refresh);
+    connect(m_design, &PartitionDesign::designChanged, this, &ExperimentPanel::refresh);
+    refresh();
+}
+
+void ExperimentPanel::addField(const QString& label, const QString& json_path, QWidget* editor, const QString& tip) {
+    editor->setToolTip(tip);
+    auto* message = new QLabel(this);
+    message->setWordWrap(true);
+    message->setStyleSheet(QStringLiteral("color: #d23c3c;"));
+    message->hide();
+    auto* column = new QWidget(this);
+    auto* layout = new QVBoxLayout(column);
+    layout->setContentsMargins(0, 0, 0, 0);
+    layout->setSpacing(2);
+    layout->addWidget(editor);
+    layout->addWidget(message);
+    m_form->addRow(label, column);
+    m_fields[json_path] = {editor, message};
+}
+
+QWidget* ExperimentPanel::fieldEditor(const QString& json_path) const {
+    const auto it = m_fields.find(json_path);
+    return it == m_fields.end() ? nullptr : it->second.editor;
+}
+
+QLabel* ExperimentPanel::fieldMessage(const QString& json_path) const {
+    const auto it = m_fields.find(json_path);
+    return it == m_fields.end() ? nullptr : it->second.message;
+}
+
+void ExperimentPanel::clearMessages() {
+    for (auto& [path, field] : m_fields) field.message->hide();
+    m_general_message->hide();
+}
+
+void ExperimentPanel::showError(const QString& message) {
+    clearMessages();
+    const QString path = path_of(message);
+    // The field whose path the message names, or the closest enclosing one ("input.size[1]" → "input.size").
+    for (auto& [field_path, field] : m_fields) {
+        if (!path.isEmpty() && (path == field_path || path.startsWith(field_path + QLatin1Char('[')) ||
+                                path.startsWith(field_path + QLatin1Char('.')))) {
+            field.message->setText(message.section(QStringLiteral(": "), 2));
+            field.message->show();
+            return;
+        }
+    }
+    m_general_message->setText(message);
+    m_general_message->show();
+}
+
+bool ExperimentPanel::applyField(const QString& json_path, const QString& json_value) {
+    if (!m_design->hasExperiment()) return false;
+    nlohmann::json value;
+    try {
+        value = nlohmann::json::parse(json_value.toStdString());
+    } catch (const nlohmann::json::exception&) {
+        showError(tr("experiment: %1: expected a JSON value, got %2").arg(json_path, json_value));
+        return false;
+    }
+    std::string text;
+    try {
+        text = experiment::set_experiment_field(m_design->experimentText(), json_path.toStdString(), value);
+    } catch (const Error& error) {
+        showError(QString::fromUtf8(error.what()));
+        return false;
+    }
+    if (!m_design->setExperimentText(text, tr("Set %1").arg(json_path))) {
+        showError(m_design->lastError());
+        return false;
+    }
+    clearMessages();
+    return true;
+}
+
+void ExperimentPanel::refresh() {
+    setEnabled(m_design->hasExperiment());
+    if (!m_design->hasExperiment()) return;
+    m_updating = true;
+    const experiment::Experiment& e = m_design->experiment();
+    const auto set_spin = [this](const char* path, std::int64_t value) {
+        auto* box = static_cast<QSpinBox*>(fieldEditor(QString::fromLatin1(path)));
+        const QSignalBlocker blocker(box);
+        box->setValue(static_cast<int>(value));
+    };
+    const auto set_combo = [this](const char* path, const QString& text) {
+        auto* box = static_cast<QComboBox*>(fieldEditor(QString::fromLatin1(path)));
+        const QSignalBlocker blocker(box);
+        if (box->findText(text) < 0) box->addItem(text);
+        box->setCurrentText(text);
+    };
+    static_cast<QLineEdit*>(fieldEditor(QStringLiteral("name")))->setText(QString::fromStdString(e.name));
+    set_combo("model.kind", model_kind_name(e.model.kind));
+    set_spin("model.depth", e.model.depth);
+    set_spin("model.base_width", e.model.base_width);
+    set_spin("model.num_classes", e.model.num_classes);
+    set_spin("input.channels", e.channels);
+    QStringList size;
+    for (std::int64_t extent : e.size) size << QString::number(extent);
+    static_cast<QLineEdit*>(fieldEditor(QStringLiteral("input.size")))->setText(size.join(QStringLiteral(", ")));
+    set_spin("global_batch", e.global_batch / e.partition.num_replicas * m_design->replicas());
+    set_combo("device", QString::fromStdString(e.device));
+    set_combo("precision", QString::fromUtf8(experiment::precision_name(e.precision).data()));
+    set_combo("optimizer.kind", optimizer_name(e.optimizer.kind));
+    fieldEditor(QStringLiteral("model.base_width"))->setEnabled(e.model.kind != experiment::ModelKind::RetinaNet);
+    m_updating = false;
+}
+
+}  // namespace tessera::ui
