@@ -275,6 +275,7 @@ bool PartitionDesign::moveBoundary(int axis, int index, std::int64_t position, b
     partition::SpatialGrid grid = m_grid;
     grid.boundaries[static_cast<std::size_t>(axis)][static_cast<std::size_t>(index)] = snapped;
     const int merge_id = merge ? (1 << 20) + (m_drag_serial % 1000) * 1024 + axis * 64 + index : -1;
+    m_dragging = merge;
     return pushGrid(grid, m_replicas, tr("Move cut %1 of axis %2 to %3").arg(index).arg(axis).arg(snapped), merge_id);
 }
 
@@ -305,6 +306,13 @@ bool PartitionDesign::setPartitionText(const QString& text) {
         return false;
     }
     return setPieces(std::vector<std::int64_t>(dims.begin() + 1, dims.end() - 1));
+}
+
+void PartitionDesign::finishDrag() {
+    ++m_drag_serial;
+    if (!m_dragging) return;
+    m_dragging = false;
+    emit dragFinished();
 }
 
 void PartitionDesign::applyGrid(const partition::SpatialGrid& grid, std::int64_t replicas) {

@@ -88,7 +88,10 @@ public:
     // During a drag, pass merge = true: consecutive moves of one line become one undo step.
     bool moveBoundary(int axis, int index, std::int64_t position, bool merge = false);
     // Ends a drag: the next merged move starts a new undo step.
-    void finishDrag() { ++m_drag_serial; }
+    void finishDrag();
+    // True between a merged moveBoundary and finishDrag: views that are slow to redraw (the 3D view)
+    // may wait for dragFinished().
+    bool isDragging() const { return m_dragging; }
     // Parses "[1, 2, 2, 1]" or "[[1, 2, 2, 1], null]" (channels last, as TPUConfig).
     bool setPartitionText(const QString& text);
     const QString& lastError() const { return m_last_error; }
@@ -113,6 +116,7 @@ signals:
     void experimentChanged();  // a new experiment (the model and input changed)
     void designChanged();      // the grid or replicas changed; costs are recomputed
     void layerChanged();
+    void dragFinished();
 
 private:
     void adopt(const experiment::Experiment& experiment, const std::string& json_text);
@@ -135,6 +139,7 @@ private:
     QString m_last_error;
     QUndoStack* m_undo;
     int m_drag_serial = 0;
+    bool m_dragging = false;
 };
 
 }  // namespace tessera::ui

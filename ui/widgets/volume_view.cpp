@@ -240,7 +240,12 @@ void VolumeView::setPartitionDesign(PartitionDesign* design) {
     if (m_design) disconnect(m_design, nullptr, this, nullptr);
     m_design = design;
     if (m_design) {
-        connect(m_design, &PartitionDesign::designChanged, this, &VolumeView::updateTileBoxes);
+        // A 3D render can take a frame's budget many times over on a software renderer: while a cut is
+        // dragged only the slice views follow, and the boxes catch up when it is released.
+        connect(m_design, &PartitionDesign::designChanged, this, [this] {
+            if (!m_design->isDragging()) updateTileBoxes();
+        });
+        connect(m_design, &PartitionDesign::dragFinished, this, &VolumeView::updateTileBoxes);
         connect(m_design, &PartitionDesign::experimentChanged, this, &VolumeView::updateTileBoxes);
     }
     updateTileBoxes();
