@@ -2,6 +2,8 @@
 // comparisons of batches.
 #pragma once
 
+#include "support/scratch_dir.hpp"
+
 #include "data/dataset.hpp"
 #include "io/volume_io.hpp"
 
@@ -20,28 +22,10 @@ namespace tessera::data::test {
 
 namespace fs = std::filesystem;
 
-// A fresh folder under the system temp folder, removed with everything in it at the end of the test.
-class ScratchDir {
+// A fresh folder per test (tests/support/scratch_dir.hpp), named for these tests.
+class ScratchDir : public ::tessera::test::ScratchDir {
 public:
-    ScratchDir() {
-        static std::atomic<int> counter{0};
-        m_path = fs::temp_directory_path() /
-                 ("tessera_data_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-        fs::remove_all(m_path);
-        fs::create_directories(m_path);
-    }
-    ~ScratchDir() {
-        std::error_code ignored;
-        fs::remove_all(m_path, ignored);
-    }
-    ScratchDir(const ScratchDir&) = delete;
-    ScratchDir& operator=(const ScratchDir&) = delete;
-
-    const fs::path& path() const { return m_path; }
-    fs::path operator/(const std::string& name) const { return m_path / name; }
-
-private:
-    fs::path m_path;
+    ScratchDir() : ::tessera::test::ScratchDir("data_test") {}
 };
 
 inline void touch(const fs::path& path) {

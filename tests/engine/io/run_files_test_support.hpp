@@ -2,6 +2,8 @@
 // scratch folders, whole-file bytes, and message checks.
 #pragma once
 
+#include "support/scratch_dir.hpp"
+
 #include "core/error.hpp"
 
 #include <gtest/gtest.h>
@@ -20,29 +22,7 @@ namespace tessera::test {
 
 namespace fs = std::filesystem;
 
-// A fresh folder under the system temp folder, removed with everything in it at the end of the test.
-class ScratchDir {
-public:
-    ScratchDir() {
-        static std::atomic<int> counter{0};
-        m_path = fs::temp_directory_path() /
-                 ("tessera_run_files_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-        fs::remove_all(m_path);
-        fs::create_directories(m_path);
-    }
-    ~ScratchDir() {
-        std::error_code ignored;
-        fs::remove_all(m_path, ignored);
-    }
-    ScratchDir(const ScratchDir&) = delete;
-    ScratchDir& operator=(const ScratchDir&) = delete;
-
-    const fs::path& path() const { return m_path; }
-    fs::path operator/(const std::string& name) const { return m_path / name; }
-
-private:
-    fs::path m_path;
-};
+// ScratchDir: tests/support/scratch_dir.hpp.
 
 inline std::vector<std::byte> read_file_bytes(const fs::path& path) {
     std::ifstream in(path, std::ios::binary);

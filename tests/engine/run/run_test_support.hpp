@@ -1,6 +1,8 @@
 // Small experiments and temporary model_dirs for the training-run tests.
 #pragma once
 
+#include "support/scratch_dir.hpp"
+
 #include "experiment/experiment.hpp"
 #include "run/training_run.hpp"
 
@@ -10,22 +12,10 @@
 
 namespace tessera::test {
 
-// A fresh, empty folder under the system's temporary directory, removed with the object.
-class TemporaryFolder {
+// A fresh folder per test (tests/support/scratch_dir.hpp), named for these tests.
+class TemporaryFolder : public ScratchDir {
 public:
-    explicit TemporaryFolder(const std::string& name) {
-        m_path = std::filesystem::temp_directory_path() / ("tessera_" + name + "_" + std::to_string(::getpid()));
-        std::filesystem::remove_all(m_path);
-        std::filesystem::create_directories(m_path);
-    }
-    ~TemporaryFolder() {
-        std::error_code ignored;
-        std::filesystem::remove_all(m_path, ignored);
-    }
-    const std::filesystem::path& path() const { return m_path; }
-
-private:
-    std::filesystem::path m_path;
+    explicit TemporaryFolder(const std::string& name) : ScratchDir("run_" + name) {}
 };
 
 // A 2D U-Net on 32×32 crops of 64×64 EM-like sections, 2 replicas × 2 cores: every part of a run
