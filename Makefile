@@ -18,7 +18,7 @@ DEBIAN_PACKAGES := \
 	libvtk9-dev libopencv-dev libeigen3-dev libdnnl-dev zlib1g-dev \
 	nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev \
 	xvfb xauth libgl1-mesa-dri fonts-dejavu-core \
-	insighttoolkit5-examples python3-pydicom python3-protobuf
+	insighttoolkit5-examples python3-pydicom qt6-svg-dev python3-protobuf
 
 .PHONY: all deps peer-deps configure build run test bench peer-bench screenshots clean
 

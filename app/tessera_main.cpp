@@ -2,11 +2,18 @@
 // mask (Debian's insighttoolkit5-examples), or a synthetic CT phantom when that package is missing.
 #include "data/examples.hpp"
 #include "widgets/main_window.hpp"
+#include "model/run_controller.hpp"
+#include "widgets/equivalence_view.hpp"
 #include "widgets/planner_panel.hpp"
+#include "widgets/run_charts.hpp"
+#include "widgets/run_panel.hpp"
 #include "widgets/timeline_chart.hpp"
 
 #include <QApplication>
 #include <QCommandLineParser>
+#include <QDockWidget>
+#include <QLineEdit>
+#include <QSpinBox>
 #include <QScreen>
 #include <QSurfaceFormat>
 #include <QTimer>
@@ -45,9 +52,16 @@ int main(int argc, char** argv) {
                                                QStringLiteral("Experiment file to design (opened over the image)."),
                                                QStringLiteral("json"));
     const QCommandLineOption grab_option(QStringLiteral("grab"),
-                                         QStringLiteral("What --screenshot captures: window (default), planner or timeline."),
+                                         QStringLiteral("What --screenshot captures: window (default), planner, timeline, charts, run-timeline or equivalence."),
                                          QStringLiteral("part"), QStringLiteral("window"));
-    parser.addOptions({labels_option, phantom_option, screenshot_option, size_option, experiment_option, grab_option});
+    const QCommandLineOption train_option(QStringLiteral("train"),
+                                          QStringLiteral("Train the experiment from the Run dock for <steps> steps (with --screenshot: "
+                                                         "captured when the run ends)."),
+                                          QStringLiteral("steps"));
+    const QCommandLineOption model_dir_option(QStringLiteral("model-dir"), QStringLiteral("The run's model_dir (with --train)."),
+                                              QStringLiteral("dir"));
+    parser.addOptions({labels_option, phantom_option, screenshot_option, size_option, experiment_option, grab_option, train_option,
+                       model_dir_option});
     parser.process(app);
 
     tessera::ui::MainWindow window;
@@ -77,20 +91,54 @@ int main(int argc, char** argv) {
     }
 
     if (parser.isSet(experiment_option)) window.openExperiment(parser.value(experiment_option));
+    bool training = false;
+    if (parser.isSet(train_option)) {
+        tessera::ui::RunPanel* run = window.runPanel();
+        if (parser.isSet(model_dir_option)) run->modelDirEdit()->setText(parser.value(model_dir_option));
+        run->stepsBox()->setValue(parser.value(train_option).toInt());
+        run->startRun();
+        training = window.runController()->isRunning();
+    }
 
     if (parser.isSet(screenshot_option)) {
         const QString path = parser.value(screenshot_option);
         // Give the GL views a few frames to render before grabbing.
         const QString part = parser.value(grab_option);
-        QTimer::singleShot(2500, &window, [&window, path, part] {
+        const auto capture = [&window, path, part] {
             QWidget* target = &window;
             if (part == QStringLiteral("planner")) target = window.plannerPanel();
             if (part == QStringLiteral("timeline")) target = window.plannerPanel()->timeline();
+            if (part == QStringLiteral("run-timeline")) target = window.runPanel()->timeline();
+            if (part == QStringLiteral("charts")) target = window.runCharts();
+            if (part == QStringLiteral("equivalence")) target = window.equivalenceView();
             const bool saved = target->grab().save(path);
             std::fprintf(saved ? stdout : stderr, saved ? "screenshot: %s\n" : "could not save screenshot %s\n",
                          qPrintable(path));
             QApplication::exit(saved ? 0 : 1);
-        });
+        };
+        if (part == QStringLiteral("equivalence")) {
+            // The comparison of the designed layout with one core, captured when it is shown.
+            QObject::connect(window.equivalenceView(), &tessera::ui::EquivalenceView::finished, &window,
+                             [&window, capture] { QTimer::singleShot(1000, &window, capture); });
+            QTimer::singleShot(500, window.equivalenceView(), &tessera::ui::EquivalenceView::compare);
+        } else if (training) {
+            // The run's end: its charts full, the last evaluation's overlay shown. The run's timeline is
+            // captured from its dock floated at a readable size.
+            QObject::connect(window.runController(), &tessera::ui::RunController::finished, &window, [&window, capture, part] {
+                if (part == QStringLiteral("run-timeline")) {
+                    if (auto* dock = window.findChild<QDockWidget*>(QStringLiteral("runDock"))) {
+                        dock->setFloating(true);
+                        dock->resize(1400, 900);
+                        dock->raise();
+                    }
+                }
+                QTimer::singleShot(2500, &window, capture);
+            });
+            QObject::connect(window.runController(), &tessera::ui::RunController::failed, &window,
+                             [&window, capture] { QTimer::singleShot(500, &window, capture); });
+        } else {
+            QTimer::singleShot(2500, &window, capture);
+        }
     }
     return QApplication::exec();
 }

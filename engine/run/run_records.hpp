@@ -59,6 +59,8 @@ struct EvalRecord {
     std::int64_t num_examples = 0;
     double seconds = 0;             // host time of the evaluation
     std::vector<std::filesystem::path> predictions;  // label volumes written
+    std::vector<std::filesystem::path> images;       // the held-out images they are for (normalised, first channel)
+    std::vector<std::filesystem::path> truths;       // and their label maps
     double wall_time = 0;
 };
 

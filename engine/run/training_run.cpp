@@ -208,9 +208,26 @@ struct TrainingRun::Impl {
                     fs::create_directories(folder);
                     LabelMap prediction = make_label_map(example.geometry);
                     prediction.labels.copy_from(argmax_labels(logits).reshape(prediction.labels.shape()));
-                    const fs::path file = folder / (safe_file_name(example.name) + ".nii.gz");
+                    const std::string stem = safe_file_name(example.name);
+                    const fs::path file = folder / (stem + ".nii.gz");
                     write_label_map(prediction, file);
                     record.predictions.push_back(file);
+                    // The held-out image (first channel, normalised) and its truth, once: what the
+                    // prediction is overlaid on.
+                    const fs::path image_file = folder / (stem + "_image.nii.gz");
+                    const fs::path truth_file = folder / (stem + "_truth.nii.gz");
+                    if (!fs::exists(image_file) || !fs::exists(truth_file)) {
+                        Volume image = make_volume(example.geometry);
+                        const std::int64_t voxels = image.voxels.num_elements();
+                        std::copy_n(example.image.contiguous().data<float>(), voxels, image.voxels.data<float>());
+                        image.source_scalar_type = "float32";
+                        write_volume(image, image_file);
+                        LabelMap truth = make_label_map(example.geometry);
+                        truth.labels.copy_from(example.labels.contiguous().reshape(truth.labels.shape()));
+                        write_label_map(truth, truth_file);
+                    }
+                    record.images.push_back(image_file);
+                    record.truths.push_back(truth_file);
                 }
             }
         } else {

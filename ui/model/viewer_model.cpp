@@ -24,6 +24,8 @@ ViewerModel::ViewerModel(QObject* parent) : QObject(parent) {}
 void ViewerModel::setVolume(std::shared_ptr<const tessera::Volume> volume) {
     m_volume = std::move(volume);
     m_labels.reset();
+    m_prediction.reset();
+    m_error_map.reset();
     m_present_labels.clear();
     if (m_volume) {
         const auto& size = m_volume->geometry.size;
@@ -44,6 +46,7 @@ void ViewerModel::setLabelMap(std::shared_ptr<const tessera::LabelMap> labels) {
     TESSERA_CHECK(m_volume != nullptr, "open an image before opening a label map onto it");
     if (labels) check_same_grid(m_volume->geometry, labels->geometry, labels->source_path);
     m_labels = std::move(labels);
+    m_error_map.reset();
     m_present_labels.clear();
     if (m_labels) {
         for (std::int32_t label : m_labels->present_labels()) {
@@ -54,6 +57,43 @@ void ViewerModel::setLabelMap(std::shared_ptr<const tessera::LabelMap> labels) {
 }
 
 void ViewerModel::clearLabelMap() { setLabelMap(nullptr); }
+
+void ViewerModel::setPrediction(std::shared_ptr<const tessera::LabelMap> prediction) {
+    TESSERA_CHECK(m_volume != nullptr, "open an image before showing a prediction on it");
+    if (prediction) check_same_grid(m_volume->geometry, prediction->geometry, prediction->source_path);
+    m_prediction = std::move(prediction);
+    m_error_map.reset();
+    emit labelMapChanged();
+}
+
+void ViewerModel::setOverlaySource(OverlaySource source) {
+    if (source == m_overlay_source) return;
+    m_overlay_source = source;
+    emit labelMapChanged();  // another label volume: the 2D overlay and the 3D surfaces are rebuilt
+}
+
+std::shared_ptr<const tessera::LabelMap> ViewerModel::shownLabels() const {
+    switch (m_overlay_source) {
+        case OverlaySource::Truth: return m_labels;
+        case OverlaySource::Prediction: return m_prediction;
+        case OverlaySource::Errors: {
+            if (!m_labels || !m_prediction) return nullptr;
+            if (!m_error_map) {
+                auto errors = std::make_shared<tessera::LabelMap>(make_label_map(m_labels->geometry));
+                const std::int32_t* truth = m_labels->labels.data<std::int32_t>();
+                const std::int32_t* predicted = m_prediction->labels.data<std::int32_t>();
+                std::int32_t* out = errors->labels.data<std::int32_t>();
+                for (std::int64_t v = 0; v < errors->geometry.num_voxels(); ++v) {
+                    if (truth[v] == predicted[v]) continue;
+                    out[v] = truth[v] == 0 ? error_false_positive : predicted[v] == 0 ? error_false_negative : error_wrong_class;
+                }
+                m_error_map = std::move(errors);
+            }
+            return m_error_map;
+        }
+    }
+    return nullptr;
+}
 
 void ViewerModel::setCursor(std::array<std::int64_t, 3> voxel) {
     if (!m_volume) return;

@@ -22,6 +22,15 @@ namespace tessera::ui {
 // Default colour of a label value (ITK-SNAP-like palette: 1 red, 2 green, 3 blue, 4 yellow, ...).
 QColor defaultLabelColor(std::int32_t label);
 
+// Which labels the overlay shows: the label map (ground truth), a model's prediction on the same grid,
+// or where they disagree (false positives, false negatives, wrong classes).
+enum class OverlaySource { Truth, Prediction, Errors };
+
+// Error-map values: the colours of the default palette (1 red, 3 blue, 4 yellow).
+inline constexpr std::int32_t error_false_positive = 1;  // predicted a class where the truth is background
+inline constexpr std::int32_t error_false_negative = 3;  // predicted background where the truth has a class
+inline constexpr std::int32_t error_wrong_class = 4;     // both foreground, different classes
+
 class ViewerModel : public QObject {
     Q_OBJECT
 public:
@@ -32,6 +41,14 @@ public:
     // Throws tessera::Error naming both grids when the label map's grid differs from the image's.
     void setLabelMap(std::shared_ptr<const tessera::LabelMap> labels);
     void clearLabelMap();
+    // A prediction on the image's grid (throws naming both grids otherwise); nullptr drops it.
+    void setPrediction(std::shared_ptr<const tessera::LabelMap> prediction);
+    const std::shared_ptr<const tessera::LabelMap>& prediction() const { return m_prediction; }
+    OverlaySource overlaySource() const { return m_overlay_source; }
+    void setOverlaySource(OverlaySource source);
+    // What the overlay draws for the current source (nullptr when that source is missing); the error map
+    // is computed once per truth/prediction pair.
+    std::shared_ptr<const tessera::LabelMap> shownLabels() const;
 
     const std::shared_ptr<const tessera::Volume>& volume() const { return m_volume; }
     const std::shared_ptr<const tessera::LabelMap>& labelMap() const { return m_labels; }
@@ -71,6 +88,9 @@ signals:
 private:
     std::shared_ptr<const tessera::Volume> m_volume;
     std::shared_ptr<const tessera::LabelMap> m_labels;
+    std::shared_ptr<const tessera::LabelMap> m_prediction;
+    mutable std::shared_ptr<const tessera::LabelMap> m_error_map;  // cache of shownLabels() for Errors
+    OverlaySource m_overlay_source = OverlaySource::Truth;
     std::array<std::int64_t, 3> m_cursor{0, 0, 0};
     WindowLevel m_window;
     std::array<double, 2> m_value_range{0.0, 1.0};

@@ -198,7 +198,7 @@ QImage SliceRenderer::render(const ViewerModel& model, SliceOrientation orientat
     const SliceAxes axes = sliceAxes(volume.geometry, orientation);
     const std::int64_t slice_index = model.cursor()[static_cast<std::size_t>(axes.axis_normal)];
     QImage image = renderIntensity(volume, axes, slice_index, model.windowLevel());
-    if (model.labelMap()) blendLabels(image, *model.labelMap(), axes, slice_index, model);
+    if (const auto shown = model.shownLabels()) blendLabels(image, *shown, axes, slice_index, model);
     return image;
 }
 

@@ -98,6 +98,7 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent), m_model(new Viewe
 
     createDock();
     createDesignDocks();
+    createRunDocks();
     createActions();
     createDesignActions();
 

@@ -7,10 +7,12 @@
 #include "model/partition_design.hpp"
 #include "model/viewer_model.hpp"
 #include "render/slice_renderer.hpp"
+#include "run/run_records.hpp"
 
 #include <QMainWindow>
 
 #include <array>
+#include <filesystem>
 
 class QComboBox;
 class QDoubleSpinBox;
@@ -25,6 +27,10 @@ class ExperimentPanel;
 class LabelLegend;
 class PartitionPanel;
 class PlannerPanel;
+class EquivalenceView;
+class RunCharts;
+class RunController;
+class RunPanel;
 class SliceView;
 class VolumeView;
 
@@ -57,6 +63,14 @@ public:
     ExperimentPanel* experimentPanel() const { return m_experiment_panel; }
     PartitionPanel* partitionPanel() const { return m_partition_panel; }
     PlannerPanel* plannerPanel() const { return m_planner_panel; }
+    RunPanel* runPanel() const { return m_run_panel; }
+    RunController* runController() const { return m_run_controller; }
+    RunCharts* runCharts() const { return m_run_charts; }
+    EquivalenceView* equivalenceView() const { return m_equivalence_view; }
+    // Shows a run's last evaluation over its held-out image: the image, its truth and the prediction.
+    bool showEvaluation(const tessera::run::EvalRecord& eval);
+    // A finished run's charts and last evaluation, from its model_dir.
+    bool openRun(const std::filesystem::path& model_dir);
     QMenu* recentExperimentsMenu() const { return m_recent_experiments_menu; }
     // Opens an experiment file; false (with the parser's message shown) when it cannot be used.
     bool openExperiment(const QString& path);
@@ -91,6 +105,7 @@ private slots:
 
 private:
     void createDesignDocks();
+    void createRunDocks();
     void createDesignActions();
     bool confirmDiscardDesign();
     void createActions();
@@ -121,6 +136,13 @@ private:
     PlannerPanel* m_planner_panel = nullptr;
     QMenu* m_recent_experiments_menu = nullptr;
     std::int64_t m_planned_cores = -1;  // the core budget the planner last swept
+    RunController* m_run_controller = nullptr;
+    RunPanel* m_run_panel = nullptr;
+    RunCharts* m_run_charts = nullptr;
+    EquivalenceView* m_equivalence_view = nullptr;
+    std::int64_t m_run_capacity = 0;     // the live run's core memory capacity
+    QString m_current_run;               // the run the charts follow live
+    bool m_overlay_chosen = false;       // the user picked an overlay source: keep it
 };
 
 }  // namespace tessera::ui

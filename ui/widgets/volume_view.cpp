@@ -1,5 +1,7 @@
 #include "widgets/volume_view.hpp"
 
+#include <QTimer>
+
 #include "model/partition_design.hpp"
 #include "render/partition_overlay.hpp"
 
@@ -31,6 +33,10 @@ VolumeView::VolumeView(ViewerModel* model, QWidget* parent)
     : QWidget(parent), m_model(model), m_scene(std::make_unique<VolumeScene>()),
       m_presets(builtinTransferFunctionPresets()) {
     m_gl = new VtkGLWidget(this);
+    m_cursor_render = new QTimer(this);
+    m_cursor_render->setSingleShot(true);
+    m_cursor_render->setInterval(150);  // ms without a cursor change
+    connect(m_cursor_render, &QTimer::timeout, this, &VolumeView::render);
     m_gl->addRenderer(m_scene->renderer());
     m_gl->addRenderer(m_scene->markerRenderer());
     m_gl->setToolTip(tr("Left drag rotates, right drag or wheel zooms, middle or Shift+left drag pans; "
@@ -150,14 +156,14 @@ void VolumeView::onVolumeChanged() {
         m_scene->clearVolume();
     }
     // The model drops its label map with a new volume; follow it even if it says so only once.
-    if (m_model->labelMap() != m_requested_labels) onLabelMapChanged();
+    if (m_model->shownLabels() != m_requested_labels) onLabelMapChanged();
     if (volume) m_scene->resetCamera();
     updateTileBoxes();  // the tiles stretch over the new volume
 }
 
 void VolumeView::onLabelMapChanged() {
-    if (m_label_generation > 0 && m_model->labelMap() == m_requested_labels) return;  // already followed
-    m_requested_labels = m_model->labelMap();
+    if (m_label_generation > 0 && m_model->shownLabels() == m_requested_labels) return;  // already followed
+    m_requested_labels = m_model->shownLabels();
     ++m_label_generation;
     if (!m_requested_labels) {
         m_scene->clearLabelMap();
@@ -215,7 +221,9 @@ void VolumeView::onLabelDisplayChanged() {
 
 void VolumeView::onCursorChanged() {
     m_scene->setCursor(m_model->cursor());
-    m_gl->requestQuickRender();  // a cursor dragged in a slice view sends many changes
+    // Browsing slices sends a change per slice; a 3D frame can cost many slice frames (all of them on a
+    // software renderer), so the planes are drawn once browsing pauses.
+    m_cursor_render->start();
 }
 
 void VolumeView::onPresetChosen(int index) {

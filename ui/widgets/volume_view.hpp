@@ -21,6 +21,7 @@
 class QCheckBox;
 class QComboBox;
 class QThread;
+class QTimer;
 class QToolButton;
 
 namespace tessera {
@@ -75,6 +76,7 @@ private slots:
 
 private:
     PartitionDesign* m_design = nullptr;
+    QTimer* m_cursor_render = nullptr;  // coalesces the renders of a moving cursor
     bool m_partition_visible = true;
     LabelDisplay labelDisplay() const;
     void startSurfaceExtraction();

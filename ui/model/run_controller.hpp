@@ -1,0 +1,74 @@
+// RunController: a training run on a worker thread, as Qt's threading examples do it — the experiment
+// goes in as a copy when the run starts, a stop flag is checked after every step, and everything the
+// run reports comes out as copied values through queued signals. The GUI never touches the live run.
+//
+//   RunController controller;
+//   connect(&controller, &RunController::stepFinished, charts, &RunCharts::onStep);
+//   controller.start(experiment, options);   // trains (or resumes from the model_dir) in the background
+//   controller.requestStop();                // after the current step, with a checkpoint
+#pragma once
+
+#include "cores/core_mesh.hpp"
+#include "experiment/experiment.hpp"
+#include "run/run_records.hpp"
+#include "run/training_run.hpp"
+
+#include <QMetaType>
+#include <QObject>
+#include <QString>
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+class QThread;
+
+namespace tessera::ui {
+
+// One step's events of every simulated core, for the timeline of a real step.
+struct StepEvents {
+    std::int64_t step = 0;
+    std::int64_t cores = 0;
+    std::vector<cores::CoreEvent> events;
+    std::vector<std::string> layer_names;  // model node names, indexed by CoreEvent::layer
+};
+
+class RunController : public QObject {
+    Q_OBJECT
+public:
+    explicit RunController(QObject* parent = nullptr);
+    ~RunController() override;  // asks the run to stop and waits for it
+
+    // Starts training (resuming from the model_dir's latest checkpoint). Returns false with lastError()
+    // when a run is already going; errors of the experiment itself arrive as failed().
+    bool start(const experiment::Experiment& experiment, const run::RunOptions& options);
+    void requestStop();
+    bool isRunning() const;
+    const QString& lastError() const { return m_last_error; }
+
+signals:
+    void started(const tessera::run::RunStart& start);
+    void stepFinished(const tessera::run::StepRecord& step);
+    void stepEventsReady(const tessera::ui::StepEvents& events);
+    void evaluated(const tessera::run::EvalRecord& eval);
+    void checkpointed(const tessera::run::CheckpointRecord& checkpoint);
+    void finished(const tessera::run::RunSummary& summary);
+    void failed(const QString& message);
+
+private:
+    void work(experiment::Experiment experiment, run::RunOptions options);
+
+    QThread* m_thread = nullptr;
+    std::atomic<bool> m_stop = false;
+    QString m_last_error;
+};
+
+}  // namespace tessera::ui
+
+Q_DECLARE_METATYPE(tessera::run::RunStart)
+Q_DECLARE_METATYPE(tessera::run::StepRecord)
+Q_DECLARE_METATYPE(tessera::run::EvalRecord)
+Q_DECLARE_METATYPE(tessera::run::CheckpointRecord)
+Q_DECLARE_METATYPE(tessera::run::RunSummary)
+Q_DECLARE_METATYPE(tessera::ui::StepEvents)

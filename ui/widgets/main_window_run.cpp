@@ -1,0 +1,118 @@
+// MainWindow's training half: the Run dock (start, stop, resume, the run list, the timeline of a real
+// step), the live charts, and the evaluations' overlays on the held-out images.
+#include "widgets/main_window.hpp"
+
+#include "io/volume_io.hpp"
+#include "model/run_controller.hpp"
+#include "run/metrics_log.hpp"
+#include "widgets/equivalence_view.hpp"
+#include "widgets/run_charts.hpp"
+#include "widgets/run_panel.hpp"
+
+#include <QComboBox>
+#include <QDockWidget>
+#include <QStatusBar>
+
+namespace tessera::ui {
+
+void MainWindow::createRunDocks() {
+    m_run_controller = new RunController(this);
+    m_run_panel = new RunPanel(m_design, m_run_controller, m_model);
+    auto* run_dock = new QDockWidget(tr("Run"), this);
+    run_dock->setObjectName(QStringLiteral("runDock"));
+    run_dock->setWidget(m_run_panel);
+    addDockWidget(Qt::LeftDockWidgetArea, run_dock);
+    // Designing and training take turns: the Partition and Run docks share the left column as tabs.
+    if (auto* partition_dock = findChild<QDockWidget*>(QStringLiteral("partitionDock"))) {
+        tabifyDockWidget(partition_dock, run_dock);
+        partition_dock->raise();
+    }
+
+    m_run_charts = new RunCharts;
+    auto* charts_dock = new QDockWidget(tr("Training"), this);
+    charts_dock->setObjectName(QStringLiteral("trainingDock"));
+    charts_dock->setWidget(m_run_charts);
+    addDockWidget(Qt::BottomDockWidgetArea, charts_dock);
+    if (auto* planner_dock = findChild<QDockWidget*>(QStringLiteral("plannerDock"))) tabifyDockWidget(planner_dock, charts_dock);
+
+    // The equivalence view compares the designed layout with one core on the experiment's model.
+    m_equivalence_view = new EquivalenceView;
+    auto* equivalence_dock = new QDockWidget(tr("Equivalence"), this);
+    equivalence_dock->setObjectName(QStringLiteral("equivalenceDock"));
+    equivalence_dock->setWidget(m_equivalence_view);
+    addDockWidget(Qt::BottomDockWidgetArea, equivalence_dock);
+    tabifyDockWidget(charts_dock, equivalence_dock);
+    const auto follow_design = [this] {
+        if (!m_design->hasExperiment()) return;
+        try {
+            m_equivalence_view->setExperiment(experiment::parse_experiment(m_design->experimentText(), m_design->experiment().origin));
+        } catch (const Error&) {
+            // an invalid intermediate design: the view keeps the last valid one
+        }
+    };
+    connect(m_design, &PartitionDesign::experimentChanged, this, follow_design);
+    connect(m_design, &PartitionDesign::designChanged, this, follow_design);
+    if (auto* planner_dock = findChild<QDockWidget*>(QStringLiteral("plannerDock"))) planner_dock->raise();
+
+    // The charts follow the live run: its earlier sessions from the model_dir, then every step.
+    connect(m_run_controller, &RunController::started, this, [this, charts_dock](const tessera::run::RunStart& start) {
+        m_run_capacity = start.core_capacity_bytes;
+        m_run_charts->removeRun(m_current_run);
+        if (start.first_step > 0) m_run_charts->loadRun(m_current_run, start.model_dir);
+        charts_dock->raise();
+        if (auto* dock = findChild<QDockWidget*>(QStringLiteral("runDock"))) dock->raise();
+    });
+    connect(m_run_controller, &RunController::stepFinished, this, [this](const tessera::run::StepRecord& step) {
+        m_run_charts->addStep(m_current_run, step);
+        m_run_charts->setCoreMemory(m_current_run, step.core_peak_bytes, m_run_capacity);
+    });
+    connect(m_run_controller, &RunController::evaluated, this, [this](const tessera::run::EvalRecord& eval) {
+        m_run_charts->addEval(m_current_run, eval);
+    });
+
+    connect(m_run_panel, &RunPanel::runStarted, this, [this](const QString& run, const std::filesystem::path&) {
+        m_current_run = run;
+    });
+    connect(m_run_panel, &RunPanel::openRunRequested, this, [this](const std::filesystem::path& dir) { openRun(dir); });
+    connect(m_run_controller, &RunController::evaluated, this, [this](const tessera::run::EvalRecord& eval) { showEvaluation(eval); });
+    connect(m_run_panel->overlayBox(), &QComboBox::activated, this, [this] { m_overlay_chosen = true; });
+}
+
+bool MainWindow::showEvaluation(const tessera::run::EvalRecord& eval) {
+    if (eval.predictions.empty() || eval.images.empty() || eval.truths.empty()) return false;
+    try {
+        const std::string image_path = eval.images.front().string();
+        // The held-out image once; later evaluations only replace the prediction.
+        if (!m_model->hasVolume() || m_model->volume()->source_path != image_path) {
+            auto image = std::make_shared<tessera::Volume>(tessera::read_volume(eval.images.front()));
+            image->source_path = image_path;
+            auto truth = std::make_shared<tessera::LabelMap>(tessera::read_label_map(eval.truths.front()));
+            showVolume(std::move(image), std::move(truth));
+        }
+        m_model->setPrediction(std::make_shared<tessera::LabelMap>(tessera::read_label_map(eval.predictions.front())));
+        if (!m_overlay_chosen) {
+            m_model->setOverlaySource(OverlaySource::Prediction);
+            m_run_panel->overlayBox()->setCurrentIndex(static_cast<int>(OverlaySource::Prediction));
+        }
+    } catch (const std::exception& error) {
+        statusBar()->showMessage(tr("Cannot show the evaluation: %1").arg(QString::fromUtf8(error.what())), 8000);
+        return false;
+    }
+    return true;
+}
+
+bool MainWindow::openRun(const std::filesystem::path& model_dir) {
+    const run::MetricsHistory history = run::read_metrics(model_dir);
+    if (history.steps.empty() && history.evals.empty()) {
+        showError(tr("Cannot open run"), tr("%1 holds no metrics.jsonl with records: is it a run's model_dir?")
+                                             .arg(QString::fromStdString(model_dir.string())));
+        return false;
+    }
+    m_run_panel->addFinishedRun(model_dir);
+    m_run_charts->loadRun(RunPanel::runName(model_dir), model_dir);
+    if (!history.evals.empty()) showEvaluation(history.evals.back());
+    statusBar()->showMessage(tr("Opened run %1").arg(RunPanel::runName(model_dir)), 5000);
+    return true;
+}
+
+}  // namespace tessera::ui

@@ -1,0 +1,362 @@
+#include "widgets/run_panel.hpp"
+
+#include "widgets/timeline_chart.hpp"
+
+#include <QComboBox>
+#include <QFileDialog>
+#include <QFormLayout>
+#include <QHBoxLayout>
+#include <QHeaderView>
+#include <QLabel>
+#include <QLineEdit>
+#include <QProgressBar>
+#include <QPushButton>
+#include <QSpinBox>
+#include <QSplitter>
+#include <QTableWidget>
+#include <QTimer>
+#include <QToolButton>
+#include <QTreeWidget>
+#include <QVBoxLayout>
+
+namespace tessera::ui {
+
+namespace {
+
+enum RunColumn { NameColumn, StatusColumn, StepColumn, LossColumn, DiceColumn, DirColumn };
+
+QString duration_text(double seconds) {
+    if (seconds < 90) return QStringLiteral("%1 s").arg(seconds, 0, 'f', 1);
+    if (seconds < 5400) return QStringLiteral("%1:%2").arg(static_cast<int>(seconds) / 60).arg(static_cast<int>(seconds) % 60, 2, 10, QLatin1Char('0'));
+    return QStringLiteral("%1 h").arg(seconds / 3600, 0, 'f', 1);
+}
+
+QString path_text(const std::filesystem::path& path) { return QString::fromStdString(path.string()); }
+
+TimelineBar::Kind bar_kind(cores::EventKind kind) {
+    switch (kind) {
+        case cores::EventKind::Compute: return TimelineBar::Kind::Compute;
+        case cores::EventKind::Halo: return TimelineBar::Kind::Halo;
+        case cores::EventKind::AllReduce: return TimelineBar::Kind::AllReduce;
+        case cores::EventKind::Wait: return TimelineBar::Kind::Idle;
+    }
+    return TimelineBar::Kind::Other;
+}
+
+}  // namespace
+
+QString RunPanel::runName(const std::filesystem::path& model_dir) {
+    const std::filesystem::path clean = model_dir.has_filename() ? model_dir : model_dir.parent_path();
+    return QString::fromStdString(clean.filename().string());
+}
+
+RunPanel::RunPanel(PartitionDesign* design, RunController* controller, ViewerModel* viewer, QWidget* parent)
+    : QWidget(parent), m_design(design), m_controller(controller), m_viewer(viewer) {
+    auto* layout = new QVBoxLayout(this);
+    auto* form = new QFormLayout;
+    auto* dir_row = new QHBoxLayout;
+    m_model_dir = new QLineEdit(this);
+    m_model_dir->setToolTip(tr("Checkpoints, metrics and predictions go here; a folder with checkpoints resumes from the latest"));
+    auto* browse = new QToolButton(this);
+    browse->setText(QStringLiteral("…"));
+    browse->setToolTip(tr("Choose the run's model_dir"));
+    connect(browse, &QToolButton::clicked, this, &RunPanel::chooseModelDir);
+    dir_row->addWidget(m_model_dir, 1);
+    dir_row->addWidget(browse);
+    form->addRow(tr("model_dir"), dir_row);
+    m_steps = new QSpinBox(this);
+    m_steps->setRange(1, 100000000);
+    m_steps->setToolTip(tr("Steps to train to (the experiment's steps unless changed here)"));
+    form->addRow(tr("Steps"), m_steps);
+    layout->addLayout(form);
+
+    auto* buttons = new QHBoxLayout;
+    m_start = new QPushButton(tr("&Train"), this);
+    m_start->setToolTip(tr("Train the designed experiment on the simulated cores (resumes from the model_dir's latest checkpoint) — F5"));
+    m_start->setShortcut(QKeySequence(Qt::Key_F5));
+    m_stop = new QPushButton(tr("&Stop"), this);
+    m_stop->setToolTip(tr("Stop after the current step, with a checkpoint (Shift+F5)"));
+    m_stop->setShortcut(QKeySequence(Qt::SHIFT | Qt::Key_F5));
+    m_stop->setEnabled(false);
+    m_open = new QPushButton(tr("&Open Run…"), this);
+    m_open->setToolTip(tr("Show a finished run's charts and predictions from its model_dir"));
+    connect(m_start, &QPushButton::clicked, this, &RunPanel::startRun);
+    connect(m_stop, &QPushButton::clicked, this, &RunPanel::stopRun);
+    connect(m_open, &QPushButton::clicked, this, &RunPanel::chooseRunToOpen);
+    buttons->addWidget(m_start);
+    buttons->addWidget(m_stop);
+    buttons->addWidget(m_open);
+    layout->addLayout(buttons);
+
+    m_progress = new QProgressBar(this);
+    m_progress->setToolTip(tr("Steps done of the run's total"));
+    m_progress->setFormat(tr("%v / %m steps"));
+    layout->addWidget(m_progress);
+    m_status = new QLabel(tr("No run yet."), this);
+    m_status->setWordWrap(true);
+    m_status->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    layout->addWidget(m_status);
+
+    auto* overlay_row = new QHBoxLayout;
+    overlay_row->addWidget(new QLabel(tr("Overlay"), this));
+    m_overlay = new QComboBox(this);
+    m_overlay->addItems({tr("Ground truth"), tr("Prediction"), tr("Errors (FP red, FN blue, wrong class yellow)")});
+    m_overlay->setToolTip(tr("What the label overlay shows in the slice views and as 3D surfaces"));
+    connect(m_overlay, &QComboBox::activated, this, [this](int index) { m_viewer->setOverlaySource(static_cast<OverlaySource>(index)); });
+    overlay_row->addWidget(m_overlay, 1);
+    layout->addLayout(overlay_row);
+
+    auto* splitter = new QSplitter(Qt::Vertical, this);
+    m_runs = new QTreeWidget(splitter);
+    m_runs->setHeaderLabels({tr("Run"), tr("Status"), tr("Step"), tr("Loss"), tr("Dice"), tr("model_dir")});
+    m_runs->setRootIsDecorated(false);
+    m_runs->setToolTip(tr("The runs of this session and those opened; double-click to show a run's charts again"));
+    connect(m_runs, &QTreeWidget::itemDoubleClicked, this, [this](QTreeWidgetItem* item) {
+        emit openRunRequested(item->text(DirColumn).toStdString());
+    });
+    m_classes = new QTableWidget(0, 3, splitter);
+    m_classes->setHorizontalHeaderLabels({tr("Class"), tr("Dice"), tr("IoU")});
+    m_classes->horizontalHeader()->setStretchLastSection(true);
+    m_classes->verticalHeader()->hide();
+    m_classes->setEditTriggers(QAbstractItemView::NoEditTriggers);
+    m_classes->setToolTip(tr("The last evaluation's scores per class on the held-out images"));
+    auto* timeline_box = new QWidget(splitter);
+    auto* timeline_layout = new QVBoxLayout(timeline_box);
+    timeline_layout->setContentsMargins(0, 0, 0, 0);
+    auto* step_row = new QHBoxLayout;
+    step_row->addWidget(new QLabel(tr("Timeline of step"), timeline_box));
+    m_timeline_step = new QSpinBox(timeline_box);
+    m_timeline_step->setRange(0, 0);
+    m_timeline_step->setSpecialValueText(tr("latest"));
+    m_timeline_step->setToolTip(tr("The step whose recorded events the timeline shows (the last %1 steps are kept); "
+                                   "\"latest\" follows the run").arg(max_kept_steps));
+    connect(m_timeline_step, &QSpinBox::valueChanged, this, &RunPanel::showStepTimeline);
+    step_row->addWidget(m_timeline_step, 1);
+    timeline_layout->addLayout(step_row);
+    m_timeline = new TimelineChart(timeline_box);
+    timeline_layout->addWidget(m_timeline, 1);
+    m_timeline->setPlaceholderText(tr("The timeline of a real step appears here while a run trains"));
+    m_timeline->setMinimumHeight(120);
+    layout->addWidget(splitter, 1);
+
+    m_timeline_timer = new QTimer(this);
+    m_timeline_timer->setInterval(500);
+    connect(m_timeline_timer, &QTimer::timeout, this, &RunPanel::refreshTimeline);
+
+    connect(m_controller, &RunController::started, this, &RunPanel::onStarted);
+    connect(m_controller, &RunController::stepFinished, this, &RunPanel::onStep);
+    connect(m_controller, &RunController::stepEventsReady, this, &RunPanel::onStepEvents);
+    connect(m_controller, &RunController::evaluated, this, &RunPanel::onEvaluated);
+    connect(m_controller, &RunController::finished, this, &RunPanel::onFinished);
+    connect(m_controller, &RunController::failed, this, &RunPanel::onFailed);
+    connect(m_design, &PartitionDesign::experimentChanged, this, &RunPanel::onExperimentChanged);
+    onExperimentChanged();
+}
+
+void RunPanel::onExperimentChanged() {
+    const bool trainable = m_design->hasExperiment() && m_design->experiment().is_trainable();
+    m_start->setEnabled(trainable && !m_controller->isRunning());
+    if (!m_design->hasExperiment()) return;
+    const experiment::Experiment& e = m_design->experiment();
+    if (!trainable) {
+        m_status->setText(tr("This experiment is plan-only: add a \"data\" section and \"steps\" to train it."));
+        return;
+    }
+    m_steps->setValue(static_cast<int>(e.training.steps));
+    m_model_dir->setText(path_text(std::filesystem::absolute(run::default_model_dir(e))));
+}
+
+QTreeWidgetItem* RunPanel::itemFor(const std::filesystem::path& model_dir) {
+    const QString dir = path_text(model_dir);
+    for (int i = 0; i < m_runs->topLevelItemCount(); ++i) {
+        if (m_runs->topLevelItem(i)->text(DirColumn) == dir) return m_runs->topLevelItem(i);
+    }
+    auto* item = new QTreeWidgetItem(m_runs);
+    item->setText(NameColumn, runName(model_dir));
+    item->setText(DirColumn, dir);
+    return item;
+}
+
+void RunPanel::startRun() {
+    if (!m_design->hasExperiment() || m_controller->isRunning()) return;
+    try {
+        // The design as it stands (grid, fields), exactly what Save would write.
+        experiment::Experiment e = experiment::parse_experiment(m_design->experimentText(), m_design->experiment().origin);
+        e.directory = m_design->experiment().directory;
+        if (e.data) {
+            for (std::filesystem::path* folder : {&e.data->images_dir, &e.data->labels_dir}) {
+                if (!folder->empty() && folder->is_relative()) *folder = e.directory / *folder;
+            }
+        }
+        experiment::check_trainable(e);
+        run::RunOptions options;
+        options.steps = m_steps->value();
+        options.model_dir = m_model_dir->text().toStdString();
+        m_running_dir = std::filesystem::absolute(*options.model_dir);
+        m_steps_seen = 0;
+        m_seconds_sum = 0;
+        if (!m_controller->start(e, options)) {
+            m_status->setText(m_controller->lastError());
+            return;
+        }
+    } catch (const std::exception& error) {
+        onFailed(QString::fromUtf8(error.what()));
+        return;
+    }
+    QTreeWidgetItem* item = itemFor(m_running_dir);
+    item->setText(StatusColumn, tr("starting"));
+    m_start->setEnabled(false);
+    m_stop->setEnabled(true);
+    m_status->setText(tr("Building the simulated cores…"));
+    m_progress->setRange(0, 0);  // busy until the first report
+    emit runStarted(runName(m_running_dir), m_running_dir);
+}
+
+void RunPanel::stopRun() {
+    m_controller->requestStop();
+    m_stop->setEnabled(false);
+    m_status->setText(tr("Stopping after the current step (a checkpoint is written)…"));
+}
+
+void RunPanel::onStarted(const tessera::run::RunStart& start) {
+    m_step_events.clear();
+    m_total_steps = start.total_steps;
+    m_first_step = start.first_step;
+    m_progress->setRange(0, static_cast<int>(start.total_steps));
+    m_progress->setValue(static_cast<int>(start.first_step));
+    itemFor(m_running_dir)->setText(StatusColumn, start.resumed ? tr("resumed") : tr("running"));
+    m_status->setText(tr("%1 · %2 simulated cores (%3) · %4 predicted per step on %5%6")
+                          .arg(QString::fromStdString(start.experiment))
+                          .arg(start.num_cores)
+                          .arg(QString::fromStdString(start.layout))
+                          .arg(QStringLiteral("%1 ms").arg(start.predicted_step_seconds * 1e3, 0, 'f', 1))
+                          .arg(QString::fromStdString(start.device))
+                          .arg(start.resumed ? tr(" · resumed after step %1").arg(start.first_step) : QString()));
+    m_timeline_timer->start();
+}
+
+void RunPanel::onStep(const tessera::run::StepRecord& step) {
+    ++m_steps_seen;
+    m_seconds_sum += step.host_seconds;
+    const double per_step = m_seconds_sum / static_cast<double>(m_steps_seen);
+    const double eta = per_step * static_cast<double>(m_total_steps - step.step);
+    m_progress->setValue(static_cast<int>(step.step));
+    m_progress->setFormat(tr("%v / %m steps · ETA %1").arg(duration_text(eta)));
+    QTreeWidgetItem* item = itemFor(m_running_dir);
+    item->setText(StepColumn, QString::number(step.step));
+    item->setText(LossColumn, QString::number(step.loss, 'f', 4));
+    item->setText(StatusColumn, tr("running"));
+}
+
+void RunPanel::onStepEvents(const tessera::ui::StepEvents& events) {
+    m_step_events[events.step] = events;
+    while (m_step_events.size() > max_kept_steps) m_step_events.erase(m_step_events.begin());
+    m_timeline_step->setMaximum(static_cast<int>(events.step));
+    m_timeline_dirty = true;
+}
+
+std::vector<std::int64_t> RunPanel::keptSteps() const {
+    std::vector<std::int64_t> steps;
+    for (const auto& [step, events] : m_step_events) steps.push_back(step);
+    return steps;
+}
+
+// Draws the newest step at most twice a second while following the run.
+void RunPanel::refreshTimeline() {
+    if (!m_timeline_dirty || m_timeline_step->value() != 0 || m_step_events.empty()) return;
+    m_timeline_dirty = false;
+    showStepTimeline(0);
+}
+
+void RunPanel::showStepTimeline(int chosen) {
+    if (m_step_events.empty()) return;
+    // 0 is "latest"; a step no longer kept shows the nearest kept one after it.
+    auto it = chosen == 0 ? std::prev(m_step_events.end()) : m_step_events.lower_bound(chosen);
+    if (it == m_step_events.end()) it = std::prev(m_step_events.end());
+    const StepEvents& step = it->second;
+    std::vector<TimelineBar> bars;
+    bars.reserve(step.events.size());
+    for (const cores::CoreEvent& event : step.events) {
+        TimelineBar bar;
+        bar.lane = static_cast<int>(event.core);
+        bar.start_ms = event.start_seconds * 1e3;
+        bar.end_ms = event.end_seconds * 1e3;
+        bar.kind = bar_kind(event.kind);
+        bar.backward = event.phase == cores::StepPhase::Backward;
+        bar.label = event.layer >= 0 && static_cast<std::size_t>(event.layer) < step.layer_names.size()
+                        ? QString::fromStdString(step.layer_names[static_cast<std::size_t>(event.layer)])
+                        : (event.phase == cores::StepPhase::Update ? tr("update") : tr("loss"));
+        QString detail = QString::fromUtf8(cores::step_phase_name(event.phase).data(),
+                                           static_cast<qsizetype>(cores::step_phase_name(event.phase).size()));
+        if (event.flops > 0) detail += tr(", %1 MFLOP").arg(event.flops / 1e6, 0, 'f', 1);
+        if (event.bytes > 0) detail += tr(", %1 KiB").arg(static_cast<double>(event.bytes) / 1024.0, 0, 'f', 1);
+        if (event.peer >= 0) detail += tr(", with core %1").arg(event.peer);
+        bar.detail = detail;
+        bars.push_back(std::move(bar));
+    }
+    m_timeline->setTimeline(std::move(bars), static_cast<int>(step.cores),
+                            tr("Step %1 on the simulated cores (measured on this host)").arg(step.step));
+}
+
+void RunPanel::onEvaluated(const tessera::run::EvalRecord& eval) {
+    itemFor(m_running_dir)->setText(DiceColumn, eval.classes.empty() ? QString::number(eval.accuracy, 'f', 4)
+                                                                     : QString::number(eval.mean_dice, 'f', 4));
+    m_classes->setRowCount(0);
+    for (const run::ClassRecord& c : eval.classes) {
+        const int row = m_classes->rowCount();
+        m_classes->insertRow(row);
+        m_classes->setItem(row, 0, new QTableWidgetItem(QString::fromStdString(c.name)));
+        m_classes->setItem(row, 1, new QTableWidgetItem(c.is_present ? QString::number(c.dice, 'f', 4) : tr("—")));
+        m_classes->setItem(row, 2, new QTableWidgetItem(c.is_present ? QString::number(c.iou, 'f', 4) : tr("—")));
+    }
+    if (eval.classes.empty()) {
+        m_classes->insertRow(0);
+        m_classes->setItem(0, 0, new QTableWidgetItem(tr("accuracy")));
+        m_classes->setItem(0, 1, new QTableWidgetItem(QString::number(eval.accuracy, 'f', 4)));
+    }
+}
+
+void RunPanel::onFinished(const tessera::run::RunSummary& summary) {
+    m_timeline_timer->stop();
+    refreshTimeline();
+    QTreeWidgetItem* item = itemFor(m_running_dir);
+    item->setText(StatusColumn, summary.stopped ? tr("stopped") : tr("finished"));
+    item->setText(StepColumn, QString::number(summary.last_step));
+    m_progress->setRange(0, static_cast<int>(std::max<std::int64_t>(m_total_steps, 1)));
+    m_progress->setValue(static_cast<int>(summary.last_step));
+    m_progress->setFormat(tr("%v / %m steps"));
+    m_status->setText(summary.stopped ? tr("Stopped after step %1; Train resumes from its checkpoint.").arg(summary.last_step)
+                                      : tr("Finished: %1 steps in %2, mean step %3 on this host.")
+                                            .arg(summary.last_step)
+                                            .arg(duration_text(summary.wall_seconds))
+                                            .arg(duration_text(summary.mean_host_step_seconds)));
+    m_start->setEnabled(true);
+    m_stop->setEnabled(false);
+}
+
+void RunPanel::onFailed(const QString& message) {
+    m_timeline_timer->stop();
+    if (!m_running_dir.empty()) itemFor(m_running_dir)->setText(StatusColumn, tr("failed"));
+    m_status->setText(QStringLiteral("<span style='color:#d23c3c'>%1</span>").arg(message.toHtmlEscaped()));
+    m_progress->setRange(0, 1);
+    m_progress->setValue(0);
+    m_start->setEnabled(m_design->hasExperiment() && m_design->experiment().is_trainable());
+    m_stop->setEnabled(false);
+}
+
+void RunPanel::addFinishedRun(const std::filesystem::path& model_dir) {
+    QTreeWidgetItem* item = itemFor(model_dir);
+    if (item->text(StatusColumn).isEmpty()) item->setText(StatusColumn, tr("opened"));
+}
+
+void RunPanel::chooseModelDir() {
+    const QString dir = QFileDialog::getExistingDirectory(this, tr("The run's model_dir"), m_model_dir->text());
+    if (!dir.isEmpty()) m_model_dir->setText(dir);
+}
+
+void RunPanel::chooseRunToOpen() {
+    const QString dir = QFileDialog::getExistingDirectory(this, tr("Open a run's model_dir"), m_model_dir->text());
+    if (!dir.isEmpty()) emit openRunRequested(dir.toStdString());
+}
+
+}  // namespace tessera::ui

@@ -1,0 +1,103 @@
+// RunPanel: launch, stop and resume the designed experiment on the simulated cores, follow its progress,
+// list the runs of this session (and opened ones) with their status, show the last evaluation's Dice and
+// IoU per class and the timeline of a real step (the cores' recorded events), and choose what the label
+// overlay shows (ground truth, prediction, errors).
+#pragma once
+
+#include "model/partition_design.hpp"
+#include "model/run_controller.hpp"
+#include "model/viewer_model.hpp"
+
+#include <QWidget>
+
+#include <filesystem>
+#include <map>
+
+class QComboBox;
+class QLabel;
+class QLineEdit;
+class QProgressBar;
+class QPushButton;
+class QSpinBox;
+class QTableWidget;
+class QTimer;
+class QTreeWidget;
+class QTreeWidgetItem;
+
+namespace tessera::ui {
+
+class TimelineChart;
+
+class RunPanel : public QWidget {
+    Q_OBJECT
+public:
+    RunPanel(PartitionDesign* design, RunController* controller, ViewerModel* viewer, QWidget* parent = nullptr);
+
+    QPushButton* startButton() const { return m_start; }
+    QPushButton* stopButton() const { return m_stop; }
+    QProgressBar* progressBar() const { return m_progress; }
+    QTreeWidget* runList() const { return m_runs; }
+    QLineEdit* modelDirEdit() const { return m_model_dir; }
+    QSpinBox* stepsBox() const { return m_steps; }
+    QTableWidget* classTable() const { return m_classes; }
+    QComboBox* overlayBox() const { return m_overlay; }
+    TimelineChart* timeline() const { return m_timeline; }
+    QSpinBox* timelineStepBox() const { return m_timeline_step; }
+    // The steps whose events are kept for the timeline (the last max_kept_steps of the run).
+    std::vector<std::int64_t> keptSteps() const;
+    static constexpr std::size_t max_kept_steps = 500;
+    QLabel* statusLabel() const { return m_status; }
+    // The run's name in charts and lists: its model_dir's folder name.
+    static QString runName(const std::filesystem::path& model_dir);
+
+public slots:
+    void startRun();
+    void stopRun();
+    // Adds a finished (or stopped) run from its model_dir to the list; the main window loads its charts.
+    void addFinishedRun(const std::filesystem::path& model_dir);
+
+signals:
+    void runStarted(const QString& run, const std::filesystem::path& model_dir);
+    void openRunRequested(const std::filesystem::path& model_dir);
+
+private slots:
+    void onExperimentChanged();
+    void onStarted(const tessera::run::RunStart& start);
+    void onStep(const tessera::run::StepRecord& step);
+    void onStepEvents(const tessera::ui::StepEvents& events);
+    void onEvaluated(const tessera::run::EvalRecord& eval);
+    void onFinished(const tessera::run::RunSummary& summary);
+    void onFailed(const QString& message);
+    void refreshTimeline();
+    void showStepTimeline(int step);
+    void chooseModelDir();
+    void chooseRunToOpen();
+
+private:
+    QTreeWidgetItem* itemFor(const std::filesystem::path& model_dir);
+
+    PartitionDesign* m_design;
+    RunController* m_controller;
+    ViewerModel* m_viewer;
+    QPushButton* m_start;
+    QPushButton* m_stop;
+    QPushButton* m_open;
+    QLineEdit* m_model_dir;
+    QSpinBox* m_steps;
+    QProgressBar* m_progress;
+    QLabel* m_status;
+    QTreeWidget* m_runs;
+    QTableWidget* m_classes;
+    QComboBox* m_overlay;
+    TimelineChart* m_timeline;
+    QTimer* m_timeline_timer;
+    std::map<std::int64_t, StepEvents> m_step_events;  // the last steps' events, by step
+    bool m_follow_latest = true;                       // the timeline shows each new step as it comes
+    bool m_timeline_dirty = false;                     // a newer step arrived since the last draw
+    QSpinBox* m_timeline_step;
+    std::filesystem::path m_running_dir;
+    std::int64_t m_total_steps = 0, m_first_step = 0, m_steps_seen = 0;
+    double m_seconds_sum = 0;
+};
+
+}  // namespace tessera::ui
