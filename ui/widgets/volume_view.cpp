@@ -35,7 +35,7 @@ VolumeView::VolumeView(ViewerModel* model, QWidget* parent)
     m_gl = new VtkGLWidget(this);
     m_cursor_render = new QTimer(this);
     m_cursor_render->setSingleShot(true);
-    m_cursor_render->setInterval(150);  // ms without a cursor change
+    m_cursor_render->setInterval(300);  // ms without a cursor change
     connect(m_cursor_render, &QTimer::timeout, this, &VolumeView::render);
     m_gl->addRenderer(m_scene->renderer());
     m_gl->addRenderer(m_scene->markerRenderer());
