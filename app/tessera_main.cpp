@@ -60,8 +60,11 @@ int main(int argc, char** argv) {
                                           QStringLiteral("steps"));
     const QCommandLineOption model_dir_option(QStringLiteral("model-dir"), QStringLiteral("The run's model_dir (with --train)."),
                                               QStringLiteral("dir"));
+    const QCommandLineOption shot_at_option(QStringLiteral("shot-at-step"),
+                                            QStringLiteral("With --train and --screenshot: capture the run in progress at this step."),
+                                            QStringLiteral("step"));
     parser.addOptions({labels_option, phantom_option, screenshot_option, size_option, experiment_option, grab_option, train_option,
-                       model_dir_option});
+                       model_dir_option, shot_at_option});
     parser.process(app);
 
     tessera::ui::MainWindow window;
@@ -121,6 +124,12 @@ int main(int argc, char** argv) {
             QObject::connect(window.equivalenceView(), &tessera::ui::EquivalenceView::finished, &window,
                              [&window, capture] { QTimer::singleShot(1000, &window, capture); });
             QTimer::singleShot(500, window.equivalenceView(), &tessera::ui::EquivalenceView::compare);
+        } else if (training && parser.isSet(shot_at_option)) {
+            const std::int64_t at = parser.value(shot_at_option).toLongLong();
+            QObject::connect(window.runController(), &tessera::ui::RunController::stepFinished, &window,
+                             [&window, capture, at](const tessera::run::StepRecord& step) {
+                                 if (step.step == at) QTimer::singleShot(1500, &window, capture);
+                             });
         } else if (training) {
             // The run's end: its charts full, the last evaluation's overlay shown. The run's timeline is
             // captured from its dock floated at a readable size.

@@ -33,8 +33,8 @@ shoot_large timeline.png --experiment "$experiments/unet3d_ct_256_16cores.json" 
 # Training from the studio: a run of the 2D preset with its charts and the prediction overlay, the
 # timeline of a real step, a 3D run's prediction as surfaces, and the equivalence view.
 runs=$(mktemp -d)
-shoot_large training_2d.png --experiment "$experiments/unet2d_em_4way.json" --train 60 --model-dir "$runs/em"
-shoot_large run_timeline.png --experiment "$experiments/unet2d_em_4way.json" --train 62 --model-dir "$runs/em" --grab run-timeline
+shoot_large training_2d.png --experiment "$experiments/unet2d_em_4way.json" --train 150 --shot-at-step 120 --model-dir "$runs/em"
+shoot_large run_timeline.png --experiment "$experiments/unet2d_em_4way.json" --train 2 --model-dir "$runs/em_timeline" --grab run-timeline
 shoot_large training_3d.png --experiment "$experiments/unet3d_ct_8way.json" --train 40 --model-dir "$runs/ct"
 shoot_large equivalence.png --experiment "$experiments/unet2d_em_4way.json" --grab equivalence
 rm -rf "$runs"
