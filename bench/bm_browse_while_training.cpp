@@ -5,7 +5,7 @@
 // Usage: bm_browse_while_training [--frames 150]   (needs an X server: make bench runs it under Xvfb)
 // Prints one line per condition: case=<idle|training> frames=<n> median_ms=<x> p95_ms=<x> max_ms=<x>
 // and the steps the run made meanwhile.
-#include "data/phantom.hpp"
+#include "studio_bench_support.hpp"
 #include "model/partition_design.hpp"
 #include "model/run_controller.hpp"
 #include "widgets/main_window.hpp"
@@ -54,27 +54,14 @@ FrameStats browse(MainWindow& window, int frames) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    QSurfaceFormat format;
-    format.setVersion(3, 2);
-    format.setProfile(QSurfaceFormat::CoreProfile);
-    format.setDepthBufferSize(24);
-    QSurfaceFormat::setDefaultFormat(format);
+    bench::use_core_opengl();
     QApplication app(argc, argv);
-    QApplication::setOrganizationName(QStringLiteral("TesseraBench"));
     int frames = 150;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!std::strcmp(argv[i], "--frames")) frames = std::atoi(argv[i + 1]);
     }
-
     MainWindow window;
-    window.resize(1600, 1000);
-    window.show();
-    if (!QTest::qWaitForWindowExposed(&window)) return 1;
-    PhantomOptions options;
-    options.size = {256, 256, 256};
-    Phantom phantom = make_ct_phantom(options);
-    window.showVolume(std::make_shared<Volume>(std::move(phantom.volume)), std::make_shared<LabelMap>(std::move(phantom.labels)));
-    if (!window.openExperiment(QStringLiteral(TESSERA_SOURCE_DIR "/resources/experiments/unet2d_em_4way.json"))) return 1;
+    if (!bench::show_phantom_with_experiment(window, "unet2d_em_4way.json")) return 1;
     QTest::qWait(500);
 
     const FrameStats idle = browse(window, frames);

@@ -5,7 +5,7 @@
 // Usage: bm_partition_drag [--frames 120]   (needs an X server: make bench runs it under Xvfb)
 // Prints: frames=<n> mean_ms=<x> median_ms=<x> p95_ms=<x> fps=<1000/median> (and the share spent
 // in the design update vs the repaint).
-#include "data/phantom.hpp"
+#include "studio_bench_support.hpp"
 #include "model/partition_design.hpp"
 #include "widgets/main_window.hpp"
 #include "widgets/slice_view.hpp"
@@ -28,27 +28,14 @@ using namespace tessera::ui;
 using Clock = std::chrono::steady_clock;
 
 int main(int argc, char** argv) {
-    QSurfaceFormat format;
-    format.setVersion(3, 2);
-    format.setProfile(QSurfaceFormat::CoreProfile);
-    format.setDepthBufferSize(24);
-    QSurfaceFormat::setDefaultFormat(format);
+    bench::use_core_opengl();
     QApplication app(argc, argv);
-    QApplication::setOrganizationName(QStringLiteral("TesseraBench"));
     int frames = 120;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!std::strcmp(argv[i], "--frames")) frames = std::atoi(argv[i + 1]);
     }
-
     MainWindow window;
-    window.resize(1600, 1000);
-    window.show();
-    if (!QTest::qWaitForWindowExposed(&window)) return 1;
-    PhantomOptions options;
-    options.size = {256, 256, 256};
-    Phantom phantom = make_ct_phantom(options);
-    window.showVolume(std::make_shared<Volume>(std::move(phantom.volume)), std::make_shared<LabelMap>(std::move(phantom.labels)));
-    if (!window.openExperiment(QStringLiteral(TESSERA_SOURCE_DIR "/resources/experiments/unet3d_ct_256_16cores.json"))) return 1;
+    if (!bench::show_phantom_with_experiment(window, "unet3d_ct_256_16cores.json")) return 1;
     PartitionDesign* design = window.design();
     QApplication::processEvents();
 

@@ -1,6 +1,7 @@
 // EquivalenceView: a 2×2 comparison of a small 2D U-Net off the GUI thread (chart with a point per
 // layer, four tiles, tooltips naming layers and cores), a 3D one with its D slabs and the one-tile
 // baseline, an experiment too large to compare at full size, restarts, errors, and screenshots.
+#include "ui_test_support.hpp"
 #include "experiment/experiment.hpp"
 #include "gl_test_main.hpp"
 #include "widgets/equivalence_view.hpp"
@@ -32,20 +33,7 @@ QString screenshotDir() {
     return dir;
 }
 
-// Pixels that differ from the image's most common colour (its background).
-double foregroundFraction(const QImage& grabbed) {
-    const QImage image = grabbed.convertToFormat(QImage::Format_RGB32);
-    std::map<QRgb, int> counts;
-    for (int y = 0; y < image.height(); y += 2) {
-        for (int x = 0; x < image.width(); x += 2) ++counts[image.pixel(x, y)];
-    }
-    int total = 0, background = 0;
-    for (const auto& [color, count] : counts) {
-        total += count;
-        background = std::max(background, count);
-    }
-    return total > 0 ? 1.0 - static_cast<double>(background) / total : 0.0;
-}
+using tessera::ui::test::foregroundFraction;  // ui_test_support.hpp
 
 void saveShot(QWidget* widget, const QString& name) {
     QTest::qWait(100);  // pending layouts (the summary's new lines, the chart's axes) first

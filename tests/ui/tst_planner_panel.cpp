@@ -1,5 +1,6 @@
 // PlannerPanel: the sweep of a real experiment off the GUI thread, its table, charts and predicted
 // timeline, choosing rows by mouse and keyboard, restarts, errors, and screenshots that are not blank.
+#include "ui_test_support.hpp"
 #include "experiment/experiment.hpp"
 #include "gl_test_main.hpp"
 #include "widgets/planner_panel.hpp"
@@ -52,20 +53,7 @@ std::vector<std::int64_t> parsePieces(const QString& text) {
     return pieces;
 }
 
-// Pixels that differ from the image's most common colour (its background).
-double foregroundFraction(const QImage& grabbed) {
-    const QImage image = grabbed.convertToFormat(QImage::Format_RGB32);
-    std::map<QRgb, int> counts;
-    for (int y = 0; y < image.height(); y += 2) {
-        for (int x = 0; x < image.width(); x += 2) ++counts[image.pixel(x, y)];
-    }
-    int total = 0, background = 0;
-    for (const auto& [color, count] : counts) {
-        total += count;
-        background = std::max(background, count);
-    }
-    return total > 0 ? 1.0 - static_cast<double>(background) / total : 0.0;
-}
+using tessera::ui::test::foregroundFraction;  // ui_test_support.hpp
 
 QString screenshotDir() {
     const QString dir = QDir::temp().filePath(QStringLiteral("tst_planner_panel"));
