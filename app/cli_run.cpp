@@ -1,6 +1,7 @@
 #include "cli_run.hpp"
 
 #include "core/error.hpp"
+#include "core/units.hpp"
 #include "experiment/experiment.hpp"
 #include "run/training_run.hpp"
 
@@ -29,30 +30,15 @@ void install_stop_handlers() {
     std::signal(SIGTERM, request_stop);
 }
 
-std::string duration_text(double seconds) {
-    char text[32];
-    if (seconds < 1) std::snprintf(text, sizeof text, "%.0f ms", seconds * 1e3);
-    else if (seconds < 90) std::snprintf(text, sizeof text, "%.1f s", seconds);
-    else if (seconds < 5400) std::snprintf(text, sizeof text, "%d:%02d", static_cast<int>(seconds) / 60, static_cast<int>(seconds) % 60);
-    else std::snprintf(text, sizeof text, "%.1f h", seconds / 3600);
-    return text;
-}
-
-std::string gib(std::int64_t bytes) {
-    char text[32];
-    std::snprintf(text, sizeof text, "%.2f GiB", static_cast<double>(bytes) / static_cast<double>(1LL << 30));
-    return text;
-}
-
 std::string eval_line(const run::EvalRecord& e) {
     std::string line = std::string("eval  step ").append(std::to_string(e.step));
     char text[160];
     if (e.classes.empty()) {  // classification: Dice and IoU mean nothing here
         std::snprintf(text, sizeof text, "  loss %.4f  accuracy %.4f  (%lld examples, %s)", e.loss, e.accuracy,
-                      static_cast<long long>(e.num_examples), duration_text(e.seconds).c_str());
+                      static_cast<long long>(e.num_examples), format_duration(e.seconds).c_str());
     } else {
         std::snprintf(text, sizeof text, "  loss %.4f  mean Dice %.4f  mean IoU %.4f  accuracy %.4f  (%lld examples, %s)", e.loss,
-                      e.mean_dice, e.mean_iou, e.accuracy, static_cast<long long>(e.num_examples), duration_text(e.seconds).c_str());
+                      e.mean_dice, e.mean_iou, e.accuracy, static_cast<long long>(e.num_examples), format_duration(e.seconds).c_str());
     }
     line += text;
     for (const run::ClassRecord& c : e.classes) {
@@ -77,9 +63,9 @@ public:
         std::printf("model_dir   %s%s\n", s.model_dir.string().c_str(), resumed.c_str());
         std::printf("data        %s\n", s.data.c_str());
         std::printf("cores       %lld simulated (%s), %s per core at most (capacity %s)\n", static_cast<long long>(s.num_cores),
-                    s.layout.c_str(), gib(*std::max_element(s.core_memory_bytes.begin(), s.core_memory_bytes.end())).c_str(),
-                    gib(s.core_capacity_bytes).c_str());
-        std::printf("predicted   %s per step on %s\n", duration_text(s.predicted_step_seconds).c_str(), s.device.c_str());
+                    s.layout.c_str(), format_gib(*std::max_element(s.core_memory_bytes.begin(), s.core_memory_bytes.end())).c_str(),
+                    format_gib(s.core_capacity_bytes).c_str());
+        std::printf("predicted   %s per step on %s\n", format_duration(s.predicted_step_seconds).c_str(), s.device.c_str());
         if (s.first_step >= s.total_steps) std::printf("nothing to do: all %lld steps are done\n", static_cast<long long>(s.total_steps));
         std::fflush(stdout);
     }
@@ -96,13 +82,13 @@ public:
             if (filled < width) bar += '>';
             bar.resize(width, ' ');
             std::printf("\r[%s] %lld/%lld  loss %.4f  lr %.3g  %s/step  ETA %s\x1b[K", bar.c_str(), static_cast<long long>(s.step),
-                        static_cast<long long>(m_total), s.loss, s.learning_rate, duration_text(per_step).c_str(), duration_text(eta).c_str());
+                        static_cast<long long>(m_total), s.loss, s.learning_rate, format_duration(per_step).c_str(), format_duration(eta).c_str());
             m_line_open = true;
         } else {
             std::printf("step %lld/%lld loss %.6f lr %.6g loss_scale %g host %.3f s predicted %.3f ms%s ETA %s\n",
                         static_cast<long long>(s.step), static_cast<long long>(m_total), s.loss, s.learning_rate, s.loss_scale,
                         s.host_seconds, s.predicted_seconds * 1e3, s.applied ? "" : " (overflow: update skipped)",
-                        duration_text(eta).c_str());
+                        format_duration(eta).c_str());
         }
         std::fflush(stdout);
     }
@@ -116,7 +102,7 @@ public:
     void on_checkpoint(const run::CheckpointRecord& c) override {
         if (!m_interactive) {
             std::printf("checkpoint step %lld: %s (%s)\n", static_cast<long long>(c.step), c.weights.string().c_str(),
-                        duration_text(c.seconds).c_str());
+                        format_duration(c.seconds).c_str());
             std::fflush(stdout);
         }
     }
@@ -126,16 +112,16 @@ public:
         if (s.stopped) std::printf("stopped after step %lld on request; a checkpoint is saved: run the same command to resume\n",
                                    static_cast<long long>(s.last_step));
         std::printf("summary     steps %lld → %lld in %s, final loss %.6f\n", static_cast<long long>(s.first_step),
-                    static_cast<long long>(s.last_step), duration_text(s.wall_seconds).c_str(), s.final_loss);
+                    static_cast<long long>(s.last_step), format_duration(s.wall_seconds).c_str(), s.final_loss);
         if (s.mean_host_step_seconds > 0) {
-            std::printf("            mean step %s on this host, %s predicted on the device\n", duration_text(s.mean_host_step_seconds).c_str(),
-                        duration_text(s.mean_predicted_step_seconds).c_str());
+            std::printf("            mean step %s on this host, %s predicted on the device\n", format_duration(s.mean_host_step_seconds).c_str(),
+                        format_duration(s.mean_predicted_step_seconds).c_str());
         }
         if (!s.core_peak_bytes.empty()) {
             std::string peaks;
             for (std::size_t c = 0; c < s.core_peak_bytes.size(); ++c) {
                 if (c) peaks += ' ';
-                peaks += gib(s.core_peak_bytes[c]);
+                peaks += format_gib(s.core_peak_bytes[c]);
             }
             std::printf("            peak memory per core: %s\n", peaks.c_str());
         }
@@ -166,15 +152,17 @@ run::RunOptions run_options(const RunArguments& arguments) {
 }
 
 // Bad input is reported before the run starts; after that an error is a failure of the run.
+// `work_reads_input`: the work itself reads the user's files (predict), so its caller's mistakes are
+// still bad input.
 template <class Setup, class Work>
-int guarded(Setup&& setup, Work&& work) {
+int guarded(Setup&& setup, Work&& work, bool work_reads_input = false) {
     try {
         auto prepared = setup();
         try {
             return work(prepared);
         } catch (const Error& error) {
             std::fprintf(stderr, "\ntessera-cli: %s\n", error.what());
-            return exit_failure;
+            return work_reads_input && !error.is_internal() ? exit_bad_input : exit_failure;
         }
     } catch (const Error& error) {
         std::fprintf(stderr, "tessera-cli: %s\n", error.what());
@@ -244,7 +232,8 @@ int predict_command(const RunArguments& arguments, const std::vector<std::string
             std::vector<std::filesystem::path> files(inputs.begin(), inputs.end());
             for (const auto& file : training->predict(files, output_dir)) std::printf("wrote %s\n", file.string().c_str());
             return exit_ok;
-        });
+        },
+        true);
 }
 
 }  // namespace tessera::cli

@@ -15,6 +15,7 @@
 // 1 a failure after the work started, 130 a training run stopped by Ctrl-C after its checkpoint.
 #include "cli_run.hpp"
 #include "core/error.hpp"
+#include "core/units.hpp"
 #include "cores/host_calibration.hpp"
 #include "cost/planner.hpp"
 #include "data/examples.hpp"
@@ -71,12 +72,6 @@ std::array<double, 3> parse_triple(const std::string& text, const char* what) {
     return values;
 }
 
-std::string gib(std::int64_t bytes) {
-    char text[32];
-    std::snprintf(text, sizeof text, "%.2f GiB", static_cast<double>(bytes) / static_cast<double>(1LL << 30));
-    return text;
-}
-
 std::string milliseconds(double seconds) {
     char text[32];
     std::snprintf(text, sizeof text, seconds < 0.01 ? "%.3f ms" : "%.1f ms", seconds * 1e3);
@@ -99,7 +94,7 @@ nlohmann::json plan_json(const tessera::cost::LayoutPlan& plan) {
 void print_plan_table(const std::vector<tessera::cost::LayoutPlan>& plans) {
     std::printf("%-44s %12s %12s %10s  %s\n", "layout", "memory/core", "step", "of peak", "verdict");
     for (const auto& plan : plans) {
-        const std::string memory = plan.valid ? gib(plan.peak_memory) : "-";
+        const std::string memory = plan.valid ? tessera::format_gib(plan.peak_memory) : "-";
         const std::string step = plan.valid && plan.fits ? milliseconds(plan.step_seconds) : "-";
         char peak[16] = "-";
         if (plan.valid && plan.fits) std::snprintf(peak, sizeof peak, "%.0f%%", 100 * plan.fraction_of_peak);
@@ -122,7 +117,7 @@ int run_plan(const std::string& path, bool sweep, const std::string& json_out, c
     request.simulation.overlap_gradient_all_reduce = overlap;
     request.simulation.optimizer_slots = e.optimizer.kind == train::OptimizerKind::Sgd ? (e.optimizer.momentum > 0 ? 1 : 0) : 2;
     std::printf("experiment %s%s%s\n", path.c_str(), e.name.empty() ? "" : ": ", e.name.c_str());
-    std::printf("device     %s (%s, %s per core)\n", device.name.c_str(), device.id.c_str(), gib(device.memory_per_core).c_str());
+    std::printf("device     %s (%s, %s per core)\n", device.name.c_str(), device.id.c_str(), tessera::format_gib(device.memory_per_core).c_str());
     std::printf("input      %s, %s, %lld cores (%lld per replica × %lld replicas)\n\n",
                 shape_to_string(request.global_input).c_str(), std::string(experiment::precision_name(e.precision)).c_str(),
                 static_cast<long long>(request.core_budget), static_cast<long long>(e.partition.num_cores_per_replica),

@@ -57,7 +57,7 @@ void validate(const DataConfig& config) {
     TESSERA_CHECK(config.num_eval_images >= 0, "data.num_eval_images must be ≥ 0, got " << config.num_eval_images);
     TESSERA_CHECK(std::isfinite(config.noise), "data.noise must be a number (< 0 for the source's default), got " << config.noise);
     TESSERA_CHECK(config.source != SourceKind::Folder || !config.images_dir.empty(),
-                  "data.images_dir is empty: the Folder source needs the folder holding the training images");
+                  "data.images is empty: the folder source needs the folder holding the training images");
     std::set<std::int32_t> mapped_from;
     for (const auto& [from, to] : config.label_mapping) {
         TESSERA_CHECK(mapped_from.insert(from).second,

@@ -36,7 +36,7 @@ std::vector<std::filesystem::path> volume_files_in(const std::filesystem::path& 
     TESSERA_CHECK(std::filesystem::is_directory(folder, error),
                   "the " << what << " folder " << quoted(folder)
                          << (std::filesystem::exists(folder, error) ? " is not a folder" : " does not exist")
-                         << ": set data." << what << "_dir to the folder holding the " << what << " files");
+                         << ": set data." << what << " to the folder holding the " << what << " files");
     std::vector<std::filesystem::path> files;
     for (const auto& entry : std::filesystem::directory_iterator(folder, error)) {
         const std::string name = entry.path().filename().string();
@@ -112,7 +112,7 @@ std::vector<FilePair> match_folder_pairs(const std::filesystem::path& images_dir
     TESSERA_CHECK(!images.empty(),
                   "no images found in " << quoted(images_dir) << " (looked for " << extensions_list() << ")"
                                         << (shared_folder && !labels.empty() ? "; every file there has a label suffix" : "")
-                                        << ". Put the training images there or set data.images_dir to their folder.");
+                                        << ". Put the training images there or set data.images to their folder.");
     std::vector<FilePair> pairs;
     std::vector<std::string> unpaired_images;
     for (const auto& [stem, image] : images) {

@@ -659,13 +659,16 @@ Experiment load_experiment(const std::filesystem::path& path) {
     std::ostringstream text;
     text << in.rdbuf();
     Experiment e = parse_experiment(text.str(), path.filename().string());
-    e.directory = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
-    if (e.data) {  // data folders are relative to the experiment file
-        for (std::filesystem::path* folder : {&e.data->images_dir, &e.data->labels_dir}) {
-            if (!folder->empty() && folder->is_relative()) *folder = e.directory / *folder;
-        }
-    }
+    place_in_directory(e, path.has_parent_path() ? path.parent_path() : std::filesystem::path("."));
     return e;
+}
+
+void place_in_directory(Experiment& e, const std::filesystem::path& directory) {
+    e.directory = directory;
+    if (!e.data) return;
+    for (std::filesystem::path* folder : {&e.data->images_dir, &e.data->labels_dir}) {
+        if (!folder->empty() && folder->is_relative()) *folder = directory / *folder;
+    }
 }
 
 Shape global_input_shape(const Experiment& e) {

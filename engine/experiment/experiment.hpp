@@ -101,6 +101,9 @@ struct Experiment {
 
 Experiment parse_experiment(const std::string& json_text, const std::string& origin);
 Experiment load_experiment(const std::filesystem::path& path);
+// Records the folder the experiment's file is in and resolves its relative data folders against it
+// (load_experiment does this; callers that parse text they read themselves call it).
+void place_in_directory(Experiment& experiment, const std::filesystem::path& directory);
 
 // [global_batch, C, (D,) H, W] and one replica's [global_batch / replicas, …].
 Shape global_input_shape(const Experiment& experiment);

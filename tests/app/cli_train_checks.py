@@ -80,6 +80,10 @@ def main():
     run(cli, "predict", preset("unet3d_ct_8way"), phantom, "--model-dir", ct_dir, "--out", os.path.join(work, "predicted"),
         expect=["phantom_prediction.nii.gz"])
     run(cli, "info", os.path.join(work, "predicted", "phantom_prediction.nii.gz"), expect=["80", "72", "40"])
+    empty = os.path.join(work, "empty.nii.gz")
+    open(empty, "wb").close()
+    run(cli, "predict", preset("unet3d_ct_8way"), empty, "--model-dir", ct_dir, "--out", os.path.join(work, "predicted"),
+        expect_code=2, expect=["empty.nii.gz", "0 bytes"])
 
     # Ctrl-C: the step finishes, a checkpoint is written, exit code 130; the same command resumes.
     stop_dir = os.path.join(work, "stopped")

@@ -113,7 +113,7 @@ bool PartitionDesign::setExperimentText(const std::string& json_text, const QStr
 
 void PartitionDesign::applyExperimentText(const std::string& json_text) {
     experiment::Experiment parsed = experiment::parse_experiment(json_text, m_experiment ? m_experiment->origin : "experiment.json");
-    if (m_experiment) parsed.directory = m_experiment->directory;
+    if (m_experiment) experiment::place_in_directory(parsed, m_experiment->directory);
     adopt(parsed, json_text);
 }
 

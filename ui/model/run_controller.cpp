@@ -19,8 +19,9 @@ namespace {
 class Bridge final : public run::RunObserver {
 public:
     Bridge(RunController* controller, run::TrainingRun& training) : m_controller(controller), m_training(training) {
-        const graph::Graph& model = training.mesh().model();
-        for (const graph::Node& node : model.nodes()) m_layer_names.push_back(node.name);
+        auto names = std::make_shared<std::vector<std::string>>();
+        for (const graph::Node& node : training.mesh().model().nodes()) names->push_back(node.name);
+        m_layer_names = std::move(names);
     }
     void on_start(const run::RunStart& start) override { emit m_controller->started(start); }
     void on_step(const run::StepRecord& step) override {
@@ -39,7 +40,7 @@ public:
 private:
     RunController* m_controller;
     run::TrainingRun& m_training;
-    std::vector<std::string> m_layer_names;
+    std::shared_ptr<const std::vector<std::string>> m_layer_names;
 };
 
 }  // namespace

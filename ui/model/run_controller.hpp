@@ -31,7 +31,8 @@ struct StepEvents {
     std::int64_t step = 0;
     std::int64_t cores = 0;
     std::vector<cores::CoreEvent> events;
-    std::vector<std::string> layer_names;  // model node names, indexed by CoreEvent::layer
+    // Model node names, indexed by CoreEvent::layer: made once per run and shared by its steps.
+    std::shared_ptr<const std::vector<std::string>> layer_names;
 };
 
 class RunController : public QObject {

@@ -1,5 +1,7 @@
 #include "render/partition_overlay.hpp"
 
+#include "core/units.hpp"
+
 #include <QFontMetricsF>
 
 #include <algorithm>
@@ -19,7 +21,7 @@ double voxels_per_input_voxel(const PartitionDesign& design, const SliceFrame& f
     return volume_extent(frame, voxel_axis) / static_cast<double>(input[static_cast<std::size_t>(input_axis)]);
 }
 
-QString gib(std::int64_t bytes) { return QString::number(static_cast<double>(bytes) / static_cast<double>(1LL << 30), 'f', 2) + " GiB"; }
+QString gib(std::int64_t bytes) { return QString::fromStdString(format_gib(bytes)); }
 
 QString milliseconds(double seconds) {
     return seconds < 0.01 ? QString::number(seconds * 1e3, 'f', 2) + " ms" : QString::number(seconds * 1e3, 'f', 1) + " ms";

@@ -200,11 +200,14 @@ bool MainWindow::confirmDiscardDesign() {
 bool MainWindow::openExperiment(const QString& path) {
     if (!confirmDiscardDesign()) return false;
     try {
+        // Read once: the design keeps the text (to save edits in place) and the parsed experiment.
         std::ifstream in(path.toStdString(), std::ios::binary);
         TESSERA_CHECK(in, "cannot read the experiment file '" << path.toStdString() << "': no such file, or not readable");
         std::ostringstream text;
         text << in.rdbuf();
-        const experiment::Experiment e = experiment::load_experiment(path.toStdString());
+        const std::filesystem::path file = path.toStdString();
+        experiment::Experiment e = experiment::parse_experiment(text.str(), file.filename().string());
+        experiment::place_in_directory(e, file.has_parent_path() ? file.parent_path() : std::filesystem::path("."));
         m_design->loadExperiment(e, text.str());
         m_design->setPath(QFileInfo(path).absoluteFilePath());
     } catch (const std::exception& error) {

@@ -1,5 +1,7 @@
 #include "widgets/partition_panel.hpp"
 
+#include "core/units.hpp"
+
 #include <QComboBox>
 #include <QFormLayout>
 #include <QHBoxLayout>
@@ -14,7 +16,7 @@ namespace tessera::ui {
 
 namespace {
 
-QString gib(std::int64_t bytes) { return QString::number(static_cast<double>(bytes) / static_cast<double>(1LL << 30), 'f', 2) + " GiB"; }
+QString gib(std::int64_t bytes) { return QString::fromStdString(format_gib(bytes)); }
 
 QString axis_name(int axis, int rank) {
     static const char* names3[] = {"D", "H", "W"};

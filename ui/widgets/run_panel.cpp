@@ -2,6 +2,8 @@
 
 #include "widgets/timeline_chart.hpp"
 
+#include "core/units.hpp"
+
 #include <QComboBox>
 #include <QFileDialog>
 #include <QFormLayout>
@@ -25,11 +27,7 @@ namespace {
 
 enum RunColumn { NameColumn, StatusColumn, StepColumn, LossColumn, DiceColumn, DirColumn };
 
-QString duration_text(double seconds) {
-    if (seconds < 90) return QStringLiteral("%1 s").arg(seconds, 0, 'f', 1);
-    if (seconds < 5400) return QStringLiteral("%1:%2").arg(static_cast<int>(seconds) / 60).arg(static_cast<int>(seconds) % 60, 2, 10, QLatin1Char('0'));
-    return QStringLiteral("%1 h").arg(seconds / 3600, 0, 'f', 1);
-}
+QString duration_text(double seconds) { return QString::fromStdString(format_duration(seconds)); }
 
 QString path_text(const std::filesystem::path& path) { return QString::fromStdString(path.string()); }
 
@@ -182,12 +180,7 @@ void RunPanel::startRun() {
     try {
         // The design as it stands (grid, fields), exactly what Save would write.
         experiment::Experiment e = experiment::parse_experiment(m_design->experimentText(), m_design->experiment().origin);
-        e.directory = m_design->experiment().directory;
-        if (e.data) {
-            for (std::filesystem::path* folder : {&e.data->images_dir, &e.data->labels_dir}) {
-                if (!folder->empty() && folder->is_relative()) *folder = e.directory / *folder;
-            }
-        }
+        experiment::place_in_directory(e, m_design->experiment().directory);
         experiment::check_trainable(e);
         run::RunOptions options;
         options.steps = m_steps->value();
@@ -283,8 +276,8 @@ void RunPanel::showStepTimeline(int chosen) {
         bar.end_ms = event.end_seconds * 1e3;
         bar.kind = bar_kind(event.kind);
         bar.backward = event.phase == cores::StepPhase::Backward;
-        bar.label = event.layer >= 0 && static_cast<std::size_t>(event.layer) < step.layer_names.size()
-                        ? QString::fromStdString(step.layer_names[static_cast<std::size_t>(event.layer)])
+        bar.label = step.layer_names && event.layer >= 0 && static_cast<std::size_t>(event.layer) < step.layer_names->size()
+                        ? QString::fromStdString((*step.layer_names)[static_cast<std::size_t>(event.layer)])
                         : (event.phase == cores::StepPhase::Update ? tr("update") : tr("loss"));
         QString detail = QString::fromUtf8(cores::step_phase_name(event.phase).data(),
                                            static_cast<qsizetype>(cores::step_phase_name(event.phase).size()));

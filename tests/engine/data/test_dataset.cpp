@@ -426,7 +426,7 @@ TEST(DataDataset, ConfigAndShapeErrorsNameTheFieldAndTheFix) {
               std::string::npos);
     EXPECT_NE(message_for(DataConfig{.num_train_images = 0}).find("data.num_train_images must be at least 1, got 0"),
               std::string::npos);
-    EXPECT_NE(message_for(DataConfig{.source = SourceKind::Folder}).find("data.images_dir is empty"), std::string::npos);
+    EXPECT_NE(message_for(DataConfig{.source = SourceKind::Folder}).find("data.images is empty"), std::string::npos);
     DataConfig flips;
     flips.augment.flip_axes = {2};
     EXPECT_NE(message_for(flips).find("flip_axes holds axis 2 but the model input [1, 1, 16, 16] has 2 spatial axes"),

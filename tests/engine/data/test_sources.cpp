@@ -166,7 +166,7 @@ TEST(DataFolderPairs, ErrorsNameTheFolderTheFileAndTheFix) {
     EXPECT_NE(empty.find(".nii.gz"), std::string::npos) << empty;
 
     const std::string absent = error_message([&] { match_folder_pairs(scratch / "nowhere", scratch / "labels"); });
-    EXPECT_NE(absent.find("does not exist: set data.images_dir"), std::string::npos) << absent;
+    EXPECT_NE(absent.find("does not exist: set data.images to the folder"), std::string::npos) << absent;
 
     touch(scratch / "labels/a_seg.nii.gz");
     const std::string twice = error_message([&] { match_folder_pairs(scratch / "images", scratch / "labels"); });
