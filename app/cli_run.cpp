@@ -2,6 +2,9 @@
 
 #include "core/error.hpp"
 #include "core/units.hpp"
+#include "core/user_files.hpp"
+#include "cost/device.hpp"
+#include "cost/memory_model.hpp"
 #include "experiment/experiment.hpp"
 #include "run/training_run.hpp"
 
@@ -62,6 +65,7 @@ public:
         if (s.resumed) resumed.append(" (resuming after step ").append(std::to_string(s.first_step)).append(")");
         std::printf("model_dir   %s%s\n", s.model_dir.string().c_str(), resumed.c_str());
         std::printf("data        %s\n", s.data.c_str());
+        for (const std::string& note : s.notes) std::printf("note        %s\n", note.c_str());
         std::printf("cores       %lld simulated (%s), %s per core at most (capacity %s)\n", static_cast<long long>(s.num_cores),
                     s.layout.c_str(), format_gib(*std::max_element(s.core_memory_bytes.begin(), s.core_memory_bytes.end())).c_str(),
                     format_gib(s.core_capacity_bytes).c_str());
@@ -142,13 +146,24 @@ private:
     double m_seconds_sum = 0;
 };
 
-run::RunOptions run_options(const RunArguments& arguments) {
+run::RunOptions run_options(const RunArguments& arguments, std::string_view command, run::ModelDirAccess access) {
     run::RunOptions options;
+    options.model_dir_access = access;
+    options.command = "tessera-cli " + std::string(command) + " " + arguments.experiment;
+    options.allow_random_weights = arguments.random_weights;
     options.steps = arguments.steps;
-    if (!arguments.model_dir.empty()) options.model_dir = arguments.model_dir;
+    if (!arguments.model_dir.empty()) {
+        require_plain_path(arguments.model_dir, "--model-dir");
+        options.model_dir = arguments.model_dir;
+    }
     options.host_threads = arguments.threads;
     options.write_predictions = !arguments.no_predictions;
     return options;
+}
+
+// What restoring found (checkpoints skipped and why), on stderr: the output stays the results.
+void print_notes(const run::TrainingRun& training) {
+    for (const std::string& note : training.notes()) std::fprintf(stderr, "tessera-cli: note: %s\n", note.c_str());
 }
 
 // Bad input is reported before the run starts; after that an error is a failure of the run.
@@ -170,6 +185,21 @@ int guarded(Setup&& setup, Work&& work, bool work_reads_input = false) {
     }
 }
 
+// A plan-only experiment's own layout against its device's memory, as the planner estimates it.
+std::string device_memory_verdict(const experiment::Experiment& e) {
+    const cost::Device device = cost::load_device_preset(e.device);
+    const graph::Graph model = experiment::build_model(e, experiment::replica_input_shape(e));
+    const partition::TilingPlan plan(model, experiment::tile_grid(e));
+    std::int64_t peak = 0;
+    for (std::int64_t core = 0; core < plan.num_cores(); ++core) {
+        peak = std::max(peak, cost::estimate_core_memory(model, plan, core, e.precision, experiment::optimizer_slots(e)).total());
+    }
+    return format_gib(peak) + " per core on " + device.id +
+           (peak <= device.memory_per_core ? std::string(" (fits)")
+                                           : " — more than its " + format_gib(device.memory_per_core) +
+                                                 ": this layout does not fit; tessera-cli plan --sweep ranks the ones that do");
+}
+
 }  // namespace
 
 int validate_command(const std::vector<std::string>& experiments) {
@@ -178,9 +208,10 @@ int validate_command(const std::vector<std::string>& experiments) {
         try {
             const experiment::Experiment e = experiment::load_experiment(path);
             std::string what = e.is_trainable() ? std::string("trainable, ").append(std::to_string(e.training.steps)).append(" steps")
-                                                : std::string("plan-only");
+                                                : std::string("plan-only; ") + device_memory_verdict(e);
             if (e.is_trainable()) {
                 experiment::check_trainable(e);
+                run::check_fits_host(e);
                 const auto dataset = data::make_dataset(*e.data, experiment::global_input_shape(e), e.model.num_classes);
                 what += "; data: " + dataset->describe();
             }
@@ -195,7 +226,12 @@ int validate_command(const std::vector<std::string>& experiments) {
 
 int train_command(const RunArguments& arguments) {
     return guarded(
-        [&] { return std::make_unique<run::TrainingRun>(experiment::load_experiment(arguments.experiment), run_options(arguments)); },
+        [&] {
+            auto training = std::make_unique<run::TrainingRun>(experiment::load_experiment(arguments.experiment),
+                                                               run_options(arguments, "train", run::ModelDirAccess::Write));
+            training->load_checkpoint();  // a model_dir whose checkpoints do not verify is bad input
+            return training;
+        },
         [&](std::unique_ptr<run::TrainingRun>& training) {
             ConsoleObserver console(!arguments.plain && isatty(STDOUT_FILENO));
             install_stop_handlers();
@@ -208,12 +244,18 @@ int train_command(const RunArguments& arguments) {
 
 int eval_command(const RunArguments& arguments) {
     return guarded(
-        [&] { return std::make_unique<run::TrainingRun>(experiment::load_experiment(arguments.experiment), run_options(arguments)); },
+        [&] {
+            // Predictions are written into the model_dir: that takes its lock; without them eval only reads.
+            const auto access = arguments.no_predictions ? run::ModelDirAccess::ReadOnly : run::ModelDirAccess::Write;
+            auto training =
+                std::make_unique<run::TrainingRun>(experiment::load_experiment(arguments.experiment), run_options(arguments, "eval", access));
+            training->load_checkpoint(true);
+            return training;
+        },
         [&](std::unique_ptr<run::TrainingRun>& training) {
-            const auto latest = training->model_dir().latest();
-            std::printf("evaluating %s\n", latest ? latest->weights.string().c_str()
-                                                  : "the initial weights (the model_dir holds no checkpoint yet)");
             const run::EvalRecord record = training->evaluate();
+            print_notes(*training);
+            std::printf("evaluated step %lld of %s\n", static_cast<long long>(record.step), training->model_dir().path().string().c_str());
             std::printf("%s\n", eval_line(record).c_str());
             for (const auto& file : record.predictions) std::printf("wrote %s\n", file.string().c_str());
             return exit_ok;
@@ -226,11 +268,16 @@ int predict_command(const RunArguments& arguments, const std::vector<std::string
             for (const std::string& input : inputs) {
                 TESSERA_CHECK(std::filesystem::exists(input), "cannot predict '" << input << "': no such file or folder");
             }
-            return std::make_unique<run::TrainingRun>(experiment::load_experiment(arguments.experiment), run_options(arguments));
+            auto training = std::make_unique<run::TrainingRun>(experiment::load_experiment(arguments.experiment),
+                                                               run_options(arguments, "predict", run::ModelDirAccess::ReadOnly));
+            training->load_checkpoint(true);
+            return training;
         },
         [&](std::unique_ptr<run::TrainingRun>& training) {
             std::vector<std::filesystem::path> files(inputs.begin(), inputs.end());
-            for (const auto& file : training->predict(files, output_dir)) std::printf("wrote %s\n", file.string().c_str());
+            const auto written = training->predict(files, output_dir);
+            print_notes(*training);
+            for (const auto& file : written) std::printf("wrote %s\n", file.string().c_str());
             return exit_ok;
         },
         true);

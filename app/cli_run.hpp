@@ -22,6 +22,7 @@ struct RunArguments {
     int threads = 2;
     bool no_predictions = false;
     bool plain = false;  // plain lines even on a terminal
+    bool random_weights = false;  // eval/predict without a checkpoint (smoke tests)
 };
 
 int validate_command(const std::vector<std::string>& experiments);

@@ -27,6 +27,8 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -40,7 +42,15 @@ using tessera::cli::exit_failure;
 void describe_volume(const tessera::Volume& volume) {
     const auto& g = volume.geometry;
     const float* voxels = volume.voxels.data<float>();
-    const auto [lowest, highest] = std::minmax_element(voxels, voxels + g.num_voxels());
+    // Over the finite voxels: NaN compares false both ways, so it would scramble a plain minmax.
+    float lowest_value = std::numeric_limits<float>::infinity(), highest_value = -lowest_value;
+    for (std::int64_t v = 0; v < g.num_voxels(); ++v) {
+        if (!std::isfinite(voxels[v])) continue;
+        lowest_value = std::min(lowest_value, voxels[v]);
+        highest_value = std::max(highest_value, voxels[v]);
+    }
+    const float* lowest = &lowest_value;
+    const float* highest = &highest_value;
     std::printf("image    %s\n", volume.source_path.c_str());
     std::printf("grid     %s\n", tessera::describe(g).c_str());
     std::printf("origin   %.3f, %.3f, %.3f mm (LPS)\n", g.origin[0], g.origin[1], g.origin[2]);
@@ -49,6 +59,7 @@ void describe_volume(const tessera::Volume& volume) {
                 g.direction[8]);
     std::printf("voxels   %s in the file, values %g … %g\n", volume.source_scalar_type.c_str(),
                 static_cast<double>(*lowest), static_cast<double>(*highest));
+    for (const std::string& warning : volume.warnings) std::printf("warning  %s\n", warning.c_str());
 }
 
 void describe_labels(const tessera::LabelMap& labels) {
@@ -56,6 +67,7 @@ void describe_labels(const tessera::LabelMap& labels) {
     const std::int32_t* values = labels.labels.data<std::int32_t>();
     for (std::int64_t v = 0; v < labels.geometry.num_voxels(); ++v) ++counts[values[v]];
     std::printf("labels   %s\n", labels.source_path.c_str());
+    for (const std::string& warning : labels.warnings) std::printf("warning  %s\n", warning.c_str());
     for (const auto& [label, count] : counts) {
         std::printf("  label %d: %lld voxels (%.1f%%)\n", label, static_cast<long long>(count),
                     100.0 * static_cast<double>(count) / static_cast<double>(labels.geometry.num_voxels()));
@@ -115,7 +127,7 @@ int run_plan(const std::string& path, bool sweep, const std::string& json_out, c
     request.core_budget = e.partition.num_cores();
     request.simulation.precision = e.precision;
     request.simulation.overlap_gradient_all_reduce = overlap;
-    request.simulation.optimizer_slots = e.optimizer.kind == train::OptimizerKind::Sgd ? (e.optimizer.momentum > 0 ? 1 : 0) : 2;
+    request.simulation.optimizer_slots = experiment::optimizer_slots(e);
     std::printf("experiment %s%s%s\n", path.c_str(), e.name.empty() ? "" : ": ", e.name.c_str());
     std::printf("device     %s (%s, %s per core)\n", device.name.c_str(), device.id.c_str(), tessera::format_gib(device.memory_per_core).c_str());
     std::printf("input      %s, %s, %lld cores (%lld per replica × %lld replicas)\n\n",
@@ -166,9 +178,27 @@ int run_plan(const std::string& path, bool sweep, const std::string& json_out, c
     return 0;
 }
 
-}  // namespace
 
-int main(int argc, char** argv) {
+// A CLI11 check with a message that names the option and the range ("--steps must be a whole number
+// from 1 to 1000000000, got 0"), instead of CLI11's "Value 0 not in range 0.000000 to 1.79e308".
+CLI::Validator whole_number_in(const std::string& option, long long lowest, long long highest) {
+    return CLI::Validator(
+        [=](std::string& text) -> std::string {
+            std::size_t used = 0;
+            long long value = 0;
+            try {
+                value = std::stoll(text, &used);
+            } catch (const std::exception&) {
+                used = 0;
+            }
+            if (used == text.size() && used > 0 && value >= lowest && value <= highest) return {};
+            return option + " must be a whole number from " + std::to_string(lowest) + " to " + std::to_string(highest) + ", got '" +
+                   text + "'";
+        },
+        "INT in [" + std::to_string(lowest) + ", " + std::to_string(highest) + "]");
+}
+
+int run(int argc, char** argv) {
     CLI::App app{"tessera-cli: headless Tessera (volumes, phantoms, planning, training)"};
     app.set_version_flag("--version", TESSERA_VERSION);
     app.require_subcommand(0, 1);
@@ -208,7 +238,9 @@ int main(int argc, char** argv) {
     bool calibrate_quick = false;
     CLI::App* calibrate = app.add_subcommand("calibrate", "Measure this host for the cost model and write its device preset");
     calibrate->add_option("--out", calibrate_out, "Device file to write (default: the presets directory's host.json)");
-    calibrate->add_option("--threads", calibrate_threads, "Host threads the simulated cores run on")->capture_default_str();
+    calibrate->add_option("--threads", calibrate_threads, "Host threads the simulated cores run on")
+        ->capture_default_str()
+        ->check(whole_number_in("--threads", 1, 256));
     calibrate->add_flag("--quick", calibrate_quick, "Fewer measurements (a rougher preset, in a second)");
 
     std::vector<std::string> validate_files;
@@ -221,10 +253,16 @@ int main(int argc, char** argv) {
     const auto add_run_options = [&](CLI::App* command, bool training) {
         command->add_option("experiment", run_arguments.experiment, "Experiment file (JSON)")->required();
         command->add_option("--model-dir", run_arguments.model_dir, "Checkpoints, metrics and predictions (default: the experiment's model_dir)");
-        command->add_option("--threads", run_arguments.threads, "Host threads the simulated cores run on")->capture_default_str();
+        command->add_option("--threads", run_arguments.threads, "Host threads the simulated cores run on")
+            ->capture_default_str()
+            ->check(whole_number_in("--threads", 1, 256));
         if (training) {
-            command->add_option("--steps", steps_override, "Train this many steps instead of the experiment's")->check(CLI::PositiveNumber);
+            command->add_option("--steps", steps_override, "Train this many steps instead of the experiment's")
+                ->check(whole_number_in("--steps", 1, 1'000'000'000));
             command->add_flag("--plain", run_arguments.plain, "Plain progress lines even on a terminal");
+        } else {
+            command->add_flag("--random-weights", run_arguments.random_weights,
+                              "Run even when the model_dir holds no checkpoint (random weights: for smoke tests only)");
         }
         command->add_flag("--no-predictions", run_arguments.no_predictions, "Do not write label volumes at evaluations");
     };
@@ -319,3 +357,31 @@ int main(int argc, char** argv) {
     }
     return 0;
 }
+
+}  // namespace
+
+// Every exception ends here: bad input is exit 2, anything else exit 1 with what to report.
+int main(int argc, char** argv) {
+    std::string context = "tessera-cli";
+    for (int index = 1; index < argc; ++index) context.append(" ").append(argv[index]);
+    try {
+        return run(argc, argv);
+    } catch (const tessera::Error& error) {
+        if (!error.is_internal()) {
+            std::fprintf(stderr, "tessera-cli: %s\n", error.what());
+            return exit_bad_input;
+        }
+        std::fprintf(stderr, "tessera-cli: %s\nThis is a bug in Tessera: please report it with the command (%s) and the files it read.\n",
+                     error.what(), context.c_str());
+    } catch (const std::bad_alloc&) {
+        std::fprintf(stderr, "tessera-cli: out of memory while running '%s'. Free memory, or give it a smaller input.\n", context.c_str());
+    } catch (const std::exception& error) {
+        std::fprintf(stderr, "tessera-cli: internal error: %s\nThis is a bug in Tessera: please report it with the command (%s) and the files it read.\n",
+                     error.what(), context.c_str());
+    } catch (...) {
+        std::fprintf(stderr, "tessera-cli: internal error of unknown kind\nThis is a bug in Tessera: please report it with the command (%s).\n",
+                     context.c_str());
+    }
+    return exit_failure;
+}
+

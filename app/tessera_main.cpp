@@ -7,6 +7,7 @@
 #include "widgets/planner_panel.hpp"
 #include "widgets/run_charts.hpp"
 #include "widgets/run_panel.hpp"
+#include "widgets/studio_application.hpp"
 #include "widgets/timeline_chart.hpp"
 
 #include <QApplication>
@@ -29,7 +30,7 @@ int main(int argc, char** argv) {
     format.setStencilBufferSize(8);
     QSurfaceFormat::setDefaultFormat(format);
 
-    QApplication app(argc, argv);
+    tessera::ui::StudioApplication app(argc, argv);
     QApplication::setOrganizationName(QStringLiteral("Tessera"));
     QApplication::setApplicationName(QStringLiteral("Tessera"));
     QApplication::setApplicationVersion(QStringLiteral(TESSERA_VERSION));
@@ -63,8 +64,12 @@ int main(int argc, char** argv) {
     const QCommandLineOption shot_at_option(QStringLiteral("shot-at-step"),
                                             QStringLiteral("With --train and --screenshot: capture the run in progress at this step."),
                                             QStringLiteral("step"));
+    const QCommandLineOption check_open_option(
+        QStringLiteral("check-open"),
+        QStringLiteral("Open the image (and --labels) as File ▸ Open does, print what the studio showed (an error on stderr, "
+                       "warnings on stdout) and quit: exit 2 if it could not be opened."));
     parser.addOptions({labels_option, phantom_option, screenshot_option, size_option, experiment_option, grab_option, train_option,
-                       model_dir_option, shot_at_option});
+                       model_dir_option, shot_at_option, check_open_option});
     parser.process(app);
 
     tessera::ui::MainWindow window;
@@ -75,6 +80,14 @@ int main(int argc, char** argv) {
     window.show();
 
     const QStringList positional = parser.positionalArguments();
+    if (parser.isSet(check_open_option)) {
+        // The studio's own open path, scripted: the bad-input catalogue runs every case through it.
+        const bool opened = !positional.isEmpty() && window.openImage(positional.front()) &&
+                            (!parser.isSet(labels_option) || window.openLabelMap(parser.value(labels_option)));
+        if (!window.lastWarning().isEmpty()) std::printf("warning: %s\n", qPrintable(window.lastWarning()));
+        if (!opened) std::fprintf(stderr, "error: %s\n", qPrintable(window.lastError()));
+        return opened ? 0 : 2;
+    }
     if (!positional.isEmpty()) {
         if (window.openImage(positional.front()) && parser.isSet(labels_option)) {
             window.openLabelMap(parser.value(labels_option));

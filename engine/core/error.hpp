@@ -4,6 +4,10 @@
 //   TESSERA_CHECK(cond, msg)  — the caller's mistake (bad file, bad spec). The message says what was
 //                               expected and what came, and how to fix it when that is known.
 //   TESSERA_ASSERT(cond, msg) — an internal invariant; a failure is a Tessera bug.
+//   TESSERA_REJECT(msg)       — unconditional TESSERA_CHECK: the input is wrong (the end of a parser's
+//                               accepted forms, a file that is none of the known kinds).
+//   TESSERA_FAIL(msg)         — unconditional TESSERA_ASSERT: a state the code never reaches (the end of
+//                               a switch over a closed set). Programs report it as a bug (exit 1).
 // `msg` is a stream expression:  TESSERA_CHECK(extent > 0, "expected a positive extent, got " << extent);
 #pragma once
 
@@ -52,5 +56,6 @@ namespace detail {
         }                                                                                         \
     } while (false)
 
-// Throws unconditionally; for the end of a switch over a closed set.
-#define TESSERA_FAIL(msg) TESSERA_CHECK(false, msg)
+// Throw unconditionally: bad input, or an impossible state.
+#define TESSERA_REJECT(msg) TESSERA_CHECK(false, msg)
+#define TESSERA_FAIL(msg) TESSERA_ASSERT(false, msg)

@@ -117,7 +117,7 @@ Json parse_json_strictly(const std::string& text, const std::string& file) {
                     std::string path;
                     for (const Frame& frame : frames)
                         if (frame.is_object) path = join_path(path, frame.last_key);
-                    TESSERA_FAIL(file << ": " << path << ": duplicate key (each key may appear once)");
+                    TESSERA_REJECT(file << ": " << path << ": duplicate key (each key may appear once)");
                 }
                 break;
             }
@@ -144,14 +144,14 @@ Json parse_json_strictly(const std::string& text, const std::string& file) {
                 ++column;
             }
         }
-        TESSERA_FAIL(file << ": not valid JSON at byte " << error.byte << " (line " << line << ", column " << column
-                          << "): " << what);
+        TESSERA_REJECT(file << ": not valid JSON at byte " << error.byte << " (line " << line << ", column " << column
+                            << "): " << what);
     } catch (const Json::exception& error) {
         // E.g. "[json.exception.out_of_range.406] number overflow parsing '1e400'".
         std::string what = error.what();
         if (const auto end = what.find("] "); what.rfind("[json.exception", 0) == 0 && end != std::string::npos)
             what = what.substr(end + 2);
-        TESSERA_FAIL(file << ": not valid JSON: " << what);
+        TESSERA_REJECT(file << ": not valid JSON: " << what);
     }
 }
 

@@ -2,7 +2,7 @@
 // mistake — the file, the field path, what was expected and what came, a did-you-mean for typos.
 //
 //   const Json root = parse_json_strictly(text, "tpu_v3.json");       // duplicate keys are errors
-//   TESSERA_FAIL(file << ": " << join_path("link", "bandwidth") << ": expected …, got " << type_name(value));
+//   TESSERA_REJECT(file << ": " << join_path("link", "bandwidth") << ": expected …, got " << type_name(value));
 //   did_you_mean_key("memory_per_cor", {"memory_per_core", "name"})  // "; did you mean \"memory_per_core\"?"
 #pragma once
 

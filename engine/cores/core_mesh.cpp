@@ -167,6 +167,28 @@ struct CoreMesh::Impl {
 
     std::int64_t mesh_core(std::int64_t replica, std::int64_t index) const { return replica * per_replica + index; }
 
+    // Where a step's first non-finite value came from, for the message that stops the run: an input
+    // tile, else the first layer (in graph order) whose output holds one, and on which core.
+    std::string locate_non_finite_forward() const {
+        for (const Core& core : cores) {
+            if (!train::tensor_is_finite(core.images)) {
+                return "the input tile of core " + std::to_string(mesh_core(core.replica, core.index)) +
+                       " holds NaN or infinite voxels. Clean the data (see data.non_finite)";
+            }
+        }
+        const auto& nodes = cores[0].executor->graph().nodes();
+        for (std::size_t node = 0; node < nodes.size(); ++node) {
+            for (const Core& core : cores) {
+                if (!train::tensor_is_finite(core.executor->activation(static_cast<int>(node)))) {
+                    return "the output of layer '" + nodes[node].name + "' on core " + std::to_string(mesh_core(core.replica, core.index)) +
+                           " is the first to hold NaN or infinite values: training diverged. Lower the learning rate, or use "
+                           "dynamic loss scaling in reduced precision";
+                }
+            }
+        }
+        return "every layer's output is finite, the loss overflowed. Lower the learning rate";
+    }
+
     void forward(graph::Mode mode) {
         const auto& local_nodes = core_graphs.graphs[0].nodes();
         for (const graph::Node& node : local_nodes) {
@@ -492,14 +514,14 @@ void CoreMesh::check_memory() const {
     for (std::size_t i = 0; i < worst->largest.size() && i < 3; ++i) {
         items << (i ? ", " : "") << "'" << worst->largest[i].name << "' " << format_bytes(worst->largest[i].bytes);
     }
-    TESSERA_FAIL("out of memory on core " << worst->core << ": the step needs " << format_bytes(worst->peak())
-                                          << " but a core holds " << format_bytes(worst->capacity) << " (activations "
-                                          << format_bytes(worst->activations) << ", halo buffers "
-                                          << format_bytes(worst->halo_buffers) << ", gradients "
-                                          << format_bytes(worst->activation_gradients + worst->weight_gradients)
-                                          << ", weights " << format_bytes(worst->weights) << ", optimizer slots "
-                                          << format_bytes(worst->optimizer_slots) << "); largest: " << items.str()
-                                          << "; " << advice.str() << ". Nothing ran.");
+    TESSERA_REJECT("out of memory on core " << worst->core << ": the step needs " << format_bytes(worst->peak())
+                                            << " but a core holds " << format_bytes(worst->capacity) << " (activations "
+                                            << format_bytes(worst->activations) << ", halo buffers "
+                                            << format_bytes(worst->halo_buffers) << ", gradients "
+                                            << format_bytes(worst->activation_gradients + worst->weight_gradients)
+                                            << ", weights " << format_bytes(worst->weights) << ", optimizer slots "
+                                            << format_bytes(worst->optimizer_slots) << "); largest: " << items.str()
+                                            << "; " << advice.str() << ". Nothing ran.");
 }
 
 train::StepResult CoreMesh::train_step(const Tensor& images, const Tensor& labels) {
@@ -571,6 +593,8 @@ train::StepResult CoreMesh::train_step(const Tensor& images, const Tensor& label
     for (double value : replica_loss) loss_sum += value;
     result.loss = loss_sum / static_cast<double>(impl.mesh.num_replicas);
     result.forward_seconds = impl.now();
+    TESSERA_CHECK(std::isfinite(result.loss), "step " << impl.step + 1 << ": the loss is " << result.loss << ": "
+                                                      << impl.locate_non_finite_forward() << ". Nothing of this step was saved.");
 
     // Backward, on scale × d loss (loss scaling); unscaled before the update.
     impl.each_core(StepPhase::Backward, -1, [&](Impl::Core& core) {
@@ -589,6 +613,7 @@ train::StepResult CoreMesh::train_step(const Tensor& images, const Tensor& label
     // Weight gradients: summed over each replica's cores (core 0's alone for replicated layers), then
     // averaged over replicas; every core receives the result.
     const std::size_t num_parameters = impl.model.parameters().size();
+    std::vector<std::int64_t> non_finite_core(num_parameters, -1);  // per parameter: the first core whose gradient is not finite
     const double reduce_start = impl.now();
     impl.pool->run(static_cast<std::int64_t>(num_parameters), [&](std::int64_t p) {
         const auto index = static_cast<std::size_t>(p);
@@ -618,6 +643,14 @@ train::StepResult CoreMesh::train_step(const Tensor& images, const Tensor& label
             const auto inverse = 1.0f / static_cast<float>(impl.mesh.num_replicas);
             for (std::int64_t e = 0; e < count; ++e) sum[e] *= inverse;
         }
+        if (!train::tensor_is_finite(total)) {
+            for (const Impl::Core& core : impl.cores) {
+                if (!train::tensor_is_finite(core.executor->parameters()[index].gradient)) {
+                    non_finite_core[index] = impl.mesh_core(core.replica, core.index);
+                    break;
+                }
+            }
+        }
         for (Impl::Core& core : impl.cores) core.executor->parameters()[index].gradient.copy_from(total);
     });
     const double reduce_end = impl.now();
@@ -630,6 +663,15 @@ train::StepResult CoreMesh::train_step(const Tensor& images, const Tensor& label
 
     // Update: every core the same (its own optimizer state, the same gradients).
     const bool finite = train::LossScaler::gradients_are_finite(impl.cores[0].executor->parameters());
+    if (!finite && !impl.loss_scaler->skips_non_finite()) {
+        const Parameter* bad = train::LossScaler::first_non_finite_gradient(impl.cores[0].executor->parameters());
+        const std::size_t index = bad ? static_cast<std::size_t>(bad - impl.cores[0].executor->parameters().data()) : 0;
+        TESSERA_REJECT("step " << impl.step + 1 << ": the gradient of '" << (bad ? bad->name : "?") << "' holds NaN or infinite values"
+                                 << (bad && non_finite_core[index] >= 0 ? " on core " + std::to_string(non_finite_core[index]) : std::string())
+                                 << " (the loss was " << result.loss
+                                 << "): training diverged. Lower the learning rate, or use dynamic loss scaling in reduced precision. "
+                                    "Nothing of this step was saved.");
+    }
     result.applied = impl.loss_scaler->update(!finite);
     if (finite && result.loss_scale != 1.0) {
         // update() may have changed the scale; unscale with the one backward used.
@@ -651,6 +693,20 @@ train::StepResult CoreMesh::train_step(const Tensor& images, const Tensor& label
         });
     }
     result.update_seconds = impl.now() - backward_end;
+    // Weights are the same on every core after an update; batch-norm statistics may differ by replica.
+    if (const Parameter* bad = train::LossScaler::first_non_finite_value(impl.cores[0].executor->parameters())) {
+        TESSERA_REJECT("step " << impl.step + 1 << ": the update made '" << bad->name
+                                 << "' NaN or infinite: training diverged. Lower the learning rate. Nothing of this step was saved.");
+    }
+    for (const Impl::Core& core : impl.cores) {
+        const std::span<Tensor> statistics = core.executor->buffers();
+        for (std::size_t index = 0; index < statistics.size(); ++index) {
+            TESSERA_CHECK(train::tensor_is_finite(statistics[index]),
+                          "step " << impl.step + 1 << ": the batch-norm statistic '" << core.executor->graph().buffers()[index].name
+                                  << "' on core " << impl.mesh_core(core.replica, core.index)
+                                  << " became NaN or infinite. Lower the learning rate, or clean the data. Nothing of this step was saved.");
+        }
+    }
     ++impl.step;
 
     // Events by start time, and the step's summary.

@@ -2,6 +2,7 @@
 
 #include "core/error.hpp"
 #include "core/json_support.hpp"
+#include "core/user_files.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -35,15 +36,19 @@ struct Unit {
 struct Dimension {
     std::string_view what;  // "bandwidth": for "expected a unit of bandwidth (...)"
     std::vector<Unit> units;
+    // Largest value a real device could have, in SI units (1,000× beyond today's largest): a figure
+    // past it is a typo (1e308 FLOP/s) that would make every prediction meaningless.
+    double plausible_max = 1e300;
+    std::string_view plausible_text = "";
 };
 
 const Dimension k_core_count{"core count", {{"cores", 1.0}}};
 const Dimension k_link_count{"link count", {{"links", 1.0}}};
-const Dimension k_flops{"compute throughput", {{"TFLOP/s", 1e12}, {"GFLOP/s", 1e9}}};
+const Dimension k_flops{"compute throughput", {{"TFLOP/s", 1e12}, {"GFLOP/s", 1e9}}, 1e18, "1,000,000 TFLOP/s per core"};
 const Dimension k_memory{"memory size",
-                         {{"GiB", 1073741824.0}, {"GB", 1e9}, {"MiB", 1048576.0}, {"MB", 1e6}}};
-const Dimension k_bandwidth{"bandwidth", {{"GB/s", 1e9}, {"TB/s", 1e12}, {"MB/s", 1e6}, {"Gb/s", 1e9 / 8}}};
-const Dimension k_time{"time", {{"us", 1e-6}, {"ns", 1e-9}, {"ms", 1e-3}, {"s", 1.0}, {"µs", 1e-6}}};
+                         {{"GiB", 1073741824.0}, {"GB", 1e9}, {"MiB", 1048576.0}, {"MB", 1e6}}, 0x1p62, "2^62 bytes"};
+const Dimension k_bandwidth{"bandwidth", {{"GB/s", 1e9}, {"TB/s", 1e12}, {"MB/s", 1e6}, {"Gb/s", 1e9 / 8}}, 1e16, "10,000 TB/s"};
+const Dimension k_time{"time", {{"us", 1e-6}, {"ns", 1e-9}, {"ms", 1e-3}, {"s", 1.0}, {"µs", 1e-6}}, 60, "60 s"};
 const Dimension k_channels{"channel count", {{"channels", 1.0}}};
 const Dimension k_elements{"element count", {{"elements", 1.0}}};
 const Dimension k_fraction{"fraction", {{"fraction", 1.0}}};
@@ -72,8 +77,8 @@ public:
     Reader(std::string file, Device& device) : m_file(std::move(file)), m_device(device) {}
 
     [[noreturn]] void fail(std::string_view path, const std::string& message) const {
-        if (path.empty()) TESSERA_FAIL(m_file << ": " << message);
-        TESSERA_FAIL(m_file << ": " << path << ": " << message);
+        if (path.empty()) TESSERA_REJECT(m_file << ": " << message);
+        TESSERA_REJECT(m_file << ": " << path << ": " << message);
     }
 
     // Every key of `object` is one of `known`; an unknown one is reported with the closest known key.
@@ -174,6 +179,10 @@ public:
                 break;
         }
 
+        if (v * match->factor > dimension.plausible_max) {
+            fail(path, "value " + shown(*value) + " " + unit_name + " is implausibly large for a " + std::string(dimension.what) +
+                           " (more than " + std::string(dimension.plausible_text) + "): check the number and its unit");
+        }
         m_device.sources.push_back(path + ": " + source_text);
         return v * match->factor;
     }
@@ -312,12 +321,7 @@ Device parse_device(const std::string& json_text, const std::string& id) {
 }
 
 Device load_device_file(const std::filesystem::path& path) {
-    std::error_code error;
-    const auto status = std::filesystem::status(path, error);
-    TESSERA_CHECK(std::filesystem::exists(status),
-                  "cannot read device file \"" << path.string() << "\": no such file");
-    TESSERA_CHECK(!std::filesystem::is_directory(status),
-                  "cannot read device file \"" << path.string() << "\": it is a directory");
+    require_regular_file(path, "device file");
     std::ifstream in(path, std::ios::binary);
     TESSERA_CHECK(in.is_open(), "cannot read device file \"" << path.string() << "\": it cannot be opened");
     std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -357,10 +361,10 @@ Device load_device_preset(const std::string& id) {
     const std::vector<std::string> ids = device_preset_ids();
     if (std::find(ids.begin(), ids.end(), id) == ids.end()) {
         const std::filesystem::path dir = devices_directory();
-        if (ids.empty()) TESSERA_FAIL("no device preset " << in_quotes(id) << " in \"" << dir.string() << "\": it holds no presets");
+        if (ids.empty()) TESSERA_REJECT("no device preset " << in_quotes(id) << " in \"" << dir.string() << "\": it holds no presets");
         const Closest best = closest(id, std::vector<std::string_view>(ids.begin(), ids.end()));
-        TESSERA_FAIL("no device preset " << in_quotes(id) << " in \"" << dir.string() << "\"; available: " << listed(ids)
-                                         << (best.is_close ? "; did you mean " + in_quotes(best.name) + "?" : ""));
+        TESSERA_REJECT("no device preset " << in_quotes(id) << " in \"" << dir.string() << "\"; available: " << listed(ids)
+                                           << (best.is_close ? "; did you mean " + in_quotes(best.name) + "?" : ""));
     }
     return load_device_file(devices_directory() / (id + ".json"));
 }

@@ -53,6 +53,9 @@ enum class StaticShape { Crop, Resize, PadToMax };
 // ZScore: per image/volume and channel, mean 0 and standard deviation 1. Window: [window_low,
 // window_high] -> [0, 1], clamped.
 enum class Normalization { None, ZScore, Window };
+// What a training image's NaN or infinite voxels do: stop the run before it starts (a NaN in the input
+// makes every loss NaN), or become 0 before normalisation.
+enum class NonFinitePolicy { Error, Zero };
 
 std::string_view source_kind_name(SourceKind kind);          // "SyntheticEm", ...
 std::string_view static_shape_name(StaticShape shape);       // "Crop", ...
@@ -93,6 +96,7 @@ struct DataConfig {
     // images), never sampled for training; several pairs hold out the last holdout_fraction of the sorted
     // pairs (at least one). 0 holds out nothing.
     double holdout_fraction = 0.25;
+    NonFinitePolicy non_finite = NonFinitePolicy::Error;  // data.non_finite: "error" | "zero"
 };
 
 // Checks the config on its own (throws tessera::Error naming the field, the value and what is allowed).

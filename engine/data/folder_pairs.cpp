@@ -129,13 +129,13 @@ std::vector<FilePair> match_folder_pairs(const std::filesystem::path& images_dir
             if (!images.contains(key)) unpaired_labels.push_back(label.filename().string());
         }
         const std::string first = volume_file_stem(unpaired_images.front());
-        TESSERA_FAIL("no label file for " << (unpaired_images.size() == 1 ? "the image " : "the images ")
-                                          << joined(unpaired_images) << " in " << quoted(images_dir) << ": expected "
-                                          << quoted(label_folder / (first + "_mask" + std::string(unpaired_images.front()).substr(first.size())))
-                                          << (shared_folder ? "" : " or the same name without the suffix")
-                                          << " (suffixes _label, _labels, _mask, _seg)"
-                                          << (unpaired_labels.empty() ? "" : "; labels without an image: " + joined(unpaired_labels))
-                                          << ". Add the labels or move the unlabelled images out of the folder.");
+        TESSERA_REJECT("no label file for " << (unpaired_images.size() == 1 ? "the image " : "the images ")
+                                            << joined(unpaired_images) << " in " << quoted(images_dir) << ": expected "
+                                            << quoted(label_folder / (first + "_mask" + std::string(unpaired_images.front()).substr(first.size())))
+                                            << (shared_folder ? "" : " or the same name without the suffix")
+                                            << " (suffixes _label, _labels, _mask, _seg)"
+                                            << (unpaired_labels.empty() ? "" : "; labels without an image: " + joined(unpaired_labels))
+                                            << ". Add the labels or move the unlabelled images out of the folder.");
     }
     return pairs;
 }

@@ -41,6 +41,19 @@ LoadedVolume prepare(Volume volume, LabelMap labels, std::string name, const Dat
     loaded.name = std::move(name);
     loaded.geometry = volume.geometry;
     const auto& size = volume.geometry.size;
+    if (volume.num_non_finite > 0) {
+        const auto& first = volume.first_non_finite;
+        TESSERA_CHECK(config.non_finite == NonFinitePolicy::Zero,
+                      quoted(volume.source_path) << " holds " << volume.num_non_finite << " NaN or infinite voxel"
+                                                 << (volume.num_non_finite == 1 ? "" : "s") << " (the first at i, j, k = " << first[0]
+                                                 << ", " << first[1] << ", " << first[2]
+                                                 << "): training on them makes every loss NaN. Clean the image, or set "
+                                                    "data.non_finite to \"zero\" to read them as 0.");
+        float* values = volume.voxels.data<float>();
+        for (std::int64_t index = 0; index < volume.voxels.num_elements(); ++index) {
+            if (!std::isfinite(values[index])) values[index] = 0.0f;
+        }
+    }
     loaded.image = volume.voxels.contiguous().reshape({1, size[2], size[1], size[0]});
     normalize(loaded.image, config.normalization, config.window_low, config.window_high);
     loaded.labels = labels.labels.contiguous();

@@ -74,13 +74,13 @@ void LabelMapping::check(std::int32_t label, const std::string& where, const std
     const std::string classes = "the model's " + std::to_string(m_num_classes) + " classes (0-" +
                                 std::to_string(m_num_classes - 1) + ")";
     if (!is_identity()) {
-        TESSERA_FAIL(labelled << " in " << where << " maps to class " << mapped << " through data.label_mapping, outside "
-                              << classes << ": change its entry in data.label_mapping or give the model more classes");
+        TESSERA_REJECT(labelled << " in " << where << " maps to class " << mapped << " through data.label_mapping, outside "
+                                << classes << ": change its entry in data.label_mapping or give the model more classes");
     }
-    TESSERA_FAIL(labelled << " in " << where << (label < 0 ? " is negative, outside " : " is outside ") << classes
-                          << ": add it to data.label_mapping (e.g. [" << label
-                          << ", 0] makes it background; listed labels keep their class, unlisted ones become 0) or "
-                             "give the model more classes");
+    TESSERA_REJECT(labelled << " in " << where << (label < 0 ? " is negative, outside " : " is outside ") << classes
+                            << ": add it to data.label_mapping (e.g. [" << label
+                            << ", 0] makes it background; listed labels keep their class, unlisted ones become 0) or "
+                               "give the model more classes");
 }
 
 void LabelMapping::apply(Tensor& labels, const std::string& where) const {

@@ -2,6 +2,7 @@
 
 #include "core/error.hpp"
 #include "core/json_support.hpp"
+#include "core/user_files.hpp"
 #include "cost/device.hpp"
 #include "model/models.hpp"
 #include "model/retinanet.hpp"
@@ -23,7 +24,7 @@ public:
     explicit Reader(std::string origin) : m_origin(std::move(origin)) {}
 
     [[noreturn]] void fail(std::string_view path, const std::string& message) const {
-        TESSERA_FAIL(m_origin << ": " << path << ": " << message);
+        TESSERA_REJECT(m_origin << ": " << path << ": " << message);
     }
 
     void check_fields(const Json& object, std::string_view path, const std::vector<std::string_view>& known) const {
@@ -300,7 +301,7 @@ data::DataConfig parse_data(const Reader& read, const Json& root, const Experime
     const Json* object = read.optional_object(
         root, "", "data", R"({"source": "synthetic_em"})",
         {"source", "seed", "image_size", "num_train_images", "num_eval_images", "noise", "images", "labels", "label_mapping",
-         "normalization", "static_shape", "foreground_fraction", "augment", "holdout_fraction"});
+         "normalization", "static_shape", "foreground_fraction", "augment", "holdout_fraction", "non_finite"});
     const Json& d = *object;
     data::DataConfig config;
     const std::string source =
@@ -378,6 +379,8 @@ data::DataConfig parse_data(const Reader& read, const Json& root, const Experime
                           : static_shape == "resize" ? data::StaticShape::Resize : data::StaticShape::PadToMax;
     config.foreground_fraction = read.number(d, "data", "foreground_fraction", 0.0, 1.0, config.foreground_fraction);
     config.holdout_fraction = read.number(d, "data", "holdout_fraction", 0.0, 0.9, config.holdout_fraction);
+    config.non_finite = read.choice(d, "data", "non_finite", {"error", "zero"}, "error") == "zero" ? data::NonFinitePolicy::Zero
+                                                                                                   : data::NonFinitePolicy::Error;
     if (const Json* augment = read.optional_object(d, "data", "augment", R"({"flip_axes": [1, 2], "rotate90": true})",
                                                    {"flip_axes", "rotate90", "intensity_scale", "intensity_shift"})) {
         for (std::int64_t axis : integer_list(read, *augment, "data.augment", "flip_axes", 0, "[0, 1]")) {
@@ -510,7 +513,7 @@ std::string_view precision_name(graph::Precision precision) {
 Experiment parse_experiment(const std::string& json_text, const std::string& origin) {
     const Reader read(origin);
     const Json root = parse_json_strictly(json_text, origin);
-    if (!root.is_object()) TESSERA_FAIL(origin << ": expected a JSON object with the experiment's fields, got " << type_name(root));
+    if (!root.is_object()) TESSERA_REJECT(origin << ": expected a JSON object with the experiment's fields, got " << type_name(root));
     read.check_fields(root, "", {"version", "name", "notes", "model", "input", "global_batch", "num_cores_per_replica",
                                  "num_replicas", "input_partition_dims", "tile_boundaries", "per_host_input_for_training", "device",
                                  "precision", "optimizer", "data", "steps", "steps_per_eval", "steps_per_checkpoint",
@@ -653,7 +656,12 @@ Experiment parse_experiment(const std::string& json_text, const std::string& ori
     return e;
 }
 
+std::int64_t optimizer_slots(const Experiment& e) {
+    return e.optimizer.kind == train::OptimizerKind::Sgd ? (e.optimizer.momentum > 0 ? 1 : 0) : 2;
+}
+
 Experiment load_experiment(const std::filesystem::path& path) {
+    require_regular_file(path, "experiment file");  // a folder, a FIFO: refused by name (a FIFO would block)
     std::ifstream in(path, std::ios::binary);
     TESSERA_CHECK(in, "cannot read the experiment file '" << path.string() << "': no such file, or not readable");
     std::ostringstream text;

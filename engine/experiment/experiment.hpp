@@ -125,4 +125,8 @@ train::TrainerConfig trainer_config(const Experiment& experiment);
 // Throws a message naming what is missing when the experiment cannot be trained (plan-only, RetinaNet).
 void check_trainable(const Experiment& experiment);
 
+// Per-parameter slots its optimizer keeps (SGD: momentum or none; Adam/AdamW: two moments): what the
+// memory model and the step simulation count.
+std::int64_t optimizer_slots(const Experiment& experiment);
+
 }  // namespace tessera::experiment

@@ -166,9 +166,9 @@ using Segment = std::variant<std::string, std::size_t>;  // an object key or an 
 
 std::vector<Segment> parse_path(std::string_view path) {
     auto malformed = [&](std::string_view why) {
-        TESSERA_FAIL("the JSON path '" << path << "' is malformed: " << why
-                                       << "; write keys separated by dots and array indices in brackets, e.g. "
-                                          "\"model.base_width\" or \"tile_boundaries[0][1]\"");
+        TESSERA_REJECT("the JSON path '" << path << "' is malformed: " << why
+                                         << "; write keys separated by dots and array indices in brackets, e.g. "
+                                            "\"model.base_width\" or \"tile_boundaries[0][1]\"");
     };
     std::vector<Segment> segments;
     std::size_t i = 0;
@@ -294,7 +294,7 @@ std::string apply_partition_edit(const std::string& experiment_json, const Parti
     try {
         parse_experiment(text, "the edited experiment");
     } catch (const Error& error) {
-        TESSERA_FAIL("this partition design cannot be written into the experiment: " << error.what());
+        TESSERA_REJECT("this partition design cannot be written into the experiment: " << error.what());
     }
     return text;
 }
@@ -307,9 +307,9 @@ std::string set_experiment_field(const std::string& json, std::string_view json_
     Ordered* node = &root;
     std::string here;  // the path walked so far, for messages and the schema's field order
     auto not_a = [&](std::string_view wanted) {
-        TESSERA_FAIL("cannot set " << json_path << ": " << (here.empty() ? "the experiment" : here) << " is "
-                                   << json::type_name(json::Json::parse(node->dump())) << ", not " << wanted << "; set "
-                                   << (here.empty() ? "the experiment" : here) << " itself first");
+        TESSERA_REJECT("cannot set " << json_path << ": " << (here.empty() ? "the experiment" : here) << " is "
+                                     << json::type_name(json::Json::parse(node->dump())) << ", not " << wanted << "; set "
+                                     << (here.empty() ? "the experiment" : here) << " itself first");
     };
     for (std::size_t i = 0; i < segments.size(); ++i) {
         const bool last = i + 1 == segments.size();
@@ -329,9 +329,9 @@ std::string set_experiment_field(const std::string& json, std::string_view json_
             if (it == node->end()) {
                 if (removing) break;  // nothing there to remove
                 if (std::holds_alternative<std::size_t>(segments[i + 1])) {
-                    TESSERA_FAIL("cannot set " << json_path << ": " << here << " does not exist, so it has no element "
-                                               << segment_text(segments[i + 1]) << "; set " << here
-                                               << " to a list first");
+                    TESSERA_REJECT("cannot set " << json_path << ": " << here << " does not exist, so it has no element "
+                                                 << segment_text(segments[i + 1]) << "; set " << here
+                                                 << " to a list first");
                 }
                 put(*node, *key, Ordered::object(), parent);
             }
@@ -349,16 +349,16 @@ std::string set_experiment_field(const std::string& json, std::string_view json_
                 } else if (index == node->size()) {
                     node->push_back(new_value);
                 } else {
-                    TESSERA_FAIL("cannot set " << json_path << ": " << list << " has " << node->size()
-                                               << " elements; use an index from 0 to " << node->size() << " ("
-                                               << node->size() << " appends)");
+                    TESSERA_REJECT("cannot set " << json_path << ": " << list << " has " << node->size()
+                                                 << " elements; use an index from 0 to " << node->size() << " ("
+                                                 << node->size() << " appends)");
                 }
                 break;
             }
             if (index >= node->size()) {
                 if (removing) break;
-                TESSERA_FAIL("cannot set " << json_path << ": " << list << " has " << node->size()
-                                           << " elements, so there is no " << here);
+                TESSERA_REJECT("cannot set " << json_path << ": " << list << " has " << node->size()
+                                             << " elements, so there is no " << here);
             }
             node = &(*node)[index];
         }

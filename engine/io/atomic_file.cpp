@@ -49,10 +49,10 @@ public:
         if (m_fd < 0) {
             const int error = errno;
             const fs::path folder = m_path.parent_path();
-            TESSERA_FAIL("cannot write " << m_target << ": cannot create the temporary file " << m_path << ": "
-                                         << errno_text(error)
-                                         << (error == ENOENT ? " (does the folder " + folder.string() + " exist?)"
-                                                             : std::string()));
+            TESSERA_REJECT("cannot write " << m_target << ": cannot create the temporary file " << m_path << ": "
+                                           << errno_text(error)
+                                           << (error == ENOENT ? " (does the folder " + folder.string() + " exist?)"
+                                                               : std::string()));
         }
         struct stat info {};
         if (::fstat(m_fd, &info) == 0) {
@@ -102,7 +102,7 @@ private:
 
     [[noreturn]] void fail_with_errno(std::string_view what) {
         const int error = errno;
-        TESSERA_FAIL("cannot write " << m_target << ": " << what << " (" << m_path << "): " << errno_text(error));
+        TESSERA_REJECT("cannot write " << m_target << ": " << what << " (" << m_path << "): " << errno_text(error));
     }
 
     void flush_buffer() {

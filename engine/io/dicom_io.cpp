@@ -403,8 +403,8 @@ RawImage read_dicom(const std::filesystem::path& path) {
         std::ostringstream list;
         for (const auto& [uid, count] : series)
             list << "\n  " << (uid.empty() ? "(no UID)" : uid) << ": " << count << " files";
-        TESSERA_FAIL("the folder " << quoted(path) << " holds " << series.size() << " DICOM series; put each in a "
-                                   << "folder of its own:" << list.str());
+        TESSERA_REJECT("the folder " << quoted(path) << " holds " << series.size() << " DICOM series; put each in a "
+                                     << "folder of its own:" << list.str());
     }
     for (const DicomFile& file : images) check_readable(file);
     const DicomFile& first = images.front();
@@ -488,6 +488,8 @@ RawImage read_dicom(const std::filesystem::path& path) {
 
     // Voxels: each file decoded by VTK, stacked as float.
     const std::size_t slice_voxels = static_cast<std::size_t>(first.columns) * static_cast<std::size_t>(first.rows);
+    check_volume_budget(path, std::to_string(first.columns) + "×" + std::to_string(first.rows) + "×" + std::to_string(images.size()),
+                        slice_voxels * images.size(), sizeof(float));
     auto buffer = std::make_shared<std::vector<float>>(slice_voxels * images.size());
     for (std::size_t index = 0; index < images.size(); ++index) {
         decode_slice(images[index], buffer->data() + index * slice_voxels);

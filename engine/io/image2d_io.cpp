@@ -100,7 +100,7 @@ std::size_t count_tiff_pages(const std::filesystem::path& path) {
     try {
         return cv::imcount(path.string(), read_flags);
     } catch (const cv::Exception& error) {
-        TESSERA_FAIL(quoted(path) << " could not be read as TIFF: " << error.err);
+        TESSERA_REJECT(quoted(path) << " could not be read as TIFF: " << error.err);
     }
     return 0;
 }
@@ -117,7 +117,7 @@ RawImage read_image2d(const std::filesystem::path& path) {
             if (!page.empty()) pages.push_back(page);
         }
     } catch (const cv::Exception& error) {
-        TESSERA_FAIL(quoted(path) << " could not be decoded as " << codec_name(codec) << ": " << error.err);
+        TESSERA_REJECT(quoted(path) << " could not be decoded as " << codec_name(codec) << ": " << error.err);
     }
     TESSERA_CHECK(!pages.empty() && !pages.front().empty(),
                   quoted(path) << " could not be decoded as " << codec_name(codec)

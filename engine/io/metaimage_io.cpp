@@ -10,6 +10,8 @@
 #include "io/raw_image.hpp"
 #include "io/vtk_support.hpp"
 
+#include "core/user_files.hpp"
+
 #include <vtkImageData.h>
 #include <vtkMetaImageReader.h>
 #include <vtkNew.h>
@@ -20,6 +22,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <limits>
@@ -116,8 +119,8 @@ MetaHeader parse_meta_header(const std::filesystem::path& path) {
     }
     TESSERA_CHECK(!header.fields.empty(),
                   quoted(path) << " is not a MetaImage file: it is empty or holds no 'Key = Value' header");
-    TESSERA_FAIL(quoted(path) << " is not a complete MetaImage header: it has no ElementDataFile line (the last "
-                              << "line of a MetaImage header, naming where the voxels are)");
+    TESSERA_REJECT(quoted(path) << " is not a complete MetaImage header: it has no ElementDataFile line (the last "
+                                << "line of a MetaImage header, naming where the voxels are)");
 }
 
 template <class T>
@@ -198,9 +201,25 @@ RawImage read_metaimage(const std::filesystem::path& path) {
                                << "): Tessera reads one data file; save the image as a single .mha.");
     const bool local = lower(data_file) == "local";
     const std::filesystem::path data_path = local ? path : path.parent_path() / data_file;
-    TESSERA_CHECK(local || std::filesystem::is_regular_file(data_path),
-                  quoted(path) << " keeps its voxels in " << quoted(data_path)
-                               << ", which does not exist: copy the data file next to the header.");
+    if (!local) {
+        // A header names its data file; it must not reach out of its folder (ElementDataFile =
+        // /etc/passwd would read any file as pixels), unless the user opts in.
+        std::error_code error;
+        const std::filesystem::path folder = std::filesystem::weakly_canonical(std::filesystem::absolute(path).parent_path(), error);
+        const std::filesystem::path resolved = std::filesystem::weakly_canonical(std::filesystem::absolute(data_path), error);
+        const auto [folder_end, ignored] = std::mismatch(folder.begin(), folder.end(), resolved.begin(), resolved.end());
+        const char* opt_in = std::getenv("TESSERA_ALLOW_EXTERNAL_DATA_FILES");
+        TESSERA_CHECK(folder_end == folder.end() || (opt_in != nullptr && std::string(opt_in) == "1"),
+                      quoted(path) << " keeps its voxels in " << quoted(resolved) << " (ElementDataFile = " << data_file
+                                   << "), outside the header's folder " << quoted(folder)
+                                   << ". Tessera reads data files only beside their header: copy the data file there (and "
+                                      "name it without a folder), or set TESSERA_ALLOW_EXTERNAL_DATA_FILES=1 if you trust this header.");
+        const FileKind kind = file_kind(data_path);
+        TESSERA_CHECK(kind != FileKind::Missing, quoted(path) << " keeps its voxels in " << quoted(data_path)
+                                                              << ", which does not exist: copy the data file next to the header.");
+        TESSERA_CHECK(kind == FileKind::Regular, quoted(path) << " keeps its voxels in " << quoted(data_path) << ", which is "
+                                                              << file_kind_name(kind) << ", not a regular file.");
+    }
     const std::uint64_t element_bytes = scalar_type_size(element->scalar_type);
     std::uint64_t num_voxels = 1;
     for (std::int64_t extent : dim_size) {
@@ -210,12 +229,13 @@ RawImage read_metaimage(const std::filesystem::path& path) {
                                    << ", which is not plausible: the header is damaged.");
         num_voxels *= static_cast<std::uint64_t>(extent);
     }
+    std::string size_text;
+    for (std::size_t axis = 0; axis < count; ++axis) size_text += (axis ? "×" : "") + std::to_string(dim_size[axis]);
+    check_volume_budget(path, size_text, num_voxels, element_bytes);
     std::error_code error;
     const std::uint64_t file_bytes = std::filesystem::file_size(data_path, error);
     const std::uint64_t available = local ? file_bytes - std::min(file_bytes, header.header_bytes) : file_bytes;
     const bool compressed = is_true(header.find({"compresseddata"}));
-    std::string size_text;
-    for (std::size_t axis = 0; axis < count; ++axis) size_text += (axis ? "×" : "") + std::to_string(dim_size[axis]);
     if (!compressed) {
         const std::uint64_t needed = num_voxels * element_bytes;
         TESSERA_CHECK(available >= needed,

@@ -1,15 +1,16 @@
-// NIfTI-1 and NIfTI-2 (.nii, .nii.gz) through VTK's reader and writer.
+// NIfTI-1 and NIfTI-2 (.nii, .nii.gz): read with zlib here, written through VTK's writer.
 //
-// The header is read and checked here first (zlib reads .nii and .nii.gz alike): VTK accepts some
-// broken headers, crashes on none we know of, but says little about what is wrong. Geometry also comes
-// from our reading of the header, in the file's voxel order; VTK only decodes the voxels. VTK reverses
-// the slices when qfac = -1 (its images must be right-handed), so those are read back in reverse.
+// The header is read and checked first (zlib reads .nii and .nii.gz alike), then the voxels are
+// streamed into one buffer of exactly the size the header promises: never more (a gzip bomb past the
+// promised size is not read), and the promise itself is checked before anything is allocated — against
+// the file's size (uncompressed), against what a gzip stream of that size can expand to at most
+// (compressed), and against the memory a volume may use (TESSERA_MAX_VOLUME_BYTES). Geometry comes
+// from our reading of the header, in the file's voxel order.
 #include "io/raw_image.hpp"
 #include "io/vtk_support.hpp"
 
 #include <vtkImageData.h>
 #include <vtkMatrix4x4.h>
-#include <vtkNIFTIImageReader.h>
 #include <vtkNIFTIImageWriter.h>
 #include <vtkNew.h>
 
@@ -21,6 +22,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <optional>
 
 namespace tessera::io_detail {
@@ -81,6 +83,7 @@ T load(const unsigned char* bytes, bool swapped) {
 struct NiftiHeader {
     int version = 1;
     bool compressed = false;
+    bool swapped = false;  // stored big-endian on this little-endian host (or the reverse)
     std::array<std::int64_t, 8> dim{};
     int datatype = 0;
     int bitpix = 0;
@@ -122,7 +125,7 @@ NiftiHeader read_nifti_header(const std::filesystem::path& path) {
 
     NiftiHeader header;
     header.compressed = !direct;
-    bool swapped = false;
+    bool& swapped = header.swapped;
     const std::int32_t sizeof_hdr = load<std::int32_t>(bytes, false);
     if (sizeof_hdr == nifti1_header_bytes || sizeof_hdr == nifti2_header_bytes) {
         header.version = sizeof_hdr == nifti1_header_bytes ? 1 : 2;
@@ -131,9 +134,9 @@ NiftiHeader read_nifti_header(const std::filesystem::path& path) {
         swapped = true;
         header.version = load<std::int32_t>(bytes, true) == nifti1_header_bytes ? 1 : 2;
     } else {
-        TESSERA_FAIL(quoted(path) << " is not a NIfTI image: its first 4 bytes give a header size of " << sizeof_hdr
-                                  << ", where NIfTI-1 has 348 and NIfTI-2 has 540. Is it "
-                                  << "another kind of file saved with a " << full_extension(path) << " extension?");
+        TESSERA_REJECT(quoted(path) << " is not a NIfTI image: its first 4 bytes give a header size of " << sizeof_hdr
+                                    << ", where NIfTI-1 has 348 and NIfTI-2 has 540. Is it "
+                                    << "another kind of file saved with a " << full_extension(path) << " extension?");
     }
     const int needed = header.version == 1 ? nifti1_header_bytes : nifti2_header_bytes;
     TESSERA_CHECK(count >= needed, quoted(path)
@@ -229,17 +232,50 @@ NiftiHeader read_nifti_header(const std::filesystem::path& path) {
                   quoted(path) << " has a damaged header: the voxels would start at byte " << header.vox_offset
                                << " (vox_offset), inside the " << header_end << "-byte header");
 
+    // Whatever decides an allocation is checked before it.
+    const std::uint64_t num_voxels = static_cast<std::uint64_t>(header.dim[1] * header.dim[2] * header.dim[3]);
+    const std::uint64_t data_bytes = num_voxels * static_cast<std::uint64_t>(datatype->bits / 8);
+    std::error_code error;
+    const std::uint64_t file_bytes = std::filesystem::file_size(path, error);
+    TESSERA_CHECK(!error, "cannot read " << quoted(path) << ": " << error.message());
     if (!header.compressed) {
-        const std::uint64_t data_bytes = static_cast<std::uint64_t>(header.dim[1] * header.dim[2] * header.dim[3]) *
-                                         static_cast<std::uint64_t>(datatype->bits / 8);
+        TESSERA_CHECK(header.vox_offset <= static_cast<double>(file_bytes),
+                      quoted(path) << " has a damaged header: the voxels would start at byte " << header.vox_offset
+                                   << " (vox_offset), past the end of the file (" << file_bytes << " bytes)");
         const std::uint64_t needed_bytes = static_cast<std::uint64_t>(header.vox_offset) + data_bytes;
-        std::error_code error;
-        const std::uint64_t file_bytes = std::filesystem::file_size(path, error);
-        TESSERA_CHECK(!error && file_bytes >= needed_bytes,
+        TESSERA_CHECK(file_bytes >= needed_bytes,
                       quoted(path) << " is truncated: its header promises " << size_text(header.dim) << " "
                                    << datatype->name << " voxels (" << data_bytes << " bytes from byte "
                                    << static_cast<std::uint64_t>(header.vox_offset) << ") but the file holds only "
                                    << file_bytes << " bytes. Get a complete copy (or fix the header's dim).");
+    } else {
+        // Deflate expands 1,032:1 at the most; a stream of this size cannot hold more.
+        constexpr double max_deflate_ratio = 1032;
+        const double most = static_cast<double>(file_bytes) * max_deflate_ratio + 4096;
+        const double promised = header.vox_offset + static_cast<double>(data_bytes);
+        TESSERA_CHECK(promised <= most,
+                      quoted(path) << " has a damaged header: it promises " << size_text(header.dim) << " " << datatype->name
+                                   << " voxels from byte " << header.vox_offset << " (" << promised
+                                   << " bytes uncompressed), but " << file_bytes << " bytes of gzip data expand to "
+                                   << static_cast<std::uint64_t>(most) << " at the most. Get a complete copy (or fix the header's dim "
+                                   << "and vox_offset).");
+    }
+    check_volume_budget(path, size_text(header.dim), num_voxels, static_cast<std::uint64_t>(datatype->bits / 8));
+
+    // Voxel spacing and scaling the geometry and values are built from.
+    for (int axis = 1; axis <= 3; ++axis) {
+        TESSERA_CHECK(std::isfinite(header.pixdim[axis]),
+                      quoted(path) << " has a damaged header: the voxel spacing pixdim[" << axis << "] is " << header.pixdim[axis]
+                                   << ". Fix it (e.g. with nibabel or fslchpixdim) or get a fresh copy.");
+    }
+    if (std::isfinite(header.scl_slope) && header.scl_slope != 0) {
+        TESSERA_CHECK(std::isfinite(header.scl_inter),
+                      quoted(path) << " has a damaged header: scl_slope is " << header.scl_slope << " but scl_inter is "
+                                   << header.scl_inter << ", so no voxel value can be computed. Fix scl_inter (0 for none).");
+    } else {
+        TESSERA_CHECK(!std::isinf(header.scl_slope),
+                      quoted(path) << " has a damaged header: the value scaling scl_slope is " << header.scl_slope
+                                   << ", which makes every voxel infinite. Fix it (0 or 1 for no scaling) or get a fresh copy.");
     }
     return header;
 }
@@ -254,7 +290,7 @@ struct RasGeometry {
 };
 
 double positive_spacing(double pixdim) {
-    return std::isfinite(pixdim) && pixdim != 0 ? std::abs(pixdim) : 1.0;
+    return pixdim != 0 ? std::abs(pixdim) : 1.0;  // finite: checked with the header
 }
 
 // NIfTI method 2: rotation from the quaternion, qfac flips the third axis.
@@ -341,42 +377,80 @@ ImageGeometry nifti_geometry(const NiftiHeader& header) {
     return geometry;
 }
 
+// The voxels, exactly as many bytes as the header promises, from vox_offset; in host byte order.
+std::shared_ptr<std::byte[]> read_nifti_voxels(const std::filesystem::path& path, const NiftiHeader& header, const NiftiDatatype& datatype) {
+    const std::uint64_t element_bytes = static_cast<std::uint64_t>(datatype.bits / 8);
+    const std::uint64_t num_voxels = static_cast<std::uint64_t>(header.dim[1] * header.dim[2] * header.dim[3]);
+    const std::uint64_t data_bytes = num_voxels * element_bytes;
+    auto voxels = std::make_shared_for_overwrite<std::byte[]>(static_cast<std::size_t>(data_bytes));
+
+    gzFile file = gzopen(path.c_str(), "rb");
+    TESSERA_CHECK(file != nullptr, "cannot open " << quoted(path) << ": " << std::strerror(errno));
+    gzbuffer(file, 1 << 18);
+    std::uint64_t done = 0;
+    // Skip to vox_offset (reading: gzseek forward on a compressed stream decompresses anyway).
+    const auto offset = static_cast<std::uint64_t>(header.vox_offset);
+    std::uint64_t skipped = 0;
+    std::byte scratch[4096];
+    bool ended_early = false;
+    while (skipped < offset) {
+        const auto chunk = static_cast<unsigned>(std::min<std::uint64_t>(sizeof scratch, offset - skipped));
+        const int count = gzread(file, scratch, chunk);
+        if (count <= 0) { ended_early = true; break; }
+        skipped += static_cast<std::uint64_t>(count);
+    }
+    while (!ended_early && done < data_bytes) {
+        const auto chunk = static_cast<unsigned>(std::min<std::uint64_t>(std::uint64_t{1} << 28, data_bytes - done));
+        const int count = gzread(file, voxels.get() + done, chunk);
+        if (count <= 0) { ended_early = true; break; }
+        done += static_cast<std::uint64_t>(count);
+    }
+    int zlib_status = Z_OK;
+    const std::string zlib_message = gzerror(file, &zlib_status);
+    gzclose(file);
+    TESSERA_CHECK(zlib_status != Z_DATA_ERROR && zlib_status != Z_ERRNO,
+                  quoted(path) << " could not be read (" << (zlib_status == Z_ERRNO ? std::strerror(errno) : zlib_message)
+                               << "): " << (header.compressed ? "its compressed data is damaged" : "a read failed")
+                               << " after " << (skipped + done) << " bytes. Get a fresh copy.");
+    TESSERA_CHECK(!ended_early, quoted(path) << " is truncated: its header promises " << size_text(header.dim) << " " << datatype.name
+                                             << " voxels (" << data_bytes << " bytes from byte " << offset << ") but the "
+                                             << (header.compressed ? "compressed data ends" : "file ends") << " after "
+                                             << done << " of them. Get a complete copy.");
+    if (header.swapped && element_bytes > 1) {
+        for (std::uint64_t index = 0; index < num_voxels; ++index) {
+            std::byte* element = voxels.get() + index * element_bytes;
+            std::reverse(element, element + element_bytes);
+        }
+    }
+    return voxels;
+}
+
 }  // namespace
 
 RawImage read_nifti(const std::filesystem::path& path) {
     const NiftiHeader header = read_nifti_header(path);
     const NiftiDatatype& datatype = *find_datatype(header.datatype);
 
-    vtkNew<vtkNIFTIImageReader> reader;
-    VtkErrorCapture capture(reader);
-    reader->SetFileName(path.c_str());
-    reader->Update();
-    if (capture.has_errors() || reader->GetErrorCode() != 0) {
-        const std::string message = capture.message();
-        TESSERA_CHECK(message.find("truncated") == std::string::npos,
-                      quoted(path) << " is truncated: its header promises " << size_text(header.dim) << " "
-                                   << datatype.name << " voxels but the "
-                                   << (header.compressed ? "compressed data ends" : "file ends")
-                                   << " before the last of them. Get a complete copy.");
-        TESSERA_FAIL(quoted(path) << " could not be read as NIfTI: "
-                                  << (message.empty() ? "VTK's reader failed without saying why" : message));
-    }
-
     RawImage raw;
     raw.geometry = nifti_geometry(header);
-    vtkImageData* image = reader->GetOutput();
-    int dimensions[3] = {0, 0, 0};
-    image->GetDimensions(dimensions);
-    TESSERA_ASSERT(dimensions[0] == raw.geometry.size[0] && dimensions[1] == raw.geometry.size[1] &&
-                       dimensions[2] == raw.geometry.size[2],
-                   "VTK read " << dimensions[0] << "×" << dimensions[1] << "×" << dimensions[2] << " from " << path
-                               << ", the header says " << size_text(header.dim));
-    attach_vtk_voxels(raw, image);
-    raw.slices_reversed = reader->GetQFac() < 0;
+    std::shared_ptr<std::byte[]> voxels = read_nifti_voxels(path, header, datatype);
+    raw.voxels = voxels.get();
+    raw.owner = std::move(voxels);
+    raw.scalar_type = *datatype.scalar_type;
     raw.source_scalar_type = std::string(datatype.name);
+    for (int axis = 1; axis <= 3; ++axis) {
+        if (header.pixdim[axis] == 0 && header.qform_code <= 0 && header.sform_code <= 0) {
+            raw.warnings.push_back("the header gives no voxel spacing along axis " + std::to_string(axis) +
+                                   " (pixdim[" + std::to_string(axis) + "] = 0): 1 mm assumed");
+        } else if (header.pixdim[axis] == 0 && header.qform_code > 0) {
+            raw.warnings.push_back("the qform's voxel spacing pixdim[" + std::to_string(axis) + "] is 0: 1 mm assumed");
+        }
+    }
     if (std::isfinite(header.scl_slope) && header.scl_slope != 0.0) {
         raw.slope = header.scl_slope;
-        raw.intercept = std::isfinite(header.scl_inter) ? header.scl_inter : 0.0;
+        raw.intercept = header.scl_inter;
+    } else if (std::isnan(header.scl_slope)) {
+        raw.warnings.push_back("scl_slope is NaN: read as no scaling (as nibabel does)");
     }
     return raw;
 }

@@ -1,5 +1,8 @@
 #include "io/raw_image.hpp"
 
+#include "core/memory_budget.hpp"
+#include "core/units.hpp"
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -117,6 +120,21 @@ bool scalar_type_from_name(std::string_view name, ScalarType& type) {
     return false;
 }
 
+void check_volume_budget(const std::filesystem::path& path, const std::string& size_text, std::uint64_t num_voxels,
+                         std::uint64_t stored_bytes_per_voxel) {
+    const std::uint64_t budget = max_volume_bytes();
+    // Compared in double: a damaged header's product can pass 2^64.
+    const double needed = static_cast<double>(num_voxels) * static_cast<double>(stored_bytes_per_voxel + 4);
+    TESSERA_CHECK(needed <= static_cast<double>(budget),
+                  quoted(path) << " claims " << size_text << " voxels: reading it would take "
+                               << format_gib(static_cast<std::int64_t>(std::min(needed, 9.0e18)))
+                               << " of memory (the voxels as stored plus their 32-bit copy), more than the "
+                               << format_gib(static_cast<std::int64_t>(budget))
+                               << " a volume may use on this machine. If the header is right, raise TESSERA_MAX_VOLUME_BYTES "
+                                  "(e.g. TESSERA_MAX_VOLUME_BYTES=64GiB) on a machine with that much memory, or crop the volume; "
+                                  "otherwise the header is damaged.");
+}
+
 std::string quoted(const std::filesystem::path& path) {
     // Appended piece by piece: GCC 12 warns (-Wrestrict, falsely) on "'" + std::string&&.
     std::string text = "'";
@@ -172,11 +190,11 @@ Tensor to_label_voxels(const RawImage& image, const std::filesystem::path& path)
 
     auto reject = [&](double value, std::int64_t i, std::int64_t j, std::int64_t k) {
         const bool whole = std::isfinite(value) && std::nearbyint(value) == value;
-        TESSERA_FAIL(
-            quoted(path) << " is not a label map: voxel (" << i << ", " << j << ", " << k << ") holds " << value
-                         << (whole ? ", outside the int32 range of labels" : ", but labels must be whole numbers")
-                         << " (the file stores " << image.source_scalar_type
-                         << "). Open it as an image, or pick the segmentation file.");
+        TESSERA_REJECT(
+              quoted(path) << " is not a label map: voxel (" << i << ", " << j << ", " << k << ") holds " << value
+                           << (whole ? ", outside the int32 range of labels" : ", but labels must be whole numbers")
+                           << " (the file stores " << image.source_scalar_type
+                           << "). Open it as an image, or pick the segmentation file.");
     };
 
     visit_scalar_type(image.scalar_type, [&](auto tag) {

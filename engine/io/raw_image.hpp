@@ -36,6 +36,7 @@ struct RawImage {
     double slope = 1.0;                 // value = stored * slope + intercept
     double intercept = 0.0;
     std::string source_scalar_type;  // element type in the file, as scalar_type_name
+    std::vector<std::string> warnings;  // what the reader let through (Volume::warnings)
 };
 
 // f32 [D, H, W] with slope and intercept applied.
@@ -49,6 +50,12 @@ struct EncodedVoxels {
     ScalarType scalar_type = ScalarType::F32;
     std::vector<std::byte> bytes;
 };
+
+// Throws unless reading `num_voxels` voxels of `stored_bytes_per_voxel` bytes each (plus the 4-byte
+// f32 or i32 copy every volume becomes) fits max_volume_bytes(): called by every reader before it
+// allocates. `size_text` is the grid as the header gives it ("512×512×1000").
+void check_volume_budget(const std::filesystem::path& path, const std::string& size_text, std::uint64_t num_voxels,
+                         std::uint64_t stored_bytes_per_voxel);
 
 // "'dir/file.nii.gz'": how messages name a file.
 std::string quoted(const std::filesystem::path& path);

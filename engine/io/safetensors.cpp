@@ -2,19 +2,23 @@
 
 #include "core/error.hpp"
 #include "core/json_support.hpp"
+#include "core/user_files.hpp"
 #include "io/atomic_file.hpp"
 
 #include <algorithm>
 #include <bit>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <sstream>
 #include <system_error>
 
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 namespace tessera::io {
 
@@ -40,6 +44,20 @@ std::string supported_dtype_names() {
         names += safetensors_dtype_name(dtype);
     }
     return names;
+}
+
+// ---- checksums -----------------------------------------------------------------------------------
+
+constexpr std::string_view k_checksum_key = "tessera.data_crc32";
+
+std::uint32_t crc32_of(const void* bytes, std::size_t size, std::uint32_t crc) {
+    return static_cast<std::uint32_t>(crc32_z(crc, static_cast<const Bytef*>(bytes), size));
+}
+
+std::string checksum_text(std::uint32_t crc) {
+    char text[16];
+    std::snprintf(text, sizeof text, "%08x", crc);
+    return text;
 }
 
 // ---- writing ------------------------------------------------------------------------------------
@@ -72,13 +90,19 @@ Plan plan_file(const TensorFile& file) {
         offset += size;
         plan.packed.push_back(record.value.contiguous());
     }
-    if (!file.metadata.empty()) root[std::string(k_metadata_key)] = file.metadata;
+    // A CRC-32 of the data section, so that a flipped byte in a tensor is found when the file is read
+    // (the header is covered by its own checks). Other readers ignore the extra metadata string.
+    std::uint32_t checksum = 0;
+    for (const Tensor& tensor : plan.packed) checksum = crc32_of(tensor.raw_data(), tensor.num_bytes(), checksum);
+    std::map<std::string, std::string> metadata = file.metadata;
+    metadata[std::string(k_checksum_key)] = checksum_text(checksum);
+    root[std::string(k_metadata_key)] = metadata;
     try {
         plan.header = root.dump();  // compact; std::map keeps the keys sorted
     } catch (const Json::type_error& error) {
         // dump() refuses invalid UTF-8 in a name or a metadata string.
-        TESSERA_FAIL("cannot write safetensors: a tensor name or metadata string is not valid UTF-8 (" << error.what()
-                                                                                                       << ")");
+        TESSERA_REJECT("cannot write safetensors: a tensor name or metadata string is not valid UTF-8 (" << error.what()
+                                                                                                         << ")");
     }
     // Spaces up to a multiple of 8 so that the data after the 8-byte length is 8-byte aligned.
     plan.header.append((8 - plan.header.size() % 8) % 8, ' ');
@@ -147,9 +171,9 @@ Entry parse_entry(const std::string& name, const Json& value, const std::string&
     for (std::string_view key : {"dtype", "shape", "data_offsets"}) {
         if (value.contains(key)) continue;
         const json::Closest near = json::closest(key, present);
-        TESSERA_FAIL(
-            where << ": missing " << in_quotes(key)
-                  << (near.is_close ? "; is " + in_quotes(near.name) + " a misspelling of it?" : std::string()));
+        TESSERA_REJECT(
+              where << ": missing " << in_quotes(key)
+                    << (near.is_close ? "; is " + in_quotes(near.name) + " a misspelling of it?" : std::string()));
     }
 
     Entry entry;
@@ -223,6 +247,7 @@ void check_coverage(std::vector<Entry>& entries, const std::string& origin, std:
 }
 
 std::vector<std::byte> read_whole_file(const fs::path& path) {
+    require_regular_file(path, "safetensors file");  // before open(): opening a FIFO blocks
     int fd = -1;
     do {
         fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -230,7 +255,7 @@ std::vector<std::byte> read_whole_file(const fs::path& path) {
     const auto fail = [&]() {
         const int error = errno;
         if (fd >= 0) ::close(fd);
-        TESSERA_FAIL("cannot read " << path << ": " << std::generic_category().message(error));
+        TESSERA_REJECT("cannot read " << path << ": " << std::generic_category().message(error));
     };
     if (fd < 0) fail();
     struct stat info {};
@@ -329,6 +354,13 @@ TensorFile decode_safetensors(std::span<const std::byte> bytes, const std::strin
         entries.push_back(parse_entry(item.key(), item.value(), origin, data.size()));
     }
     check_coverage(entries, origin, data.size());
+    if (const auto stored = file.metadata.find(std::string(k_checksum_key)); stored != file.metadata.end()) {
+        const std::string computed = checksum_text(crc32_of(data.data(), data.size(), 0));
+        TESSERA_CHECK(stored->second == computed,
+                      origin << ": the tensor data is damaged: its CRC-32 is " << computed << " but the file was written with "
+                             << stored->second << " (" << k_checksum_key << "). A byte changed on disk or in a copy; use another copy.");
+        file.metadata.erase(stored);
+    }
 
     file.tensors.reserve(entries.size());
     for (Entry& entry : entries) {

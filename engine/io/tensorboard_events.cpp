@@ -288,8 +288,8 @@ void read_event_file(const fs::path& path, std::vector<ScalarEvent>& scalars) {
         try {
             event = decode_event(data);
         } catch (const MalformedEvent& error) {
-            TESSERA_FAIL(path << ": record at byte offset " << offset
-                              << " is not a valid tensorflow.Event: " << error.what);
+            TESSERA_REJECT(path << ": record at byte offset " << offset
+                                << " is not a valid tensorflow.Event: " << error.what);
         }
         if (event.is_session_start) {
             // TensorBoard's rule for a restarted run: what was logged at or after this step is superseded.

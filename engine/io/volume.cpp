@@ -110,10 +110,10 @@ void check_same_grid(const ImageGeometry& image, const ImageGeometry& labels, co
         return describe(g) + ", origin (" + format_triple(g.origin, ", ") + ") mm, direction " +
                format_direction(g.direction);
     };
-    TESSERA_FAIL(what << " is not on the image's grid: they differ in " << differ << ". Image: " << full(image) << ". "
-                      << what << ": " << full(labels)
-                      << ". Resample the labels onto the image grid (nearest neighbour) or pick the "
-                         "matching image.");
+    TESSERA_REJECT(what << " is not on the image's grid: they differ in " << differ << ". Image: " << full(image) << ". "
+                        << what << ": " << full(labels)
+                        << ". Resample the labels onto the image grid (nearest neighbour) or pick the "
+                           "matching image.");
 }
 
 std::string describe(const ImageGeometry& geometry) {

@@ -42,6 +42,12 @@ struct Volume {
     Tensor voxels;                  // [D, H, W] = [k, j, i], f32 (rescale slope/intercept applied)
     std::string source_scalar_type; // element type in the file: "int16", "uint8", "float32", ...
     std::string source_path;
+    // What the reader noticed and let through, for the user to see ("pixdim[3] is 0: 1 mm assumed").
+    std::vector<std::string> warnings;
+    // NaN and ±Inf voxels (also values too large for f32): reported when the volume opens, refused
+    // for training unless the experiment says otherwise (data.non_finite).
+    std::int64_t num_non_finite = 0;
+    std::array<std::int64_t, 3> first_non_finite{-1, -1, -1};  // (i, j, k) of the first, or -1s
 
     float value_at(std::int64_t i, std::int64_t j, std::int64_t k) const {
         return voxels.data<float>()[(k * geometry.size[1] + j) * geometry.size[0] + i];
@@ -52,6 +58,7 @@ struct LabelMap {
     ImageGeometry geometry;
     Tensor labels;  // [D, H, W] = [k, j, i], i32; 0 is background
     std::string source_path;
+    std::vector<std::string> warnings;  // as Volume::warnings
 
     std::int32_t label_at(std::int64_t i, std::int64_t j, std::int64_t k) const {
         return labels.data<std::int32_t>()[(k * geometry.size[1] + j) * geometry.size[0] + i];

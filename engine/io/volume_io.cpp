@@ -3,6 +3,8 @@
 
 #include "io/raw_image.hpp"
 
+#include "core/user_files.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -23,10 +25,16 @@ std::string joined(const std::vector<std::string>& items) {
     return text;
 }
 
+// A regular file, or a folder (a DICOM series); never a FIFO, a device or a socket (opening a FIFO
+// blocks forever).
 void check_exists(const std::filesystem::path& path) {
-    std::error_code error;
-    TESSERA_CHECK(std::filesystem::exists(path, error),
-                  "cannot read " << quoted(path) << ": no such file or folder. Check the path.");
+    require_plain_path(path.native(), "the image path");
+    const FileKind kind = file_kind(path);
+    TESSERA_CHECK(kind != FileKind::Missing, "cannot read " << quoted(path) << ": no such file or folder. Check the path.");
+    TESSERA_CHECK(kind == FileKind::Regular || kind == FileKind::Folder,
+                  "cannot read " << quoted(path) << ": it is " << file_kind_name(kind)
+                                 << ", not a regular file. Tessera reads images only from regular files (or a folder of DICOM "
+                                    "files): copy the data into a file.");
 }
 
 RawImage read_raw(const std::filesystem::path& path) {
@@ -216,7 +224,10 @@ std::vector<std::string> writable_volume_extensions() {
 
 VolumeFormat detect_volume_format(const std::filesystem::path& path) {
     std::error_code error;
-    if (std::filesystem::is_directory(path, error)) return VolumeFormat::DicomSeries;
+    const FileKind kind = file_kind(path);
+    if (kind == FileKind::Folder) return VolumeFormat::DicomSeries;
+    // Nothing below opens a FIFO, a device or a socket (reading one can block forever).
+    if (kind != FileKind::Regular && kind != FileKind::Missing) check_exists(path);
     const std::string extension = full_extension(path);
     if (extension == ".nii" || extension == ".nii.gz") return VolumeFormat::Nifti;
     if (extension == ".mha" || extension == ".mhd") return VolumeFormat::MetaImage;
@@ -229,10 +240,10 @@ VolumeFormat detect_volume_format(const std::filesystem::path& path) {
     if (std::filesystem::is_regular_file(path, error) && io_detail::has_dicom_preamble(path)) {
         return VolumeFormat::DicomSeries;
     }
-    TESSERA_FAIL("cannot tell the format of "
-                 << quoted(path) << ": "
-                 << (extension.empty() ? "it has no extension" : "unknown extension " + extension)
-                 << ". Supported: " << joined(supported_volume_extensions()) << ", or a folder of DICOM files.");
+    TESSERA_REJECT("cannot tell the format of "
+                   << quoted(path) << ": "
+                   << (extension.empty() ? "it has no extension" : "unknown extension " + extension)
+                   << ". Supported: " << joined(supported_volume_extensions()) << ", or a folder of DICOM files.");
 }
 
 Volume read_volume(const std::filesystem::path& path) {
@@ -242,6 +253,25 @@ Volume read_volume(const std::filesystem::path& path) {
     volume.voxels = io_detail::to_volume_voxels(raw);
     volume.source_scalar_type = raw.source_scalar_type;
     volume.source_path = path.string();
+    volume.warnings = raw.warnings;
+    // Non-finite voxels (NaN, ±Inf, or float64 values beyond f32) are counted here, once, for every
+    // reader: a volume that holds them is reported, and refused for training unless asked.
+    const float* values = volume.voxels.data<float>();
+    const std::int64_t count = volume.voxels.num_elements();
+    for (std::int64_t index = 0; index < count; ++index) {
+        if (std::isfinite(values[index])) [[likely]] continue;
+        if (volume.num_non_finite == 0) {
+            const std::int64_t row_length = volume.geometry.size[0], slice_length = row_length * volume.geometry.size[1];
+            volume.first_non_finite = {index % row_length, (index / row_length) % volume.geometry.size[1], index / slice_length};
+        }
+        ++volume.num_non_finite;
+    }
+    if (volume.num_non_finite > 0) {
+        const auto& first = volume.first_non_finite;
+        volume.warnings.push_back(std::to_string(volume.num_non_finite) + " voxel" + (volume.num_non_finite == 1 ? " is" : "s are") +
+                                  " NaN or infinite (the first at i, j, k = " + std::to_string(first[0]) + ", " +
+                                  std::to_string(first[1]) + ", " + std::to_string(first[2]) + ")");
+    }
     return volume;
 }
 
@@ -251,6 +281,7 @@ LabelMap read_label_map(const std::filesystem::path& path) {
     label_map.geometry = raw.geometry;
     label_map.labels = io_detail::to_label_voxels(raw, path);
     label_map.source_path = path.string();
+    label_map.warnings = raw.warnings;
     return label_map;
 }
 

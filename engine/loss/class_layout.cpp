@@ -65,7 +65,7 @@ void throw_bad_label(std::string_view what, const Shape& labels_shape, std::int6
     message << what << ": expected labels in [0, " << classes << ") for " << classes << " classes";
     if (ignore_label) message << " or the ignore label " << *ignore_label;
     message << ", got " << label << " at labels" << index_to_string(labels_shape, flat_index);
-    TESSERA_FAIL(message.str());
+    TESSERA_REJECT(message.str());
 }
 
 LabelTally tally_labels(std::string_view what, const Tensor& labels, std::int64_t classes,

@@ -39,8 +39,8 @@ double clamped_normalizer(double normalizer) {
 
 [[noreturn]] void throw_bad_target(const detail::ElementwiseInputs& in, std::int64_t flat_index) {
     const float target = in.other.data<float>()[flat_index];
-    TESSERA_FAIL(k_name << ": expected targets of 0 or 1, got " << target << " at targets"
-                        << detail::index_to_string(in.input.shape(), flat_index));
+    TESSERA_REJECT(k_name << ": expected targets of 0 or 1, got " << target << " at targets"
+                          << detail::index_to_string(in.input.shape(), flat_index));
 }
 
 // Σ w·loss over the tile and the count of weighted positives; with kGradient, also writes

@@ -80,7 +80,7 @@ ResNetLayout resnet_layout(int depth) {
         case 200: return {true, {3, 24, 36, 3}};
         default: break;
     }
-    TESSERA_FAIL("ResNet depth must be 18, 34, 50, 101, 152 or 200, got " << depth);
+    TESSERA_REJECT("ResNet depth must be 18, 34, 50, 101, 152 or 200, got " << depth);
 }
 
 int conv_bn(Graph& g, int x, std::int64_t width, std::int64_t kernel, std::int64_t stride, bool relu,

@@ -289,7 +289,7 @@ std::vector<NamedTensor> tensors_of_side(const InputPartition& partition, const 
                 message << " (did you mean " << quoted(*guess) << "?)";
             }
         }
-        TESSERA_FAIL(message.str());
+        TESSERA_REJECT(message.str());
     }
     for (const auto& [key, shape] : shapes) {
         tensors.push_back({tensor_name(is_label, key), is_label, key, shape, entries.at(key).dims});
@@ -334,9 +334,9 @@ void check_tensor(const NamedTensor& tensor, std::int64_t num_cores) {
 
     if (product != num_cores) {
         const std::string multiplied = product == saturated ? "more than 2^63" : std::to_string(product);
-        TESSERA_FAIL(tensor.name << ": dims " << compact(dims) << " multiply to " << multiplied
-                                 << " but num_cores_per_replica is " << num_cores
-                                 << did_you_mean(suggestions(dims, num_cores), rank));
+        TESSERA_REJECT(tensor.name << ": dims " << compact(dims) << " multiply to " << multiplied
+                                   << " but num_cores_per_replica is " << num_cores
+                                   << did_you_mean(suggestions(dims, num_cores), rank));
     }
     for (std::size_t axis = 0; axis < rank; ++axis) {
         if (shape[axis] % dims[axis] == 0) continue;
@@ -353,7 +353,7 @@ void check_tensor(const NamedTensor& tensor, std::int64_t num_cores) {
         message << upper << ")";
         const auto even = suggestions(dims, num_cores, &shape, &dims);
         if (!even.empty()) message << "; dims that split this shape evenly: " << one_of(even);
-        TESSERA_FAIL(message.str());
+        TESSERA_REJECT(message.str());
     }
 }
 

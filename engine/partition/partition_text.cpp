@@ -120,7 +120,7 @@ private:
     }
 
     [[noreturn]] void fail_at(std::size_t pos, const std::string& message) const {
-        TESSERA_FAIL("cannot parse the input partition \"" << m_text << "\": " << position(pos) << ": " << message);
+        TESSERA_REJECT("cannot parse the input partition \"" << m_text << "\": " << position(pos) << ": " << message);
     }
     [[noreturn]] void fail(const std::string& expected) const {
         fail_at(m_pos, cat("expected ", expected, ", found ", found()));

@@ -208,49 +208,58 @@ void MetricsLog::flush() {
     m_eval_events->flush();
 }
 
+namespace {
+
+// One metrics.jsonl record into the history (throws Json::exception for fields of the wrong type).
+void read_record(const Json& record, MetricsHistory& history) {
+    const std::string kind = record.value("kind", "");
+    if (kind == "train") {
+        StepRecord s;
+        s.step = record.value("step", std::int64_t{0});
+        s.loss = record.value("loss", 0.0);
+        s.learning_rate = record.value("learning_rate", 0.0);
+        s.loss_scale = record.value("loss_scale", 1.0);
+        s.applied = record.value("applied", true);
+        s.host_seconds = record.value("host_seconds", 0.0);
+        s.predicted_seconds = record.value("predicted_seconds", 0.0);
+        s.images_per_second = record.value("images_per_second", 0.0);
+        s.halo_bytes = record.value("halo_bytes", std::int64_t{0});
+        if (record.contains("core_peak_bytes")) s.core_peak_bytes = record["core_peak_bytes"].get<std::vector<std::int64_t>>();
+        s.wall_time = record.value("wall_time", 0.0);
+        history.steps.push_back(std::move(s));
+    } else if (kind == "eval") {
+        EvalRecord e;
+        e.step = record.value("step", std::int64_t{0});
+        e.loss = record.value("loss", 0.0);
+        e.mean_dice = record.value("mean_dice", 0.0);
+        e.mean_iou = record.value("mean_iou", 0.0);
+        e.accuracy = record.value("accuracy", 0.0);
+        e.num_examples = record.value("num_examples", std::int64_t{0});
+        e.seconds = record.value("seconds", 0.0);
+        e.wall_time = record.value("wall_time", 0.0);
+        if (record.contains("classes")) {
+            for (const Json& c : record["classes"]) {
+                e.classes.push_back({c.value("name", ""), c.value("present", false), c.value("dice", 0.0), c.value("iou", 0.0)});
+            }
+        }
+        if (record.contains("predictions")) {
+            for (const Json& p : record["predictions"]) e.predictions.emplace_back(p.get<std::string>());
+        }
+        history.evals.push_back(std::move(e));
+    }
+}
+
+}  // namespace
+
 MetricsHistory read_metrics(const fs::path& model_dir) {
     MetricsHistory history;
     for (const std::string& line : read_lines(model_dir / jsonl_name)) {
-        Json record;
+        // A line torn by a kill, or one with fields of the wrong type (an edited file), is skipped:
+        // the studio opens what it can.
         try {
-            record = Json::parse(line);
+            read_record(Json::parse(line), history);
         } catch (const Json::exception&) {
-            continue;  // torn by a kill
-        }
-        const std::string kind = record.value("kind", "");
-        if (kind == "train") {
-            StepRecord s;
-            s.step = record.value("step", std::int64_t{0});
-            s.loss = record.value("loss", 0.0);
-            s.learning_rate = record.value("learning_rate", 0.0);
-            s.loss_scale = record.value("loss_scale", 1.0);
-            s.applied = record.value("applied", true);
-            s.host_seconds = record.value("host_seconds", 0.0);
-            s.predicted_seconds = record.value("predicted_seconds", 0.0);
-            s.images_per_second = record.value("images_per_second", 0.0);
-            s.halo_bytes = record.value("halo_bytes", std::int64_t{0});
-            if (record.contains("core_peak_bytes")) s.core_peak_bytes = record["core_peak_bytes"].get<std::vector<std::int64_t>>();
-            s.wall_time = record.value("wall_time", 0.0);
-            history.steps.push_back(std::move(s));
-        } else if (kind == "eval") {
-            EvalRecord e;
-            e.step = record.value("step", std::int64_t{0});
-            e.loss = record.value("loss", 0.0);
-            e.mean_dice = record.value("mean_dice", 0.0);
-            e.mean_iou = record.value("mean_iou", 0.0);
-            e.accuracy = record.value("accuracy", 0.0);
-            e.num_examples = record.value("num_examples", std::int64_t{0});
-            e.seconds = record.value("seconds", 0.0);
-            e.wall_time = record.value("wall_time", 0.0);
-            if (record.contains("classes")) {
-                for (const Json& c : record["classes"]) {
-                    e.classes.push_back({c.value("name", ""), c.value("present", false), c.value("dice", 0.0), c.value("iou", 0.0)});
-                }
-            }
-            if (record.contains("predictions")) {
-                for (const Json& p : record["predictions"]) e.predictions.emplace_back(p.get<std::string>());
-            }
-            history.evals.push_back(std::move(e));
+            continue;
         }
     }
     return history;

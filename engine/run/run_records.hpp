@@ -29,6 +29,7 @@ struct RunStart {
     std::vector<std::int64_t> core_memory_bytes; // the simulated cores' peaks (ledger), one per core
     std::int64_t core_capacity_bytes = 0;
     std::string data;                            // the dataset's description
+    std::vector<std::string> notes;              // what opening the model_dir found (TrainingRun::notes)
 };
 
 struct StepRecord {

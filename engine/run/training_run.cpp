@@ -2,6 +2,10 @@
 
 #include "core/error.hpp"
 #include "core/json_support.hpp"
+#include "core/memory_budget.hpp"
+#include "core/units.hpp"
+#include "core/user_files.hpp"
+#include "cost/memory_model.hpp"
 #include "cost/device.hpp"
 #include "cost/step_simulation.hpp"
 #include "data/phantom.hpp"
@@ -119,6 +123,31 @@ void write_summary(const fs::path& path, const RunSummary& s) {
 
 }  // namespace
 
+std::int64_t estimate_host_bytes(const experiment::Experiment& e) {
+    const graph::Graph model = experiment::build_model(e, experiment::replica_input_shape(e));
+    const partition::TilingPlan plan(model, experiment::tile_grid(e));
+    const std::int64_t slots = experiment::optimizer_slots(e);
+    // The device model keeps what backward reads; the simulated cores also keep every output's
+    // gradient, and compute in f32: the f32 estimate of each core, counted once more for activations.
+    std::int64_t total = 0;
+    for (std::int64_t core = 0; core < plan.num_cores(); ++core) {
+        const cost::CoreMemory memory = cost::estimate_core_memory(model, plan, core, graph::Precision::F32, slots);
+        total += memory.total() + memory.saved_activations;
+    }
+    return total * e.partition.num_replicas;
+}
+
+void check_fits_host(const experiment::Experiment& e) {
+    const std::int64_t needed = estimate_host_bytes(e);
+    const auto budget = static_cast<std::int64_t>(host_memory_budget_bytes());
+    TESSERA_CHECK(needed <= budget,
+                  e.origin << ": training this experiment on the simulated cores needs about " << format_gib(needed)
+                           << " of this machine's memory (input " << shape_to_string(experiment::global_input_shape(e)) << " on "
+                           << e.partition.num_cores() << " core(s)), more than the " << format_gib(budget)
+                           << " a run may use here. Train a smaller input (input.size) or batch, plan it instead (tessera-cli plan), "
+                              "or raise TESSERA_HOST_MEMORY on a machine with more memory.");
+}
+
 fs::path default_model_dir(const experiment::Experiment& e) {
     if (!e.training.model_dir.empty()) return e.training.model_dir;
     std::string stem = fs::path(e.origin).stem().string();
@@ -137,21 +166,34 @@ struct TrainingRun::Impl {
     std::int64_t total_steps = 0;
     std::vector<std::string> classes;
     bool checkpoint_loaded = false;
+    bool has_checkpoint = false;
+    std::vector<std::string> notes;
 
     bool is_segmentation() const { return experiment.model.kind == experiment::ModelKind::UNet; }
 
-    // Loads the latest checkpoint into the cores once; returns the completed steps.
-    std::int64_t restore() {
-        if (checkpoint_loaded) return mesh->step();
-        checkpoint_loaded = true;
-        const auto latest = model_dir->latest();
-        if (!latest) return 0;
-        const Checkpoint checkpoint = model_dir->load(*latest);
-        try {
-            mesh->load_checkpoint(checkpoint.weights, checkpoint.state);
-        } catch (const Error& error) {
-            TESSERA_FAIL("cannot resume from " << latest->weights.string() << ": " << error.what());
+    // Loads the newest checkpoint that verifies into the cores once; returns the completed steps.
+    // `need_weights`: evaluation and prediction, which mean nothing on random weights.
+    std::int64_t restore(bool need_weights = false) {
+        if (!checkpoint_loaded) {
+            checkpoint_loaded = true;
+            std::vector<std::string> skipped;
+            const std::optional<Checkpoint> checkpoint = model_dir->load_newest_verified(skipped);
+            for (const std::string& line : skipped) notes.push_back("skipped the checkpoint of " + line);
+            if (checkpoint) {
+                try {
+                    mesh->load_checkpoint(checkpoint->weights, checkpoint->state);
+                } catch (const Error& error) {
+                    TESSERA_REJECT("cannot resume from " << checkpoint->info.weights.string() << ": " << error.what());
+                }
+                has_checkpoint = true;
+                if (!skipped.empty()) notes.push_back("resumed from the checkpoint of step " + std::to_string(checkpoint->info.step));
+            }
         }
+        TESSERA_CHECK(has_checkpoint || !need_weights || options.allow_random_weights,
+                      "the model_dir '" << model_dir->path().string()
+                                        << "' holds no checkpoint, so there are no trained weights to use: train first (tessera-cli train "
+                                        << experiment.origin << "), name the model_dir of a trained run (--model-dir), or pass "
+                                                                "--random-weights for a smoke test");
         return mesh->step();
     }
 
@@ -301,6 +343,7 @@ TrainingRun::TrainingRun(experiment::Experiment e, RunOptions options) : m_impl(
 
     impl.dataset = data::make_dataset(*x.data, experiment::global_input_shape(x), x.model.num_classes);
 
+    check_fits_host(x);  // before the cores allocate anything
     cores::MeshConfig mesh;
     mesh.num_replicas = x.partition.num_replicas;
     mesh.grid = experiment::tile_grid(x);  // tile_boundaries, or input_partition_dims' even pieces
@@ -312,13 +355,15 @@ TrainingRun::TrainingRun(experiment::Experiment e, RunOptions options) : m_impl(
 
     cost::SimulationOptions simulation;
     simulation.precision = x.precision;
-    simulation.optimizer_slots = x.optimizer.kind == train::OptimizerKind::Sgd ? (x.optimizer.momentum > 0 ? 1 : 0) : 2;
+    simulation.optimizer_slots = experiment::optimizer_slots(x);
     simulation.record_timeline = false;
     impl.predicted_step_seconds =
         cost::predict_step(impl.mesh->model(), impl.mesh->plan(), x.partition.num_replicas, cost::CostModel(impl.device), simulation)
             .step_seconds;
 
-    impl.model_dir = std::make_unique<ModelDir>(impl.options.model_dir.value_or(default_model_dir(x)));
+    impl.model_dir = std::make_unique<ModelDir>(impl.options.model_dir.value_or(default_model_dir(x)), impl.options.model_dir_access,
+                                                impl.options.command);
+    impl.notes = impl.model_dir->notes();
 }
 
 TrainingRun::~TrainingRun() = default;
@@ -346,6 +391,7 @@ RunSummary TrainingRun::train(RunObserver* observer, const std::atomic<bool>* st
     for (const cores::MemoryLedger& ledger : impl.mesh->memory()) start.core_memory_bytes.push_back(ledger.peak());
     start.core_capacity_bytes = impl.device.memory_per_core;
     start.data = impl.dataset->describe();
+    start.notes = impl.notes;
     if (observer) observer->on_start(start);
 
     RunSummary summary;
@@ -425,7 +471,7 @@ RunSummary TrainingRun::train(RunObserver* observer, const std::atomic<bool>* st
 
 EvalRecord TrainingRun::evaluate(RunObserver* observer) {
     Impl& impl = *m_impl;
-    const std::int64_t step = impl.restore();
+    const std::int64_t step = impl.restore(true);
     const EvalRecord record = impl.evaluate(step);
     if (observer) observer->on_eval(record);
     return record;
@@ -434,12 +480,27 @@ EvalRecord TrainingRun::evaluate(RunObserver* observer) {
 std::vector<fs::path> TrainingRun::predict(const std::vector<fs::path>& inputs, const fs::path& output_dir) {
     Impl& impl = *m_impl;
     TESSERA_CHECK(impl.is_segmentation(), impl.experiment.origin << ": predict writes label volumes, so it needs a segmentation model (a U-Net)");
-    impl.restore();
-    fs::create_directories(output_dir);
+    impl.restore(true);
+    TESSERA_CHECK(file_kind(output_dir) == FileKind::Missing || file_kind(output_dir) == FileKind::Folder,
+                  "cannot write predictions into '" << output_dir.string() << "': it is " << file_kind_name(file_kind(output_dir))
+                                                    << ", not a folder. Name a folder with --out (it is created when missing).");
+    std::error_code created;
+    fs::create_directories(output_dir, created);
+    TESSERA_CHECK(!created, "cannot create the folder '" << output_dir.string() << "' for predictions: " << created.message());
     std::vector<fs::path> written;
     for (const fs::path& input : inputs) {
-        const Volume volume = read_volume(input);
+        Volume volume = read_volume(input);
         const experiment::Experiment& x = impl.experiment;
+        if (volume.num_non_finite > 0) {
+            TESSERA_CHECK(x.data->non_finite == data::NonFinitePolicy::Zero,
+                          input.string() << ": " << volume.warnings.back()
+                                         << "; a prediction there would be meaningless. Clean the image, or set data.non_finite "
+                                            "to \"zero\" to read them as 0.");
+            float* values = volume.voxels.data<float>();
+            for (std::int64_t index = 0; index < volume.voxels.num_elements(); ++index) {
+                if (!std::isfinite(values[index])) values[index] = 0.0f;
+            }
+        }
         const bool volumetric = x.size.size() == 3;
         TESSERA_CHECK(x.channels == 1, input.string() << ": predict reads single-channel images and volumes; this model takes "
                                                       << x.channels << " channels");
@@ -462,6 +523,9 @@ std::vector<fs::path> TrainingRun::predict(const std::vector<fs::path>& inputs, 
     return written;
 }
 
+std::int64_t TrainingRun::load_checkpoint(bool need_trained_weights) { return m_impl->restore(need_trained_weights); }
+
+const std::vector<std::string>& TrainingRun::notes() const { return m_impl->notes; }
 const experiment::Experiment& TrainingRun::experiment() const { return m_impl->experiment; }
 const data::Dataset& TrainingRun::dataset() const { return *m_impl->dataset; }
 cores::CoreMesh& TrainingRun::mesh() { return *m_impl->mesh; }

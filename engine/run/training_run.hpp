@@ -35,7 +35,20 @@ struct RunOptions {
     int host_threads = 2;                             // threads that run the simulated cores
     int prefetch_depth = 2;                           // batches prepared ahead
     bool write_predictions = true;                    // label volumes of each evaluation
+    // Training takes the model_dir's lock (one run at a time); eval without predictions and predict
+    // only read it.
+    ModelDirAccess model_dir_access = ModelDirAccess::Write;
+    std::string command = "tessera";                  // names the run in the model_dir's lock
+    // evaluate() and predict() refuse a model_dir without a checkpoint unless this is set (smoke tests).
+    bool allow_random_weights = false;
 };
+
+// What the simulated cores of `experiment` hold together on this host, estimated from the model and
+// its tiling before anything is allocated (bytes; the sum over every core of its weights, gradients,
+// optimizer slots and activations).
+std::int64_t estimate_host_bytes(const experiment::Experiment& experiment);
+// Throws a bad-input error when that estimate passes host_memory_budget_bytes() (TESSERA_HOST_MEMORY).
+void check_fits_host(const experiment::Experiment& experiment);
 
 // model_dir when neither the experiment nor the options name one: runs/<experiment file stem>.
 std::filesystem::path default_model_dir(const experiment::Experiment& experiment);
@@ -47,6 +60,11 @@ public:
     TrainingRun(experiment::Experiment experiment, RunOptions options = {});
     ~TrainingRun();
 
+    // Loads the newest checkpoint that verifies into the cores (once; train, evaluate and predict call
+    // it too) and returns the completed steps. `need_trained_weights`: a model_dir without a checkpoint
+    // is an error unless RunOptions::allow_random_weights. Callers that report bad input before the
+    // work starts call it first.
+    std::int64_t load_checkpoint(bool need_trained_weights = false);
     // Trains from the latest checkpoint (or from the start) to the last step, or until *stop is set.
     RunSummary train(RunObserver* observer = nullptr, const std::atomic<bool>* stop = nullptr);
     // Evaluates the latest checkpoint (the initial weights when there is none) on the held-out data;
@@ -56,6 +74,10 @@ public:
     // training data; writes <output_dir>/<stem>_prediction.nii.gz for each and returns the paths.
     std::vector<std::filesystem::path> predict(const std::vector<std::filesystem::path>& inputs,
                                                const std::filesystem::path& output_dir);
+
+    // What opening the model_dir and restoring found that the user should hear of: checkpoints skipped
+    // (and why), an index rebuilt, a stale lock taken over. Filled by the constructor and restore.
+    const std::vector<std::string>& notes() const;
 
     const experiment::Experiment& experiment() const;
     const data::Dataset& dataset() const;

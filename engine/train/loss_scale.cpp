@@ -58,6 +58,27 @@ void LossScaler::load_state(const std::vector<NamedTensor>& state) {
                   "loading " << name() << " loss scaler state: expected no entries, got " << describe_entries(state));
 }
 
+const Parameter* LossScaler::first_non_finite_gradient(std::span<const Parameter> parameters) {
+    for (const Parameter& parameter : parameters) {
+        if (!all_finite(parameter.gradient.data<float>(), parameter.gradient.num_elements())) return &parameter;
+    }
+    return nullptr;
+}
+
+const Parameter* LossScaler::first_non_finite_value(std::span<const Parameter> parameters) {
+    for (const Parameter& parameter : parameters) {
+        const Tensor dense = parameter.value.contiguous();
+        if (!all_finite(dense.data<float>(), dense.num_elements())) return &parameter;
+    }
+    return nullptr;
+}
+
+bool tensor_is_finite(const Tensor& tensor) {
+    if (tensor.dtype() != DType::F32) return true;
+    const Tensor dense = tensor.contiguous();
+    return all_finite(dense.data<float>(), dense.num_elements());
+}
+
 bool LossScaler::gradients_are_finite(std::span<const Parameter> parameters) {
     for (std::size_t i = 0; i < parameters.size(); ++i) check_gradient(parameters[i], i, "finite check");
     for (const Parameter& parameter : parameters) {
@@ -182,7 +203,7 @@ LossScaleKind parse_loss_scale_kind(std::string_view text) {
     for (LossScaleKind kind : {LossScaleKind::None, LossScaleKind::Static, LossScaleKind::Dynamic}) {
         if (text == to_string(kind)) return kind;
     }
-    TESSERA_FAIL("expected a loss scaling of none, static or dynamic, got '" << text << "'");
+    TESSERA_REJECT("expected a loss scaling of none, static or dynamic, got '" << text << "'");
 }
 
 std::unique_ptr<LossScaler> make_loss_scaler(const LossScaleConfig& config) {

@@ -42,6 +42,10 @@ public:
     // optimizer step should be applied.
     virtual bool update(bool found_non_finite) = 0;
     virtual std::int64_t skipped_steps() const { return 0; }
+    // True when a non-finite gradient is an expected overflow that update() answers by skipping the
+    // step (dynamic scaling). Otherwise a non-finite gradient means training diverged or the data
+    // holds NaN/Inf: the caller stops the run, naming where, before anything non-finite is saved.
+    virtual bool skips_non_finite() const { return false; }
 
     // Checkpoint state: empty for scalers without state. load_state accepts what state() wrote.
     virtual std::vector<NamedTensor> state() const { return {}; }
@@ -50,6 +54,9 @@ public:
     // True when no gradient element is inf or NaN. Gradients must be defined, contiguous f32 tensors.
     // Scans in blocks and stops at the first block holding a non-finite value.
     static bool gradients_are_finite(std::span<const Parameter> parameters);
+    // The first parameter whose gradient (or value) holds inf or NaN, or nullptr.
+    static const Parameter* first_non_finite_gradient(std::span<const Parameter> parameters);
+    static const Parameter* first_non_finite_value(std::span<const Parameter> parameters);
     // Multiplies every gradient by 1 / scale() (rounded to f32 once, as TensorFlow and PyTorch do;
     // exact for power-of-two scales). Does nothing when scale() is 1.
     void unscale(std::span<Parameter> parameters) const;
@@ -98,6 +105,7 @@ public:
     // Otherwise: count + 1; at growth_interval, scale = min(scale · growth, max_scale), count restarts;
     // returns true.
     bool update(bool found_non_finite) override;
+    bool skips_non_finite() const override { return true; }
     std::int64_t skipped_steps() const override { return m_skipped_steps; }
     std::int64_t clean_steps_since_growth() const noexcept { return m_clean_steps; }
     const DynamicLossScaleOptions& options() const noexcept { return m_options; }
@@ -128,5 +136,8 @@ struct LossScaleConfig {
 };
 
 std::unique_ptr<LossScaler> make_loss_scaler(const LossScaleConfig& config);  // validates
+
+// True when no element of an f32 tensor (any strides) is inf or NaN; other dtypes are finite.
+bool tensor_is_finite(const Tensor& tensor);
 
 }  // namespace tessera::train

@@ -377,7 +377,7 @@ OptimizerKind parse_optimizer_kind(std::string_view text) {
     for (OptimizerKind kind : {OptimizerKind::Sgd, OptimizerKind::Adam, OptimizerKind::AdamW}) {
         if (text == to_string(kind)) return kind;
     }
-    TESSERA_FAIL("expected an optimizer kind of sgd, adam or adamw, got '" << text << "'");
+    TESSERA_REJECT("expected an optimizer kind of sgd, adam or adamw, got '" << text << "'");
 }
 
 void validate(const OptimizerConfig& config) {

@@ -170,7 +170,7 @@ ScheduleKind parse_schedule_kind(std::string_view text) {
     for (ScheduleKind kind : {ScheduleKind::Constant, ScheduleKind::CosineDecay, ScheduleKind::ManualStep}) {
         if (text == to_string(kind)) return kind;
     }
-    TESSERA_FAIL("expected a learning-rate schedule of constant, cosine or manual, got '" << text << "'");
+    TESSERA_REJECT("expected a learning-rate schedule of constant, cosine or manual, got '" << text << "'");
 }
 
 namespace {

@@ -3,6 +3,7 @@
 #include "loss/dice_loss.hpp"
 
 #include <chrono>
+#include <cmath>
 
 namespace tessera::train {
 
@@ -54,6 +55,10 @@ StepResult Trainer::train_step(const Tensor& images, const Tensor& labels) {
     const Tensor logits = m_executor->forward(images, graph::Mode::Train);
     auto [value, gradient] = loss_and_gradient(logits, labels);
     result.loss = value;
+    TESSERA_CHECK(std::isfinite(value), "step " << m_step + 1 << ": the loss is " << value << (tensor_is_finite(images)
+                                            ? ": the model's output holds NaN or infinite values. Lower the learning rate, or "
+                                              "use loss scaling in reduced precision"
+                                            : ": the input images hold NaN or infinite values. Clean the data (data.non_finite)"));
     result.forward_seconds = seconds_since(start);
     start = std::chrono::steady_clock::now();
     // Loss scaling: the backward pass runs on scale × d loss, so small gradients survive low precision;
@@ -68,10 +73,27 @@ StepResult Trainer::train_step(const Tensor& images, const Tensor& labels) {
     result.backward_seconds = seconds_since(start);
     start = std::chrono::steady_clock::now();
     const bool finite = LossScaler::gradients_are_finite(m_executor->parameters());
+    if (!finite && !m_loss_scaler->skips_non_finite()) {
+        const Parameter* bad = LossScaler::first_non_finite_gradient(m_executor->parameters());
+        TESSERA_REJECT("step " << m_step + 1 << ": the gradient of '" << (bad ? bad->name : "?")
+                                 << "' holds NaN or infinite values (the loss was " << value
+                                 << "): training diverged. Lower the learning rate, or use dynamic loss scaling in reduced precision.");
+    }
     // Unscale with the scale the backward pass used, before update() may change it.
     if (finite && result.loss_scale != 1.0) m_loss_scaler->unscale(m_executor->parameters());
     result.applied = m_loss_scaler->update(!finite);
-    if (result.applied) m_optimizer->step(m_executor->parameters(), result.learning_rate);
+    if (result.applied) {
+        m_optimizer->step(m_executor->parameters(), result.learning_rate);
+        const Parameter* bad = LossScaler::first_non_finite_value(m_executor->parameters());
+        TESSERA_CHECK(bad == nullptr, "step " << m_step + 1 << ": the update made '" << bad->name
+                                              << "' NaN or infinite: training diverged. Lower the learning rate.");
+    }
+    const std::span<Tensor> statistics = m_executor->buffers();
+    for (std::size_t index = 0; index < statistics.size(); ++index) {
+        TESSERA_CHECK(tensor_is_finite(statistics[index]), "step " << m_step + 1 << ": the batch-norm statistic '"
+                                                                   << m_executor->graph().buffers()[index].name
+                                                                   << "' became NaN or infinite. Lower the learning rate, or clean the data.");
+    }
     result.update_seconds = seconds_since(start);
     ++m_step;
     return result;

@@ -70,7 +70,7 @@ def main():
             sys.exit(f"train: {name} missing from the model_dir: {os.listdir(em_dir)}")
     if not any(f.startswith("events.out.tfevents") for f in os.listdir(em_dir)):
         sys.exit("train: no TensorBoard events file")
-    run(cli, "eval", preset("unet2d_em_4way"), "--model-dir", em_dir, expect=["ckpt-000002", "mean Dice", "wrote"])
+    run(cli, "eval", preset("unet2d_em_4way"), "--model-dir", em_dir, expect=["evaluated step 2", "mean Dice", "wrote"])
 
     ct_dir = os.path.join(work, "ct")
     run(cli, "train", preset("unet3d_ct_8way"), "--steps", "2", "--model-dir", ct_dir, "--plain",

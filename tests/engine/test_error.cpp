@@ -32,3 +32,20 @@ TEST(Error, PassingChecksDoNotThrow) {
     EXPECT_NO_THROW(TESSERA_CHECK(true, "never"));
     EXPECT_NO_THROW(TESSERA_ASSERT(true, "never"));
 }
+
+TEST(Error, RejectIsBadInputAndFailIsABug) {
+    try {
+        TESSERA_REJECT("expected sgd, adam or adamw, got 'rmsprop'");
+        FAIL() << "TESSERA_REJECT did not throw";
+    } catch (const Error& error) {
+        EXPECT_EQ(error.kind(), Error::Kind::InvalidInput);
+        EXPECT_STREQ(error.what(), "expected sgd, adam or adamw, got 'rmsprop'");
+    }
+    try {
+        TESSERA_FAIL("unknown PlacementKind " << 7);
+        FAIL() << "TESSERA_FAIL did not throw";
+    } catch (const Error& error) {
+        EXPECT_TRUE(error.is_internal());
+        EXPECT_NE(std::string(error.what()).find("unknown PlacementKind 7"), std::string::npos) << error.what();
+    }
+}

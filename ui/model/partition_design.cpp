@@ -55,11 +55,6 @@ private:
     std::string m_before, m_after;
 };
 
-std::int64_t optimizer_slots(const experiment::Experiment& e) {
-    if (e.optimizer.kind == train::OptimizerKind::Sgd) return e.optimizer.momentum > 0 ? 1 : 0;
-    return 2;
-}
-
 QString pieces_text(const std::vector<std::int64_t>& pieces) {
     QStringList parts;
     for (std::int64_t p : pieces) parts << QString::number(p);
@@ -351,7 +346,7 @@ void PartitionDesign::recompute() {
     const cost::CostModel costs(m_device);
     cost::SimulationOptions options;
     options.precision = m_experiment->precision;
-    options.optimizer_slots = optimizer_slots(*m_experiment);
+    options.optimizer_slots = experiment::optimizer_slots(*m_experiment);
     options.record_timeline = false;
     const cost::StepPrediction prediction = cost::predict_step(*m_model, *m_plan, m_replicas, costs, options);
     m_step_seconds = prediction.step_seconds;

@@ -22,8 +22,7 @@ cost::PlannerRequest makeRequest(const experiment::Experiment& experiment) {
     request.global_input = experiment::global_input_shape(experiment);
     request.core_budget = experiment.partition.num_cores();
     request.simulation.precision = experiment.precision;
-    request.simulation.optimizer_slots =
-        experiment.optimizer.kind == train::OptimizerKind::Sgd ? (experiment.optimizer.momentum > 0 ? 1 : 0) : 2;
+    request.simulation.optimizer_slots = experiment::optimizer_slots(experiment);
     return request;
 }
 

@@ -93,7 +93,7 @@ public:
     explicit PresetReader(const QString& source) : m_source(source.toStdString()) {}
 
     [[noreturn]] void fail(const std::string& field, const std::string& problem) const {
-        TESSERA_FAIL(m_source << ": field '" << field << "' " << problem);
+        TESSERA_REJECT(m_source << ": field '" << field << "' " << problem);
     }
 
     void checkKnownKeys(const QJsonObject& object, const std::string& where,
@@ -241,8 +241,8 @@ TransferFunctionPreset loadTransferFunctionPreset(const QByteArray& json, const 
     const QJsonDocument document = QJsonDocument::fromJson(json, &parse_error);
     if (parse_error.error != QJsonParseError::NoError) {
         const auto [line, column] = lineAndColumn(json, parse_error.offset);
-        TESSERA_FAIL(source.toStdString() << ": not valid JSON at line " << line << ", column " << column << ": "
-                                          << parse_error.errorString().toStdString());
+        TESSERA_REJECT(source.toStdString() << ": not valid JSON at line " << line << ", column " << column << ": "
+                                            << parse_error.errorString().toStdString());
     }
     TESSERA_CHECK(document.isObject(), source.toStdString() << ": expected a JSON object at the top level");
 

@@ -258,13 +258,35 @@ void MainWindow::showError(const QString& title, const QString& message) {
     box->open();
 }
 
+void MainWindow::showWarning(const QString& title, const QString& message) {
+    m_last_warning = message;
+    statusBar()->showMessage(title + QStringLiteral(": ") + message, 10000);
+    auto* box = new QMessageBox(QMessageBox::Warning, title, message, QMessageBox::Ok, this);
+    box->setAttribute(Qt::WA_DeleteOnClose);
+    box->open();
+}
+
+namespace {
+
+// "file.nii.gz: 12 voxels are NaN or infinite …" — what a reader let through, one line each.
+QString warningText(const QString& path, const std::vector<std::string>& warnings) {
+    QStringList lines;
+    for (const std::string& warning : warnings) lines << QString::fromStdString(warning);
+    return QFileInfo(path).fileName() + QStringLiteral(": ") + lines.join(QStringLiteral("; "));
+}
+
+}  // namespace
+
 bool MainWindow::openImage(const QString& path) {
     QApplication::setOverrideCursor(Qt::WaitCursor);
     try {
         auto volume = std::make_shared<tessera::Volume>(tessera::read_volume(toPath(path)));
         QApplication::restoreOverrideCursor();
+        m_last_warning.clear();
+        const std::vector<std::string> warnings = volume->warnings;
         showVolume(std::move(volume), nullptr);
         addRecentFile(path);
+        if (!warnings.empty()) showWarning(tr("Opened with warnings"), warningText(path, warnings));
         return true;
     } catch (const std::exception& error) {
         QApplication::restoreOverrideCursor();
@@ -281,9 +303,11 @@ bool MainWindow::openLabelMap(const QString& path) {
     QApplication::setOverrideCursor(Qt::WaitCursor);
     try {
         auto labels = std::make_shared<tessera::LabelMap>(tessera::read_label_map(toPath(path)));
+        const std::vector<std::string> warnings = labels->warnings;
         m_model->setLabelMap(std::move(labels));
         QApplication::restoreOverrideCursor();
         m_legend->setLabelNames({});
+        if (!warnings.empty()) showWarning(tr("Opened with warnings"), warningText(path, warnings));
         return true;
     } catch (const std::exception& error) {
         QApplication::restoreOverrideCursor();

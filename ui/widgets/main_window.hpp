@@ -18,6 +18,7 @@ class QComboBox;
 class QDoubleSpinBox;
 class QGridLayout;
 class QLabel;
+class QTimer;
 class QMenu;
 class QScrollBar;
 
@@ -50,6 +51,7 @@ public:
     QMenu* recentMenu() const { return m_recent_menu; }
     QString statusText() const;
     QString lastError() const { return m_last_error; }  // the message of the last error shown
+    QString lastWarning() const { return m_last_warning; }  // what the last opened file's reader let through
 
     // Each returns false and shows the engine's message (non-modal) when the file cannot be used.
     bool openImage(const QString& path);
@@ -71,6 +73,9 @@ public:
     bool showEvaluation(const tessera::run::EvalRecord& eval);
     // A finished run's charts and last evaluation, from its model_dir.
     bool openRun(const std::filesystem::path& model_dir);
+    // The run a model_dir's lock names when another process (or another run) is training in it: its
+    // charts are reloaded every two seconds, read-only, until it ends. Empty when none is watched.
+    const std::filesystem::path& watchedRun() const { return m_watched_run; }
     QMenu* recentExperimentsMenu() const { return m_recent_experiments_menu; }
     // Opens an experiment file; false (with the parser's message shown) when it cannot be used.
     bool openExperiment(const QString& path);
@@ -111,6 +116,7 @@ private:
     void createActions();
     void createDock();
     void showError(const QString& title, const QString& message);
+    void showWarning(const QString& title, const QString& message);
     void addRecentFile(const QString& path);
     void setLayoutFor2d(bool two_dimensional);
 
@@ -129,6 +135,7 @@ private:
     QMenu* m_recent_menu = nullptr;
     std::array<std::int64_t, 3> m_hovered{-1, -1, -1};
     QString m_last_error;
+    QString m_last_warning;
 
     PartitionDesign* m_design = nullptr;
     ExperimentPanel* m_experiment_panel = nullptr;
@@ -139,6 +146,10 @@ private:
     RunController* m_run_controller = nullptr;
     RunPanel* m_run_panel = nullptr;
     RunCharts* m_run_charts = nullptr;
+    QTimer* m_watch_timer = nullptr;
+    std::filesystem::path m_watched_run;
+    void watchRun(const std::filesystem::path& model_dir);
+    void refreshWatchedRun();
     EquivalenceView* m_equivalence_view = nullptr;
     std::int64_t m_run_capacity = 0;     // the live run's core memory capacity
     QString m_current_run;               // the run the charts follow live

@@ -5,6 +5,7 @@
 #include "io/volume_io.hpp"
 #include "model/run_controller.hpp"
 #include "run/metrics_log.hpp"
+#include "run/model_dir_lock.hpp"
 #include "widgets/equivalence_view.hpp"
 #include "widgets/run_charts.hpp"
 #include "widgets/run_panel.hpp"
@@ -12,6 +13,7 @@
 #include <QComboBox>
 #include <QDockWidget>
 #include <QStatusBar>
+#include <QTimer>
 
 namespace tessera::ui {
 
@@ -101,7 +103,43 @@ bool MainWindow::showEvaluation(const tessera::run::EvalRecord& eval) {
     return true;
 }
 
+void MainWindow::watchRun(const std::filesystem::path& model_dir) {
+    m_watched_run = model_dir;
+    if (!m_watch_timer) {
+        m_watch_timer = new QTimer(this);
+        m_watch_timer->setInterval(2000);
+        connect(m_watch_timer, &QTimer::timeout, this, &MainWindow::refreshWatchedRun);
+    }
+    m_watch_timer->start();
+    refreshWatchedRun();
+}
+
+void MainWindow::refreshWatchedRun() {
+    if (m_watched_run.empty()) return;
+    const std::optional<run::LockHolder> holder = run::ModelDirLock::holder(m_watched_run);
+    m_run_charts->loadRun(RunPanel::runName(m_watched_run), m_watched_run);
+    const run::MetricsHistory history = run::read_metrics(m_watched_run);
+    if (holder) {
+        const QString where = QString::fromStdString(holder->describe());
+        m_run_panel->setRunStatus(m_watched_run, tr("training elsewhere"),
+                                  tr("Watching %1 read-only: it is being trained by %2, step %3.")
+                                      .arg(RunPanel::runName(m_watched_run), where)
+                                      .arg(history.steps.empty() ? 0 : history.steps.back().step));
+        return;
+    }
+    // The other process let go: one last refresh, and the run is an ordinary finished one.
+    m_watch_timer->stop();
+    m_run_panel->setRunStatus(m_watched_run, tr("ended"), tr("%1 ended in the other process.").arg(RunPanel::runName(m_watched_run)));
+    if (!history.evals.empty()) showEvaluation(history.evals.back());
+    m_watched_run.clear();
+}
+
 bool MainWindow::openRun(const std::filesystem::path& model_dir) {
+    if (run::ModelDirLock::holder(model_dir)) {
+        m_run_panel->addFinishedRun(model_dir);
+        watchRun(model_dir);
+        return true;
+    }
     const run::MetricsHistory history = run::read_metrics(model_dir);
     if (history.steps.empty() && history.evals.empty()) {
         showError(tr("Cannot open run"), tr("%1 holds no metrics.jsonl with records: is it a run's model_dir?")

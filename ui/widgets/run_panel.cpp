@@ -1,5 +1,7 @@
 #include "widgets/run_panel.hpp"
 
+#include "run/model_dir_lock.hpp"
+
 #include "widgets/timeline_chart.hpp"
 
 #include "core/units.hpp"
@@ -185,6 +187,14 @@ void RunPanel::startRun() {
         run::RunOptions options;
         options.steps = m_steps->value();
         options.model_dir = m_model_dir->text().toStdString();
+        options.command = "tessera studio";
+        // A model_dir another process trains in is watched, not written: two runs would mix their files.
+        if (const auto holder = run::ModelDirLock::holder(*options.model_dir)) {
+            m_status->setText(tr("%1 is in use by %2: watching it read-only.")
+                                  .arg(m_model_dir->text(), QString::fromStdString(holder->describe())));
+            emit openRunRequested(std::filesystem::absolute(*options.model_dir));
+            return;
+        }
         m_running_dir = std::filesystem::absolute(*options.model_dir);
         m_steps_seen = 0;
         m_seconds_sum = 0;
@@ -340,6 +350,11 @@ void RunPanel::onFailed(const QString& message) {
 void RunPanel::addFinishedRun(const std::filesystem::path& model_dir) {
     QTreeWidgetItem* item = itemFor(model_dir);
     if (item->text(StatusColumn).isEmpty()) item->setText(StatusColumn, tr("opened"));
+}
+
+void RunPanel::setRunStatus(const std::filesystem::path& model_dir, const QString& status, const QString& message) {
+    itemFor(model_dir)->setText(StatusColumn, status);
+    m_status->setText(message);
 }
 
 void RunPanel::chooseModelDir() {

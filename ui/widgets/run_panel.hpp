@@ -55,6 +55,8 @@ public slots:
     void stopRun();
     // Adds a finished (or stopped) run from its model_dir to the list; the main window loads its charts.
     void addFinishedRun(const std::filesystem::path& model_dir);
+    // The run list's status for a run, and the panel's status line (a run watched in another process).
+    void setRunStatus(const std::filesystem::path& model_dir, const QString& status, const QString& message);
 
 signals:
     void runStarted(const QString& run, const std::filesystem::path& model_dir);

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <set>
 #include <thread>
 
@@ -439,4 +440,25 @@ TEST(DataDataset, ConfigAndShapeErrorsNameTheFieldAndTheFix) {
     EXPECT_NE(channels.find("the model takes 3 input channels"), std::string::npos) << channels;
     EXPECT_NE(message_for(DataConfig{}, {1, 1, 16}).find("[N, C, H, W] or [N, C, D, H, W]"), std::string::npos);
     EXPECT_NO_THROW(validate(DataConfig{}));
+}
+
+TEST(DataDataset, NonFiniteVoxelsAreRefusedForTrainingUnlessAskedToBeZero) {
+    ScratchDir scratch;
+    write_pair(scratch / "case.nii.gz", scratch / "case_seg.nii.gz", {8, 8, 4},
+               [](std::int64_t z, std::int64_t y, std::int64_t x) {
+                   return z == 1 && y == 2 && x == 3 ? std::numeric_limits<float>::quiet_NaN() : (z == 2 && y == 0 && x == 0 ? INFINITY : 1.0f);
+               },
+               [](std::int64_t, std::int64_t, std::int64_t) { return 1; });
+    DataConfig folder;
+    folder.source = SourceKind::Folder;
+    folder.images_dir = scratch.path();
+    const std::string refused = error_message([&] { make_dataset(folder, {1, 1, 2, 4, 4}, 2); });
+    EXPECT_NE(refused.find("holds 2 NaN or infinite voxels (the first at i, j, k = 3, 2, 1)"), std::string::npos) << refused;
+    EXPECT_NE(refused.find("data.non_finite"), std::string::npos) << refused;
+    folder.non_finite = NonFinitePolicy::Zero;
+    const auto dataset = make_dataset(folder, {1, 1, 2, 4, 4}, 2);
+    for (int i = 0; i < 4; ++i) {
+        const Tensor images = dataset->training_batch(i).images;
+        for (std::int64_t v = 0; v < images.num_elements(); ++v) ASSERT_TRUE(std::isfinite(images.data<float>()[v]));
+    }
 }

@@ -17,6 +17,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import zlib
 
 FAILURES = []
 
@@ -82,8 +83,11 @@ def check_tessera_file(path):
     check(stripped == json.dumps(header, separators=(",", ":"), sort_keys=True, ensure_ascii=False),
           "header is not compact JSON with sorted keys: %r" % stripped[:200])
 
-    check(header.get("__metadata__") == {"format": "pt", "producer": "tessera", "step": "1200"},
-          "metadata: %r" % header.get("__metadata__"))
+    # The metadata given, plus the CRC-32 of the data section, checked here with Python's own zlib.
+    metadata = dict(header.get("__metadata__", {}))
+    stored_crc = metadata.pop("tessera.data_crc32", None)
+    check(metadata == {"format": "pt", "producer": "tessera", "step": "1200"}, "metadata: %r" % header.get("__metadata__"))
+    check(stored_crc == "%08x" % zlib.crc32(data), "tessera.data_crc32 is %r, zlib.crc32 of the data is %08x" % (stored_crc, zlib.crc32(data)))
 
     # The tensors in the order run_files_tool writes them; the data must follow that order.
     f32_parent = [sample_value("F32", i) for i in range(4 * 6)]

@@ -141,13 +141,14 @@ TEST(SafetensorsSerialization, TinyFileIsByteExact) {
     file.tensors = {{"b", b}, {"a", a}};
     file.metadata["format"] = "pt";
 
-    // 138 bytes of JSON, padded with 6 spaces to 144 so that the data starts at 8 + 144 = 152.
+    // 170 bytes of JSON, padded with 6 spaces to 176 so that the data starts at 8 + 176 = 184. The
+    // checksum is the CRC-32 of the 11 data bytes (zlib.crc32 in Python gives 0x8d8f477b).
     const std::string header =
-        R"({"__metadata__":{"format":"pt"},"a":{"data_offsets":[8,11],"dtype":"U8","shape":[3]},)"
+        R"({"__metadata__":{"format":"pt","tessera.data_crc32":"8d8f477b"},"a":{"data_offsets":[8,11],"dtype":"U8","shape":[3]},)"
         R"("b":{"data_offsets":[0,8],"dtype":"F32","shape":[2]}})"
         "      ";
-    ASSERT_EQ(header.size(), 144u);
-    std::vector<std::byte> expected = {std::byte{0x90}, std::byte{0}, std::byte{0}, std::byte{0},
+    ASSERT_EQ(header.size(), 176u);
+    std::vector<std::byte> expected = {std::byte{0xb0}, std::byte{0}, std::byte{0}, std::byte{0},
                                        std::byte{0},    std::byte{0}, std::byte{0}, std::byte{0}};
     for (char c : header) expected.push_back(static_cast<std::byte>(c));
     for (int value : {0x00, 0x00, 0x80, 0x3f,  // 1.0f
@@ -163,11 +164,12 @@ TEST(SafetensorsSerialization, TinyFileIsByteExact) {
     EXPECT_EQ(read_file_bytes(dir / "tiny.safetensors"), expected);
 }
 
-TEST(SafetensorsSerialization, EmptyFileIsAPaddedEmptyObject) {
+TEST(SafetensorsSerialization, EmptyFileHoldsOnlyTheChecksumOfNoData) {
+    // No tensors: only the checksum of the empty data (CRC-32 0), padded to 56 bytes.
     const std::vector<std::byte> encoded = encode_safetensors(TensorFile{});
-    ASSERT_EQ(encoded.size(), 16u);
-    EXPECT_EQ(encoded[0], std::byte{8});
-    EXPECT_EQ(text_of(encoded).substr(8), "{}      ");
+    ASSERT_EQ(encoded.size(), 64u);
+    EXPECT_EQ(encoded[0], std::byte{56});
+    EXPECT_EQ(text_of(encoded).substr(8), R"({"__metadata__":{"tessera.data_crc32":"00000000"}}      )");
     const TensorFile loaded = decode_safetensors(encoded, "empty");
     EXPECT_TRUE(loaded.tensors.empty());
     EXPECT_TRUE(loaded.metadata.empty());
@@ -224,9 +226,9 @@ TEST(SafetensorsSerialization, WriteRejectsBadNamesAndKeepsTheOldFile) {
 
 TEST(SafetensorsSerialization, MissingFileNamesThePath) {
     EXPECT_ERROR_CONTAINS(read_safetensors("/nonexistent/w.safetensors"),
-                          "cannot read \"/nonexistent/w.safetensors\": No such file or directory");
+                          "cannot read the safetensors file '/nonexistent/w.safetensors': no such file");
     const ScratchDir dir;
-    EXPECT_ERROR_CONTAINS(read_safetensors(dir.path()), "Is a directory");
+    EXPECT_ERROR_CONTAINS(read_safetensors(dir.path()), "it is a folder, not a file");
 }
 
 // ---- malformed files ------------------------------------------------------------------------
