@@ -1,5 +1,6 @@
 // tessera: the desktop studio. With no arguments it opens the example head MRI with its skull-strip
 // mask (Debian's insighttoolkit5-examples), or a synthetic CT phantom when that package is missing.
+#include "core/error.hpp"
 #include "data/examples.hpp"
 #include "widgets/main_window.hpp"
 #include "model/run_controller.hpp"
@@ -21,7 +22,9 @@
 
 #include <cstdio>
 
-int main(int argc, char** argv) {
+namespace {
+
+int run_studio(int argc, char** argv) {
     // VTK's OpenGL needs a 3.2 core context, and the format must be set before the application exists.
     QSurfaceFormat format;
     format.setVersion(3, 2);
@@ -163,4 +166,22 @@ int main(int argc, char** argv) {
         }
     }
     return QApplication::exec();
+}
+
+}  // namespace
+
+// Exceptions inside the event loop are shown by StudioApplication::notify; one escaping the set-up
+// (before the window exists) ends here, with a message instead of an abort.
+int main(int argc, char** argv) {
+    try {
+        return run_studio(argc, argv);
+    } catch (const tessera::Error& error) {
+        std::fprintf(stderr, "tessera: %s\n", error.what());
+        return error.is_internal() ? 1 : 2;
+    } catch (const std::exception& error) {
+        std::fprintf(stderr, "tessera: internal error: %s\nThis is a bug in Tessera: please report it.\n", error.what());
+    } catch (...) {
+        std::fprintf(stderr, "tessera: internal error of unknown kind\nThis is a bug in Tessera: please report it.\n");
+    }
+    return 1;
 }
