@@ -6,7 +6,10 @@
 #include <QSurfaceFormat>
 #include <QTest>
 
-#define TESSERA_GL_TEST_MAIN(TestClass)                                    \
+#define TESSERA_GL_TEST_MAIN(TestClass) TESSERA_GL_TEST_MAIN_WITH(TestClass, QApplication)
+
+// The same with another application class (the studio's own, StudioApplication).
+#define TESSERA_GL_TEST_MAIN_WITH(TestClass, ApplicationClass)             \
     int main(int argc, char** argv) {                                      \
         QSurfaceFormat format;                                             \
         format.setVersion(3, 2);                                           \
@@ -14,7 +17,7 @@
         format.setDepthBufferSize(24);                                     \
         format.setStencilBufferSize(8);                                    \
         QSurfaceFormat::setDefaultFormat(format);                          \
-        QApplication app(argc, argv);                                      \
+        ApplicationClass app(argc, argv);                                  \
         QApplication::setOrganizationName(QStringLiteral("TesseraTests")); \
         QApplication::setApplicationName(QStringLiteral(#TestClass));      \
         TestClass test;                                                    \

@@ -1,6 +1,7 @@
 // The studio never aborts and never writes into another process's run: an exception reaching the event
 // loop is shown and the work goes on; a model_dir that another run holds is watched read-only; a volume
 // that opens with NaN voxels says so.
+#include "gl_test_main.hpp"
 #include "io/volume_io.hpp"
 #include "run/model_dir_lock.hpp"
 #include "widgets/main_window.hpp"
@@ -129,18 +130,6 @@ private slots:
     }
 };
 
-int main(int argc, char** argv) {
-    QSurfaceFormat format;
-    format.setVersion(3, 2);
-    format.setProfile(QSurfaceFormat::CoreProfile);
-    format.setDepthBufferSize(24);
-    format.setStencilBufferSize(8);
-    QSurfaceFormat::setDefaultFormat(format);
-    StudioApplication app(argc, argv);
-    QApplication::setOrganizationName(QStringLiteral("TesseraTests"));
-    QApplication::setApplicationName(QStringLiteral("tst_StudioSafety"));
-    tst_StudioSafety test;
-    return QTest::qExec(&test, argc, argv);
-}
+TESSERA_GL_TEST_MAIN_WITH(tst_StudioSafety, StudioApplication)
 
 #include "tst_studio_safety.moc"

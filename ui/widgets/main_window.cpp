@@ -251,17 +251,18 @@ void MainWindow::createDock() {
 
 void MainWindow::showError(const QString& title, const QString& message) {
     m_last_error = message;
-    statusBar()->showMessage(title + QStringLiteral(": ") + message, 10000);
-    // Window-modal and non-blocking: the user reads it, nothing waits on it.
-    auto* box = new QMessageBox(QMessageBox::Critical, title, message, QMessageBox::Ok, this);
-    box->setAttribute(Qt::WA_DeleteOnClose);
-    box->open();
+    showMessageBox(QMessageBox::Critical, title, message);
 }
 
 void MainWindow::showWarning(const QString& title, const QString& message) {
     m_last_warning = message;
+    showMessageBox(QMessageBox::Warning, title, message);
+}
+
+void MainWindow::showMessageBox(int icon, const QString& title, const QString& message) {
     statusBar()->showMessage(title + QStringLiteral(": ") + message, 10000);
-    auto* box = new QMessageBox(QMessageBox::Warning, title, message, QMessageBox::Ok, this);
+    // Window-modal and non-blocking: the user reads it, nothing waits on it.
+    auto* box = new QMessageBox(static_cast<QMessageBox::Icon>(icon), title, message, QMessageBox::Ok, this);
     box->setAttribute(Qt::WA_DeleteOnClose);
     box->open();
 }

@@ -117,6 +117,7 @@ private:
     void createDock();
     void showError(const QString& title, const QString& message);
     void showWarning(const QString& title, const QString& message);
+    void showMessageBox(int icon, const QString& title, const QString& message);  // icon: QMessageBox::Icon
     void addRecentFile(const QString& path);
     void setLayoutFor2d(bool two_dimensional);
 

@@ -1,6 +1,7 @@
 // The core mesh's bookkeeping: events and exchanged bytes, the memory ledger against what the process
 // really allocated, the out-of-memory refusal, bit-reproducibility, evaluation and bad input.
 #include "cores/core_mesh.hpp"
+#include "support/error_of.hpp"
 #include "cores/thread_pool.hpp"
 #include "core/random.hpp"
 #include "model/models.hpp"
@@ -17,6 +18,8 @@
 using namespace tessera;
 
 namespace {
+
+using test::error_of;
 
 std::pair<Tensor, Tensor> random_batch(const Shape& image_shape, std::uint64_t seed) {
     SeededRandom random(seed);
@@ -40,15 +43,6 @@ cores::MeshConfig grid(const Shape& input, std::vector<std::int64_t> pieces) {
     cores::MeshConfig mesh;
     mesh.grid = partition::SpatialGrid::even(input, pieces);
     return mesh;
-}
-
-std::string error_of(const std::function<void()>& fn) {
-    try {
-        fn();
-    } catch (const Error& error) {
-        return error.what();
-    }
-    return "(no error)";
 }
 
 const Shape kInput{2, 1, 64, 64};

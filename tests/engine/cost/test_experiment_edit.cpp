@@ -1,6 +1,7 @@
 // Editing experiment files in place: partition designs written back keep everything else of the file,
 // round-trip through the parser, and single fields are set or removed at JSON paths.
 #include "experiment/experiment_edit.hpp"
+#include "support/error_of.hpp"
 
 #include "core/error.hpp"
 
@@ -16,6 +17,8 @@ using Ordered = nlohmann::ordered_json;
 
 namespace {
 
+using test::error_of;
+
 const std::filesystem::path kPresets = std::filesystem::path(TESSERA_SOURCE_DIR) / "resources" / "experiments";
 
 std::string read_text(const std::filesystem::path& path) {
@@ -29,15 +32,6 @@ std::vector<std::string> keys_of(const Ordered& object) {
     std::vector<std::string> keys;
     for (const auto& item : object.items()) keys.push_back(item.key());
     return keys;
-}
-
-std::string error_of(const std::function<void()>& action) {
-    try {
-        action();
-    } catch (const Error& error) {
-        return error.what();
-    }
-    return "(no error)";
 }
 
 using Grid = std::vector<std::vector<std::int64_t>>;

@@ -1,6 +1,7 @@
 // Tiling plans: owned tiles, halos and border padding through real models, and the layouts that
 // cannot work, rejected with the layer named.
 #include "model/models.hpp"
+#include "support/error_of.hpp"
 #include "model/retinanet.hpp"
 #include "partition/core_graph.hpp"
 #include "partition/tiling.hpp"
@@ -12,20 +13,13 @@ using namespace tessera::partition;
 
 namespace {
 
+using test::error_of;
+
 int node_named(const graph::Graph& graph, const std::string& name) {
     for (const graph::Node& node : graph.nodes())
         if (node.name == name) return node.id;
     ADD_FAILURE() << "no node " << name;
     return 0;
-}
-
-std::string error_of(const std::function<void()>& action) {
-    try {
-        action();
-    } catch (const Error& error) {
-        return error.what();
-    }
-    return "(no error)";
 }
 
 // Every spatial node's owned tiles cover its output exactly once.

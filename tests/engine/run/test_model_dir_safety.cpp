@@ -1,6 +1,7 @@
 // A model_dir loses nothing: one run at a time (the lock), checkpoints that verify themselves, an index
 // rebuilt rather than started over, and index entries that cannot name files outside the folder.
 #include "run/model_dir.hpp"
+#include "support/error_of.hpp"
 #include "run/model_dir_lock.hpp"
 #include "run/training_run.hpp"
 #include "io/safetensors.hpp"
@@ -18,17 +19,10 @@
 namespace tessera {
 namespace {
 
+using test::error_of;
+
 namespace fs = std::filesystem;
 using test::TemporaryFolder;
-
-std::string error_of(const std::function<void()>& action) {
-    try {
-        action();
-    } catch (const Error& error) {
-        return error.what();
-    }
-    return "(no error)";
-}
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
