@@ -46,6 +46,9 @@
 #include "graph/executor.hpp"
 #include "loss/cross_entropy.hpp"
 #include "loss/dice_loss.hpp"
+#include "loss/focal_loss.hpp"
+#include "loss/metrics.hpp"
+#include "loss/smooth_l1_loss.hpp"
 #include "model/models.hpp"
 #include "train/optimizer.hpp"
 
@@ -447,20 +450,24 @@ std::vector<OpCase> op_cases() {
 
 // ---- losses: value and gradient in one call, on the U-Nets' logits ----------------------------
 
-enum class LossKind { CrossEntropy, Dice };
+// Focal and smooth L1 take [N, K, …] targets of the logits' shape (0/1 for focal); the confusion matrix
+// is the evaluation's metric pass.
+enum class LossKind { CrossEntropy, Dice, Focal, SmoothL1, ConfusionMatrix };
 
 void run_loss(benchmark::State& state, LossKind kind, const Shape& logits_shape) {
     const Tensor logits = random_tensor(logits_shape, 3);
     Shape label_shape{logits_shape[0]};
     label_shape.insert(label_shape.end(), logits_shape.begin() + 2, logits_shape.end());
     const Tensor labels = random_labels(label_shape, static_cast<std::int32_t>(logits_shape[1]), 4);
+    Tensor targets = random_tensor(logits_shape, 5);
+    for (std::int64_t i = 0; i < targets.num_elements(); ++i) targets.data<float>()[i] = targets.data<float>()[i] > 0.5f ? 1.0f : 0.0f;
     for (auto _ : state) {
-        if (kind == LossKind::CrossEntropy) {
-            loss::CrossEntropyResult result = loss::softmax_cross_entropy(logits, labels);
-            benchmark::DoNotOptimize(result.gradient.raw_data());
-        } else {
-            loss::DiceLossResult result = loss::dice_loss(logits, labels);
-            benchmark::DoNotOptimize(result.gradient.raw_data());
+        switch (kind) {
+            case LossKind::CrossEntropy: benchmark::DoNotOptimize(loss::softmax_cross_entropy(logits, labels).gradient.raw_data()); break;
+            case LossKind::Dice: benchmark::DoNotOptimize(loss::dice_loss(logits, labels).gradient.raw_data()); break;
+            case LossKind::Focal: benchmark::DoNotOptimize(loss::sigmoid_focal_loss(logits, targets, 100).gradient.raw_data()); break;
+            case LossKind::SmoothL1: benchmark::DoNotOptimize(loss::smooth_l1_loss(logits, targets, 100).gradient.raw_data()); break;
+            case LossKind::ConfusionMatrix: benchmark::DoNotOptimize(loss::confusion_matrix_from_logits(logits, labels).total()); break;
         }
     }
     // Read the logits and labels, write the gradient.
@@ -532,6 +539,9 @@ bool register_all() {
         {"bm_dice_loss2d_c2_256", LossKind::Dice, {4, 2, 256, 256}},
         {"bm_softmax_cross_entropy3d_c2_64", LossKind::CrossEntropy, {1, 2, 64, 64, 64}},
         {"bm_dice_loss3d_c2_64", LossKind::Dice, {1, 2, 64, 64, 64}},
+        {"bm_sigmoid_focal_loss2d_c2_256", LossKind::Focal, {4, 2, 256, 256}},
+        {"bm_smooth_l1_loss2d_c2_256", LossKind::SmoothL1, {4, 2, 256, 256}},
+        {"bm_confusion_matrix2d_c2_256", LossKind::ConfusionMatrix, {4, 2, 256, 256}},
     };
     for (const auto& l : losses) {
         const LossKind kind = l.kind;

@@ -161,14 +161,19 @@ TEST(Models, RetinaNetR50ParameterCountIsTheSharedModelsByHand) {
     graph::Executor executor(make_retinanet({.resnet_depth = 18, .num_classes = 3, .fpn_channels = 8, .head_convs = 1},
                                             {1, 3, 128, 128}));
     executor.initialize_parameters(2);
+    // Both biases must exist: a renamed parameter would otherwise skip the checks silently.
+    int checked = 0;
     for (const Parameter& p : executor.parameters()) {
         if (p.name == "class.l3.out.bias") {
             EXPECT_NEAR(p.value.data<float>()[0], -std::log(99.0), 1e-5);
+            ++checked;
         }
         if (p.name == "box.l3.out.bias") {
             EXPECT_EQ(p.value.data<float>()[0], 0.0f);
+            ++checked;
         }
     }
+    EXPECT_EQ(checked, 2) << "class.l3.out.bias or box.l3.out.bias is missing from the RetinaNet graph";
 }
 
 TEST(Models, RetinaNetRejectsInputsTheLevelsCannotDivide) {
