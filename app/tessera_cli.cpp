@@ -152,22 +152,30 @@ int run_plan(const std::string& path, bool sweep, const std::string& json_out, c
     if (sweep) {
         std::printf("\nevery layout for %lld cores, best first:\n", static_cast<long long>(request.core_budget));
         print_plan_table(plans);
-        std::vector<std::int64_t> budgets;
-        for (std::int64_t cores = 1; cores <= std::max<std::int64_t>(request.core_budget * 4, 8); cores *= 2) budgets.push_back(cores);
-        std::printf("\nstrong scaling (global batch %lld):\n", static_cast<long long>(request.global_input[0]));
-        std::printf("%8s  %-44s %12s %14s\n", "cores", "best layout", "step", "samples/s");
-        nlohmann::json curve = nlohmann::json::array();
-        for (const cost::ScalingPoint& point : cost::scaling_curve(factory, request, model, budgets, false)) {
-            const bool ok = point.best.valid && point.best.fits;
-            std::printf("%8lld  %-44s %12s %14s\n", static_cast<long long>(point.cores), ok ? point.best.layout.c_str() : "(nothing fits)",
-                        ok ? milliseconds(point.best.step_seconds).c_str() : "-",
-                        ok ? std::to_string(point.best.samples_per_second).c_str() : "-");
-            curve.push_back({{"cores", point.cores}, {"best", plan_json(point.best)}});
+        // The curves the studio's planner draws (cost::scaling_curve defines both).
+        const std::vector<std::int64_t> budgets = cost::scaling_budgets(request.core_budget);
+        for (const cost::Scaling scaling : {cost::Scaling::Strong, cost::Scaling::Weak}) {
+            const bool strong = scaling == cost::Scaling::Strong;
+            if (strong) {
+                std::printf("\nstrong scaling (global batch %lld):\n", static_cast<long long>(request.global_input[0]));
+            } else {
+                std::printf("\nweak scaling (%lld samples per %lld cores, as the experiment):\n", static_cast<long long>(request.global_input[0]),
+                            static_cast<long long>(request.core_budget));
+            }
+            std::printf("%8s %8s  %-44s %12s %14s\n", "cores", "batch", "best layout", "step", "samples/s");
+            nlohmann::json curve = nlohmann::json::array();
+            for (const cost::ScalingPoint& point : cost::scaling_curve(factory, request, model, budgets, scaling)) {
+                const bool ok = point.best.valid && point.best.fits;
+                std::printf("%8lld %8lld  %-44s %12s %14s\n", static_cast<long long>(point.cores), static_cast<long long>(point.global_batch),
+                            ok ? point.best.layout.c_str() : "(nothing fits)", ok ? milliseconds(point.best.step_seconds).c_str() : "-",
+                            ok ? std::to_string(point.best.samples_per_second).c_str() : "-");
+                curve.push_back({{"cores", point.cores}, {"global_batch", point.global_batch}, {"best", plan_json(point.best)}});
+            }
+            out[strong ? "strong_scaling" : "weak_scaling"] = curve;
         }
         nlohmann::json table = nlohmann::json::array();
         for (const auto& plan : plans) table.push_back(plan_json(plan));
         out["layouts"] = table;
-        out["strong_scaling"] = curve;
     }
     if (!json_out.empty()) {
         std::ofstream file(json_out);

@@ -242,18 +242,40 @@ LayoutPlan plan_layout(const ModelFactory& factory, const PlannerRequest& reques
     return plan;
 }
 
+std::vector<std::int64_t> scaling_budgets(std::int64_t core_budget) {
+    std::vector<std::int64_t> budgets;
+    for (std::int64_t cores = 1; cores <= std::max<std::int64_t>(core_budget * 4, 8); cores *= 2) budgets.push_back(cores);
+    return budgets;
+}
+
+std::optional<std::int64_t> weak_scaling_batch(const PlannerRequest& request, std::int64_t cores) {
+    const std::int64_t batch = request.global_input[0];
+    if ((batch * cores) % request.core_budget != 0) return std::nullopt;
+    return batch * cores / request.core_budget;
+}
+
+std::optional<ScalingPoint> scaling_point(const ModelFactory& factory, const PlannerRequest& request, const CostModel& cost,
+                                          std::int64_t cores, Scaling scaling) {
+    PlannerRequest at = request;
+    at.core_budget = cores;
+    if (scaling == Scaling::Weak) {
+        const std::optional<std::int64_t> batch = weak_scaling_batch(request, cores);
+        if (!batch) return std::nullopt;
+        at.global_input[0] = *batch;
+    }
+    const std::vector<LayoutPlan> plans = plan_layouts(factory, at, cost);
+    ScalingPoint point;
+    point.cores = cores;
+    point.global_batch = at.global_input[0];
+    if (!plans.empty()) point.best = plans.front();
+    return point;
+}
+
 std::vector<ScalingPoint> scaling_curve(const ModelFactory& factory, const PlannerRequest& request, const CostModel& cost,
-                                        const std::vector<std::int64_t>& budgets, bool weak) {
+                                        const std::vector<std::int64_t>& budgets, Scaling scaling) {
     std::vector<ScalingPoint> curve;
     for (std::int64_t cores : budgets) {
-        PlannerRequest at = request;
-        at.core_budget = cores;
-        if (weak) at.global_input[0] = request.global_input[0] * cores;
-        const std::vector<LayoutPlan> plans = plan_layouts(factory, at, cost);
-        ScalingPoint point;
-        point.cores = cores;
-        if (!plans.empty()) point.best = plans.front();
-        curve.push_back(std::move(point));
+        if (auto point = scaling_point(factory, request, cost, cores, scaling)) curve.push_back(std::move(*point));
     }
     return curve;
 }

@@ -15,6 +15,7 @@
 #include "cost/step_simulation.hpp"
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -56,13 +57,29 @@ std::vector<LayoutPlan> plan_layouts(const ModelFactory& factory, const PlannerR
 LayoutPlan plan_layout(const ModelFactory& factory, const PlannerRequest& request, const CostModel& cost, std::int64_t replicas,
                        const partition::SpatialGrid& grid);
 
-// Strong scaling (fixed global batch) or weak scaling (batch grows with the cores): the best layout's
-// step time at each budget.
+// Scaling curves: the best layout's step time as the core count changes.
+//   Strong: the global batch stays the request's.
+//   Weak:   each core keeps its share of the request's batch, so the batch at n cores is
+//           batch × n / core_budget and the two curves cross at the request's own budget; core counts
+//           where that batch is not whole are left out. (A batch of batch × n would ask every core for a
+//           whole sample: never possible for a volume that needs several cores.)
+enum class Scaling { Strong, Weak };
+
 struct ScalingPoint {
     std::int64_t cores = 0;
-    LayoutPlan best;  // invalid when nothing fits
+    std::int64_t global_batch = 0;  // the batch planned at this core count
+    LayoutPlan best;                // invalid when nothing fits
 };
+
+// The core counts a curve visits for a budget: 1, 2, 4, … up to max(8, 4 × budget).
+std::vector<std::int64_t> scaling_budgets(std::int64_t core_budget);
+// The global batch weak scaling plans at `cores`, or nullopt where it is not whole.
+std::optional<std::int64_t> weak_scaling_batch(const PlannerRequest& request, std::int64_t cores);
+// One point of a curve (callers that report progress walk the budgets themselves); nullopt where weak
+// scaling has no whole batch.
+std::optional<ScalingPoint> scaling_point(const ModelFactory& factory, const PlannerRequest& request, const CostModel& cost,
+                                          std::int64_t cores, Scaling scaling);
 std::vector<ScalingPoint> scaling_curve(const ModelFactory& factory, const PlannerRequest& request, const CostModel& cost,
-                                        const std::vector<std::int64_t>& budgets, bool weak);
+                                        const std::vector<std::int64_t>& budgets, Scaling scaling);
 
 }  // namespace tessera::cost

@@ -27,12 +27,6 @@ cost::PlannerRequest makeRequest(const experiment::Experiment& experiment) {
 }
 
 // Core counts of the scaling curves: 1, 2, 4, … up to max(8, 4 × budget).
-std::vector<std::int64_t> scalingBudgets(std::int64_t budget) {
-    std::vector<std::int64_t> budgets;
-    for (std::int64_t cores = 1; cores <= std::max<std::int64_t>(budget * 4, 8); cores *= 2) budgets.push_back(cores);
-    return budgets;
-}
-
 PlannedLayout copyPlan(const cost::LayoutPlan& plan, int rank) {
     PlannedLayout row;
     row.rank = rank;
@@ -51,10 +45,10 @@ PlannedLayout copyPlan(const cost::LayoutPlan& plan, int rank) {
     return row;
 }
 
-ScalingSample copyPoint(const cost::ScalingPoint& point, std::int64_t global_batch) {
+ScalingSample copyPoint(const cost::ScalingPoint& point) {
     ScalingSample sample;
     sample.cores = point.cores;
-    sample.global_batch = global_batch;
+    sample.global_batch = point.global_batch;
     sample.feasible = point.best.valid && point.best.fits;
     sample.layout = QString::fromStdString(point.best.layout);
     sample.step_seconds = point.best.step_seconds;
@@ -165,15 +159,12 @@ void PlannerWorker::runPlan(const PlanJob& job) {
         const cost::CostModel model(device);
         const cost::ModelFactory factory = [&experiment](const Shape& input) { return experiment::build_model(experiment, input); };
         const cost::PlannerRequest request = makeRequest(experiment);
-        // Strong scaling keeps the global batch. Weak scaling keeps each core's share of the experiment's
-        // batch (batch × n / budget at n cores), so the curves cross at the experiment; core counts where
-        // that batch is not whole are skipped. (scaling_curve's own weak mode, batch × n, asks every core
-        // for a whole sample: never possible for a volume that needs several cores.)
+        // Both curves as cost::scaling_curve defines them; walked here a point at a time to report progress.
         const std::int64_t batch = request.global_input[0];
-        const std::vector<std::int64_t> budgets = scalingBudgets(request.core_budget);
+        const std::vector<std::int64_t> budgets = cost::scaling_budgets(request.core_budget);
         std::vector<std::int64_t> weak_budgets;
         for (std::int64_t cores : budgets) {
-            if ((batch * cores) % request.core_budget == 0) weak_budgets.push_back(cores);
+            if (cost::weak_scaling_batch(request, cores)) weak_budgets.push_back(cores);
         }
         const int total = 1 + static_cast<int>(budgets.size() + weak_budgets.size());
         int done = 0;
@@ -198,13 +189,10 @@ void PlannerWorker::runPlan(const PlanJob& job) {
             for (std::int64_t cores : weak ? weak_budgets : budgets) {
                 emit progress(job.request, done, total,
                               (weak ? tr("Weak scaling: %1 cores") : tr("Strong scaling: %1 cores")).arg(cores));
-                cost::PlannerRequest at = request;
-                if (weak) at.global_input[0] = batch * cores / request.core_budget;
-                const std::vector<cost::ScalingPoint> curve = cost::scaling_curve(factory, at, model, {cores}, false);
+                const std::optional<cost::ScalingPoint> point =
+                    cost::scaling_point(factory, request, model, cores, weak ? cost::Scaling::Weak : cost::Scaling::Strong);
                 if (shouldStop()) return;
-                for (const cost::ScalingPoint& point : curve) {
-                    (weak ? result.weak_scaling : result.strong_scaling).push_back(copyPoint(point, at.global_input[0]));
-                }
+                if (point) (weak ? result.weak_scaling : result.strong_scaling).push_back(copyPoint(*point));
                 ++done;
             }
         }

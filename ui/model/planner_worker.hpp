@@ -2,9 +2,9 @@
 //
 // plan() hands it a copy of an experiment (under a mutex); the thread ranks every layout for the
 // experiment's core budget (cost::plan_layouts), then walks the strong and weak scaling curves one core
-// count at a time (cost::scaling_curve), checking between stages whether it should stop: a newer plan()
-// restarts the work, destruction aborts it. Strong scaling keeps the global batch; weak scaling keeps each
-// core's share of it (batch × n / budget at n cores, where that is a whole number). predictTimeline() asks for one layout's predicted step with
+// count at a time (cost::scaling_point, the engine's definition of both curves, which `tessera-cli plan
+// --sweep` prints too), checking between stages whether it should stop: a newer plan() restarts the
+// work, destruction aborts it. predictTimeline() asks for one layout's predicted step with
 // its timeline (cost::predict_step). Results leave as copied value types through queued signals, each
 // with the request number plan()/predictTimeline() returned, so a receiver drops what it no longer wants.
 //

@@ -135,6 +135,30 @@ TEST(Planner, RanksThe3DUNetLayoutsAndExplainsThem) {
     EXPECT_EQ(without_replicas, 15u);
 }
 
+TEST(Planner, WeakScalingKeepsEachCoresShareOfTheBatchAndCrossesStrongScalingAtTheBudget) {
+    const CostModel v3(load_device_preset("tpu_v3"));
+    PlannerRequest request;
+    request.global_input = {2, 1, 64, 64, 64};
+    request.core_budget = 4;
+    request.simulation = bf16();
+    EXPECT_EQ(scaling_budgets(4), (std::vector<std::int64_t>{1, 2, 4, 8, 16}));
+    EXPECT_EQ(scaling_budgets(1), (std::vector<std::int64_t>{1, 2, 4, 8}));
+    // 2 samples on 4 cores: half a sample per core, so 1 core has no whole batch.
+    const auto weak = scaling_curve(unet3d, request, v3, scaling_budgets(4), Scaling::Weak);
+    ASSERT_EQ(weak.size(), 4u);
+    const std::vector<std::int64_t> cores{2, 4, 8, 16}, batches{1, 2, 4, 8};
+    for (std::size_t i = 0; i < weak.size(); ++i) {
+        EXPECT_EQ(weak[i].cores, cores[i]);
+        EXPECT_EQ(weak[i].global_batch, batches[i]);
+    }
+    const auto strong = scaling_curve(unet3d, request, v3, scaling_budgets(4), Scaling::Strong);
+    ASSERT_EQ(strong.size(), 5u);
+    for (const ScalingPoint& point : strong) EXPECT_EQ(point.global_batch, 2);
+    // At the experiment's own budget both curves plan the same request.
+    EXPECT_EQ(strong[2].best.layout, weak[1].best.layout);
+    EXPECT_DOUBLE_EQ(strong[2].best.step_seconds, weak[1].best.step_seconds);
+}
+
 TEST(Planner, RefusesLayoutsTheRulesForbidWithTheRule) {
     const CostModel v3(load_device_preset("tpu_v3"));
     PlannerRequest request;
