@@ -1,5 +1,7 @@
 #include "model/models.hpp"
 
+#include <algorithm>
+
 #include <iomanip>
 #include <sstream>
 
@@ -41,21 +43,26 @@ Graph make_unet(const UNetConfig& config, const Shape& input) {
                                           << shape_to_string(input) << " (try "
                                           << (input[axis] + factor - 1) / factor * factor << " on axis " << axis << ")");
     }
+    TESSERA_CHECK(config.max_width >= 0, "U-Net max_width must be ≥ 0 (0: no cap), got " << config.max_width);
+    const auto width = [&config](int level) {
+        const std::int64_t doubled = config.base_width << level;
+        return config.max_width > 0 ? std::min(doubled, config.max_width) : doubled;
+    };
     Graph g(std::to_string(rank) + "d-unet-d" + std::to_string(config.depth) + "-w" + std::to_string(config.base_width));
     int x = g.input(input);
     std::vector<int> skips;
     for (int level = 0; level < config.depth - 1; ++level) {
-        x = double_conv(g, x, config.base_width << level, rank, config.batch_norm, level_name("down", level));
+        x = double_conv(g, x, width(level), rank, config.batch_norm, level_name("down", level));
         skips.push_back(x);
         x = g.pool(x, ops::PoolAttributes::max_down(rank), level_name("down", level) + ".pool");
     }
-    x = double_conv(g, x, config.base_width << (config.depth - 1), rank, config.batch_norm, "bottleneck");
+    x = double_conv(g, x, width(config.depth - 1), rank, config.batch_norm, "bottleneck");
     for (int level = config.depth - 2; level >= 0; --level) {
         ops::ConvTransposeAttributes up = ops::ConvTransposeAttributes::upsample(rank);
         up.has_bias = true;
-        x = g.conv_transpose(x, config.base_width << level, up, level_name("up", level) + ".upconv");
+        x = g.conv_transpose(x, width(level), up, level_name("up", level) + ".upconv");
         x = g.concat({skips[static_cast<std::size_t>(level)], x}, level_name("up", level) + ".concat");
-        x = double_conv(g, x, config.base_width << level, rank, config.batch_norm, level_name("up", level));
+        x = double_conv(g, x, width(level), rank, config.batch_norm, level_name("up", level));
     }
     ops::ConvAttributes head = ops::ConvAttributes::same(rank, 1);
     head.has_bias = true;

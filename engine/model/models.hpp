@@ -22,6 +22,7 @@ struct UNetConfig {
     std::int64_t base_width = 64;  // channels at level 0; doubled at every level down
     std::int64_t num_classes = 2;
     bool batch_norm = true;        // false: conv → ReLU blocks with biases (no BN)
+    std::int64_t max_width = 0;    // 0: none; else channels never pass it (nnU-Net and MLPerf's 3D U-Net cap at 320)
 };
 
 struct ResNetConfig {

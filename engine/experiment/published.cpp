@@ -1,0 +1,226 @@
+#include "experiment/published.hpp"
+
+#include "core/error.hpp"
+#include "core/json_support.hpp"
+#include "core/user_files.hpp"
+#include "cost/device.hpp"
+#include "model/models.hpp"
+#include "model/retinanet.hpp"
+#include "partition/tiling.hpp"
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+namespace tessera::experiment {
+
+namespace fs = std::filesystem;
+using json::Json;
+
+namespace {
+
+// Reads one case, naming the file, the case and the field in every error.
+class CaseReader {
+public:
+    CaseReader(std::string where, const Json& value) : m_where(std::move(where)), m_value(value) {}
+
+    const Json& field(const Json& parent, const std::string& key, const std::string& path) const {
+        TESSERA_CHECK(parent.is_object() && parent.contains(key), m_where << ": " << path << key << ": missing");
+        return parent[key];
+    }
+    std::string text(const Json& parent, const std::string& key, const std::string& path = "") const {
+        const Json& value = field(parent, key, path);
+        TESSERA_CHECK(value.is_string(), m_where << ": " << path << key << ": expected a string, got " << json::type_name(value));
+        return value.get<std::string>();
+    }
+    double number(const Json& parent, const std::string& key, const std::string& path = "") const {
+        const Json& value = field(parent, key, path);
+        TESSERA_CHECK(value.is_number() && value.get<double>() > 0,
+                      m_where << ": " << path << key << ": expected a positive number, got " << json::shown(value));
+        return value.get<double>();
+    }
+    std::int64_t count(const Json& parent, const std::string& key, const std::string& path = "") const {
+        const double value = number(parent, key, path);
+        TESSERA_CHECK(value == static_cast<double>(static_cast<std::int64_t>(value)),
+                      m_where << ": " << path << key << ": expected a whole number, got " << value);
+        return static_cast<std::int64_t>(value);
+    }
+    const Json& root() const { return m_value; }
+    const std::string& where() const { return m_where; }
+
+private:
+    std::string m_where;
+    const Json& m_value;
+};
+
+// Tessera's builders need extents divisible by the model's total stride: the published size is rounded
+// up (an unpadded U-Net's 572² input, a detector's 800×1333), and the approximation recorded.
+std::int64_t rounded_up(std::int64_t extent, std::int64_t multiple) { return (extent + multiple - 1) / multiple * multiple; }
+
+PublishedCase read_case(const Json& value, const std::string& file) {
+    PublishedCase c;
+    c.file = file;
+    TESSERA_CHECK(value.is_object() && value.contains("name") && value["name"].is_string(),
+                  file << ": a case is not an object with a \"name\": " << value.dump().substr(0, 120));
+    c.name = value["name"].get<std::string>();
+    const CaseReader read(file + ": case \"" + c.name + "\"", value);
+
+    const Json& model = read.field(value, "model", "");
+    c.model_kind = read.text(model, "kind", "model.");
+    const Json& input = read.field(value, "input", "");
+    const std::int64_t channels = read.count(input, "channels", "input.");
+    const Json& size = read.field(input, "size", "input.");
+    TESSERA_CHECK(size.is_array() && (size.size() == 2 || size.size() == 3),
+                  read.where() << ": input.size: expected [H, W] or [D, H, W], got " << json::shown(size));
+    std::vector<std::int64_t> extents;
+    for (const Json& extent : size) {
+        TESSERA_CHECK(extent.is_number_integer() && extent.get<std::int64_t>() > 0,
+                      read.where() << ": input.size: expected positive whole numbers, got " << json::shown(size));
+        extents.push_back(extent.get<std::int64_t>());
+    }
+
+    std::int64_t stride = 1;
+    if (c.model_kind == "resnet") {
+        c.depth = static_cast<int>(read.count(model, "depth", "model."));
+        c.num_classes = read.count(model, "num_classes", "model.");
+        stride = 32;
+    } else if (c.model_kind == "unet") {
+        c.depth = static_cast<int>(read.count(model, "depth", "model."));
+        c.base_width = read.count(model, "base_width", "model.");
+        c.num_classes = read.count(model, "num_classes", "model.");
+        if (model.contains("max_width")) c.max_width = read.count(model, "max_width", "model.");
+        if (model.contains("batch_norm")) c.batch_norm = model["batch_norm"].get<bool>();
+        if (model.value("normalization", "batch") == "instance") {
+            c.batch_norm = true;
+            c.approximations.push_back("instance norm read as batch norm");
+        }
+        if (model.value("padding", "same") == "valid") c.approximations.push_back("unpadded (valid) convolutions read as padded");
+        stride = std::int64_t{1} << (c.depth - 1);
+    } else if (c.model_kind == "retinanet") {
+        c.depth = static_cast<int>(read.count(model, "backbone_depth", "model."));
+        c.num_classes = read.count(model, "num_classes", "model.");
+        if (model.contains("fpn_channels")) c.fpn_channels = read.count(model, "fpn_channels", "model.");
+        if (model.contains("num_anchors")) c.num_anchors = read.count(model, "num_anchors", "model.");
+        if (model.contains("backbone")) c.approximations.push_back("backbone " + model["backbone"].get<std::string>() + " read as ResNet");
+        if (model.contains("frozen_backbone_stages")) c.approximations.push_back("frozen backbone stages trained");
+        stride = 128;
+    } else {
+        TESSERA_REJECT(read.where() << ": model.kind: expected \"resnet\", \"unet\" or \"retinanet\", got \"" << c.model_kind << "\"");
+    }
+    bool rounded = false;
+    for (std::int64_t& extent : extents) {
+        const std::int64_t up = rounded_up(extent, stride);
+        rounded = rounded || up != extent;
+        extent = up;
+    }
+    if (rounded) c.approximations.push_back("input rounded up to a multiple of " + std::to_string(stride));
+
+    const std::int64_t batch = read.count(value, "global_batch");
+    c.global_input = {batch, channels};
+    c.global_input.insert(c.global_input.end(), extents.begin(), extents.end());
+    c.device = read.text(value, "device");
+    c.num_cores = read.count(value, "num_cores");
+    c.num_cores_per_replica = value.contains("num_cores_per_replica") ? read.count(value, "num_cores_per_replica") : 1;
+    TESSERA_CHECK(c.num_cores % c.num_cores_per_replica == 0,
+                  read.where() << ": num_cores " << c.num_cores << " is not a multiple of num_cores_per_replica " << c.num_cores_per_replica);
+    c.spatial_pieces.assign(extents.size(), 1);
+    if (value.contains("input_partition_dims") && !value["input_partition_dims"].is_null()) {
+        const Json& dims = value["input_partition_dims"];
+        TESSERA_CHECK(dims.is_array() && dims.size() == extents.size() + 2,
+                      read.where() << ": input_partition_dims: expected " << extents.size() + 2 << " entries (channels last), got "
+                                   << json::shown(dims));
+        std::int64_t product = 1;
+        for (std::size_t axis = 0; axis < extents.size(); ++axis) {
+            c.spatial_pieces[axis] = dims[axis + 1].get<std::int64_t>();
+            product *= c.spatial_pieces[axis];
+        }
+        TESSERA_CHECK(product == c.num_cores_per_replica, read.where() << ": input_partition_dims " << json::shown(dims)
+                                                                       << " split into " << product << " pieces, but num_cores_per_replica is "
+                                                                       << c.num_cores_per_replica);
+    }
+    const std::string precision = read.text(value, "precision");
+    if (precision == "bf16") c.precision = graph::Precision::BF16;
+    else if (precision == "f16") c.precision = graph::Precision::F16;
+    else if (precision == "f32") c.precision = graph::Precision::F32;
+    else if (precision == "tf32") {
+        c.precision = graph::Precision::F32;
+        c.approximations.push_back("TF32 read as plain f32 (the presets have no TF32 peak)");
+    } else {
+        TESSERA_REJECT(read.where() << ": precision: expected bf16, f16, f32 or tf32, got \"" << precision << "\"");
+    }
+
+    const Json& measured = read.field(value, "measured", "");
+    const double figure = read.number(measured, "value", "measured.");
+    const std::string unit = read.text(measured, "unit", "measured.");
+    if (unit == "ms/step") c.published_step_seconds = figure * 1e-3;
+    else if (unit == "images/s" || unit == "samples/s") c.published_step_seconds = static_cast<double>(batch) / figure;
+    else TESSERA_REJECT(read.where() << ": measured.unit: expected ms/step, images/s or samples/s, got \"" << unit << "\"");
+    std::ostringstream shown;
+    shown << figure << ' ' << unit;
+    c.measured = shown.str();
+    const Json& source = read.field(value, "source", "");
+    c.source = read.text(source, "title", "source.") + " (" + source.value("authors_or_org", "") + ", " +
+               std::to_string(source.value("year", 0)) + ")";
+    return c;
+}
+
+}  // namespace
+
+std::vector<PublishedCase> load_published_cases(const fs::path& folder) {
+    TESSERA_CHECK(file_kind(folder) == FileKind::Folder, "'" << folder.string() << "' is not a folder of published cases");
+    std::vector<fs::path> files;
+    for (const auto& entry : fs::directory_iterator(folder)) {
+        if (entry.path().extension() == ".json") files.push_back(entry.path());
+    }
+    std::sort(files.begin(), files.end());
+    std::vector<PublishedCase> cases;
+    for (const fs::path& path : files) {
+        require_regular_file(path, "published-case file");
+        std::ifstream in(path, std::ios::binary);
+        std::ostringstream text;
+        text << in.rdbuf();
+        const std::string name = path.filename().string();
+        const Json root = json::parse_json_strictly(text.str(), name);
+        TESSERA_CHECK(root.is_object() && root.contains("cases") && root["cases"].is_array(),
+                      name << ": expected {\"cases\": [...]}");
+        for (const Json& value : root["cases"]) cases.push_back(read_case(value, name));
+    }
+    return cases;
+}
+
+graph::Graph build_published_model(const PublishedCase& c, const Shape& replica_input) {
+    if (c.model_kind == "resnet") return model::make_resnet({.depth = c.depth, .num_classes = c.num_classes}, replica_input);
+    if (c.model_kind == "unet") {
+        return model::make_unet({.depth = c.depth, .base_width = c.base_width, .num_classes = c.num_classes, .batch_norm = c.batch_norm,
+                                 .max_width = c.max_width},
+                                replica_input);
+    }
+    TESSERA_ASSERT(c.model_kind == "retinanet", "unknown published model kind " << c.model_kind);
+    return model::make_retinanet({.resnet_depth = c.depth, .num_classes = c.num_classes, .num_anchors = c.num_anchors,
+                                  .fpn_channels = c.fpn_channels},
+                                 replica_input);
+}
+
+PublishedPrediction predict_published(const PublishedCase& c) {
+    const cost::CostModel model(cost::load_device_preset(c.device));
+    cost::PlannerRequest request;
+    request.global_input = c.global_input;
+    request.core_budget = c.num_cores;
+    request.simulation.precision = c.precision;
+    request.simulation.optimizer_slots = 1;  // SGD with momentum, as every published setup here trains (LARS for MLPerf ResNet)
+    request.simulation.record_timeline = false;
+    const std::int64_t replicas = c.num_cores / c.num_cores_per_replica;
+    Shape replica_input = c.global_input;
+    TESSERA_CHECK(replica_input[0] % replicas == 0, c.name << ": the global batch " << replica_input[0] << " does not split over "
+                                                           << replicas << " replicas");
+    replica_input[0] /= replicas;
+    const partition::SpatialGrid grid = partition::SpatialGrid::even(replica_input, c.spatial_pieces);
+    const cost::ModelFactory factory = [&c](const Shape& input) { return build_published_model(c, input); };
+    PublishedPrediction prediction;
+    prediction.plan = cost::plan_layout(factory, request, model, replicas, grid);
+    prediction.predicted_step_seconds = prediction.plan.step_seconds;
+    prediction.error = prediction.predicted_step_seconds / c.published_step_seconds - 1;
+    return prediction;
+}
+
+}  // namespace tessera::experiment

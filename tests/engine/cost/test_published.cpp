@@ -1,0 +1,74 @@
+// The published training speeds of resources/validation/ load, convert to step times as their units
+// say, rebuild as models, and get a prediction for their own layout. (How close the predictions come is
+// bench/bm_published's report, not a pass/fail here: the presets' figures are data-sheet values, and
+// the gaps are what the cost model has yet to explain.)
+#include "experiment/published.hpp"
+
+#include "support/error_of.hpp"
+#include "support/scratch_dir.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <set>
+
+namespace tessera::experiment {
+namespace {
+
+using test::error_of;
+using test::ScratchDir;
+
+TEST(PublishedCases, EveryCaseLoadsWithASourceAndAStepTime) {
+    const std::vector<PublishedCase> cases = load_published_cases(TESSERA_SOURCE_DIR "/resources/validation");
+    ASSERT_GE(cases.size(), 15u);
+    std::set<std::string> names, kinds, devices;
+    for (const PublishedCase& c : cases) {
+        EXPECT_TRUE(names.insert(c.name).second) << c.name << " appears twice";
+        kinds.insert(c.model_kind);
+        devices.insert(c.device);
+        EXPECT_FALSE(c.source.empty()) << c.name;
+        EXPECT_GT(c.published_step_seconds, 0) << c.name;
+        EXPECT_LT(c.published_step_seconds, 60) << c.name;
+        EXPECT_EQ(c.num_cores % c.num_cores_per_replica, 0) << c.name;
+    }
+    EXPECT_EQ(kinds, (std::set<std::string>{"resnet", "unet", "retinanet"}));
+    EXPECT_GE(devices.size(), 4u);
+}
+
+TEST(PublishedCases, EveryCaseGetsAPredictionForItsOwnLayout) {
+    for (const PublishedCase& c : load_published_cases(TESSERA_SOURCE_DIR "/resources/validation")) {
+        const PublishedPrediction p = predict_published(c);
+        EXPECT_FALSE(p.plan.layout.empty()) << c.name;
+        if (p.plan.valid && p.plan.fits) {
+            EXPECT_TRUE(std::isfinite(p.predicted_step_seconds) && p.predicted_step_seconds > 0) << c.name;
+            EXPECT_DOUBLE_EQ(p.error, p.predicted_step_seconds / c.published_step_seconds - 1) << c.name;
+        } else {
+            EXPECT_FALSE(p.plan.verdict.empty()) << c.name << ": a layout that cannot run says why";
+        }
+    }
+}
+
+TEST(PublishedCases, UnitsConvertToTheStepOfTheGlobalBatchAndBadCasesAreNamed) {
+    const ScratchDir scratch;
+    const auto write = [&](const std::string& measured) {
+        std::ofstream out(scratch / "cases.json");
+        out << R"({"cases": [{"name": "r50", "model": {"kind": "resnet", "depth": 50, "num_classes": 1000},
+                 "input": {"channels": 3, "size": [224, 224]}, "global_batch": 256, "device": "v100", "num_cores": 8,
+                 "precision": "tf32", "measured": )"
+            << measured << R"(, "source": {"title": "t", "year": 2020}}]})";
+    };
+    write(R"({"value": 1024, "unit": "images/s"})");
+    auto cases = load_published_cases(scratch.path());
+    ASSERT_EQ(cases.size(), 1u);
+    EXPECT_DOUBLE_EQ(cases[0].published_step_seconds, 0.25);  // 256 images at 1024 images/s
+    EXPECT_EQ(cases[0].approximations, (std::vector<std::string>{"TF32 read as plain f32 (the presets have no TF32 peak)"}));
+    write(R"({"value": 80, "unit": "ms/step"})");
+    EXPECT_DOUBLE_EQ(load_published_cases(scratch.path())[0].published_step_seconds, 0.08);
+    write(R"({"value": 80, "unit": "fortnights"})");
+    const std::string message = error_of([&] { load_published_cases(scratch.path()); });
+    EXPECT_NE(message.find("cases.json: case \"r50\": measured.unit"), std::string::npos) << message;
+}
+
+}  // namespace
+}  // namespace tessera::experiment
