@@ -7,8 +7,12 @@
 #include <opencv2/core.hpp>
 #include <opencv2/imgcodecs.hpp>
 
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <fstream>
+#include <vector>
 
 namespace tessera::io_detail {
 
@@ -62,6 +66,82 @@ void check_signature(const std::filesystem::path& path, Codec codec) {
                                                            << full_extension(path) << " extension?");
 }
 
+// The first page of a classic TIFF must hold the pixels it declares. OpenCV's decoder returns an image of
+// the declared size even when the strips cannot fill it (found by fuzzing: a 192-byte file decoded as
+// 1792×65535 pixels of leftovers), so the strips' byte counts are compared with the declared size, times
+// the most a codec can expand (none ×1, PackBits ×64, deflate ×1100, LZW and others ×2048), the counts
+// capped at the file's size. CCITT fax pages, tiled pages and BigTIFF are left to the decoder.
+void check_tiff_strips(const std::filesystem::path& path) {
+    std::ifstream in(path, std::ios::binary);
+    std::error_code error;
+    const auto file_bytes = static_cast<std::uint64_t>(std::filesystem::file_size(path, error));
+    if (error) return;  // the decoder reports an unreadable file
+    unsigned char header[8] = {};
+    in.read(reinterpret_cast<char*>(header), sizeof header);
+    if (in.gcount() != 8 || header[0] != header[1] || (header[0] == 'I' ? header[2] : header[3]) != 42) return;
+    const bool little = header[0] == 'I';
+    const auto number = [&](const unsigned char* at, int bytes) {
+        std::uint64_t value = 0;
+        for (int i = 0; i < bytes; ++i) value |= std::uint64_t{at[little ? i : bytes - 1 - i]} << (8 * i);
+        return value;
+    };
+    const auto read_at = [&](std::uint64_t offset, unsigned char* out, std::size_t bytes) {
+        if (offset > file_bytes || bytes > file_bytes - offset) return false;
+        in.clear();
+        in.seekg(static_cast<std::streamoff>(offset));
+        in.read(reinterpret_cast<char*>(out), static_cast<std::streamsize>(bytes));
+        return static_cast<std::size_t>(in.gcount()) == bytes;
+    };
+    unsigned char count_bytes[2];
+    const std::uint64_t ifd = number(header + 4, 4);
+    if (!read_at(ifd, count_bytes, 2)) return;
+    const std::uint64_t entries = number(count_bytes, 2);
+    std::vector<unsigned char> table(entries * 12);
+    if (!read_at(ifd + 2, table.data(), table.size())) return;
+    std::uint64_t width = 0, height = 0, bits = 1, samples = 1, compression = 1, strip_bytes = 0;
+    bool has_strips = false;
+    for (std::uint64_t e = 0; e < entries; ++e) {
+        const unsigned char* entry = table.data() + e * 12;
+        const std::uint64_t tag = number(entry, 2), type = number(entry + 2, 2), count = number(entry + 4, 4);
+        const int size = type == 3 ? 2 : type == 4 ? 4 : 0;  // SHORT or LONG; other types are not used here
+        if (size == 0 || count == 0) continue;
+        const std::uint64_t first = number(entry + 8, size);  // the first value when it is stored inline
+        if (tag == 256) width = first;
+        if (tag == 257) height = first;
+        if (tag == 258) bits = count * size <= 4 ? first : 0;  // per-sample sizes stored elsewhere: skip the check
+        if (tag == 277) samples = first;
+        if (tag == 259) compression = first;
+        if (tag == 279) {  // StripByteCounts
+            has_strips = true;
+            if (count * size <= 4) {
+                for (std::uint64_t i = 0; i < count; ++i) strip_bytes += number(entry + 8 + i * size, size);
+            } else {
+                if (count > (std::uint64_t{1} << 24)) return;
+                std::vector<unsigned char> values(count * size);
+                if (!read_at(number(entry + 8, 4), values.data(), values.size())) return;
+                for (std::uint64_t i = 0; i < count; ++i) strip_bytes += number(values.data() + i * size, size);
+            }
+        }
+    }
+    // CCITT fax codes (2, 3, 4) code a blank line in a few bits: no useful bound. Other and unknown codecs
+    // get LZW's (OpenCV returned a full-size image for an unknown codec too).
+    const bool fax = compression >= 2 && compression <= 4;
+    const std::uint64_t expansion = compression == 1       ? 1
+                                    : compression == 32773 ? 64
+                                    : compression == 8 || compression == 32946 ? 1100
+                                                                               : 2048;
+    if (!has_strips || fax || bits == 0 || width == 0 || height == 0) return;
+    strip_bytes = std::min(strip_bytes, file_bytes);  // the counts are read from the file: they may lie
+    // In double: damaged headers overflow 64 bits.
+    const double declared = std::ceil(static_cast<double>(width) * static_cast<double>(samples) * static_cast<double>(bits) / 8) *
+                            static_cast<double>(height);
+    TESSERA_CHECK(static_cast<double>(strip_bytes) * static_cast<double>(expansion) >= declared,
+                  quoted(path) << " is damaged: its first page declares " << width << "×" << height << " pixels ("
+                               << static_cast<std::uint64_t>(std::min(declared, 1e19)) << " bytes of samples) but its strips hold "
+                               << strip_bytes << " bytes" << (expansion > 1 ? " of compressed data, which cannot expand that far" : "")
+                               << ". The file is truncated or its header is wrong; get a complete copy.");
+}
+
 bool scalar_type_of(int depth, ScalarType& type) {
     switch (depth) {
         case CV_8U:
@@ -111,6 +191,7 @@ RawImage read_image2d(const std::filesystem::path& path) {
     std::vector<cv::Mat> pages;
     try {
         if (codec == Codec::Tiff) {
+            check_tiff_strips(path);
             cv::imreadmulti(path.string(), pages, read_flags);
         } else {
             cv::Mat page = cv::imread(path.string(), read_flags);

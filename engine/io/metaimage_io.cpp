@@ -103,11 +103,19 @@ MetaHeader parse_meta_header(const std::filesystem::path& path) {
         ++line_number;
         begin = next;
         if (trim(line).empty()) continue;
-        const bool printable =
-            std::all_of(line.begin(), line.end(), [](unsigned char c) { return c >= 32 || c == '\t' || c == '\r'; });
+        // A carriage return only ends a line (CRLF files): VTK's MetaIO reader ends a value at any '\r',
+        // so "ElementDataFile =\r fuzz.raw" named a data file it could not open (and leaked a stream).
+        const std::size_t text_end = !line.empty() && line.back() == '\r' ? line.size() - 1 : line.size();
+        const bool printable = std::all_of(line.begin(), line.begin() + static_cast<std::ptrdiff_t>(text_end),
+                                           [](unsigned char c) { return c >= 32 || c == '\t'; });
         const std::size_t equals = line.find('=');
         const std::string key = equals == std::string::npos ? "" : lower(trim(line.substr(0, equals)));
-        TESSERA_CHECK(printable && !key.empty() && line.size() < 4096,
+        // Keys are short names (VTK's MetaIO copies each into a 255-byte field without a bound check, so a
+        // longer key overflowed it; found by fuzzing).
+        const bool name_like = !key.empty() && key.size() <= 128 && std::all_of(key.begin(), key.end(), [](unsigned char c) {
+            return std::isalnum(c) != 0 || c == '_' || c == '-' || c == '.';
+        });
+        TESSERA_CHECK(printable && name_like && line.size() < 4096,
                       quoted(path) << " is not a MetaImage file: line " << line_number
                                    << " of its header is not 'Key = Value' text. Is it another kind of file "
                                    << "saved with a " << full_extension(path) << " extension?");

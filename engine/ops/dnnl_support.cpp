@@ -1,5 +1,6 @@
 #include "ops/dnnl_support.hpp"
 
+#include <cpuid.h>
 #include <immintrin.h>
 #include <omp.h>
 
@@ -79,21 +80,40 @@ Tensor to_plain_tensor(const dnnl::memory& memory) {
 
 namespace {
 
-__attribute__((target("avx,f16c"))) void round_to_half_f16c(float* values, std::int64_t count) {
-    std::int64_t i = 0;
-#pragma omp parallel for schedule(static)
-    for (std::int64_t block = 0; block < count / 8; ++block) {
+// Blocks [begin, end) of 8 floats. The loop stays in this function: an OpenMP region's outlined body
+// does not inherit a target attribute under clang, so the intrinsics cannot sit in the region itself.
+__attribute__((target("avx,f16c"))) void round_blocks_f16c(float* values, std::int64_t begin, std::int64_t end) {
+    for (std::int64_t block = begin; block < end; ++block) {
         float* at = values + block * 8;
         const __m128i half = _mm256_cvtps_ph(_mm256_loadu_ps(at), _MM_FROUND_TO_NEAREST_INT);
         _mm256_storeu_ps(at, _mm256_cvtph_ps(half));
     }
-    for (i = count / 8 * 8; i < count; ++i) values[i] = to_float(to_float16(values[i]));
+}
+
+void round_to_half_f16c(float* values, std::int64_t count) {
+    const std::int64_t blocks = count / 8;
+#pragma omp parallel
+    {
+        const std::int64_t thread = omp_get_thread_num(), threads = omp_get_num_threads();
+        round_blocks_f16c(values, blocks * thread / threads, blocks * (thread + 1) / threads);
+    }
+    for (std::int64_t i = blocks * 8; i < count; ++i) values[i] = to_float(to_float16(values[i]));
 }
 
 }  // namespace
 
+// F16C and the AVX its 256-bit form needs (checked through AVX, which includes the OS's support for
+// ymm registers). By cpuid, not __builtin_cpu_supports("f16c"): clang before 17 has no "f16c" there.
+static bool has_f16c() {
+    static const bool present = [] {
+        unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+        return __builtin_cpu_supports("avx") && __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+    }();
+    return present;
+}
+
 void round_to_half(float* values, std::int64_t count) {
-    if (__builtin_cpu_supports("f16c")) {
+    if (has_f16c()) {
         round_to_half_f16c(values, count);
         return;
     }
