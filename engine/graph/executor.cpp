@@ -24,23 +24,77 @@ memory::dims minus_one(const ops::Extents& dilation) {  // oneDNN counts dilatio
     return result;
 }
 
+// ---- scratchpads ------------------------------------------------------------------------------
+//
+// oneDNN's default scratchpad (scratchpad_mode::library; Debian's 2.6 is built without
+// DNNL_ENABLE_CONCURRENT_EXEC) may belong to a thread: its gemm-based kernels (gemm:jit convolutions,
+// which AVX2 CPUs run for 3D backward passes) and Winograd share one buffer per thread, sized by the
+// primitives created on that thread and freed when that thread's count of them returns to zero — such
+// a primitive must run on the thread that created it. A simulated core's kernels are created on one
+// pool thread and run on whichever thread picks the core up next (a kernel reaching past another
+// thread's smaller buffer, or into a freed one: tests/engine/cores/test_uneven_threads.cpp). So every
+// primitive here is created with a user scratchpad and runs with its executor's own buffer, sized for
+// the largest of them: an executor runs one primitive at a time, and the buffer goes where it goes.
+class Scratchpad {
+public:
+    static const dnnl::primitive_attr& attributes() {
+        static const dnnl::primitive_attr attributes = [] {
+            dnnl::primitive_attr a;
+            a.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+            return a;
+        }();
+        return attributes;
+    }
+    // Widens the buffer for a primitive about to be created; returns its descriptor.
+    template <class PrimitiveDesc>
+    PrimitiveDesc fit(PrimitiveDesc pd) {
+        TESSERA_ASSERT(!m_buffer, "every primitive is created before the scratchpad is allocated");
+        m_bytes = std::max(m_bytes, pd.scratchpad_desc().get_size());
+        return pd;
+    }
+    void allocate() {
+        if (m_bytes > 0) {
+            m_buffer = memory(memory::desc({static_cast<memory::dim>(m_bytes)}, memory::data_type::u8, memory::format_tag::a),
+                              cpu_engine());
+        }
+    }
+    // Runs a primitive of this executor on the calling thread.
+    void execute(const dnnl::primitive& primitive, std::unordered_map<int, memory> args) const {
+        if (m_buffer) args[DNNL_ARG_SCRATCHPAD] = m_buffer;
+        primitive.execute(cpu_stream(), args);
+    }
+    std::int64_t bytes() const { return static_cast<std::int64_t>(m_bytes); }
+
+private:
+    std::size_t m_bytes = 0;
+    memory m_buffer;
+};
+
+// A reorder primitive with a user scratchpad.
+dnnl::reorder make_reorder(Scratchpad& scratchpad, const memory::desc& from, const memory::desc& to) {
+    return dnnl::reorder(scratchpad.fit(
+        dnnl::reorder::primitive_desc(cpu_engine(), from, cpu_engine(), to, Scratchpad::attributes())));
+}
+
 // Brings a value into the layout a primitive wants; a no-op (the same memory back) when they agree.
 class Converted {
 public:
     Converted() = default;
-    Converted(const memory::desc& from, const memory::desc& to) : m_needed(from != to) {
+    Converted(Scratchpad& scratchpad, const memory::desc& from, const memory::desc& to)
+        : m_scratchpad(&scratchpad), m_needed(from != to) {
         if (!m_needed) return;
         m_target = memory(to, cpu_engine());
-        m_reorder = dnnl::reorder(dnnl::reorder::primitive_desc(cpu_engine(), from, cpu_engine(), to));
+        m_reorder = make_reorder(scratchpad, from, to);
     }
     memory operator()(const memory& source) {
         if (!m_needed) return source;
-        m_reorder.execute(cpu_stream(), const_cast<memory&>(source), m_target);
+        m_scratchpad->execute(m_reorder, {{DNNL_ARG_FROM, source}, {DNNL_ARG_TO, m_target}});
         return m_target;
     }
     std::int64_t bytes() const { return m_needed ? static_cast<std::int64_t>(m_target.get_desc().get_size()) : 0; }
 
 private:
+    Scratchpad* m_scratchpad = nullptr;
     bool m_needed = false;
     memory m_target;
     dnnl::reorder m_reorder;
@@ -51,18 +105,20 @@ private:
 class Staged {
 public:
     Staged() = default;
-    Staged(const memory::desc& produced, const memory::desc& target) : m_direct(produced == target) {
+    Staged(Scratchpad& scratchpad, const memory::desc& produced, const memory::desc& target)
+        : m_scratchpad(&scratchpad), m_direct(produced == target) {
         if (m_direct) return;
         m_scratch = memory(produced, cpu_engine());
-        m_reorder = dnnl::reorder(dnnl::reorder::primitive_desc(cpu_engine(), produced, cpu_engine(), target));
+        m_reorder = make_reorder(scratchpad, produced, target);
     }
     memory destination(const memory& target) const { return m_direct ? target : m_scratch; }
     void finish(const memory& target) {
-        if (!m_direct) m_reorder.execute(cpu_stream(), m_scratch, const_cast<memory&>(target));
+        if (!m_direct) m_scratchpad->execute(m_reorder, {{DNNL_ARG_FROM, m_scratch}, {DNNL_ARG_TO, target}});
     }
     std::int64_t bytes() const { return m_direct ? 0 : static_cast<std::int64_t>(m_scratch.get_desc().get_size()); }
 
 private:
+    Scratchpad* m_scratchpad = nullptr;
     bool m_direct = true;
     memory m_scratch;
     dnnl::reorder m_reorder;
@@ -72,23 +128,26 @@ private:
 class Copy {
 public:
     Copy() = default;
-    Copy(const memory::desc& from, const memory::desc& to)
-        : m_reorder(dnnl::reorder::primitive_desc(cpu_engine(), from, cpu_engine(), to)) {}
+    Copy(Scratchpad& scratchpad, const memory::desc& from, const memory::desc& to)
+        : m_scratchpad(&scratchpad), m_reorder(make_reorder(scratchpad, from, to)) {}
     void operator()(const memory& from, const memory& to) {
-        m_reorder.execute(cpu_stream(), const_cast<memory&>(from), const_cast<memory&>(to));
+        m_scratchpad->execute(m_reorder, {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}});
     }
 
 private:
+    Scratchpad* m_scratchpad = nullptr;
     dnnl::reorder m_reorder;
 };
 
 struct KernelInputs {
     std::vector<memory::desc> descs;     // layouts the inputs arrive in
     std::vector<bool> needs_gradient;    // false for the graph input
+    Scratchpad* scratchpad = nullptr;    // the executor's: every primitive is fitted to it and runs with it
 };
 
 class Kernel {
 public:
+    explicit Kernel(const KernelInputs& in) : m_scratchpad(*in.scratchpad) {}
     virtual ~Kernel() = default;
     const memory::desc& output_desc() const { return m_output_desc; }
     virtual void forward(const std::vector<memory>& inputs, const memory& output, Mode mode) = 0;
@@ -105,6 +164,7 @@ public:
     virtual void total(Pass, int, std::span<const double>) {}
 
 protected:
+    Scratchpad& m_scratchpad;
     memory::desc m_output_desc;
 };
 
@@ -123,25 +183,27 @@ public:
     WeightedWindowKernel(const KernelInputs& in, Parameter* weight, Parameter* bias, memory::desc weights_plain,
                          const typename Forward::desc& forward, const typename BackwardData::desc& backward_data,
                          const typename BackwardWeights::desc& backward_weights)
-        : m_weight(weight), m_bias(bias), m_needs_diff_input(in.needs_gradient[0]), m_weights_plain(weights_plain) {
-        m_forward_pd = typename Forward::primitive_desc(forward, cpu_engine());
+        : Kernel(in), m_weight(weight), m_bias(bias), m_needs_diff_input(in.needs_gradient[0]), m_weights_plain(weights_plain) {
+        m_forward_pd = m_scratchpad.fit(typename Forward::primitive_desc(forward, Scratchpad::attributes(), cpu_engine()));
         m_forward = Forward(m_forward_pd);
         m_output_desc = m_forward_pd.dst_desc();
-        m_src = Converted(in.descs[0], m_forward_pd.src_desc());
-        m_forward_weights = Converted(m_weights_plain, m_forward_pd.weights_desc());
+        m_src = Converted(m_scratchpad, in.descs[0], m_forward_pd.src_desc());
+        m_forward_weights = Converted(m_scratchpad, m_weights_plain, m_forward_pd.weights_desc());
         if (m_needs_diff_input) {
-            m_backward_data_pd = typename BackwardData::primitive_desc(backward_data, cpu_engine(), m_forward_pd);
+            m_backward_data_pd = m_scratchpad.fit(
+                typename BackwardData::primitive_desc(backward_data, Scratchpad::attributes(), cpu_engine(), m_forward_pd));
             m_backward_data = BackwardData(m_backward_data_pd);
-            m_backward_data_weights = Converted(m_weights_plain, m_backward_data_pd.weights_desc());
-            m_backward_data_diff_dst = Converted(m_output_desc, m_backward_data_pd.diff_dst_desc());
-            m_diff_src = Staged(m_backward_data_pd.diff_src_desc(), in.descs[0]);
+            m_backward_data_weights = Converted(m_scratchpad, m_weights_plain, m_backward_data_pd.weights_desc());
+            m_backward_data_diff_dst = Converted(m_scratchpad, m_output_desc, m_backward_data_pd.diff_dst_desc());
+            m_diff_src = Staged(m_scratchpad, m_backward_data_pd.diff_src_desc(), in.descs[0]);
         }
-        m_backward_weights_pd = typename BackwardWeights::primitive_desc(backward_weights, cpu_engine(), m_forward_pd);
+        m_backward_weights_pd = m_scratchpad.fit(
+            typename BackwardWeights::primitive_desc(backward_weights, Scratchpad::attributes(), cpu_engine(), m_forward_pd));
         m_backward_weights = BackwardWeights(m_backward_weights_pd);
-        m_backward_weights_src = Converted(m_forward_pd.src_desc(), m_backward_weights_pd.src_desc());
-        m_backward_weights_diff_dst = Converted(m_output_desc, m_backward_weights_pd.diff_dst_desc());
-        m_diff_weights = Staged(m_backward_weights_pd.diff_weights_desc(), m_weights_plain);
-        if (bias) m_diff_bias = Staged(m_backward_weights_pd.diff_bias_desc(), ops::plain_desc(bias->value.shape()));
+        m_backward_weights_src = Converted(m_scratchpad, m_forward_pd.src_desc(), m_backward_weights_pd.src_desc());
+        m_backward_weights_diff_dst = Converted(m_scratchpad, m_output_desc, m_backward_weights_pd.diff_dst_desc());
+        m_diff_weights = Staged(m_scratchpad, m_backward_weights_pd.diff_weights_desc(), m_weights_plain);
+        if (bias) m_diff_bias = Staged(m_scratchpad, m_backward_weights_pd.diff_bias_desc(), ops::plain_desc(bias->value.shape()));
     }
 
     void forward(const std::vector<memory>& inputs, const memory& output, Mode) override {
@@ -150,7 +212,7 @@ public:
                                              {DNNL_ARG_WEIGHTS, m_forward_weights(weights(m_weight->value))},
                                              {DNNL_ARG_DST, output}};
         if (m_bias) args[DNNL_ARG_BIAS] = ops::wrap(m_bias->value);
-        m_forward.execute(cpu_stream(), args);
+        m_scratchpad.execute(m_forward, args);
     }
 
     void backward(const std::vector<memory>&, const memory&, const memory& diff_output,
@@ -164,14 +226,13 @@ public:
             bias_gradient = ops::wrap(m_bias->gradient);
             args[DNNL_ARG_DIFF_BIAS] = m_diff_bias.destination(bias_gradient);
         }
-        m_backward_weights.execute(cpu_stream(), args);
+        m_scratchpad.execute(m_backward_weights, args);
         m_diff_weights.finish(weight_gradient);
         if (m_bias) m_diff_bias.finish(bias_gradient);
 
         if (m_needs_diff_input) {
             const memory& target = diff_inputs[0];
-            m_backward_data.execute(cpu_stream(),
-                                    {{DNNL_ARG_DIFF_DST, m_backward_data_diff_dst(diff_output)},
+            m_scratchpad.execute(m_backward_data, {{DNNL_ARG_DIFF_DST, m_backward_data_diff_dst(diff_output)},
                                      {DNNL_ARG_WEIGHTS, m_backward_data_weights(weights(m_weight->value))},
                                      {DNNL_ARG_DIFF_SRC, m_diff_src.destination(target)}});
             m_diff_src.finish(target);
@@ -364,7 +425,7 @@ class UpsampleConvKernel final : public Kernel {
 public:
     UpsampleConvKernel(const Node& node, const Shape& input_shape, const KernelInputs& in, Parameter* weight,
                        Parameter* bias, memory::data_type compute, memory::data_type output_type)
-        : m_weight(weight), m_bias(bias), m_needs_diff_input(in.needs_gradient[0]) {
+        : Kernel(in), m_weight(weight), m_bias(bias), m_needs_diff_input(in.needs_gradient[0]) {
         const ops::Extents& factor = node.conv_transpose.kernel;  // = stride
         const int rank = static_cast<int>(factor.size());
         const std::int64_t taps = num_elements_of(factor);
@@ -388,15 +449,15 @@ public:
         const memory::desc bias_desc = bias ? ops::plain_desc({out_channels * taps}) : memory::desc();
         const memory::dims ones(static_cast<std::size_t>(rank), 1), zeros(static_cast<std::size_t>(rank), 0);
 
-        m_forward_pd = dnnl::convolution_forward::primitive_desc(
+        m_forward_pd = m_scratchpad.fit(dnnl::convolution_forward::primitive_desc(
             dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
                                             src_any, weights_any, bias_desc, wide_any, ones, zeros, zeros, zeros),
-            cpu_engine());
+            Scratchpad::attributes(), cpu_engine()));
         m_forward = dnnl::convolution_forward(m_forward_pd);
         const memory::desc wide_desc = m_forward_pd.dst_desc();
         m_wide = memory(wide_desc, cpu_engine());
-        m_src = Converted(in.descs[0], m_forward_pd.src_desc());
-        m_forward_weights = Converted(m_weights_plain, m_forward_pd.weights_desc());
+        m_src = Converted(m_scratchpad, in.descs[0], m_forward_pd.src_desc());
+        m_forward_weights = Converted(m_scratchpad, m_weights_plain, m_forward_pd.weights_desc());
         m_output_desc = ops::plain_desc(node.output_shape, output_type);
 
         m_input_shape = input_shape;
@@ -404,26 +465,26 @@ public:
         m_out_channels = out_channels;
         // Rearranged in the compute type; an output layer's f32 result is converted after.
         const memory::desc plain_compute = ops::plain_desc(node.output_shape, compute);
-        m_to_output = Staged(plain_compute, m_output_desc);
-        m_plain_gradient = Converted(m_output_desc, plain_compute);
+        m_to_output = Staged(m_scratchpad, plain_compute, m_output_desc);
+        m_plain_gradient = Converted(m_scratchpad, m_output_desc, plain_compute);
         m_diff_wide = memory(wide_desc, cpu_engine());
 
         if (m_needs_diff_input) {
-            m_backward_data_pd = dnnl::convolution_backward_data::primitive_desc(
+            m_backward_data_pd = m_scratchpad.fit(dnnl::convolution_backward_data::primitive_desc(
                 dnnl::convolution_backward_data::desc(dnnl::algorithm::convolution_direct, src_any, weights_any,
                                                       wide_desc, ones, zeros, zeros, zeros),
-                cpu_engine(), m_forward_pd);
+                Scratchpad::attributes(), cpu_engine(), m_forward_pd));
             m_backward_data = dnnl::convolution_backward_data(m_backward_data_pd);
-            m_backward_data_weights = Converted(m_weights_plain, m_backward_data_pd.weights_desc());
-            m_diff_src = Staged(m_backward_data_pd.diff_src_desc(), in.descs[0]);
+            m_backward_data_weights = Converted(m_scratchpad, m_weights_plain, m_backward_data_pd.weights_desc());
+            m_diff_src = Staged(m_scratchpad, m_backward_data_pd.diff_src_desc(), in.descs[0]);
         }
-        m_backward_weights_pd = dnnl::convolution_backward_weights::primitive_desc(
+        m_backward_weights_pd = m_scratchpad.fit(dnnl::convolution_backward_weights::primitive_desc(
             dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, src_any, diff_weights_any,
                                                      bias_desc, wide_desc, ones, zeros, zeros, zeros),
-            cpu_engine(), m_forward_pd);
+            Scratchpad::attributes(), cpu_engine(), m_forward_pd));
         m_backward_weights = dnnl::convolution_backward_weights(m_backward_weights_pd);
-        m_backward_weights_src = Converted(m_forward_pd.src_desc(), m_backward_weights_pd.src_desc());
-        m_diff_weights = Staged(m_backward_weights_pd.diff_weights_desc(), m_weights_plain);
+        m_backward_weights_src = Converted(m_scratchpad, m_forward_pd.src_desc(), m_backward_weights_pd.src_desc());
+        m_diff_weights = Staged(m_scratchpad, m_backward_weights_pd.diff_weights_desc(), m_weights_plain);
         if (bias) {
             m_wide_bias = Tensor::zeros({out_channels * taps}, DType::F32);
             m_wide_bias_gradient = Tensor::zeros({out_channels * taps}, DType::F32);
@@ -441,7 +502,7 @@ public:
             for (std::int64_t i = 0; i < m_wide_bias.num_elements(); ++i) wide_bias[i] = bias[i / m_taps];
             args[DNNL_ARG_BIAS] = ops::wrap(m_wide_bias);
         }
-        m_forward.execute(cpu_stream(), args);
+        m_scratchpad.execute(m_forward, args);
         rearrange_depth_space(m_wide, m_to_output.destination(output), m_input_shape, m_out_channels, m_factor, true);
         m_to_output.finish(output);
     }
@@ -455,7 +516,7 @@ public:
                                              {DNNL_ARG_DIFF_DST, m_diff_wide},
                                              {DNNL_ARG_DIFF_WEIGHTS, m_diff_weights.destination(weight_gradient)}};
         if (m_bias) args[DNNL_ARG_DIFF_BIAS] = ops::wrap(m_wide_bias_gradient);
-        m_backward_weights.execute(cpu_stream(), args);
+        m_scratchpad.execute(m_backward_weights, args);
         m_diff_weights.finish(weight_gradient);
         if (m_bias) {  // a channel's bias gradient sums its K taps
             const float* per_tap = m_wide_bias_gradient.data<float>();
@@ -468,7 +529,7 @@ public:
         }
         if (m_needs_diff_input) {
             const memory& target = diff_inputs[0];
-            m_backward_data.execute(cpu_stream(), {{DNNL_ARG_DIFF_DST, m_diff_wide},
+            m_scratchpad.execute(m_backward_data, {{DNNL_ARG_DIFF_DST, m_diff_wide},
                                                    {DNNL_ARG_WEIGHTS, m_backward_data_weights(weights(m_weight->value))},
                                                    {DNNL_ARG_DIFF_SRC, m_diff_src.destination(target)}});
             m_diff_src.finish(target);
@@ -512,7 +573,7 @@ private:
 
 class PoolKernel final : public Kernel {
 public:
-    PoolKernel(const Node& node, const KernelInputs& in) : m_needs_diff_input(in.needs_gradient[0]) {
+    PoolKernel(const Node& node, const KernelInputs& in) : Kernel(in), m_needs_diff_input(in.needs_gradient[0]) {
         const ops::PoolAttributes& a = node.pool;
         const auto algorithm = a.kind == ops::PoolKind::Max ? dnnl::algorithm::pooling_max
                                                             : dnnl::algorithm::pooling_avg_exclude_padding;
@@ -520,28 +581,28 @@ public:
         const auto kernel = to_dims(a.kernel);
         const auto pad_l = to_dims(a.pad_begin);
         const auto pad_r = to_dims(a.pad_end);
-        m_forward_pd = dnnl::pooling_forward::primitive_desc(
+        m_forward_pd = m_scratchpad.fit(dnnl::pooling_forward::primitive_desc(
             dnnl::pooling_forward::desc(dnnl::prop_kind::forward_training, algorithm, in.descs[0],
                                         ops::any_desc(node.output_shape, in.descs[0].data_type()), strides, kernel,
                                         pad_l, pad_r),
-            cpu_engine());
+            Scratchpad::attributes(), cpu_engine()));
         m_forward = dnnl::pooling_forward(m_forward_pd);
         m_output_desc = m_forward_pd.dst_desc();
         if (a.kind == ops::PoolKind::Max) m_workspace = memory(m_forward_pd.workspace_desc(), cpu_engine());
         if (m_needs_diff_input) {
-            m_backward_pd = dnnl::pooling_backward::primitive_desc(
+            m_backward_pd = m_scratchpad.fit(dnnl::pooling_backward::primitive_desc(
                 dnnl::pooling_backward::desc(algorithm, in.descs[0], m_output_desc, strides, kernel, pad_l, pad_r),
-                cpu_engine(), m_forward_pd);
+                Scratchpad::attributes(), cpu_engine(), m_forward_pd));
             m_backward = dnnl::pooling_backward(m_backward_pd);
-            m_diff_dst = Converted(m_output_desc, m_backward_pd.diff_dst_desc());
-            m_diff_src = Staged(m_backward_pd.diff_src_desc(), in.descs[0]);
+            m_diff_dst = Converted(m_scratchpad, m_output_desc, m_backward_pd.diff_dst_desc());
+            m_diff_src = Staged(m_scratchpad, m_backward_pd.diff_src_desc(), in.descs[0]);
         }
     }
 
     void forward(const std::vector<memory>& inputs, const memory& output, Mode) override {
         std::unordered_map<int, memory> args{{DNNL_ARG_SRC, inputs[0]}, {DNNL_ARG_DST, output}};
         if (m_workspace) args[DNNL_ARG_WORKSPACE] = m_workspace;
-        m_forward.execute(cpu_stream(), args);
+        m_scratchpad.execute(m_forward, args);
     }
 
     void backward(const std::vector<memory>&, const memory&, const memory& diff_output,
@@ -551,7 +612,7 @@ public:
         std::unordered_map<int, memory> args{{DNNL_ARG_DIFF_DST, m_diff_dst(diff_output)},
                                              {DNNL_ARG_DIFF_SRC, m_diff_src.destination(target)}};
         if (m_workspace) args[DNNL_ARG_WORKSPACE] = m_workspace;
-        m_backward.execute(cpu_stream(), args);
+        m_scratchpad.execute(m_backward, args);
         m_diff_src.finish(target);
     }
 
@@ -577,34 +638,34 @@ private:
 // backward sums each input element's factor^rank output gradients. No workspace: nothing is saved.
 class UpsampleKernel final : public Kernel {
 public:
-    UpsampleKernel(const Node& node, const KernelInputs& in) : m_needs_diff_input(in.needs_gradient[0]) {
+    UpsampleKernel(const Node& node, const KernelInputs& in) : Kernel(in), m_needs_diff_input(in.needs_gradient[0]) {
         const std::vector<float> factors(node.upsample_factor.begin(), node.upsample_factor.end());
         const auto algorithm = dnnl::algorithm::resampling_nearest;
-        m_forward_pd = dnnl::resampling_forward::primitive_desc(
+        m_forward_pd = m_scratchpad.fit(dnnl::resampling_forward::primitive_desc(
             dnnl::resampling_forward::desc(dnnl::prop_kind::forward_training, algorithm, factors, in.descs[0],
                                            ops::any_desc(node.output_shape, in.descs[0].data_type())),
-            cpu_engine());
+            Scratchpad::attributes(), cpu_engine()));
         m_forward = dnnl::resampling_forward(m_forward_pd);
         m_output_desc = m_forward_pd.dst_desc();
         if (m_needs_diff_input) {
-            m_backward_pd = dnnl::resampling_backward::primitive_desc(
-                dnnl::resampling_backward::desc(algorithm, factors, in.descs[0], m_output_desc), cpu_engine(),
-                m_forward_pd);
+            m_backward_pd = m_scratchpad.fit(dnnl::resampling_backward::primitive_desc(
+                dnnl::resampling_backward::desc(algorithm, factors, in.descs[0], m_output_desc),
+                Scratchpad::attributes(), cpu_engine(), m_forward_pd));
             m_backward = dnnl::resampling_backward(m_backward_pd);
-            m_diff_dst = Converted(m_output_desc, m_backward_pd.diff_dst_desc());
-            m_diff_src = Staged(m_backward_pd.diff_src_desc(), in.descs[0]);
+            m_diff_dst = Converted(m_scratchpad, m_output_desc, m_backward_pd.diff_dst_desc());
+            m_diff_src = Staged(m_scratchpad, m_backward_pd.diff_src_desc(), in.descs[0]);
         }
     }
 
     void forward(const std::vector<memory>& inputs, const memory& output, Mode) override {
-        m_forward.execute(cpu_stream(), {{DNNL_ARG_SRC, inputs[0]}, {DNNL_ARG_DST, output}});
+        m_scratchpad.execute(m_forward, {{DNNL_ARG_SRC, inputs[0]}, {DNNL_ARG_DST, output}});
     }
 
     void backward(const std::vector<memory>&, const memory&, const memory& diff_output,
                   const std::vector<memory>& diff_inputs) override {
         if (!m_needs_diff_input) return;
         const memory& target = diff_inputs[0];
-        m_backward.execute(cpu_stream(), {{DNNL_ARG_DIFF_DST, m_diff_dst(diff_output)},
+        m_scratchpad.execute(m_backward, {{DNNL_ARG_DIFF_DST, m_diff_dst(diff_output)},
                                           {DNNL_ARG_DIFF_SRC, m_diff_src.destination(target)}});
         m_diff_src.finish(target);
     }
@@ -625,32 +686,32 @@ private:
 
 class ReluKernel final : public Kernel {
 public:
-    explicit ReluKernel(const KernelInputs& in) : m_needs_diff_input(in.needs_gradient[0]) {
-        m_forward_pd = dnnl::eltwise_forward::primitive_desc(
+    explicit ReluKernel(const KernelInputs& in) : Kernel(in), m_needs_diff_input(in.needs_gradient[0]) {
+        m_forward_pd = m_scratchpad.fit(dnnl::eltwise_forward::primitive_desc(
             dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::eltwise_relu, in.descs[0],
                                         0.0f, 0.0f),
-            cpu_engine());
+            Scratchpad::attributes(), cpu_engine()));
         m_forward = dnnl::eltwise_forward(m_forward_pd);
         m_output_desc = m_forward_pd.dst_desc();
         if (m_needs_diff_input) {
-            m_backward_pd = dnnl::eltwise_backward::primitive_desc(
+            m_backward_pd = m_scratchpad.fit(dnnl::eltwise_backward::primitive_desc(
                 dnnl::eltwise_backward::desc(dnnl::algorithm::eltwise_relu, in.descs[0], in.descs[0], 0.0f, 0.0f),
-                cpu_engine(), m_forward_pd);
+                Scratchpad::attributes(), cpu_engine(), m_forward_pd));
             m_backward = dnnl::eltwise_backward(m_backward_pd);
-            m_diff_dst = Converted(m_output_desc, m_backward_pd.diff_dst_desc());
-            m_diff_src = Staged(m_backward_pd.diff_src_desc(), in.descs[0]);
+            m_diff_dst = Converted(m_scratchpad, m_output_desc, m_backward_pd.diff_dst_desc());
+            m_diff_src = Staged(m_scratchpad, m_backward_pd.diff_src_desc(), in.descs[0]);
         }
     }
 
     void forward(const std::vector<memory>& inputs, const memory& output, Mode) override {
-        m_forward.execute(cpu_stream(), {{DNNL_ARG_SRC, inputs[0]}, {DNNL_ARG_DST, output}});
+        m_scratchpad.execute(m_forward, {{DNNL_ARG_SRC, inputs[0]}, {DNNL_ARG_DST, output}});
     }
 
     void backward(const std::vector<memory>& inputs, const memory&, const memory& diff_output,
                   const std::vector<memory>& diff_inputs) override {
         if (!m_needs_diff_input) return;
         const memory& target = diff_inputs[0];
-        m_backward.execute(cpu_stream(), {{DNNL_ARG_SRC, inputs[0]},
+        m_scratchpad.execute(m_backward, {{DNNL_ARG_SRC, inputs[0]},
                                           {DNNL_ARG_DIFF_DST, m_diff_dst(diff_output)},
                                           {DNNL_ARG_DIFF_SRC, m_diff_src.destination(target)}});
         m_diff_src.finish(target);
@@ -670,23 +731,24 @@ private:
 
 class AddKernel final : public Kernel {
 public:
-    explicit AddKernel(const KernelInputs& in) : m_needs_gradient(in.needs_gradient) {
+    explicit AddKernel(const KernelInputs& in) : Kernel(in), m_needs_gradient(in.needs_gradient) {
         // Both summands in the first one's layout: oneDNN's binary op over two different layouts (a
         // residual shortcut from a pooling in another format) takes a reference path many times slower
         // than one reorder.
-        m_second = Converted(in.descs[1], in.descs[0]);
-        const dnnl::binary::primitive_desc pd(
-            dnnl::binary::desc(dnnl::algorithm::binary_add, in.descs[0], in.descs[0], in.descs[0]), cpu_engine());
+        m_second = Converted(m_scratchpad, in.descs[1], in.descs[0]);
+        const dnnl::binary::primitive_desc pd = m_scratchpad.fit(dnnl::binary::primitive_desc(
+            dnnl::binary::desc(dnnl::algorithm::binary_add, in.descs[0], in.descs[0], in.descs[0]),
+            Scratchpad::attributes(), cpu_engine()));
         m_add = dnnl::binary(pd);
         m_output_desc = pd.dst_desc();
         for (std::size_t i = 0; i < 2; ++i) {
-            if (m_needs_gradient[i]) m_copies.emplace_back(m_output_desc, in.descs[i]);
+            if (m_needs_gradient[i]) m_copies.emplace_back(m_scratchpad, m_output_desc, in.descs[i]);
             else m_copies.emplace_back();
         }
     }
 
     void forward(const std::vector<memory>& inputs, const memory& output, Mode) override {
-        m_add.execute(cpu_stream(), {{DNNL_ARG_SRC_0, inputs[0]}, {DNNL_ARG_SRC_1, m_second(inputs[1])}, {DNNL_ARG_DST, output}});
+        m_scratchpad.execute(m_add, {{DNNL_ARG_SRC_0, inputs[0]}, {DNNL_ARG_SRC_1, m_second(inputs[1])}, {DNNL_ARG_DST, output}});
     }
 
     void backward(const std::vector<memory>&, const memory&, const memory& diff_output,
@@ -710,7 +772,7 @@ private:
 class ConcatKernel final : public Kernel {
 public:
     ConcatKernel(const Node& node, const std::vector<Shape>& input_shapes, const KernelInputs& in)
-        : m_needs_gradient(in.needs_gradient) {
+        : Kernel(in), m_needs_gradient(in.needs_gradient) {
         // oneDNN joins inputs of one type: any other is converted to the first input's.
         std::vector<memory::desc> sources;
         for (const memory::desc& desc : in.descs) {
@@ -718,15 +780,16 @@ public:
             if (desc.data_type() != in.descs[0].data_type()) {
                 converted = ops::plain_desc(ops::to_shape(desc.dims()), in.descs[0].data_type());
             }
-            m_sources.emplace_back(desc, converted);
+            m_sources.emplace_back(m_scratchpad, desc, converted);
             sources.push_back(converted);
         }
-        const dnnl::concat::primitive_desc pd(1, sources, cpu_engine());
+        const dnnl::concat::primitive_desc pd =
+            m_scratchpad.fit(dnnl::concat::primitive_desc(1, sources, cpu_engine(), Scratchpad::attributes()));
         m_concat = dnnl::concat(pd);
         m_output_desc = pd.dst_desc();
         // Backward: the gradient goes to a plain buffer once, then each input's channel range is copied out.
         const memory::desc plain = ops::plain_desc(node.output_shape, m_output_desc.data_type());
-        m_diff_plain = Converted(m_output_desc, plain);
+        m_diff_plain = Converted(m_scratchpad, m_output_desc, plain);
         if (m_output_desc == plain) m_plain_scratch = memory(plain, cpu_engine());
         std::int64_t channel_offset = 0;
         for (std::size_t i = 0; i < input_shapes.size(); ++i) {
@@ -734,7 +797,7 @@ public:
             offsets[1] = channel_offset;
             const memory::desc part = plain.submemory_desc(ops::to_dims(input_shapes[i]), offsets);
             m_parts.push_back(part);
-            m_part_copies.emplace_back(part, in.descs[i]);
+            m_part_copies.emplace_back(m_scratchpad, part, in.descs[i]);
             channel_offset += input_shapes[i][1];
         }
     }
@@ -744,7 +807,7 @@ public:
         for (std::size_t i = 0; i < inputs.size(); ++i) {
             args[DNNL_ARG_MULTIPLE_SRC + static_cast<int>(i)] = m_sources[i](inputs[i]);
         }
-        m_concat.execute(cpu_stream(), args);
+        m_scratchpad.execute(m_concat, args);
     }
 
     void backward(const std::vector<memory>&, const memory&, const memory& diff_output,
@@ -773,39 +836,39 @@ private:
 
 class GlobalAvgPoolKernel final : public Kernel {
 public:
-    GlobalAvgPoolKernel(const Shape& input_shape, const KernelInputs& in) : m_needs_diff_input(in.needs_gradient[0]) {
+    GlobalAvgPoolKernel(const Shape& input_shape, const KernelInputs& in)
+        : Kernel(in), m_needs_diff_input(in.needs_gradient[0]) {
         const Shape spatial(input_shape.begin() + 2, input_shape.end());
         Shape pooled_shape{input_shape[0], input_shape[1]};
         pooled_shape.insert(pooled_shape.end(), spatial.size(), 1);
         m_pooled_desc = ops::plain_desc(pooled_shape, in.descs[0].data_type());  // [N, C, 1, 1]: the bytes of [N, C]
         const memory::dims kernel = ops::to_dims(spatial);
         const memory::dims zeros(spatial.size(), 0);
-        m_forward_pd = dnnl::pooling_forward::primitive_desc(
+        m_forward_pd = m_scratchpad.fit(dnnl::pooling_forward::primitive_desc(
             dnnl::pooling_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::pooling_avg_include_padding,
                                         in.descs[0], m_pooled_desc, kernel, kernel, zeros, zeros),
-            cpu_engine());
+            Scratchpad::attributes(), cpu_engine()));
         m_forward = dnnl::pooling_forward(m_forward_pd);
         m_output_desc = ops::plain_desc({input_shape[0], input_shape[1]}, in.descs[0].data_type());
         if (m_needs_diff_input) {
-            m_backward_pd = dnnl::pooling_backward::primitive_desc(
+            m_backward_pd = m_scratchpad.fit(dnnl::pooling_backward::primitive_desc(
                 dnnl::pooling_backward::desc(dnnl::algorithm::pooling_avg_include_padding, in.descs[0], m_pooled_desc,
                                              kernel, kernel, zeros, zeros),
-                cpu_engine(), m_forward_pd);
+                Scratchpad::attributes(), cpu_engine(), m_forward_pd));
             m_backward = dnnl::pooling_backward(m_backward_pd);
-            m_diff_src = Staged(m_backward_pd.diff_src_desc(), in.descs[0]);
+            m_diff_src = Staged(m_scratchpad, m_backward_pd.diff_src_desc(), in.descs[0]);
         }
     }
 
     void forward(const std::vector<memory>& inputs, const memory& output, Mode) override {
-        m_forward.execute(cpu_stream(), {{DNNL_ARG_SRC, inputs[0]}, {DNNL_ARG_DST, pooled(output)}});
+        m_scratchpad.execute(m_forward, {{DNNL_ARG_SRC, inputs[0]}, {DNNL_ARG_DST, pooled(output)}});
     }
 
     void backward(const std::vector<memory>&, const memory&, const memory& diff_output,
                   const std::vector<memory>& diff_inputs) override {
         if (!m_needs_diff_input) return;
         const memory& target = diff_inputs[0];
-        m_backward.execute(cpu_stream(),
-                           {{DNNL_ARG_DIFF_DST, pooled(diff_output)}, {DNNL_ARG_DIFF_SRC, m_diff_src.destination(target)}});
+        m_scratchpad.execute(m_backward, {{DNNL_ARG_DIFF_DST, pooled(diff_output)}, {DNNL_ARG_DIFF_SRC, m_diff_src.destination(target)}});
         m_diff_src.finish(target);
     }
 
@@ -826,29 +889,30 @@ private:
 class DenseKernel final : public Kernel {
 public:
     DenseKernel(const Node& node, const Shape& input_shape, const KernelInputs& in, Parameter* weight, Parameter* bias)
-        : m_weight(weight), m_bias(bias), m_needs_diff_input(in.needs_gradient[0]) {
+        : Kernel(in), m_weight(weight), m_bias(bias), m_needs_diff_input(in.needs_gradient[0]) {
         const memory::desc src = ops::plain_desc(input_shape);
         const memory::desc weights = ops::plain_desc(weight->value.shape());
         const memory::desc bias_desc = ops::plain_desc(bias->value.shape());
         const memory::desc dst = ops::plain_desc(node.output_shape);
-        const dnnl::inner_product_forward::primitive_desc forward_pd(
+        const dnnl::inner_product_forward::primitive_desc forward_pd = m_scratchpad.fit(dnnl::inner_product_forward::primitive_desc(
             dnnl::inner_product_forward::desc(dnnl::prop_kind::forward_training, src, weights, bias_desc, dst),
-            cpu_engine());
+            Scratchpad::attributes(), cpu_engine()));
         m_forward = dnnl::inner_product_forward(forward_pd);
         m_output_desc = dst;
-        m_src = Converted(in.descs[0], src);
+        m_src = Converted(m_scratchpad, in.descs[0], src);
         if (m_needs_diff_input) {
-            m_backward_data = dnnl::inner_product_backward_data(dnnl::inner_product_backward_data::primitive_desc(
-                dnnl::inner_product_backward_data::desc(src, weights, dst), cpu_engine(), forward_pd));
-            m_diff_src = Staged(src, in.descs[0]);
+            m_backward_data = dnnl::inner_product_backward_data(m_scratchpad.fit(dnnl::inner_product_backward_data::primitive_desc(
+                dnnl::inner_product_backward_data::desc(src, weights, dst), Scratchpad::attributes(), cpu_engine(), forward_pd)));
+            m_diff_src = Staged(m_scratchpad, src, in.descs[0]);
         }
-        m_backward_weights = dnnl::inner_product_backward_weights(dnnl::inner_product_backward_weights::primitive_desc(
-            dnnl::inner_product_backward_weights::desc(src, weights, bias_desc, dst), cpu_engine(), forward_pd));
+        m_backward_weights = dnnl::inner_product_backward_weights(m_scratchpad.fit(dnnl::inner_product_backward_weights::primitive_desc(
+            dnnl::inner_product_backward_weights::desc(src, weights, bias_desc, dst), Scratchpad::attributes(), cpu_engine(),
+            forward_pd)));
     }
 
     void forward(const std::vector<memory>& inputs, const memory& output, Mode) override {
         m_last_src = m_src(inputs[0]);
-        m_forward.execute(cpu_stream(), {{DNNL_ARG_SRC, m_last_src},
+        m_scratchpad.execute(m_forward, {{DNNL_ARG_SRC, m_last_src},
                                          {DNNL_ARG_WEIGHTS, ops::wrap(m_weight->value)},
                                          {DNNL_ARG_BIAS, ops::wrap(m_bias->value)},
                                          {DNNL_ARG_DST, output}});
@@ -856,13 +920,13 @@ public:
 
     void backward(const std::vector<memory>&, const memory&, const memory& diff_output,
                   const std::vector<memory>& diff_inputs) override {
-        m_backward_weights.execute(cpu_stream(), {{DNNL_ARG_SRC, m_last_src},
+        m_scratchpad.execute(m_backward_weights, {{DNNL_ARG_SRC, m_last_src},
                                                   {DNNL_ARG_DIFF_DST, diff_output},
                                                   {DNNL_ARG_DIFF_WEIGHTS, ops::wrap(m_weight->gradient)},
                                                   {DNNL_ARG_DIFF_BIAS, ops::wrap(m_bias->gradient)}});
         if (m_needs_diff_input) {
             const memory& target = diff_inputs[0];
-            m_backward_data.execute(cpu_stream(), {{DNNL_ARG_DIFF_DST, diff_output},
+            m_scratchpad.execute(m_backward_data, {{DNNL_ARG_DIFF_DST, diff_output},
                                                    {DNNL_ARG_WEIGHTS, ops::wrap(m_weight->value)},
                                                    {DNNL_ARG_DIFF_SRC, m_diff_src.destination(target)}});
             m_diff_src.finish(target);
@@ -1037,7 +1101,7 @@ void with_element_type(DType dtype, Fn&& fn) {
 class HaloKernel final : public Kernel {
 public:
     HaloKernel(const Node& node, const Shape& input_shape, const KernelInputs& in)
-        : m_attributes(node.halo), m_needs_diff_input(in.needs_gradient[0]) {
+        : Kernel(in), m_attributes(node.halo), m_needs_diff_input(in.needs_gradient[0]) {
         m_output_desc = same_layout_desc(in.descs[0], node.output_shape);
         for (std::size_t axis = 0; axis + 2 < input_shape.size(); ++axis) {
             m_covers_input = m_covers_input && m_attributes.interior_extent[axis] == input_shape[axis + 2];
@@ -1095,32 +1159,32 @@ class BatchNormKernel final : public Kernel {
 public:
     BatchNormKernel(const Node& node, const KernelInputs& in, Parameter* scale, Parameter* shift, Tensor* running_mean,
                     Tensor* running_variance, bool distributed)
-        : m_attributes(node.batch_norm), m_scale(scale), m_shift(shift), m_running_mean(running_mean),
+        : Kernel(in), m_attributes(node.batch_norm), m_scale(scale), m_shift(shift), m_running_mean(running_mean),
           m_running_variance(running_variance), m_needs_diff_input(in.needs_gradient[0]), m_distributed(distributed) {
         using flags = dnnl::normalization_flags;
         const auto epsilon = static_cast<float>(m_attributes.epsilon);
         flags normalization = flags::use_scale | flags::use_shift;
         if (m_attributes.fuse_relu) normalization = normalization | flags::fuse_norm_relu;
         const flags training = m_distributed ? normalization | flags::use_global_stats : normalization;
-        m_training_pd = dnnl::batch_normalization_forward::primitive_desc(
+        m_training_pd = m_scratchpad.fit(dnnl::batch_normalization_forward::primitive_desc(
             dnnl::batch_normalization_forward::desc(dnnl::prop_kind::forward_training, in.descs[0], epsilon, training),
-            cpu_engine());
+            Scratchpad::attributes(), cpu_engine()));
         m_training = dnnl::batch_normalization_forward(m_training_pd);
-        m_inference = dnnl::batch_normalization_forward(dnnl::batch_normalization_forward::primitive_desc(
+        m_inference = dnnl::batch_normalization_forward(m_scratchpad.fit(dnnl::batch_normalization_forward::primitive_desc(
             dnnl::batch_normalization_forward::desc(dnnl::prop_kind::forward_inference, in.descs[0], epsilon,
                                                     normalization | flags::use_global_stats),
-            cpu_engine()));
+            Scratchpad::attributes(), cpu_engine())));
         m_output_desc = m_training_pd.dst_desc();
         const std::int64_t channels = node.output_shape[1];
         m_mean = Tensor::zeros({channels}, DType::F32);
         m_variance = Tensor::zeros({channels}, DType::F32);
         if (m_attributes.fuse_relu) m_workspace = memory(m_training_pd.workspace_desc(), cpu_engine());
-        m_backward_pd = dnnl::batch_normalization_backward::primitive_desc(
+        m_backward_pd = m_scratchpad.fit(dnnl::batch_normalization_backward::primitive_desc(
             dnnl::batch_normalization_backward::desc(dnnl::prop_kind::backward, m_output_desc, in.descs[0], epsilon,
                                                      training),
-            cpu_engine(), m_training_pd);
+            Scratchpad::attributes(), cpu_engine(), m_training_pd));
         m_backward = dnnl::batch_normalization_backward(m_backward_pd);
-        m_diff_src = Staged(m_backward_pd.diff_src_desc(), in.descs[0]);
+        m_diff_src = Staged(m_scratchpad, m_backward_pd.diff_src_desc(), in.descs[0]);
         if (!m_needs_diff_input) m_discarded = memory(m_backward_pd.diff_src_desc(), cpu_engine());
         m_tile_count = num_elements_of(node.output_shape) / channels;
         m_count = m_tile_count;
@@ -1189,13 +1253,13 @@ public:
         if (mode == Mode::Eval) {
             args[DNNL_ARG_MEAN] = ops::wrap(*m_running_mean);
             args[DNNL_ARG_VARIANCE] = ops::wrap(*m_running_variance);
-            m_inference.execute(cpu_stream(), args);
+            m_scratchpad.execute(m_inference, args);
             return;
         }
         args[DNNL_ARG_MEAN] = ops::wrap(m_mean);
         args[DNNL_ARG_VARIANCE] = ops::wrap(m_variance);
         if (m_workspace) args[DNNL_ARG_WORKSPACE] = m_workspace;
-        m_training.execute(cpu_stream(), args);
+        m_scratchpad.execute(m_training, args);
         cpu_stream().wait();
         // Distributed, the replica's statistics: M counts every core's elements.
         update_running_statistics(m_mean.data<float>(), m_variance.data<float>(), m_count, m_attributes.momentum,
@@ -1256,7 +1320,7 @@ private:
                                              {DNNL_ARG_DIFF_SCALE, ops::wrap(m_scale->gradient)},
                                              {DNNL_ARG_DIFF_SHIFT, ops::wrap(m_shift->gradient)}};
         if (m_workspace) args[DNNL_ARG_WORKSPACE] = m_workspace;
-        m_backward.execute(cpu_stream(), args);
+        m_scratchpad.execute(m_backward, args);
         if (m_needs_diff_input) m_diff_src.finish(target);
     }
 
@@ -1285,7 +1349,7 @@ private:
 class DistributedGlobalAvgPoolKernel final : public Kernel {
 public:
     DistributedGlobalAvgPoolKernel(const Shape& input_shape, const KernelInputs& in)
-        : m_needs_diff_input(in.needs_gradient[0]), m_batch(input_shape[0]), m_channels(input_shape[1]) {
+        : Kernel(in), m_needs_diff_input(in.needs_gradient[0]), m_batch(input_shape[0]), m_channels(input_shape[1]) {
         m_output_desc = ops::plain_desc({m_batch, m_channels}, in.descs[0].data_type());
         m_tile_count = num_elements_of(input_shape) / (m_batch * m_channels);
         m_pooled.assign(static_cast<std::size_t>(m_batch * m_channels), 0.0);
@@ -1370,6 +1434,7 @@ private:
 struct Executor::Impl {
     Graph graph;
     ExecutorOptions options;
+    Scratchpad scratchpad;  // every primitive's, shared by all of them (see Scratchpad)
     std::vector<Parameter> parameters;
     std::vector<Tensor> buffers;
     std::vector<std::unique_ptr<Kernel>> kernels;  // per node; null for the input
@@ -1447,6 +1512,7 @@ Executor::Executor(const Graph& graph, ExecutorOptions options) : m_impl(std::ma
     for (const Node& node : nodes) {
         if (node.kind == OpKind::Input) continue;
         KernelInputs in;
+        in.scratchpad = &impl.scratchpad;
         std::vector<Shape> input_shapes;
         for (int input : node.inputs) {
             in.descs.push_back(impl.outputs[static_cast<std::size_t>(input)].get_desc());
@@ -1506,16 +1572,16 @@ Executor::Executor(const Graph& graph, ExecutorOptions options) : m_impl(std::ma
                 case OpKind::Input: break;
             }
         } catch (const dnnl::error& error) {
-            TESSERA_FAIL("oneDNN cannot compile " << op_name(node.kind) << " '" << node.name << "' for input "
-                                                  << shape_to_string(input_shapes[0]) << ": " << error.what());
+            TESSERA_REJECT("oneDNN cannot compile " << op_name(node.kind) << " '" << node.name << "' for input "
+                                                    << shape_to_string(input_shapes[0]) << ": " << error.what());
         }
         const auto id = static_cast<std::size_t>(node.id);
         impl.outputs[id] = memory(kernel->output_desc(), cpu_engine());
         impl.gradients[id] = memory(kernel->output_desc(), cpu_engine());
-        impl.accumulate[id] = dnnl::binary(dnnl::binary::primitive_desc(
+        impl.accumulate[id] = dnnl::binary(impl.scratchpad.fit(dnnl::binary::primitive_desc(
             dnnl::binary::desc(dnnl::algorithm::binary_add, kernel->output_desc(), kernel->output_desc(),
                                kernel->output_desc()),
-            cpu_engine()));
+            Scratchpad::attributes(), cpu_engine())));
         impl.kernels[id] = std::move(kernel);
     }
 
@@ -1546,9 +1612,10 @@ Executor::Executor(const Graph& graph, ExecutorOptions options) : m_impl(std::ma
 
     const auto output_id = static_cast<std::size_t>(graph.output_node());
     const memory::desc output_plain = ops::plain_desc(nodes[output_id].output_shape);
-    impl.output_to_plain = Copy(impl.outputs[output_id].get_desc(), output_plain);
-    impl.plain_to_output_gradient = Copy(output_plain, impl.gradients[output_id].get_desc());
-    impl.plain_to_input = Copy(input_desc, input_desc);
+    impl.output_to_plain = Copy(impl.scratchpad, impl.outputs[output_id].get_desc(), output_plain);
+    impl.plain_to_output_gradient = Copy(impl.scratchpad, output_plain, impl.gradients[output_id].get_desc());
+    impl.plain_to_input = Copy(impl.scratchpad, input_desc, input_desc);
+    impl.scratchpad.allocate();
 }
 
 Executor::~Executor() = default;
@@ -1678,9 +1745,9 @@ void Executor::backward_node(int id) {
     for (std::size_t slot = 0; slot < node.inputs.size(); ++slot) {
         if (!impl.diff_is_scratch[n][slot]) continue;
         const auto producer = static_cast<std::size_t>(node.inputs[slot]);
-        impl.accumulate[producer].execute(cpu_stream(), {{DNNL_ARG_SRC_0, impl.gradients[producer]},
-                                                         {DNNL_ARG_SRC_1, impl.diff_targets[n][slot]},
-                                                         {DNNL_ARG_DST, impl.gradients[producer]}});
+        impl.scratchpad.execute(impl.accumulate[producer], {{DNNL_ARG_SRC_0, impl.gradients[producer]},
+                                                            {DNNL_ARG_SRC_1, impl.diff_targets[n][slot]},
+                                                            {DNNL_ARG_DST, impl.gradients[producer]}});
     }
     if (impl.options.precision == Precision::F16) {  // every gradient this node produced, once complete
         for (int input : node.inputs) {
@@ -1752,7 +1819,7 @@ Tensor Executor::activation_gradient(int node) const {
 std::span<const NodeTiming> Executor::timings() const { return m_impl->timings; }
 
 std::int64_t Executor::workspace_bytes() const {
-    std::int64_t bytes = 0;
+    std::int64_t bytes = m_impl->scratchpad.bytes();
     for (std::size_t n = 0; n < m_impl->outputs.size(); ++n) {
         bytes += static_cast<std::int64_t>(m_impl->outputs[n].get_desc().get_size());
         if (m_impl->gradients[n]) bytes += static_cast<std::int64_t>(m_impl->gradients[n].get_desc().get_size());
@@ -1774,6 +1841,7 @@ MemoryReport Executor::memory_report() const {
         report.weight_gradients += p.gradient.num_elements() * 4;
     }
     for (const Tensor& buffer : impl.buffers) report.weights += buffer.num_elements() * 4;
+    report.workspace = impl.scratchpad.bytes();  // the kernels' shared scratchpad (no node's alone)
     const auto& nodes = impl.graph.nodes();
     for (std::size_t n = 0; n < impl.outputs.size(); ++n) {
         const auto value = static_cast<std::int64_t>(impl.outputs[n].get_desc().get_size());

@@ -51,7 +51,7 @@ struct MemoryReport {
     std::int64_t activations = 0;        // node outputs kept for backward (halo buffers excluded)
     std::int64_t halo_buffers = 0;       // widened tiles of Halo nodes and their gradients
     std::int64_t activation_gradients = 0;
-    std::int64_t workspace = 0;          // kernels' reordered copies, pooling indices, scratch sums
+    std::int64_t workspace = 0;          // kernels' reordered copies, pooling indices, scratch sums, oneDNN scratchpad
     std::vector<std::int64_t> node_bytes;  // per node: its value, gradient and kernel bytes
     std::int64_t total() const {
         return weights + weight_gradients + activations + halo_buffers + activation_gradients + workspace;
