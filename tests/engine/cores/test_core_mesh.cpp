@@ -1,6 +1,7 @@
 // The core mesh's bookkeeping: events and exchanged bytes, the memory ledger against what the process
 // really allocated, the out-of-memory refusal, bit-reproducibility, evaluation and bad input.
 #include "cores/core_mesh.hpp"
+#include "mesh_test_support.hpp"
 #include "support/error_of.hpp"
 #include "cores/thread_pool.hpp"
 #include "core/random.hpp"
@@ -105,14 +106,7 @@ TEST(CoreMesh, RunsAreBitReproducibleForAGivenSeedAndLayout) {
         const double loss_b = b.train_step(images, labels).loss;
         EXPECT_EQ(std::memcmp(&loss_a, &loss_b, sizeof loss_a), 0) << "step " << step;
     }
-    for (std::int64_t core = 0; core < 4; ++core) {
-        for (std::size_t p = 0; p < model.parameters().size(); ++p) {
-            const Tensor& x = a.executor(core).parameters()[p].value;
-            const Tensor& y = b.executor(core).parameters()[p].value;
-            EXPECT_EQ(std::memcmp(x.raw_data(), y.raw_data(), static_cast<std::size_t>(x.num_elements()) * 4), 0)
-                << model.parameters()[p].name << " on core " << core;
-        }
-    }
+    test::expect_identical_weights(a, b, model);
 }
 
 TEST(CoreMesh, EveryCoreHoldsTheSameWeightsAfterAStep) {

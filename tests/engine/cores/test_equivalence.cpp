@@ -8,6 +8,7 @@
 // on its cases (bf16 keeps 8 bits of mantissa: a different summation order flips roundings).
 // Adding a layout or a model is one line in kCases.
 #include "cores/core_mesh.hpp"
+#include "mesh_test_support.hpp"
 #include "core/random.hpp"
 #include "model/models.hpp"
 
@@ -21,6 +22,8 @@
 using namespace tessera;
 
 namespace {
+
+using test::make_batch;
 
 enum class Model { UNet2D, UNet2DNoBN, UNet3D, ResNet18 };
 
@@ -131,27 +134,6 @@ double relative_error(const Tensor& value, const Tensor& reference, double floor
 }
 
 // Images with structure at every scale (so halos matter) and labels that depend on them.
-std::pair<Tensor, Tensor> make_batch(const Shape& image_shape, std::int64_t num_classes, bool classification,
-                                     std::uint64_t seed) {
-    SeededRandom random(seed);
-    Tensor images = Tensor::empty(image_shape, DType::F32);
-    float* pixels = images.data<float>();
-    for (std::int64_t i = 0; i < images.num_elements(); ++i) pixels[i] = static_cast<float>(random.normal());
-    Shape label_shape{image_shape[0]};
-    if (!classification) label_shape.insert(label_shape.end(), image_shape.begin() + 2, image_shape.end());
-    Tensor labels = Tensor::empty(label_shape, DType::I32);
-    std::int32_t* classes = labels.data<std::int32_t>();
-    const std::int64_t per_image = labels.num_elements() / image_shape[0];
-    const std::int64_t pixels_per_image = images.num_elements() / image_shape[0];
-    for (std::int64_t i = 0; i < labels.num_elements(); ++i) {
-        const std::int64_t n = i / per_image;
-        const float v = classification ? pixels[n * pixels_per_image] : pixels[n * pixels_per_image + i % per_image];
-        const auto bucket = static_cast<std::int64_t>(std::floor((v + 2.0f) / 4.0f * static_cast<float>(num_classes)));
-        classes[i] = static_cast<std::int32_t>(std::clamp<std::int64_t>(bucket, 0, num_classes - 1));
-    }
-    return {images, labels};
-}
-
 train::TrainerConfig trainer_config(const Case& c, bool classification) {
     train::TrainerConfig config;
     config.optimizer = {.kind = train::OptimizerKind::Sgd, .momentum = 0.9};

@@ -3,6 +3,7 @@
 // gradient and 1e-6 in the loss; bf16 differs more, but finitely; the report's shapes (one row per
 // layer, one tile per core) and its refusals are checked too.
 #include "cores/equivalence.hpp"
+#include "mesh_test_support.hpp"
 #include "core/error.hpp"
 #include "core/random.hpp"
 #include "model/models.hpp"
@@ -18,27 +19,9 @@ using namespace tessera;
 
 namespace {
 
-// Images with structure at every scale and labels that follow them (so the loss is not flat).
-std::pair<Tensor, Tensor> make_batch(const Shape& image_shape, std::int64_t num_classes, std::uint64_t seed,
-                                     bool classification = false) {
-    SeededRandom random(seed);
-    Tensor images = Tensor::empty(image_shape, DType::F32);  // [N, C, (D,) H, W]
-    float* pixels = images.data<float>();
-    for (std::int64_t i = 0; i < images.num_elements(); ++i) pixels[i] = static_cast<float>(random.normal());
-    Shape label_shape{image_shape[0]};
-    if (!classification) label_shape.insert(label_shape.end(), image_shape.begin() + 2, image_shape.end());
-    Tensor labels = Tensor::empty(label_shape, DType::I32);  // [N, (D,) H, W] or [N]
-    std::int32_t* classes = labels.data<std::int32_t>();
-    const std::int64_t per_image = labels.num_elements() / image_shape[0];
-    const std::int64_t pixels_per_image = images.num_elements() / image_shape[0];
-    for (std::int64_t i = 0; i < labels.num_elements(); ++i) {
-        const float v = classification ? pixels[i * pixels_per_image] : pixels[(i / per_image) * pixels_per_image + i % per_image];
-        const auto bucket = static_cast<std::int64_t>(std::floor((v + 2.0f) / 4.0f * static_cast<float>(num_classes)));
-        classes[i] = static_cast<std::int32_t>(std::clamp<std::int64_t>(bucket, 0, num_classes - 1));
-    }
-    return {images, labels};
-}
+using test::make_batch;
 
+// Images with structure at every scale and labels that follow them (so the loss is not flat).
 train::TrainerConfig trainer_config(graph::Precision precision) {
     train::TrainerConfig config;
     config.optimizer = {.kind = train::OptimizerKind::Sgd, .momentum = 0.9};
@@ -58,7 +41,7 @@ Comparison compare(const model::UNetConfig& unet, const Shape& input, const std:
     Comparison run{model::make_unet(unet, input), {}};
     cores::MeshConfig mesh;
     mesh.grid = partition::SpatialGrid::even(input, pieces);
-    auto [images, labels] = make_batch(input, unet.num_classes, 100);
+    auto [images, labels] = make_batch(input, unet.num_classes, false, 100);
     cores::EquivalenceOptions options;
     options.steps = steps;
     options.seed = 7;
@@ -176,7 +159,7 @@ TEST(EquivalenceReport, ResNetKeepsReplicatedLayersOffTheTiles) {
     const graph::Graph model = model::make_resnet({.depth = 18, .num_classes = 5, .base_width = 8}, input);
     cores::MeshConfig mesh;
     mesh.grid = partition::SpatialGrid::even(input, {2, 2});
-    auto [images, labels] = make_batch(input, 5, 100, /*classification*/ true);
+    auto [images, labels] = make_batch(input, 5, true, 100);
     train::TrainerConfig config = trainer_config(graph::Precision::F32);
     config.loss = train::LossKind::SoftmaxCrossEntropy;
     cores::EquivalenceOptions options;
@@ -238,7 +221,7 @@ TEST(EquivalenceReport, LargeFp32DifferencesComeWithReluFlips) {
     cores::MeshConfig mesh;
     mesh.grid = partition::SpatialGrid::even(input, {2, 2});
     for (const auto& [seed, data] : {std::pair<std::uint64_t, std::uint64_t>{2, 100}, {3, 2}, {11, 1}, {11, 100}}) {
-        auto [images, labels] = make_batch(input, 3, data);
+        auto [images, labels] = make_batch(input, 3, false, data);
         cores::EquivalenceOptions options;
         options.seed = seed;
         options.steps = 1;
@@ -275,7 +258,7 @@ TEST(EquivalenceReport, ReportsProgressAndStops) {
     const graph::Graph model = model::make_unet({.depth = 2, .base_width = 4, .num_classes = 2}, input);
     cores::MeshConfig mesh;
     mesh.grid = partition::SpatialGrid::even(input, {1, 2});
-    auto [images, labels] = make_batch(input, 2, 1);
+    auto [images, labels] = make_batch(input, 2, false, 1);
     std::vector<std::pair<int, int>> calls;
     cores::EquivalenceOptions options;
     options.steps = 3;
@@ -301,7 +284,7 @@ TEST(EquivalenceReport, RefusesReplicasAndWrongShapes) {
     cores::MeshConfig mesh;
     mesh.grid = partition::SpatialGrid::even(input, {2, 1});
     mesh.num_replicas = 2;
-    auto [images, labels] = make_batch({4, 1, 32, 32}, 2, 1);
+    auto [images, labels] = make_batch({4, 1, 32, 32}, 2, false, 1);
     try {
         cores::compare_with_single_core(model, mesh, trainer_config(graph::Precision::F32), images, labels);
         FAIL() << "expected a refusal of two replicas";

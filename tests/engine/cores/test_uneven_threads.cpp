@@ -16,6 +16,7 @@
 // im2col scratchpad that grows with the tile. This program caps oneDNN at AVX2 so those kernels run
 // here too, whatever the CPU (the other suites cover the native kernels).
 #include "cores/core_mesh.hpp"
+#include "mesh_test_support.hpp"
 #include "core/random.hpp"
 #include "model/models.hpp"
 
@@ -28,6 +29,9 @@
 using namespace tessera;
 
 namespace {
+
+using test::expect_identical_weights;
+using test::make_batch;
 
 // Before any primitive exists (oneDNN reads the cap once).
 const bool kCappedAtAvx2 = dnnl::set_max_cpu_isa(dnnl::cpu_isa::avx2) == dnnl::status::success;
@@ -64,22 +68,6 @@ const Case kCases[] = {
     {"resnet18_h2", Model::ResNet18, {2, 3, 128, 64}, {{0, 32, 128}, {0, 64}}, 2},
 };
 
-std::pair<Tensor, Tensor> make_batch(const Shape& image_shape, bool classification, std::uint64_t seed) {
-    SeededRandom random(seed);
-    Tensor images = Tensor::empty(image_shape, DType::F32);
-    float* pixels = images.data<float>();
-    for (std::int64_t i = 0; i < images.num_elements(); ++i) pixels[i] = static_cast<float>(random.normal());
-    Shape label_shape{image_shape[0]};
-    if (!classification) label_shape.insert(label_shape.end(), image_shape.begin() + 2, image_shape.end());
-    Tensor labels = Tensor::empty(label_shape, DType::I32);
-    const std::int64_t per_image = images.num_elements() / image_shape[0];
-    for (std::int64_t i = 0; i < labels.num_elements(); ++i) {
-        const float v = classification ? pixels[i * per_image] : pixels[i];
-        labels.data<std::int32_t>()[i] = classification ? static_cast<std::int32_t>(std::fabs(v) * 2) % 4 : v > 0.3f;
-    }
-    return {images, labels};
-}
-
 train::TrainerConfig sgd() {
     train::TrainerConfig config;
     config.optimizer = {.kind = train::OptimizerKind::Sgd, .momentum = 0.9};
@@ -109,20 +97,13 @@ TEST_P(UnevenTiles, TrainOnSeveralThreadsExactlyAsOnOne) {
     cores::CoreMesh single(model, mesh_config(c, 1), sgd());
     ASSERT_GE(threaded.num_cores(), 2);
     for (int step = 0; step < 3; ++step) {
-        auto [images, labels] = make_batch(c.input, classification, 100 + static_cast<std::uint64_t>(step));
+        auto [images, labels] = make_batch(c.input, classification ? 4 : 2, classification, 100 + static_cast<std::uint64_t>(step));
         const double loss = threaded.train_step(images, labels).loss;
         const double reference = single.train_step(images, labels).loss;
         ASSERT_TRUE(std::isfinite(loss)) << "step " << step;
         EXPECT_TRUE(same_bits(loss, reference)) << "step " << step << ": " << loss << " vs " << reference;
     }
-    for (std::int64_t core = 0; core < threaded.num_cores(); ++core) {
-        for (std::size_t p = 0; p < model.parameters().size(); ++p) {
-            const Tensor& x = threaded.executor(core).parameters()[p].value;
-            const Tensor& y = single.executor(core).parameters()[p].value;
-            ASSERT_EQ(std::memcmp(x.raw_data(), y.raw_data(), static_cast<std::size_t>(x.num_elements()) * 4), 0)
-                << model.parameters()[p].name << " on core " << core;
-        }
-    }
+    expect_identical_weights(threaded, single, model);
 }
 
 // Meshes created and destroyed on this thread while another keeps training: their primitives, made on
@@ -136,16 +117,16 @@ TEST_P(UnevenTiles, MeshesComingAndGoingLeaveALivingMeshIntact) {
     for (int step = 0; step < 3; ++step) {
         {
             cores::CoreMesh passing(model, mesh_config(c, c.host_threads + 1), sgd());
-            auto [images, labels] = make_batch(c.input, classification, 300 + static_cast<std::uint64_t>(step));
+            auto [images, labels] = make_batch(c.input, classification ? 4 : 2, classification, 300 + static_cast<std::uint64_t>(step));
             passing.train_step(images, labels);
         }
-        auto [images, labels] = make_batch(c.input, classification, 200 + static_cast<std::uint64_t>(step));
+        auto [images, labels] = make_batch(c.input, classification ? 4 : 2, classification, 200 + static_cast<std::uint64_t>(step));
         losses.push_back(living.train_step(images, labels).loss);
         ASSERT_TRUE(std::isfinite(losses.back())) << "step " << step;
     }
     cores::CoreMesh undisturbed(model, mesh_config(c, 1), sgd());
     for (int step = 0; step < 3; ++step) {
-        auto [images, labels] = make_batch(c.input, classification, 200 + static_cast<std::uint64_t>(step));
+        auto [images, labels] = make_batch(c.input, classification ? 4 : 2, classification, 200 + static_cast<std::uint64_t>(step));
         const double reference = undisturbed.train_step(images, labels).loss;
         EXPECT_TRUE(same_bits(losses[static_cast<std::size_t>(step)], reference)) << "step " << step;
     }
