@@ -119,6 +119,11 @@ MetaHeader parse_meta_header(const std::filesystem::path& path) {
                       quoted(path) << " is not a MetaImage file: line " << line_number
                                    << " of its header is not 'Key = Value' text. Is it another kind of file "
                                    << "saved with a " << full_extension(path) << " extension?");
+        // Each key once: with repeats, this check and VTK's MetaIO could read different values (a header
+        // giving NDims three times, once negative, hung MetaIO; found by fuzzing).
+        TESSERA_CHECK(!header.fields.contains(key), quoted(path) << " has a damaged MetaImage header: line " << line_number
+                                                                 << " gives " << trim(line.substr(0, equals))
+                                                                 << " again (each key may appear once). Fix the header.");
         header.fields[key] = trim(line.substr(equals + 1));
         if (key == "elementdatafile") {
             header.header_bytes = next;

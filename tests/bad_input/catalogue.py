@@ -304,6 +304,8 @@ CASES = [
                                              "ElementType = MET_FLOAT", "ElementDataFile = LOCAL"]), ["info", "{in}"], 2, "not plausible", True),
     ("mha_over_budget", metaimage("ob.mha", ["ObjectType = Image", "NDims = 3", "DimSize = 4096 4096 64", "ElementType = MET_FLOAT",
                                              "ElementDataFile = LOCAL"]), ["info", "{in}"], 2, "TESSERA_MAX_VOLUME_BYTES", True),
+    ("mha_repeated_key", metaimage("r.mha", MHA + ["NDims = 2", "ElementDataFile = LOCAL"], b"\0" * 128), ["info", "{in}"], 2,
+     "gives NDims again", True),
     ("mha_list_of_files", metaimage("l.mha", MHA + ["ElementDataFile = LIST"]), ["info", "{in}"], 2, "several files", True),
     # 2D images and DICOM
     ("png_text", raw("notes.png", "not a picture\n" * 10), ["info", "{in}"], 2, "notes.png", True),
