@@ -2,7 +2,11 @@
 
 #include "core/error.hpp"
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
 #include <sys/stat.h>
 
 namespace tessera {
@@ -67,6 +71,16 @@ void require_regular_file(const std::filesystem::path& path, std::string_view wh
     TESSERA_CHECK(kind == FileKind::Regular, "cannot read the " << what << " '" << path.string() << "': it is " << file_kind_name(kind)
                                                                   << ", not a regular file. Tessera reads data only from regular "
                                                                      "files: copy the data into one.");
+}
+
+std::string read_user_text_file(const std::filesystem::path& path, std::string_view what) {
+    require_regular_file(path, what);
+    std::ifstream in(path, std::ios::binary);
+    TESSERA_CHECK(in.is_open(), "cannot read the " << what << " '" << path.string() << "': " << std::strerror(errno));
+    std::ostringstream text;
+    text << in.rdbuf();
+    TESSERA_CHECK(!in.bad(), "cannot read the " << what << " '" << path.string() << "': a read error");
+    return text.str();
 }
 
 }  // namespace tessera

@@ -26,6 +26,10 @@ std::string_view file_kind_name(FileKind kind);  // "a FIFO (named pipe)", "a fo
 // in the message ("experiment file", "volume", "checkpoint").
 void require_regular_file(const std::filesystem::path& path, std::string_view what);
 
+// The whole of a regular file as text (require_regular_file first); throws a bad-input error naming
+// the file and the system's reason when it cannot be read.
+std::string read_user_text_file(const std::filesystem::path& path, std::string_view what);
+
 // `path` with every character a terminal would not show written as \xNN: for messages about names
 // that hold control characters (a NUL, an escape sequence).
 std::string printable_path(std::string_view path);

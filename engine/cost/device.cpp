@@ -321,12 +321,7 @@ Device parse_device(const std::string& json_text, const std::string& id) {
 }
 
 Device load_device_file(const std::filesystem::path& path) {
-    require_regular_file(path, "device file");
-    std::ifstream in(path, std::ios::binary);
-    TESSERA_CHECK(in.is_open(), "cannot read device file \"" << path.string() << "\": it cannot be opened");
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    TESSERA_CHECK(!in.bad(), "cannot read device file \"" << path.string() << "\": read error");
-    return parse_device_named(text, path.stem().string(), path.filename().string());
+    return parse_device_named(read_user_text_file(path, "device file"), path.stem().string(), path.filename().string());
 }
 
 std::filesystem::path devices_directory() {

@@ -661,12 +661,8 @@ std::int64_t optimizer_slots(const Experiment& e) {
 }
 
 Experiment load_experiment(const std::filesystem::path& path) {
-    require_regular_file(path, "experiment file");  // a folder, a FIFO: refused by name (a FIFO would block)
-    std::ifstream in(path, std::ios::binary);
-    TESSERA_CHECK(in, "cannot read the experiment file '" << path.string() << "': no such file, or not readable");
-    std::ostringstream text;
-    text << in.rdbuf();
-    Experiment e = parse_experiment(text.str(), path.filename().string());
+    // A folder or a FIFO is refused by name (opening a FIFO would block).
+    Experiment e = parse_experiment(read_user_text_file(path, "experiment file"), path.filename().string());
     place_in_directory(e, path.has_parent_path() ? path.parent_path() : std::filesystem::path("."));
     return e;
 }

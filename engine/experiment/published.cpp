@@ -175,12 +175,8 @@ std::vector<PublishedCase> load_published_cases(const fs::path& folder) {
     std::sort(files.begin(), files.end());
     std::vector<PublishedCase> cases;
     for (const fs::path& path : files) {
-        require_regular_file(path, "published-case file");
-        std::ifstream in(path, std::ios::binary);
-        std::ostringstream text;
-        text << in.rdbuf();
         const std::string name = path.filename().string();
-        const Json root = json::parse_json_strictly(text.str(), name);
+        const Json root = json::parse_json_strictly(read_user_text_file(path, "published-case file"), name);
         TESSERA_CHECK(root.is_object() && root.contains("cases") && root["cases"].is_array(),
                       name << ": expected {\"cases\": [...]}");
         for (const Json& value : root["cases"]) cases.push_back(read_case(value, name));

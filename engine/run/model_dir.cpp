@@ -46,15 +46,6 @@ std::vector<train::NamedTensor> to_entries(io::TensorFile file) {
     return entries;
 }
 
-std::string read_text(const fs::path& path) {
-    require_regular_file(path, "file");
-    std::ifstream in(path, std::ios::binary);
-    TESSERA_CHECK(in, "cannot read '" << path.string() << "'");
-    std::ostringstream text;
-    text << in.rdbuf();
-    return text.str();
-}
-
 void write_text(const fs::path& path, const std::string& text) {
     io::write_file_atomically(path, std::as_bytes(std::span(text.data(), text.size())));
 }
@@ -190,7 +181,7 @@ std::vector<CheckpointInfo> ModelDir::checkpoints() const {
     if (!fs::exists(index)) return {};
     require_regular_file(index, "checkpoint index");
     const std::string where = index.string();
-    const json::Json root = json::parse_json_strictly(read_text(index), where);
+    const json::Json root = json::parse_json_strictly(read_user_text_file(index, "checkpoint index"), where);
     const auto fail = [&](const std::string& what) {
         TESSERA_REJECT(where << ": " << what << "; the index is written by Tessera only — restore it from a backup, or delete it "
                                                   "and Tessera rebuilds it from the checkpoint files that verify");
@@ -310,7 +301,7 @@ std::optional<Checkpoint> ModelDir::load_newest_verified(std::vector<std::string
 std::optional<std::string> ModelDir::experiment_text() const {
     const fs::path file = m_path / "experiment.json";
     if (!fs::exists(file)) return std::nullopt;
-    return read_text(file);
+    return read_user_text_file(file, "experiment copy");
 }
 
 void ModelDir::write_experiment_text(const std::string& text) const { write_text(m_path / "experiment.json", text); }
