@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstring>
 #include <fstream>
+#include <unordered_set>
 #include <vector>
 
 namespace tessera::io_detail {
@@ -66,80 +67,153 @@ void check_signature(const std::filesystem::path& path, Codec codec) {
                                                            << full_extension(path) << " extension?");
 }
 
-// The first page of a classic TIFF must hold the pixels it declares. OpenCV's decoder returns an image of
-// the declared size even when the strips cannot fill it (found by fuzzing: a 192-byte file decoded as
-// 1792×65535 pixels of leftovers), so the strips' byte counts are compared with the declared size, times
-// the most a codec can expand (none ×1, PackBits ×64, deflate ×1100, LZW and others ×2048), the counts
-// capped at the file's size. CCITT fax pages, tiled pages and BigTIFF are left to the decoder.
-void check_tiff_strips(const std::filesystem::path& path) {
+// Every page of a TIFF must hold the pixels it declares, and all pages together must fit the volume
+// budget, before OpenCV allocates anything. OpenCV's decoder returns an image of the declared size even
+// when the strips cannot fill it (found by fuzzing: a 192-byte file decoded as 1792×65535 pixels of
+// leftovers), and libtiff computes the byte counts of a page that has none from its size (a 238-byte file
+// declared 10752×29284 pixels of an unknown codec: 1.6 GB and 5 s). So each page's strip or tile byte
+// counts, capped at the file size (the whole file when a page has none), times the most its codec can
+// expand (none ×1, PackBits ×64, deflate ×1100, LZW and others ×2048; CCITT fax codes a blank row in one
+// bit, so its bound is on rows) must reach the declared size. Classic TIFF and BigTIFF, either byte order.
+// The compression tags libtiff has codecs for (tiff.h): any other number is a damaged tag or a private
+// scheme, and OpenCV would return a page of undecoded bytes for it.
+bool known_tiff_compression(std::uint64_t compression) {
+    constexpr std::uint64_t known[] = {1,     2,     3,     4,     5,     6,     7,     8,     32766, 32771,
+                                       32773, 32809, 32908, 32909, 32946, 34661, 34676, 34677, 34925, 50000, 50001};
+    return std::find(std::begin(known), std::end(known), compression) != std::end(known);
+}
+
+void check_tiff_pages(const std::filesystem::path& path) {
     std::ifstream in(path, std::ios::binary);
     std::error_code error;
     const auto file_bytes = static_cast<std::uint64_t>(std::filesystem::file_size(path, error));
     if (error) return;  // the decoder reports an unreadable file
-    unsigned char header[8] = {};
+    unsigned char header[16] = {};
     in.read(reinterpret_cast<char*>(header), sizeof header);
-    if (in.gcount() != 8 || header[0] != header[1] || (header[0] == 'I' ? header[2] : header[3]) != 42) return;
+    if (in.gcount() < 8 || header[0] != header[1]) return;
     const bool little = header[0] == 'I';
     const auto number = [&](const unsigned char* at, int bytes) {
         std::uint64_t value = 0;
         for (int i = 0; i < bytes; ++i) value |= std::uint64_t{at[little ? i : bytes - 1 - i]} << (8 * i);
         return value;
     };
-    const auto read_at = [&](std::uint64_t offset, unsigned char* out, std::size_t bytes) {
+    const std::uint64_t version = number(header + 2, 2);
+    if (version != 42 && version != 43) return;  // has_signature refused it already
+    const bool big = version == 43;
+    if (big && in.gcount() < 16) return;
+    // Classic: 2-byte entry count, 12-byte entries, 4-byte offsets. BigTIFF: 8, 20 and 8.
+    const int count_size = big ? 8 : 2, entry_size = big ? 20 : 12, offset_size = big ? 8 : 4;
+    const auto read_at = [&](std::uint64_t offset, unsigned char* out, std::uint64_t bytes) {
         if (offset > file_bytes || bytes > file_bytes - offset) return false;
         in.clear();
         in.seekg(static_cast<std::streamoff>(offset));
         in.read(reinterpret_cast<char*>(out), static_cast<std::streamsize>(bytes));
-        return static_cast<std::size_t>(in.gcount()) == bytes;
+        return static_cast<std::uint64_t>(in.gcount()) == bytes;
     };
-    unsigned char count_bytes[2];
-    const std::uint64_t ifd = number(header + 4, 4);
-    if (!read_at(ifd, count_bytes, 2)) return;
-    const std::uint64_t entries = number(count_bytes, 2);
-    std::vector<unsigned char> table(entries * 12);
-    if (!read_at(ifd + 2, table.data(), table.size())) return;
-    std::uint64_t width = 0, height = 0, bits = 1, samples = 1, compression = 1, strip_bytes = 0;
-    bool has_strips = false;
-    for (std::uint64_t e = 0; e < entries; ++e) {
-        const unsigned char* entry = table.data() + e * 12;
-        const std::uint64_t tag = number(entry, 2), type = number(entry + 2, 2), count = number(entry + 4, 4);
-        const int size = type == 3 ? 2 : type == 4 ? 4 : 0;  // SHORT or LONG; other types are not used here
-        if (size == 0 || count == 0) continue;
-        const std::uint64_t first = number(entry + 8, size);  // the first value when it is stored inline
-        if (tag == 256) width = first;
-        if (tag == 257) height = first;
-        if (tag == 258) bits = count * size <= 4 ? first : 0;  // per-sample sizes stored elsewhere: skip the check
-        if (tag == 277) samples = first;
-        if (tag == 259) compression = first;
-        if (tag == 279) {  // StripByteCounts
-            has_strips = true;
-            if (count * size <= 4) {
-                for (std::uint64_t i = 0; i < count; ++i) strip_bytes += number(entry + 8 + i * size, size);
-            } else {
-                if (count > (std::uint64_t{1} << 24)) return;
-                std::vector<unsigned char> values(count * size);
-                if (!read_at(number(entry + 8, 4), values.data(), values.size())) return;
-                for (std::uint64_t i = 0; i < count; ++i) strip_bytes += number(values.data() + i * size, size);
+    const auto value_size = [](std::uint64_t type) {
+        return type == 3 ? 2 : type == 4 || type == 13 ? 4 : type == 16 ? 8 : 0;  // SHORT, LONG/IFD, LONG8
+    };
+
+    double total_pixels = 0;  // all pages; in double: damaged headers overflow 64 bits
+    std::uint64_t page_count = 0, bytes_per_pixel = 1;
+    std::uint64_t first_width = 0, first_height = 0;
+    std::unordered_set<std::uint64_t> visited;
+    std::uint64_t ifd = number(header + 4 + (big ? 4 : 0), offset_size);
+    std::vector<unsigned char> table;
+    while (ifd != 0 && visited.insert(ifd).second) {  // libtiff stops at a loop too
+        const std::uint64_t page = visited.size() - 1;
+        unsigned char count_bytes[8];
+        if (!read_at(ifd, count_bytes, count_size)) return;
+        const std::uint64_t entries = number(count_bytes, count_size);
+        // A directory that runs past the end of the file is one libtiff cannot read either: it stops there.
+        if (entries > file_bytes / entry_size) return;
+        table.resize(entries * entry_size + offset_size);
+        if (!read_at(ifd + count_size, table.data(), entries * entry_size)) return;
+        // A missing offset of the next directory is, for libtiff, the last page (found by fuzzing: a file
+        // three bytes short of it skipped this check).
+        if (!read_at(ifd + count_size + entries * entry_size, table.data() + entries * entry_size, offset_size)) {
+            std::fill(table.end() - offset_size, table.end(), 0);
+        }
+        std::uint64_t width = 0, height = 0, bits = 1, samples = 1, compression = 1, counted_bytes = 0;
+        bool has_counts = false;
+        std::unordered_set<std::uint64_t> tags;
+        for (std::uint64_t e = 0; e < entries; ++e) {
+            const unsigned char* entry = table.data() + e * entry_size;
+            const std::uint64_t tag = number(entry, 2), type = number(entry + 2, 2);
+            // A second copy of a tag could say what this check did not read (found by fuzzing: a later
+            // ImageWidth of 0 hid a page of 12090×64516 from it).
+            TESSERA_CHECK(tags.insert(tag).second, quoted(path) << " is damaged: page " << page << " gives TIFF tag "
+                                                                 << tag << " twice.");
+            const std::uint64_t count = number(entry + 4, big ? 8 : 4);
+            const int size = value_size(type);
+            if (size == 0 || count == 0) continue;
+            const unsigned char* inline_values = entry + (big ? 12 : 8);
+            const bool is_inline = count * size <= static_cast<std::uint64_t>(offset_size);
+            const std::uint64_t first = number(inline_values, size);  // the first value when it is stored inline
+            if (tag == 256) width = first;
+            if (tag == 257) height = first;
+            if (tag == 258) bits = is_inline ? first : 0;  // per-sample sizes stored elsewhere: see below
+            if (tag == 277) samples = first;
+            if (tag == 259) compression = first;
+            if (tag == 279 || tag == 325) {  // StripByteCounts, TileByteCounts
+                has_counts = true;  // until they turn out unreadable
+                if (is_inline) {
+                    for (std::uint64_t i = 0; i < count; ++i) counted_bytes += number(inline_values + i * size, size);
+                } else if (count <= file_bytes / static_cast<std::uint64_t>(size)) {
+                    std::vector<unsigned char> values(count * size);
+                    if (read_at(number(inline_values, offset_size), values.data(), values.size())) {
+                        for (std::uint64_t i = 0; i < count; ++i) {
+                            counted_bytes += std::min(number(values.data() + i * size, size), file_bytes);
+                            counted_bytes = std::min(counted_bytes, file_bytes);
+                        }
+                    } else {
+                        has_counts = false;
+                    }
+                } else {
+                    // Counts that cannot be in the file: libtiff ignores them and computes its own from
+                    // the page's size (found by fuzzing), so the whole file is the bound, as with none.
+                    has_counts = false;
+                }
             }
         }
+        ifd = number(table.data() + entries * entry_size, offset_size);
+        if (width == 0 || height == 0) continue;  // the decoder reports a page without a size
+        if (bits == 0) bits = 8;  // per-sample sizes out of line: 8 is the smallest that takes that form
+        ++page_count;
+        if (page_count == 1) first_width = width, first_height = height;
+        // The counts are read from the file: they may lie. Without any, libtiff takes the page's size.
+        counted_bytes = has_counts ? std::min(counted_bytes, file_bytes) : file_bytes;
+        const double row_bytes = std::ceil(static_cast<double>(width) * static_cast<double>(samples) *
+                                           static_cast<double>(bits) / 8);
+        const double declared = row_bytes * static_cast<double>(height);
+        TESSERA_CHECK(known_tiff_compression(compression),
+                      quoted(path) << " page " << page << " uses TIFF compression scheme " << compression
+                                   << ", which is not one libtiff decodes (none, CCITT, LZW, JPEG, deflate, PackBits, "
+                                      "LZMA, Zstandard, WebP and a few older ones). Save it again uncompressed or with "
+                                      "LZW or deflate.");
+        const bool fax = compression >= 2 && compression <= 4;
+        const double expansion = compression == 1       ? 1
+                                 : compression == 32773 ? 64
+                                 : compression == 8 || compression == 32946 ? 1100
+                                                                            : 2048;
+        const double reachable = fax ? static_cast<double>(counted_bytes) * 8 * row_bytes  // one bit a row
+                                     : static_cast<double>(counted_bytes) * expansion;
+        TESSERA_CHECK(reachable >= declared,
+                      quoted(path) << " is damaged: its page " << page << " declares " << width << "×"
+                                   << height << " pixels (" << static_cast<std::uint64_t>(std::min(declared, 1e19))
+                                   << " bytes of samples) but " << (has_counts ? "its strips hold " : "the file holds ")
+                                   << counted_bytes << " bytes"
+                                   << (compression != 1 ? " of compressed data, which cannot expand that far" : "")
+                                   << ". The file is truncated or its header is wrong; get a complete copy.");
+        total_pixels += static_cast<double>(width) * static_cast<double>(height);
+        bytes_per_pixel = std::max(bytes_per_pixel, static_cast<std::uint64_t>(std::min(row_bytes / static_cast<double>(width), 64.0)));
+        if (page_count > (std::uint64_t{1} << 20)) break;  // the budget below has refused long before
     }
-    // CCITT fax codes (2, 3, 4) code a blank line in a few bits: no useful bound. Other and unknown codecs
-    // get LZW's (OpenCV returned a full-size image for an unknown codec too).
-    const bool fax = compression >= 2 && compression <= 4;
-    const std::uint64_t expansion = compression == 1       ? 1
-                                    : compression == 32773 ? 64
-                                    : compression == 8 || compression == 32946 ? 1100
-                                                                               : 2048;
-    if (!has_strips || fax || bits == 0 || width == 0 || height == 0) return;
-    strip_bytes = std::min(strip_bytes, file_bytes);  // the counts are read from the file: they may lie
-    // In double: damaged headers overflow 64 bits.
-    const double declared = std::ceil(static_cast<double>(width) * static_cast<double>(samples) * static_cast<double>(bits) / 8) *
-                            static_cast<double>(height);
-    TESSERA_CHECK(static_cast<double>(strip_bytes) * static_cast<double>(expansion) >= declared,
-                  quoted(path) << " is damaged: its first page declares " << width << "×" << height << " pixels ("
-                               << static_cast<std::uint64_t>(std::min(declared, 1e19)) << " bytes of samples) but its strips hold "
-                               << strip_bytes << " bytes" << (expansion > 1 ? " of compressed data, which cannot expand that far" : "")
-                               << ". The file is truncated or its header is wrong; get a complete copy.");
+    if (page_count == 0) return;
+    // OpenCV keeps every decoded page, then Tessera copies them into one block (twice the stored bytes).
+    check_volume_budget(path,
+                        std::to_string(first_width) + "×" + std::to_string(first_height) + "×" + std::to_string(page_count),
+                        static_cast<std::uint64_t>(std::min(total_pixels, 0x1p62)), 2 * bytes_per_pixel);
 }
 
 bool scalar_type_of(int depth, ScalarType& type) {
@@ -191,7 +265,7 @@ RawImage read_image2d(const std::filesystem::path& path) {
     std::vector<cv::Mat> pages;
     try {
         if (codec == Codec::Tiff) {
-            check_tiff_strips(path);
+            check_tiff_pages(path);
             cv::imreadmulti(path.string(), pages, read_flags);
         } else {
             cv::Mat page = cv::imread(path.string(), read_flags);

@@ -118,6 +118,64 @@ def metaimage(name, header_lines, data=b"", raw_name=None, raw_data=None, subfol
     return make
 
 
+def tiff_file(pages, big=False, pad=0):
+    """Little-endian TIFF (or BigTIFF) bytes: each page a dict of tag -> value (an int, SHORT or LONG by
+    size) and optionally "data": bytes placed before the directories, StripOffsets pointing at them."""
+    header_size = 16 if big else 8
+    blob = bytearray(b"\0" * header_size)
+    data_offsets = []
+    for page in pages:
+        data_offsets.append(len(blob))
+        blob += page.get("data", b"")
+    blob += b"\0" * pad
+    entry_size, count_format, offset_format = (20, "<Q", "<Q") if big else (12, "<H", "<I")
+    ifd_offsets = []
+    for index, page in enumerate(pages):
+        if len(blob) % 2:
+            blob += b"\0"
+        ifd_offsets.append(len(blob))
+        tags = {k: v for k, v in page.items() if k != "data"}
+        if "data" in page:
+            tags.setdefault(273, data_offsets[index])
+        blob += struct.pack(count_format, len(tags))
+        for tag in sorted(tags):
+            value = tags[tag]
+            kind = 3 if value < 65536 else 4
+            if big:
+                blob += struct.pack("<HHQQ", tag, kind, 1, value)
+            else:
+                blob += struct.pack("<HHII", tag, kind, 1, value)
+        blob += struct.pack(offset_format, 0)  # the next directory, patched below
+    for index, offset in enumerate(ifd_offsets):
+        entries = struct.unpack_from(count_format, blob, offset)[0]
+        next_at = offset + struct.calcsize(count_format) + entry_size * entries
+        struct.pack_into(offset_format, blob, next_at, ifd_offsets[index + 1] if index + 1 < len(ifd_offsets) else 0)
+    if big:
+        blob[0:8] = b"II+\0\x08\0\0\0"
+        struct.pack_into("<Q", blob, 8, ifd_offsets[0])
+    else:
+        blob[0:4] = b"II*\0"
+        struct.pack_into("<I", blob, 4, ifd_offsets[0])
+    return bytes(blob)
+
+
+def tiff_page(width, height, compression=1, data=None, byte_counts=True, bits=8):
+    data = bytes(width * height * bits // 8) if data is None else data
+    page = {256: width, 257: height, 258: bits, 259: compression, 262: 1, 277: 1, 278: height, "data": data}
+    if byte_counts:
+        page[279] = len(data)
+    return page
+
+
+def tiff_repeating_width():
+    """A 4×4 page whose second entry (ImageLength) is turned into a second ImageWidth."""
+    blob = bytearray(tiff_file([tiff_page(4, 4)]))
+    first_entry = struct.unpack_from("<I", blob, 4)[0] + 2
+    assert struct.unpack_from("<H", blob, first_entry + 12)[0] == 257
+    struct.pack_into("<H", blob, first_entry + 12, 256)
+    return bytes(blob)
+
+
 MHA = ["ObjectType = Image", "NDims = 3", "DimSize = 4 4 2", "ElementType = MET_FLOAT", "ElementSpacing = 1 1 1"]
 
 
@@ -311,6 +369,19 @@ CASES = [
     ("png_text", raw("notes.png", "not a picture\n" * 10), ["info", "{in}"], 2, "notes.png", True),
     ("png_truncated", raw("cut.png", b"\x89PNG\r\n\x1a\n" + b"\0" * 30), ["info", "{in}"], 2, "cut.png", True),
     ("tiff_garbage", raw("g.tif", b"II*\0" + b"\xff" * 60), ["info", "{in}"], 2, "g.tif", True),
+    ("tiff_unknown_compression", raw("u.tif", tiff_file([tiff_page(64, 64, compression=225, data=b"\x55" * 40)])),
+     ["info", "{in}"], 2, "compression scheme 225", True),
+    # libtiff computes the missing counts from the page size: the whole file bounds what LZW can expand to.
+    ("tiff_no_byte_counts", raw("n.tif", tiff_file([tiff_page(10752, 29284, compression=5, data=b"\x80" * 40, byte_counts=False)])),
+     ["info", "{in}"], 2, "but the file holds", True),
+    ("tiff_second_page_too_big", raw("p.tif", tiff_file([tiff_page(4, 4), tiff_page(60000, 60000, data=b"\0" * 16)])),
+     ["info", "{in}"], 2, "its page 1 declares 60000×60000", True),
+    ("bigtiff_too_big", raw("b.tif", tiff_file([tiff_page(100000, 100000, data=b"\0" * 64)], big=True)),
+     ["info", "{in}"], 2, "its page 0 declares 100000×100000", True),
+    ("tiff_repeated_tag", raw("r.tif", tiff_repeating_width()), ["info", "{in}"], 2, "gives TIFF tag 256 twice", True),
+    # Deflate may expand 1100×: 1 MiB of strips can hold 8192×8192 pixels, over the catalogue's 64 MiB budget.
+    ("tiff_stack_over_budget", raw("s.tif", tiff_file([tiff_page(8192, 8192, compression=8, data=b"\0" * (1 << 20))])),
+     ["info", "{in}"], 2, "TESSERA_MAX_VOLUME_BYTES", True),
     ("dicom_empty_folder", folder("series"), ["info", "{in}"], 2, "DICOM", True),
     ("dicom_garbage_file", raw("x.dcm", b"\0" * 128 + b"DICM" + b"\xff" * 64), ["info", "{in}"], 2, "x.dcm", True),
     # Label maps

@@ -7,6 +7,7 @@
 #   tests/fuzz/run_fuzzers.sh nifti safetensors    # some targets only
 #
 # Environment: FUZZ_BUILD_DIR (build-fuzz), FUZZ_SECONDS (600), FUZZ_JOBS (2), FUZZ_NICE (10), FUZZ_KEEP_GOING (0),
+# FUZZ_SEED (unset: libFuzzer picks one; the smoke in CI uses 1 so that a CI run can be repeated exactly),
 # FUZZ_OUT (FUZZ_BUILD_DIR/fuzz-out/<date-time>): per target, new corpus entries go to
 # FUZZ_OUT/corpus/<target>/ (the committed tests/fuzz/corpus/<target>/ is only read), crash/leak/timeout
 # reproducers to FUZZ_OUT/artifacts/<target>/ and libFuzzer's output to FUZZ_OUT/logs/<target>.log.
@@ -67,6 +68,7 @@ run_one() {
     local args=(-max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len="$(max_len "$t")"
                 -print_final_stats=1 -artifact_prefix="$artifacts")
     # FUZZ_KEEP_GOING=1: fork mode, the run goes on after a finding (each one still fails the target).
+    [ -n "${FUZZ_SEED:-}" ] && args+=(-seed="$FUZZ_SEED")
     [ "${FUZZ_KEEP_GOING:-0}" = 1 ] && args+=(-fork=1 -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1)
     local dict="$here/dict/$(dict_of "$t").dict"
     [ -f "$dict" ] && args+=(-dict="$dict")

@@ -7,7 +7,16 @@
 
 namespace tessera::fuzz {
 
+// The volume budget the readers check before allocating, set below libFuzzer's 2 GB memory limit (unless
+// the environment sets one): a file within the budget is allowed to be read whole, and a reader that
+// allocates past its budget is then a finding, not libFuzzer's out-of-memory.
+inline void use_fuzzing_volume_budget() {
+    static const bool once = [] { return ::setenv("TESSERA_MAX_VOLUME_BYTES", "256MiB", 0) == 0; }();
+    (void)once;
+}
+
 inline void read_volume_and_labels(const std::filesystem::path& path) {
+    use_fuzzing_volume_budget();
     bool read = false;
     expect_success_or_error([&] {
         (void)read_volume(path);
