@@ -64,7 +64,7 @@ run: build
 	fi
 
 # GUI tests need an X server: the whole suite runs under Xvfb with Qt's xcb platform. In CI (CI set)
-# every libFuzzer target first runs its 30-second smoke (make fuzz-smoke: a clang build of the engine,
+# every libFuzzer target first runs its 30-second smoke with a fixed seed (make fuzz-smoke: a clang build of the engine,
 # about 10 minutes from nothing, then 3 minutes).
 test: build
 	@if [ -n "$(CI)" ]; then $(MAKE) --no-print-directory fuzz-smoke; fi
@@ -100,19 +100,18 @@ fuzz: fuzz-build
 	FUZZ_BUILD_DIR=$(abspath $(FUZZ_BUILD_DIR)) FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_JOBS=2 tests/fuzz/run_fuzzers.sh
 
 fuzz-smoke: fuzz-build
-	FUZZ_BUILD_DIR=$(abspath $(FUZZ_BUILD_DIR)) FUZZ_SECONDS=30 FUZZ_JOBS=2 tests/fuzz/run_fuzzers.sh
+	FUZZ_BUILD_DIR=$(abspath $(FUZZ_BUILD_DIR)) FUZZ_SECONDS=30 FUZZ_JOBS=2 FUZZ_SEED=1 tests/fuzz/run_fuzzers.sh
 
 # Sanitizer builds (GCC's ASan/UBSan/TSan runtimes; Debian's Qt, VTK and oneDNN stay uninstrumented).
 # `make sanitize`: everything built in $(ASAN_BUILD_DIR) with ASan + UBSan (TESSERA_SANITIZE=address),
 # then the whole suite under Xvfb as `make test` runs it; leaks are errors, except the third-party ones
 # listed in tests/sanitizers/lsan.supp. `make tsan`: $(TSAN_BUILD_DIR) with TSan, running the core
-# mesh, trainer and run tests and the studio's training tests (tst_training_studio, tst_planner_panel).
-# OpenMP's threads are invisible to TSan (libgomp is not instrumented), so oneDNN runs one thread
-# there (OMP_NUM_THREADS=1): the threads checked are the core mesh's pool, the data prefetcher and the
-# studio's workers. tests/sanitizers/tsan.supp names uninstrumented third-party code only. Debian's Qt
-# is not built for TSan: its headers annotate QMutex::lock but the library's QWaitCondition::wait and
-# queued-signal delivery are invisible, so the two QtTests report races (and "double lock") that no
-# suppression can remove without hiding Tessera's own slots; the engine tests are the clean, gating part.
+# mesh, trainer and run tests and the studio's threaded tests (the planner, the training run, the
+# equivalence view and ui/model/gui_mailbox). OpenMP's threads are invisible to TSan (libgomp is not
+# instrumented), so oneDNN runs one thread there (OMP_NUM_THREADS=1): the threads checked are the core
+# mesh's pool, the data prefetcher and the studio's workers. Debian's Qt is not built for TSan, so the
+# studio's workers hand results over with the C++ library only (std::thread, std::mutex, GuiMailbox),
+# which TSan sees; tests/sanitizers/tsan.supp names uninstrumented third-party code only.
 ASAN_BUILD_DIR ?= build-asan
 TSAN_BUILD_DIR ?= build-tsan
 SANITIZER_BUILD_TYPE ?= RelWithDebInfo
@@ -124,7 +123,7 @@ TSAN_ENV := OMP_NUM_THREADS=1 \
 	TSAN_OPTIONS=suppressions=$(SANITIZER_SUPPRESSIONS)/tsan.supp:second_deadlock_stack=1:history_size=7 \
 	QTEST_FUNCTION_TIMEOUT=2700000
 TSAN_TARGETS := test_engine_cores test_equivalence_report test_uneven_threads test_engine_trainer test_engine_run \
-	run_files_tool tst_training_studio tst_planner_panel
+	run_files_tool tst_gui_mailbox tst_training_studio tst_planner_panel tst_equivalence_view
 .PHONY: sanitize sanitize-build tsan tsan-build
 
 sanitize-build: deps
@@ -140,10 +139,10 @@ tsan-build: deps
 	  -DTESSERA_BUILD_BENCH=OFF -DTESSERA_WARNINGS_AS_ERRORS=$(WERROR)
 	cmake --build $(TSAN_BUILD_DIR) -j $(JOBS) --target $(TSAN_TARGETS)
 
-# Only $(TSAN_TARGETS) are built there: the gtests among them carry the label "engine", the two QtTests
+# Only $(TSAN_TARGETS) are built there: the gtests among them carry the label "engine", the QtTests
 # are named.
 tsan: tsan-build
 	cd $(TSAN_BUILD_DIR) && $(TSAN_ENV) QT_QPA_PLATFORM=xcb $(XVFB) sh -c \
 	  'ctest --output-on-failure -j $(JOBS) --timeout 2700 -L engine; e=$$?; \
-	   ctest --output-on-failure -j $(JOBS) --timeout 2700 -R "^tst_(training_studio|planner_panel)$$"; \
+	   ctest --output-on-failure -j $(JOBS) --timeout 2700 -R "^tst_(gui_mailbox|training_studio|planner_panel|equivalence_view)$$"; \
 	   exit $$(( e || $$? ))'

@@ -5,7 +5,7 @@
 #include "partition/core_graph.hpp"
 #include "partition/tiling.hpp"
 
-#include <QMutexLocker>
+#include "model/gui_mailbox.hpp"
 
 #include <algorithm>
 #include <exception>
@@ -83,22 +83,22 @@ QString PlannedLayout::piecesText() const {
     return parts.join(QStringLiteral("×"));
 }
 
-PlannerWorker::PlannerWorker(QObject* parent) : QThread(parent) {
+PlannerWorker::PlannerWorker(QObject* parent) : QObject(parent), m_mailbox(new GuiMailbox(this)) {
     qRegisterMetaType<tessera::ui::PlannerResult>();
     qRegisterMetaType<tessera::ui::PredictedTimeline>();
 }
 
 PlannerWorker::~PlannerWorker() {
     {
-        const QMutexLocker lock(&m_mutex);
+        const std::lock_guard lock(m_mutex);
         m_abort = true;
-        m_condition.wakeOne();
     }
-    wait();
+    m_condition.notify_one();
+    if (m_thread.joinable()) m_thread.join();
 }
 
 quint64 PlannerWorker::plan(const experiment::Experiment& experiment) {
-    const QMutexLocker lock(&m_mutex);
+    const std::lock_guard lock(m_mutex);
     const quint64 request = ++m_next_request;
     m_plan_job = PlanJob{request, experiment};
     m_timeline_job.reset();  // of the previous experiment
@@ -109,7 +109,7 @@ quint64 PlannerWorker::plan(const experiment::Experiment& experiment) {
 
 quint64 PlannerWorker::predictTimeline(const experiment::Experiment& experiment, std::int64_t replicas,
                                        const std::vector<std::vector<std::int64_t>>& boundaries) {
-    const QMutexLocker lock(&m_mutex);
+    const std::lock_guard lock(m_mutex);
     const quint64 request = ++m_next_request;
     m_timeline_job = TimelineJob{request, experiment, replicas, boundaries};
     startOrWake();
@@ -117,26 +117,27 @@ quint64 PlannerWorker::predictTimeline(const experiment::Experiment& experiment,
 }
 
 void PlannerWorker::startOrWake() {
-    // Called with m_mutex held.
-    if (!isRunning()) {
-        start(QThread::LowPriority);
+    // Called with m_mutex held, on the GUI thread (the only one that starts the thread).
+    if (!m_thread.joinable()) {
+        m_thread = std::thread([this] { run(); });
     } else {
-        m_condition.wakeOne();
+        m_condition.notify_one();
     }
 }
 
 bool PlannerWorker::shouldStop() {
-    const QMutexLocker lock(&m_mutex);
+    const std::lock_guard lock(m_mutex);
     return m_abort || m_restart;
 }
 
 void PlannerWorker::run() {
-    forever {
+    lowerThisThreadPriority();
+    for (;;) {
         std::optional<PlanJob> plan_job;
         std::optional<TimelineJob> timeline_job;
         {
-            QMutexLocker lock(&m_mutex);
-            while (!m_abort && !m_plan_job && !m_timeline_job) m_condition.wait(&m_mutex);
+            std::unique_lock lock(m_mutex);
+            m_condition.wait(lock, [this] { return m_abort || m_plan_job || m_timeline_job; });
             if (m_abort) return;
             if (m_plan_job) {
                 plan_job = std::move(m_plan_job);
@@ -150,6 +151,14 @@ void PlannerWorker::run() {
         if (plan_job) runPlan(*plan_job);
         if (timeline_job) runTimeline(*timeline_job);
     }
+}
+
+void PlannerWorker::postProgress(quint64 request, int done, int total, QString stage) {
+    m_mailbox->post([this, request, done, total, stage = std::move(stage)] { emit progress(request, done, total, stage); });
+}
+
+void PlannerWorker::postFailure(quint64 request, QString message) {
+    m_mailbox->post([this, request, message = std::move(message)] { emit failed(request, message); });
 }
 
 void PlannerWorker::runPlan(const PlanJob& job) {
@@ -179,7 +188,7 @@ void PlannerWorker::runPlan(const PlanJob& job) {
         result.experiment_replicas = experiment.partition.num_replicas;
         result.experiment_pieces = experiment::spatial_pieces(experiment);
 
-        emit progress(job.request, done, total, tr("Ranking every layout for %1 cores").arg(request.core_budget));
+        postProgress(job.request, done, total, tr("Ranking every layout for %1 cores").arg(request.core_budget));
         const std::vector<cost::LayoutPlan> plans = cost::plan_layouts(factory, request, model);
         if (shouldStop()) return;
         for (std::size_t i = 0; i < plans.size(); ++i) result.layouts.push_back(copyPlan(plans[i], static_cast<int>(i) + 1));
@@ -187,7 +196,7 @@ void PlannerWorker::runPlan(const PlanJob& job) {
 
         for (const bool weak : {false, true}) {
             for (std::int64_t cores : weak ? weak_budgets : budgets) {
-                emit progress(job.request, done, total,
+                postProgress(job.request, done, total,
                               (weak ? tr("Weak scaling: %1 cores") : tr("Strong scaling: %1 cores")).arg(cores));
                 const std::optional<cost::ScalingPoint> point =
                     cost::scaling_point(factory, request, model, cores, weak ? cost::Scaling::Weak : cost::Scaling::Strong);
@@ -196,10 +205,10 @@ void PlannerWorker::runPlan(const PlanJob& job) {
                 ++done;
             }
         }
-        emit progress(job.request, total, total, tr("Done"));
-        emit planned(job.request, result);
+        postProgress(job.request, total, total, tr("Done"));
+        m_mailbox->post([this, request = job.request, result = std::move(result)] { emit planned(request, result); });
     } catch (const std::exception& error) {
-        if (!shouldStop()) emit failed(job.request, QString::fromStdString(error.what()));
+        if (!shouldStop()) postFailure(job.request, QString::fromStdString(error.what()));
     }
 }
 
@@ -305,9 +314,9 @@ void PlannerWorker::runTimeline(const TimelineJob& job) {
             }
             timeline.spans.push_back(std::move(out));
         }
-        emit timelinePredicted(job.request, timeline);
+        m_mailbox->post([this, request = job.request, timeline = std::move(timeline)] { emit timelinePredicted(request, timeline); });
     } catch (const std::exception& error) {
-        emit failed(job.request, QString::fromStdString(error.what()));
+        postFailure(job.request, QString::fromStdString(error.what()));
     }
 }
 

@@ -1,12 +1,14 @@
 // PlannerWorker: the planner's sweep off the GUI thread, as in Qt's mandelbrot example.
 //
-// plan() hands it a copy of an experiment (under a mutex); the thread ranks every layout for the
+// plan() hands it a copy of an experiment (under a mutex); its thread ranks every layout for the
 // experiment's core budget (cost::plan_layouts), then walks the strong and weak scaling curves one core
 // count at a time (cost::scaling_point, the engine's definition of both curves, which `tessera-cli plan
 // --sweep` prints too), checking between stages whether it should stop: a newer plan() restarts the
 // work, destruction aborts it. predictTimeline() asks for one layout's predicted step with
 // its timeline (cost::predict_step). Results leave as copied value types through queued signals, each
 // with the request number plan()/predictTimeline() returned, so a receiver drops what it no longer wants.
+// The thread and its hand-overs use the C++ library only (std::thread, std::mutex, a GuiMailbox for the
+// results), so ThreadSanitizer sees all of them.
 //
 //   auto* worker = new PlannerWorker(this);
 //   connect(worker, &PlannerWorker::planned, this, &Panel::onPlanned);   // (request, PlannerResult)
@@ -16,14 +18,15 @@
 
 #include "experiment/experiment.hpp"
 
-#include <QMutex>
+#include <QObject>
 #include <QString>
-#include <QThread>
 #include <QVector>
-#include <QWaitCondition>
 
+#include <condition_variable>
 #include <cstdint>
+#include <mutex>
 #include <optional>
+#include <thread>
 #include <vector>
 
 namespace tessera::ui {
@@ -94,11 +97,13 @@ struct PredictedTimeline {
     QVector<PredictedSpan> spans;
 };
 
-class PlannerWorker : public QThread {
+class GuiMailbox;
+
+class PlannerWorker : public QObject {
     Q_OBJECT
 public:
     explicit PlannerWorker(QObject* parent = nullptr);
-    ~PlannerWorker() override;  // aborts the work in progress and waits for the thread
+    ~PlannerWorker() override;  // aborts the work in progress and joins the thread
 
     // Starts planning `experiment` (copied) and returns the request's number. A call while one runs
     // restarts the work; the older request's results are never emitted after its stage ends.
@@ -108,14 +113,11 @@ public:
     quint64 predictTimeline(const tessera::experiment::Experiment& experiment, std::int64_t replicas,
                             const std::vector<std::vector<std::int64_t>>& boundaries);
 
-signals:
+signals:  // emitted on the GUI thread
     void progress(quint64 request, int done, int total, QString stage);
     void planned(quint64 request, tessera::ui::PlannerResult result);
     void timelinePredicted(quint64 request, tessera::ui::PredictedTimeline timeline);
     void failed(quint64 request, QString message);
-
-protected:
-    void run() override;
 
 private:
     struct PlanJob {
@@ -129,18 +131,25 @@ private:
         std::vector<std::vector<std::int64_t>> boundaries;
     };
 
+    void run();  // the thread: waits for jobs until aborted
     void runPlan(const PlanJob& job);
     void runTimeline(const TimelineJob& job);
     bool shouldStop();  // a newer plan arrived or the worker is going away
+    // Worker thread: the signals, emitted on the GUI thread through the mailbox.
+    void postProgress(quint64 request, int done, int total, QString stage);
+    void postFailure(quint64 request, QString message);
     void startOrWake();
 
-    QMutex m_mutex;
-    QWaitCondition m_condition;
+    GuiMailbox* m_mailbox;
+    std::mutex m_mutex;
+    std::condition_variable m_condition;
+    // Guarded by m_mutex:
     std::optional<PlanJob> m_plan_job;          // waiting to run
     std::optional<TimelineJob> m_timeline_job;  // waiting to run
     quint64 m_next_request = 0;
     bool m_restart = false;
     bool m_abort = false;
+    std::thread m_thread;  // started by the first request
 };
 
 }  // namespace tessera::ui

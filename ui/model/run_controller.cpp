@@ -2,50 +2,52 @@
 
 #include "core/error.hpp"
 
-#include <QThread>
-
-#ifdef __linux__
-#include <sys/resource.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-#endif
+#include "model/gui_mailbox.hpp"
 
 namespace tessera::ui {
 
-namespace {
-
-// Forwards the run's reports as the controller's signals (emitted on the worker thread, delivered
-// queued to receivers on the GUI thread); copies the mesh's events after each step.
-class Bridge final : public run::RunObserver {
+// Forwards the run's reports as the controller's signals (copied on the worker thread, emitted on the GUI
+// thread); copies the mesh's events after each step.
+class RunController::Bridge final : public run::RunObserver {
 public:
-    Bridge(RunController* controller, run::TrainingRun& training) : m_controller(controller), m_training(training) {
+    Bridge(RunController* controller, quint64 run_number, run::TrainingRun& training)
+        : m_controller(controller), m_run_number(run_number), m_training(training) {
         auto names = std::make_shared<std::vector<std::string>>();
         for (const graph::Node& node : training.mesh().model().nodes()) names->push_back(node.name);
         m_layer_names = std::move(names);
     }
-    void on_start(const run::RunStart& start) override { emit m_controller->started(start); }
+    void on_start(const run::RunStart& start) override {
+        m_controller->post([controller = m_controller, start] { emit controller->started(start); });
+    }
     void on_step(const run::StepRecord& step) override {
-        emit m_controller->stepFinished(step);
         StepEvents events;
         events.step = step.step;
         events.cores = m_training.mesh().num_cores();
         events.events = m_training.mesh().events();
         events.layer_names = m_layer_names;
-        emit m_controller->stepEventsReady(events);
+        m_controller->post([controller = m_controller, step, events = std::move(events)] {
+            emit controller->stepFinished(step);
+            emit controller->stepEventsReady(events);
+        });
     }
-    void on_eval(const run::EvalRecord& eval) override { emit m_controller->evaluated(eval); }
-    void on_checkpoint(const run::CheckpointRecord& checkpoint) override { emit m_controller->checkpointed(checkpoint); }
-    void on_finish(const run::RunSummary& summary) override { emit m_controller->finished(summary); }
+    void on_eval(const run::EvalRecord& eval) override {
+        m_controller->post([controller = m_controller, eval] { emit controller->evaluated(eval); });
+    }
+    void on_checkpoint(const run::CheckpointRecord& checkpoint) override {
+        m_controller->post([controller = m_controller, checkpoint] { emit controller->checkpointed(checkpoint); });
+    }
+    void on_finish(const run::RunSummary& summary) override {
+        m_controller->postEnd(m_run_number, [controller = m_controller, summary] { emit controller->finished(summary); });
+    }
 
 private:
     RunController* m_controller;
+    quint64 m_run_number;
     run::TrainingRun& m_training;
     std::shared_ptr<const std::vector<std::string>> m_layer_names;
 };
 
-}  // namespace
-
-RunController::RunController(QObject* parent) : QObject(parent) {
+RunController::RunController(QObject* parent) : QObject(parent), m_mailbox(new GuiMailbox(this)) {
     qRegisterMetaType<tessera::run::RunStart>();
     qRegisterMetaType<tessera::run::StepRecord>();
     qRegisterMetaType<tessera::run::EvalRecord>();
@@ -55,49 +57,48 @@ RunController::RunController(QObject* parent) : QObject(parent) {
 }
 
 RunController::~RunController() {
-    if (m_thread) {
-        m_stop = true;
-        m_thread->wait();
-        delete m_thread;
-    }
+    m_stop = true;
+    if (m_thread.joinable()) m_thread.join();
 }
 
-bool RunController::isRunning() const { return m_thread && m_thread->isRunning(); }
-
 bool RunController::start(const experiment::Experiment& experiment, const run::RunOptions& options) {
-    if (isRunning()) {
+    if (m_running) {
         m_last_error = tr("A run is in progress; stop it first.");
         return false;
     }
-    if (m_thread) {
-        m_thread->wait();
-        delete m_thread;
-    }
+    // The previous run has reported its end; its thread is past its last step, releasing the model_dir.
+    if (m_thread.joinable()) m_thread.join();
     m_stop = false;
+    m_running = true;
     m_last_error.clear();
-    m_thread = QThread::create([this, experiment, options] { work(experiment, options); });
-    m_thread->setObjectName(QStringLiteral("training run"));
-    m_thread->start();
+    m_thread = std::thread([this, run_number = ++m_run, experiment, options] { work(run_number, experiment, options); });
     return true;
 }
 
 void RunController::requestStop() { m_stop = true; }
 
-void RunController::work(experiment::Experiment experiment, run::RunOptions options) {
-    // The run keeps every core busy; the studio must stay responsive beside it. On Linux a thread's nice
-    // value is its own and threads inherit it from the thread that creates them, so lowering this
-    // thread's priority before the run builds its thread pool lowers the whole run, and the GUI thread
-    // is served first.
-#ifdef __linux__
-    setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 10);
-#endif
+void RunController::post(std::function<void()> delivery) { m_mailbox->post(std::move(delivery)); }
+
+void RunController::postEnd(quint64 run_number, std::function<void()> delivery) {
+    m_mailbox->post([this, run_number, delivery = std::move(delivery)] {
+        if (run_number == m_run) m_running = false;  // not when a receiver of the end has started the next run
+        delivery();
+    });
+}
+
+void RunController::work(quint64 run_number, experiment::Experiment experiment, run::RunOptions options) {
+    // The run keeps every core busy; the studio must stay responsive beside it. Lowered before the run
+    // builds its thread pool, which inherits the priority, so the GUI thread is served first.
+    lowerThisThreadPriority();
     try {
         run::TrainingRun training(std::move(experiment), options);
-        Bridge bridge(this, training);
+        Bridge bridge(this, run_number, training);
         training.train(&bridge, &m_stop);
     } catch (const std::exception& error) {
-        emit failed(QString::fromUtf8(error.what()));
+        postEnd(run_number, [this, message = QString::fromUtf8(error.what())] { emit failed(message); });
     }
+    // A run that returned without its summary still ends (nothing is emitted for it).
+    postEnd(run_number, [] {});
 }
 
 }  // namespace tessera::ui

@@ -1,6 +1,7 @@
 // RunController: a training run on a worker thread, as Qt's threading examples do it — the experiment
 // goes in as a copy when the run starts, a stop flag is checked after every step, and everything the
-// run reports comes out as copied values through queued signals. The GUI never touches the live run.
+// run reports comes out as copied values, handed to the GUI thread through a GuiMailbox and emitted
+// there as signals. The GUI never touches the live run.
 //
 //   RunController controller;
 //   connect(&controller, &RunController::stepFinished, charts, &RunCharts::onStep);
@@ -18,11 +19,10 @@
 #include <QString>
 
 #include <atomic>
+#include <functional>
 #include <memory>
-#include <mutex>
+#include <thread>
 #include <vector>
-
-class QThread;
 
 namespace tessera::ui {
 
@@ -35,20 +35,24 @@ struct StepEvents {
     std::shared_ptr<const std::vector<std::string>> layer_names;
 };
 
+class GuiMailbox;
+
 class RunController : public QObject {
     Q_OBJECT
 public:
     explicit RunController(QObject* parent = nullptr);
-    ~RunController() override;  // asks the run to stop and waits for it
+    ~RunController() override;  // asks the run to stop and joins its thread
 
     // Starts training (resuming from the model_dir's latest checkpoint). Returns false with lastError()
     // when a run is already going; errors of the experiment itself arrive as failed().
     bool start(const experiment::Experiment& experiment, const run::RunOptions& options);
     void requestStop();
-    bool isRunning() const;
+    // From start() until finished() or failed() is emitted (GUI-thread state: a receiver of either
+    // already sees false and may start the next run).
+    bool isRunning() const { return m_running; }
     const QString& lastError() const { return m_last_error; }
 
-signals:
+signals:  // emitted on the GUI thread
     void started(const tessera::run::RunStart& start);
     void stepFinished(const tessera::run::StepRecord& step);
     void stepEventsReady(const tessera::ui::StepEvents& events);
@@ -58,10 +62,19 @@ signals:
     void failed(const QString& message);
 
 private:
-    void work(experiment::Experiment experiment, run::RunOptions options);
+    class Bridge;  // the run's observer, on the worker thread
 
-    QThread* m_thread = nullptr;
+    // Worker thread: `delivery` (emitting one of the signals) runs on the GUI thread. postEnd's ends run
+    // number `run_number` for isRunning() first.
+    void post(std::function<void()> delivery);
+    void postEnd(quint64 run_number, std::function<void()> delivery);
+    void work(quint64 run_number, experiment::Experiment experiment, run::RunOptions options);
+
+    GuiMailbox* m_mailbox;
+    std::thread m_thread;
     std::atomic<bool> m_stop = false;
+    bool m_running = false;  // GUI thread only
+    quint64 m_run = 0;       // GUI thread only: the number of the newest run started
     QString m_last_error;
 };
 

@@ -2,6 +2,7 @@
 
 #include "core/error.hpp"
 #include "core/random.hpp"
+#include "model/gui_mailbox.hpp"
 #include "model/models.hpp"
 
 #include <QChart>
@@ -17,8 +18,6 @@
 #include <QLineSeries>
 #include <QLinearGradient>
 #include <QLogValueAxis>
-#include <QMutex>
-#include <QMutexLocker>
 #include <QPainter>
 #include <QProgressBar>
 #include <QScatterSeries>
@@ -26,18 +25,19 @@
 #include <QSignalBlocker>
 #include <QSpinBox>
 #include <QSplitter>
-#include <QThread>
 #include <QToolTip>
 #include <QVBoxLayout>
 #include <QValueAxis>
-#include <QWaitCondition>
 
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <condition_variable>
 #include <exception>
 #include <limits>
+#include <mutex>
 #include <set>
+#include <thread>
 
 namespace tessera::ui {
 
@@ -213,29 +213,30 @@ ComparisonSetup prepareExperiment(const ComparisonJob& job) {
 // ---- the worker ---------------------------------------------------------------------------------------------
 
 // Runs comparisons off the GUI thread, as PlannerWorker runs sweeps: a job handed over under a mutex, a
-// newer one stops the running comparison between its stages, destruction aborts and waits. The result
-// waits in the worker until the GUI thread takes it (a copy leaves, nothing is shared).
-class EquivalenceWorker : public QThread {
+// newer one stops the running comparison between its stages, destruction aborts and joins. The result
+// waits in the worker until the GUI thread takes it (a copy leaves, nothing is shared); the signals are
+// emitted on the GUI thread through a GuiMailbox.
+class EquivalenceWorker : public QObject {
     Q_OBJECT
 public:
-    explicit EquivalenceWorker(QObject* parent) : QThread(parent) {}
+    explicit EquivalenceWorker(QObject* parent) : QObject(parent), m_mailbox(new GuiMailbox(this)) {}
     ~EquivalenceWorker() override {
         {
-            const QMutexLocker lock(&m_mutex);
+            const std::lock_guard lock(m_mutex);
             m_abort = true;
             m_stop = true;
-            m_condition.wakeOne();
         }
-        wait();
+        m_condition.notify_one();
+        if (m_thread.joinable()) m_thread.join();
     }
 
     quint64 compare(ComparisonJob job) {
-        const QMutexLocker lock(&m_mutex);
+        const std::lock_guard lock(m_mutex);
         job.request = ++m_next_request;
         m_job = std::move(job);
         m_stop = true;  // the running comparison (if any) ends at its next stage
-        if (!isRunning()) start(QThread::LowPriority);
-        else m_condition.wakeOne();
+        if (!m_thread.joinable()) m_thread = std::thread([this] { run(); });
+        else m_condition.notify_one();
         return m_next_request;
     }
 
@@ -245,25 +246,30 @@ public:
         QString note;
     };
     std::optional<Result> takeResult(quint64 request) {
-        const QMutexLocker lock(&m_mutex);
+        const std::lock_guard lock(m_mutex);
         if (m_result_request != request) return std::nullopt;
         std::optional<Result> result = std::move(m_result);
         m_result.reset();
         return result;
     }
 
-signals:
+signals:  // emitted on the GUI thread
     void progress(quint64 request, int done, int total);
     void compared(quint64 request);
     void failed(quint64 request, QString message);
 
-protected:
-    void run() override {
+private:
+    void postProgress(quint64 request, int done, int total) {
+        m_mailbox->post([this, request, done, total] { emit progress(request, done, total); });
+    }
+
+    void run() {
+        lowerThisThreadPriority();
         for (;;) {
             ComparisonJob job;
             {
-                QMutexLocker lock(&m_mutex);
-                while (!m_job && !m_abort) m_condition.wait(&m_mutex);
+                std::unique_lock lock(m_mutex);
+                m_condition.wait(lock, [this] { return m_job || m_abort; });
                 if (m_abort) return;
                 job = std::move(*m_job);
                 m_job.reset();
@@ -278,31 +284,35 @@ protected:
                 options.one_tile_baseline = job.baseline;
                 options.stop = &m_stop;
                 const quint64 request = job.request;
-                options.on_progress = [this, request](int done, int total) { emit progress(request, done, total); };
-                emit progress(request, 0, (job.baseline ? 3 : 2) * job.steps + 1);
+                options.on_progress = [this, request](int done, int total) { postProgress(request, done, total); };
+                postProgress(request, 0, (job.baseline ? 3 : 2) * job.steps + 1);
                 Result result{cores::compare_with_single_core(setup.model, setup.mesh, setup.config, setup.images, setup.labels, options),
                               setup.source, setup.notes.join(QStringLiteral("; "))};
                 {
-                    const QMutexLocker lock(&m_mutex);
+                    const std::lock_guard lock(m_mutex);
                     m_result = std::move(result);
                     m_result_request = request;
                 }
-                emit compared(request);
+                m_mailbox->post([this, request] { emit compared(request); });
             } catch (const std::exception& error) {
-                emit failed(job.request, QString::fromUtf8(error.what()));
+                m_mailbox->post([this, request = job.request, message = QString::fromUtf8(error.what())] {
+                    emit failed(request, message);
+                });
             }
         }
     }
 
-private:
-    QMutex m_mutex;
-    QWaitCondition m_condition;
+    GuiMailbox* m_mailbox;
+    std::mutex m_mutex;
+    std::condition_variable m_condition;
+    // Guarded by m_mutex:
     std::optional<ComparisonJob> m_job;
     std::optional<Result> m_result;
     quint64 m_result_request = 0;
     quint64 m_next_request = 0;
-    std::atomic<bool> m_stop{false};
     bool m_abort = false;
+    std::atomic<bool> m_stop{false};  // read by the comparison between its stages
+    std::thread m_thread;
 };
 
 // ---- the tile map -------------------------------------------------------------------------------------------

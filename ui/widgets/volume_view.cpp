@@ -2,6 +2,7 @@
 
 #include <QTimer>
 
+#include "model/gui_mailbox.hpp"
 #include "model/partition_design.hpp"
 #include "render/partition_overlay.hpp"
 
@@ -13,7 +14,6 @@
 #include <QComboBox>
 #include <QHBoxLayout>
 #include <QLabel>
-#include <QThread>
 #include <QToolButton>
 #include <QVBoxLayout>
 #include <QtDebug>
@@ -31,7 +31,7 @@ constexpr double ct_minimum_threshold = -500.0;
 
 VolumeView::VolumeView(ViewerModel* model, QWidget* parent)
     : QWidget(parent), m_model(model), m_scene(std::make_unique<VolumeScene>()),
-      m_presets(builtinTransferFunctionPresets()) {
+      m_presets(builtinTransferFunctionPresets()), m_mailbox(new GuiMailbox(this)) {
     m_gl = new VtkGLWidget(this);
     m_cursor_render = new QTimer(this);
     m_cursor_render->setSingleShot(true);
@@ -97,11 +97,8 @@ VolumeView::VolumeView(ViewerModel* model, QWidget* parent)
 }
 
 VolumeView::~VolumeView() {
-    if (m_extraction_thread) {
-        disconnect(m_extraction_thread, nullptr, this, nullptr);
-        m_extraction_thread->wait();
-        delete m_extraction_thread;
-    }
+    // Its delivery dies with the mailbox, a child of this view.
+    if (m_extraction_thread.joinable()) m_extraction_thread.join();
 }
 
 QString VolumeView::currentPresetId() const { return m_preset_box->currentData().toString(); }
@@ -175,25 +172,24 @@ void VolumeView::onLabelMapChanged() {
 }
 
 void VolumeView::startSurfaceExtraction() {
-    if (m_extraction_thread || !m_requested_labels) return;  // the finished handler starts the next one
+    if (m_extraction_thread.joinable() || !m_requested_labels) return;  // the finished handler starts the next one
     const std::uint64_t generation = m_label_generation;
     const std::shared_ptr<const tessera::LabelMap> labels = m_requested_labels;
-    auto surfaces = std::make_shared<LabelSurfaces>();
-    auto error = std::make_shared<QString>();
     // Extraction takes a noticeable time on big label maps (~0.3 s for 256³ here): off the GUI thread.
-    m_extraction_thread = QThread::create([labels, surfaces, error] {
+    m_extraction_thread = std::thread([this, labels, generation] {
+        lowerThisThreadPriority();
+        LabelSurfaces surfaces;
+        QString error;
         try {
-            *surfaces = LabelSurfaces::extract(*labels);
+            surfaces = LabelSurfaces::extract(*labels);
         } catch (const std::exception& exception) {
-            *error = QString::fromUtf8(exception.what());
+            error = QString::fromUtf8(exception.what());
         }
+        m_mailbox->post([this, generation, surfaces = std::move(surfaces), error = std::move(error)] {
+            m_extraction_thread.join();  // it has nothing left to do but return
+            onExtractionFinished(generation, surfaces, error);
+        });
     });
-    connect(m_extraction_thread, &QThread::finished, this, [this, generation, surfaces, error] {
-        m_extraction_thread->deleteLater();
-        m_extraction_thread = nullptr;
-        onExtractionFinished(generation, *surfaces, *error);
-    });
-    m_extraction_thread->start(QThread::LowPriority);
 }
 
 void VolumeView::onExtractionFinished(std::uint64_t generation, const LabelSurfaces& surfaces, const QString& error) {

@@ -16,11 +16,11 @@
 
 #include <cstdint>
 #include <memory>
+#include <thread>
 #include <vector>
 
 class QCheckBox;
 class QComboBox;
-class QThread;
 class QTimer;
 class QToolButton;
 
@@ -30,6 +30,7 @@ struct LabelMap;
 
 namespace tessera::ui {
 
+class GuiMailbox;
 class PartitionDesign;
 
 class LabelSurfaces;
@@ -50,7 +51,7 @@ public:
     QString currentPresetId() const;
     // Selects a builtin preset by id ("ct_bone"); false when there is none with that id.
     bool setCurrentPreset(const QString& id);
-    bool isExtractingSurfaces() const { return m_extraction_thread != nullptr; }
+    bool isExtractingSurfaces() const { return m_extraction_thread.joinable(); }
 
 public slots:
     void resetCamera();
@@ -96,7 +97,8 @@ private:
 
     // Label maps are extracted one at a time: a result for a superseded label map is dropped and the
     // current one extracted next.
-    QThread* m_extraction_thread = nullptr;
+    GuiMailbox* m_mailbox;
+    std::thread m_extraction_thread;  // joined when its result is delivered (through m_mailbox)
     std::shared_ptr<const tessera::LabelMap> m_requested_labels;
     std::uint64_t m_label_generation = 0;  // counts label maps requested
 };

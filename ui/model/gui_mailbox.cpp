@@ -1,0 +1,49 @@
+#include "model/gui_mailbox.hpp"
+
+#include <QPointer>
+
+#ifdef __linux__
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
+namespace tessera::ui {
+
+GuiMailbox::GuiMailbox(QObject* parent) : QObject(parent) {
+    connect(this, &GuiMailbox::posted, this, &GuiMailbox::deliver, Qt::QueuedConnection);
+}
+
+void GuiMailbox::post(std::function<void()> delivery) {
+    bool was_empty = false;
+    {
+        const std::lock_guard lock(m_mutex);
+        was_empty = m_pending.empty();
+        m_pending.push_back(std::move(delivery));
+    }
+    // One wake-up per batch: deliver() takes everything posted until it runs.
+    if (was_empty) emit posted();
+}
+
+void GuiMailbox::deliver() {
+    std::vector<std::function<void()>> deliveries;
+    {
+        const std::lock_guard lock(m_mutex);
+        deliveries.swap(m_pending);
+    }
+    // A receiver may destroy the mailbox's owner (closing a window): the deliveries after that one would
+    // reach a dead object, so they are dropped, as Qt drops queued calls to a deleted receiver.
+    const QPointer<GuiMailbox> alive(this);
+    for (std::function<void()>& delivery : deliveries) {
+        if (!alive) return;
+        delivery();
+    }
+}
+
+void lowerThisThreadPriority() {
+#ifdef __linux__
+    setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 10);
+#endif
+}
+
+}  // namespace tessera::ui
