@@ -105,7 +105,8 @@ fuzz-smoke: fuzz-build
 # Sanitizer builds (GCC's ASan/UBSan/TSan runtimes; Debian's Qt, VTK and oneDNN stay uninstrumented).
 # `make sanitize`: everything built in $(ASAN_BUILD_DIR) with ASan + UBSan (TESSERA_SANITIZE=address),
 # then the whole suite under Xvfb as `make test` runs it; leaks are errors, except the third-party ones
-# listed in tests/sanitizers/lsan.supp. `make tsan`: $(TSAN_BUILD_DIR) with TSan, running the core
+# listed in tests/sanitizers/lsan.supp (studio processes keep Mesa's driver loaded there, see
+# tests/CMakeLists.txt, so that its memory is not reported from an unloaded library). `make tsan`: $(TSAN_BUILD_DIR) with TSan, running the core
 # mesh, trainer and run tests and the studio's threaded tests (the planner, the training run, the
 # equivalence view and ui/model/gui_mailbox). OpenMP's threads are invisible to TSan (libgomp is not
 # instrumented), so oneDNN runs one thread there (OMP_NUM_THREADS=1): the threads checked are the core

@@ -512,7 +512,10 @@ def main():
             studio_command = [studio, "--check-open", path]
             if "--labels" in arguments:
                 studio_command += ["--labels", arguments[arguments.index("--labels") + 1].replace("{work}", case_dir)]
-            code, output = run(studio_command, case_env)
+            studio_env = dict(case_env)
+            if os.environ.get("TESSERA_STUDIO_PRELOAD"):  # ASan builds: see tests/CMakeLists.txt
+                studio_env["LD_PRELOAD"] = os.environ["TESSERA_STUDIO_PRELOAD"]
+            code, output = run(studio_command, studio_env)
             problem = check(name, "studio", code, output, expected_code, fragment)
         for holder in LOCK_HOLDERS:
             holder.kill()

@@ -12,6 +12,10 @@ namespace tessera::ui {
 
 StudioApplication::StudioApplication(int& argc, char** argv) : QApplication(argc, argv) {}
 
+StudioApplication::~StudioApplication() {
+    for (const QPointer<QMessageBox>& box : std::as_const(m_open_reports)) delete box.data();
+}
+
 QString StudioApplication::describe(const std::exception* error, bool is_bad_input) {
     const QString what = error ? QString::fromUtf8(error->what()) : QStringLiteral("an exception of unknown kind");
     if (is_bad_input) return what;
@@ -42,6 +46,8 @@ void StudioApplication::report(const QString& text) {
     auto* box = new QMessageBox(QMessageBox::Critical, tr("Tessera"), text, QMessageBox::Ok, activeWindow());
     box->setAttribute(Qt::WA_DeleteOnClose);
     box->open();
+    m_open_reports.removeAll(nullptr);  // closed ones
+    m_open_reports.append(box);
 }
 
 }  // namespace tessera::ui

@@ -8,7 +8,11 @@
 #pragma once
 
 #include <QApplication>
+#include <QList>
+#include <QPointer>
 #include <QString>
+
+class QMessageBox;
 
 namespace tessera::ui {
 
@@ -16,6 +20,7 @@ class StudioApplication : public QApplication {
     Q_OBJECT
 public:
     StudioApplication(int& argc, char** argv);
+    ~StudioApplication() override;  // closes the reports still open
 
     bool notify(QObject* receiver, QEvent* event) override;
 
@@ -28,6 +33,8 @@ public:
 private:
     void report(const QString& text);
     QString m_last_caught;
+    // Reports without a parent window (none was active) are top-level widgets Qt never deletes itself.
+    QList<QPointer<QMessageBox>> m_open_reports;
 };
 
 }  // namespace tessera::ui
