@@ -5,7 +5,7 @@
 
 Trains a small 2D U-Net (2 simulated cores) once without interruption, then again in another model_dir,
 killing `tessera-cli train` with SIGKILL `--kills` times at random moments (uniform over the expected
-duration, some during checkpoints) and resuming it each time with the same command. Prints:
+duration of the steps left, some during checkpoints) and resuming it each time with the same command. Prints:
   - whether every step's loss equals the uninterrupted run's, bit for bit (JSON round-trips doubles exactly);
   - the resident memory (VmRSS) of the uninterrupted run sampled along its steps, and of each resumed
     segment (its peak), to show it stays flat;
@@ -123,12 +123,18 @@ def main():
         print(f"  from step {args.steps // 10} on: min {min(steady):.1f}, max {max(steady):.1f} MiB "
               f"(growth {max(steady) - min(steady):.1f} MiB)")
 
+    # Where a segment's time goes: starting (and resuming) before the first step, then a steady rate.
+    # Each kill lands at a random moment of the next share of the remaining steps (0.2 to 1.8 times
+    # it), so that all `--kills` happen before the run ends whatever the machine's speed.
+    first_step = next((t for t, step, _ in samples if step >= 1), 0.0)
+    step_seconds = max(whole_seconds - first_step, 1e-3) / args.steps
     rng = random.Random(args.seed)
     peaks = []
     for kill in range(args.kills):
         if steps_done(killed_dir) >= args.steps and os.path.exists(os.path.join(killed_dir, "summary.json")):
             break
-        kill_after = rng.uniform(0.3, max(0.6, whole_seconds / args.kills * 1.5))
+        share = (args.steps - steps_done(killed_dir)) / (args.kills - kill + 1)
+        kill_after = first_step + rng.uniform(0.2, 1.8) * share * step_seconds
         code, peak = train(args.cli, experiment_path, killed_dir, kill_after=kill_after)
         peaks.append(peak)
         print(f"kill {kill + 1:2d}: after {kill_after:5.2f} s at step {steps_done(killed_dir):5d}, "
