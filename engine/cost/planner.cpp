@@ -79,29 +79,48 @@ std::vector<std::int64_t> fullest_core_candidates(const partition::SpatialGrid& 
     return cores;
 }
 
+// The verdict of a layout that fits: its memory, then the overhead that costs its step the most as the
+// model computes it (StepBreakdown), with that overhead's share of the step and what causes it, then
+// every overhead's share. Below 10% of the step the largest one does not dominate: "compute-bound".
 void explain(LayoutPlan& plan, const graph::Graph& model, const StepPrediction& step, const Device& device) {
     std::ostringstream out;
     out << "fits (" << gib(plan.peak_memory) << " of " << gib(device.memory_per_core) << " GiB per core)";
-    const double exposed = plan.exposed_communication;
-    if (exposed > 0.25) {
-        out << "; comm-bound: " << percent(exposed) << " of the step waits for exchanges";
+    const StepBreakdown& parts = step.breakdown;
+    const double step_seconds = step.step_seconds > 0 ? step.step_seconds : 1;
+    enum class Overhead { Communication, Efficiency, PerOp, Imbalance };
+    const std::pair<Overhead, double> overheads[] = {{Overhead::Communication, parts.exposed_communication},
+                                                     {Overhead::Efficiency, parts.efficiency_loss},
+                                                     {Overhead::PerOp, parts.op_overhead},
+                                                     {Overhead::Imbalance, parts.imbalance}};
+    const auto& [largest, largest_seconds] = *std::max_element(
+        std::begin(overheads), std::end(overheads), [](const auto& a, const auto& b) { return a.second < b.second; });
+    const std::string share = percent(largest_seconds / step_seconds);
+    if (largest_seconds / step_seconds < 0.10) {
+        out << "; compute-bound: " << percent(parts.peak_compute / step_seconds) << " of the step at the device's peak";
+    } else if (largest == Overhead::Communication) {
+        out << "; comm-bound: " << share << " of the step waits for exchanges";
         if (step.worst_halo_layer >= 0) {
             out << " (halos are " << percent(step.worst_halo_fraction) << " of layer '"
                 << model.node(step.worst_halo_layer).name << "''s input)";
         }
-    } else if (step.worst_utilisation_layer >= 0 && step.worst_utilisation < 0.5) {
-        const graph::Node& layer = model.node(step.worst_utilisation_layer);
-        out << "; compute units underused: layer '" << layer.name << "' (" << model.node(layer.inputs[0]).output_shape[1]
-            << " → " << layer.output_shape[1] << " channels) fills " << percent(step.worst_utilisation) << " of the "
-            << device.efficiency.channel_tile << "×" << device.efficiency.channel_tile << " matrix unit";
+    } else if (largest == Overhead::Efficiency) {
+        out << "; compute units underused: " << share << " of the step is compute below the device's peak";
+        if (step.worst_utilisation_layer >= 0 && step.worst_utilisation < 0.5) {
+            const graph::Node& layer = model.node(step.worst_utilisation_layer);
+            out << " (layer '" << layer.name << "', " << model.node(layer.inputs[0]).output_shape[1] << " → "
+                << layer.output_shape[1] << " channels, fills " << percent(step.worst_utilisation) << " of the "
+                << device.efficiency.channel_tile << "×" << device.efficiency.channel_tile << " matrix unit)";
+        }
+    } else if (largest == Overhead::PerOp) {
+        out << "; per-op overhead: " << share << " of the step is the device's fixed " << device.kernel_overhead * 1e6
+            << " µs per op (tiles too small to hide it)";
     } else {
-        out << "; compute-bound";
+        out << "; uneven work: the busiest core computes " << share << " of the step longer than the average core";
     }
-    double idle = 0;
-    for (const CoreBreakdown& core : step.cores) idle = std::max(idle, core.idle_seconds);
-    if (step.step_seconds > 0 && idle / step.step_seconds > 0.2 && step.cores.size() > 1) {
-        out << "; uneven work: a core idles " << percent(idle / step.step_seconds) << " of the step";
-    }
+    out << "; of the step: peak compute " << percent(parts.peak_compute / step_seconds) << ", below peak "
+        << percent(parts.efficiency_loss / step_seconds) << ", per-op " << percent(parts.op_overhead / step_seconds)
+        << ", imbalance " << percent(parts.imbalance / step_seconds) << ", exposed communication "
+        << percent(parts.exposed_communication / step_seconds);
     plan.verdict = out.str();
 }
 

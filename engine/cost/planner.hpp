@@ -4,12 +4,14 @@
 // and n, and every factorisation of n / r over the spatial axes (the seeds' input_partition_dims),
 // evenly where the extents allow and aligned to the model's strides where they do not — then plans the
 // tiles, drops layouts the partition rules forbid or that do not fit a core's memory, predicts the step
-// time of the rest (step_simulation.hpp) and ranks them, each with a verdict that says what limits it.
+// time of the rest (step_simulation.hpp) and ranks them, each with a verdict that says what limits it:
+// the overhead of the step's breakdown (StepBreakdown) that costs the most, with its share and cause.
 //
 //   PlannerRequest request{.global_input = {1, 1, 256, 256, 256}, .core_budget = 16};
 //   auto plans = plan_layouts([](const Shape& in) { return make_unet(config, in); }, request, CostModel(v3));
 //   plans[0].layout     // "input_partition_dims [1, 2, 2, 4, 1]"
-//   plans[0].verdict    // "fits (9.1 of 16 GiB); compute-bound; fastest"
+//   plans[0].verdict    // "fits (1.2 of 16.0 GiB per core); compute units underused: 93% of the step is …;
+//                       //  of the step: peak compute 6%, below peak 93%, …; fastest"
 #pragma once
 
 #include "cost/step_simulation.hpp"

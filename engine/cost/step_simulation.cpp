@@ -224,10 +224,16 @@ StepPrediction predict_step(const graph::Graph& model, const partition::TilingPl
     // Loss: a pass over each core's logits, and (for split logits) a reduction of the partial sums.
     const int output = model.output_node();
     std::vector<int> loss_tasks;
+    // Per core: compute outside the layers (the loss, the optimizer update) and how many ops paid the
+    // device's per-op overhead, for the step's breakdown.
+    std::vector<double> other_compute(static_cast<std::size_t>(cores), 0.0);
+    std::vector<double> op_count(static_cast<std::size_t>(cores), 0.0);
     for (std::int64_t core = 0; core < cores; ++core) {
         const double bytes = static_cast<double>(12 * plan.tile_elements(output, core));
-        const int task = schedule.add(compute_resource(core),
-                                      bytes / (device.memory_bandwidth * device.efficiency.memory) + device.kernel_overhead, {});
+        const double loss_seconds = bytes / (device.memory_bandwidth * device.efficiency.memory) + device.kernel_overhead;
+        other_compute[static_cast<std::size_t>(core)] += loss_seconds;
+        op_count[static_cast<std::size_t>(core)] += 1;
+        const int task = schedule.add(compute_resource(core), loss_seconds, {});
         record(task, core, -1, SpanKind::Compute, false);
         loss_tasks.push_back(task);
     }
@@ -324,8 +330,10 @@ StepPrediction predict_step(const graph::Graph& model, const partition::TilingPl
         prediction.gradient_all_reduce_seconds = schedule.end(task) - schedule.start(task);
     }
     for (std::int64_t core = 0; core < cores; ++core) {
-        const int task = schedule.add(compute_resource(core), cost.update_seconds(parameter_count, options.optimizer_slots),
-                                      gradient_reductions);
+        const double update_seconds = cost.update_seconds(parameter_count, options.optimizer_slots);
+        other_compute[static_cast<std::size_t>(core)] += update_seconds;
+        op_count[static_cast<std::size_t>(core)] += 1;
+        const int task = schedule.add(compute_resource(core), update_seconds, gradient_reductions);
         record(task, core, -1, SpanKind::Compute, true);
     }
 
@@ -335,19 +343,38 @@ StepPrediction predict_step(const graph::Graph& model, const partition::TilingPl
     const double peak = device.peak_flops(options.precision);
     prediction.achieved_fraction_of_peak =
         prediction.step_seconds > 0 ? total_flops / (prediction.step_seconds * static_cast<double>(cores) * peak) : 0;
-    double busiest = 0;
+    double busiest = 0, busy_sum = 0, peak_sum = 0, overhead_sum = 0;
     for (std::int64_t core = 0; core < cores; ++core) {
-        double busy = 0;
+        double busy = other_compute[static_cast<std::size_t>(core)];
+        double ops = op_count[static_cast<std::size_t>(core)], flops = 0;
         for (const Node& node : nodes) {
-            busy += layer_of(core, node.id).forward.seconds + layer_of(core, node.id).backward.seconds;
+            for (const PassCost* pass : {&layer_of(core, node.id).forward, &layer_of(core, node.id).backward}) {
+                busy += pass->seconds;
+                flops += pass->flops;
+                if (pass->seconds > 0) ops += 1;  // every costed pass carries the per-op overhead
+            }
         }
         CoreBreakdown& breakdown = prediction.cores[static_cast<std::size_t>(core)];
         breakdown.compute_seconds = busy;
         breakdown.idle_seconds = std::max(0.0, prediction.step_seconds - busy);
         busiest = std::max(busiest, busy);
+        busy_sum += busy;
+        peak_sum += flops / peak;
+        overhead_sum += ops * device.kernel_overhead;
         prediction.memory.push_back(estimate_core_memory(model, plan, core, options.precision, options.optimizer_slots));
     }
     prediction.exposed_communication_seconds = std::max(0.0, prediction.step_seconds - busiest);
+    {
+        const double average_busy = busy_sum / static_cast<double>(cores);
+        StepBreakdown& parts = prediction.breakdown;
+        parts.peak_compute = std::min(peak_sum / static_cast<double>(cores), average_busy);
+        parts.op_overhead = std::max(0.0, std::min(overhead_sum / static_cast<double>(cores), average_busy - parts.peak_compute));
+        // Clamped at 0 against rounding (equal cores' busiest − average comes out at −1e-18).
+        parts.efficiency_loss = std::max(0.0, average_busy - parts.peak_compute - parts.op_overhead);
+        parts.imbalance = std::max(0.0, busiest - average_busy);
+        // The schedule never ends before its busiest core's compute, so this is step − busiest.
+        parts.exposed_communication = prediction.exposed_communication_seconds;
+    }
     // Verdict material: the largest halo share and the worst-filled heavy layer.
     double compute_total = 0, worst_share = 0;
     for (const Node& node : nodes) compute_total += layer_of(0, node.id).forward.seconds + layer_of(0, node.id).backward.seconds;

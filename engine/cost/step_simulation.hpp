@@ -49,11 +49,26 @@ struct CoreBreakdown {
     double idle_seconds = 0;      // step − compute
 };
 
+// Where one replica's step goes, as the model computes it: the parts add up to the step time. The
+// first three are the average core's compute; the busiest core computes `imbalance` longer, and the
+// step waits `exposed_communication` beyond that.
+struct StepBreakdown {
+    double peak_compute = 0;           // the average core's FLOPs at the device's peak
+    double efficiency_loss = 0;        // its compute beyond that, less the per-op overhead: matrix units
+                                       // padded (channels, minor spatial extent), memory-bound ops, the
+                                       // device's base matmul efficiency
+    double op_overhead = 0;            // its fixed cost per op (kernel launches)
+    double imbalance = 0;              // the busiest core's compute beyond the average core's
+    double exposed_communication = 0;  // halo exchanges and all-reduces no core's compute hides
+    double total() const { return peak_compute + efficiency_loss + op_overhead + imbalance + exposed_communication; }
+};
+
 struct StepPrediction {
     double step_seconds = 0;
     double forward_seconds = 0;              // end of the forward pass (slowest core)
     double gradient_all_reduce_seconds = 0;  // its duration, whether exposed or not
-    double exposed_communication_seconds = 0;  // step time no core spent computing, on the critical core
+    double exposed_communication_seconds = 0;  // step − the busiest core's compute (= breakdown.exposed_communication)
+    StepBreakdown breakdown;
     double flops = 0;                        // per replica, forward and backward
     double achieved_fraction_of_peak = 0;    // flops / (step · cores · peak)
     std::vector<CoreBreakdown> cores;        // one replica's cores

@@ -112,6 +112,89 @@ TEST(CostModel, SmallChannelCountsWasteTheMatrixUnits) {
     EXPECT_LT(b.forward.seconds / a.forward.seconds, 20.0);
 }
 
+namespace {
+
+// The breakdown of a predicted step: five parts, none negative, adding up to the step (to rounding).
+void expect_breakdown_adds_up(const StepPrediction& step, const std::string& what) {
+    const StepBreakdown& parts = step.breakdown;
+    for (double part : {parts.peak_compute, parts.efficiency_loss, parts.op_overhead, parts.imbalance, parts.exposed_communication}) {
+        EXPECT_GE(part, 0) << what;
+    }
+    EXPECT_NEAR(parts.total(), step.step_seconds, 1e-9 * step.step_seconds) << what;
+    EXPECT_NEAR(parts.exposed_communication, step.exposed_communication_seconds, 1e-12) << what;
+    // The FLOPs at peak, against the fraction of peak the simulation counts from its own tasks.
+    EXPECT_NEAR(parts.peak_compute / step.step_seconds, step.achieved_fraction_of_peak, 1e-9) << what;
+}
+
+// The verdict of the layout `pieces` (one replica) of `model` on `device`, as the planner gives it.
+std::string verdict_of(const graph::Graph& model, const std::vector<std::int64_t>& pieces, const Device& device) {
+    PlannerRequest request;
+    request.global_input = model.node(model.input_node()).output_shape;
+    std::int64_t cores = 1;
+    for (std::int64_t p : pieces) cores *= p;
+    request.core_budget = cores;
+    request.simulation = bf16();
+    const std::vector<LayoutPlan> plans =
+        plan_layouts([&model](const Shape&) { return model; }, request, CostModel(device));
+    for (const LayoutPlan& plan : plans) {
+        if (plan.replicas == 1 && plan.pieces == pieces) return plan.verdict;
+    }
+    ADD_FAILURE() << "the planner did not list the layout";
+    return {};
+}
+
+}  // namespace
+
+TEST(StepBreakdown, ItsPartsAddUpToTheStepForEveryLayout) {
+    const CostModel v3(load_device_preset("tpu_v3"));
+    const Shape input{1, 1, 128, 128, 128};
+    const graph::Graph model = unet3d(input);
+    for (const std::vector<std::int64_t>& pieces : {std::vector<std::int64_t>{1, 1, 1}, {2, 1, 1}, {2, 2, 2}, {1, 1, 8}}) {
+        const partition::TilingPlan plan(model, partition::SpatialGrid::even(input, pieces));
+        expect_breakdown_adds_up(predict_step(model, plan, 1, v3, bf16()), "U-Net " + std::to_string(plan.num_cores()) + " cores");
+    }
+    const Shape images{8, 3, 224, 224};
+    const graph::Graph resnet = model::make_resnet({.depth = 50, .num_classes = 1000}, images);
+    const partition::TilingPlan whole(resnet, partition::SpatialGrid::even(images, {1, 1}));
+    expect_breakdown_adds_up(predict_step(resnet, whole, 32, v3, bf16()), "ResNet-50, 32 replicas");
+}
+
+TEST(StepBreakdown, EachOverheadDominatesWhereTheModelSaysItShould) {
+    const Device v3 = load_device_preset("tpu_v3");
+    const Shape input{1, 1, 64, 64, 64};
+    const graph::Graph model = unet3d(input);
+    const partition::TilingPlan split(model, partition::SpatialGrid::even(input, {2, 2, 2}));
+
+    // Links a million times slower: the exchanges dominate.
+    Device slow_links = v3;
+    slow_links.link_bandwidth /= 1e6;
+    const StepPrediction waits = predict_step(model, split, 1, CostModel(slow_links), bf16());
+    expect_breakdown_adds_up(waits, "slow links");
+    EXPECT_GT(waits.breakdown.exposed_communication, 0.5 * waits.step_seconds);
+    EXPECT_NE(verdict_of(model, {2, 2, 2}, slow_links).find("comm-bound"), std::string::npos);
+
+    // A millisecond per op: the launches dominate.
+    Device slow_launch = v3;
+    slow_launch.kernel_overhead = 1e-3;
+    const StepPrediction launches = predict_step(model, split, 1, CostModel(slow_launch), bf16());
+    expect_breakdown_adds_up(launches, "slow launches");
+    EXPECT_GT(launches.breakdown.op_overhead, 0.5 * launches.step_seconds);
+    EXPECT_NE(verdict_of(model, {2, 2, 2}, slow_launch).find("per-op overhead"), std::string::npos);
+
+    // One core holds 7/8 of the volume: the others wait for it.
+    partition::SpatialGrid lopsided = partition::SpatialGrid::even(input, {2, 1, 1});
+    lopsided.boundaries[0] = {0, 56, 64};
+    const partition::TilingPlan uneven(model, lopsided);
+    const StepPrediction waits_for_one = predict_step(model, uneven, 1, CostModel(v3), bf16());
+    expect_breakdown_adds_up(waits_for_one, "lopsided");
+    EXPECT_GT(waits_for_one.breakdown.imbalance, 0.25 * waits_for_one.step_seconds);
+
+    // The unmodified device on this U-Net (32 channels, a 1-channel first layer, 128-wide matrix units).
+    const std::string verdict = verdict_of(model, {2, 2, 2}, v3);
+    EXPECT_NE(verdict.find("compute units underused"), std::string::npos) << verdict;
+    EXPECT_NE(verdict.find("of the step: peak compute"), std::string::npos) << verdict;
+}
+
 TEST(Planner, RanksThe3DUNetLayoutsAndExplainsThem) {
     const CostModel v3(load_device_preset("tpu_v3"));
     PlannerRequest request;
