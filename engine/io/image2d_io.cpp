@@ -135,6 +135,7 @@ void check_tiff_pages(const std::filesystem::path& path) {
             std::fill(table.end() - offset_size, table.end(), 0);
         }
         std::uint64_t width = 0, height = 0, bits = 1, samples = 1, compression = 1, counted_bytes = 0;
+        std::uint64_t rows_per_strip = 0, tile_width = 0, tile_length = 0;  // 0: not given
         bool has_counts = false;
         std::unordered_set<std::uint64_t> tags;
         for (std::uint64_t e = 0; e < entries; ++e) {
@@ -155,6 +156,9 @@ void check_tiff_pages(const std::filesystem::path& path) {
             if (tag == 258) bits = is_inline ? first : 0;  // per-sample sizes stored elsewhere: see below
             if (tag == 277) samples = first;
             if (tag == 259) compression = first;
+            if (tag == 278) rows_per_strip = first;
+            if (tag == 322) tile_width = first;
+            if (tag == 323) tile_length = first;
             if (tag == 279 || tag == 325) {  // StripByteCounts, TileByteCounts
                 has_counts = true;  // until they turn out unreadable
                 if (is_inline) {
@@ -205,6 +209,23 @@ void check_tiff_pages(const std::filesystem::path& path) {
                                    << counted_bytes << " bytes"
                                    << (compression != 1 ? " of compressed data, which cannot expand that far" : "")
                                    << ". The file is truncated or its header is wrong; get a complete copy.");
+        // OpenCV decodes a strip (or tile) at a time into a buffer of the strip's declared size, up to 4
+        // values per pixel, without capping RowsPerStrip at the page's height (found by fuzzing: 16739×4
+        // pixels with 46775 rows per strip asked for 3.1 GB). A buffer beyond four times the page, and
+        // beyond 16 MiB, can only come from a damaged tag. RowsPerStrip 0 or 2^32−1 means one strip.
+        const bool tiled = tile_width > 0 || tile_length > 0;
+        const double strip_rows = rows_per_strip == 0 || rows_per_strip >= 0xFFFFFFFFu ? static_cast<double>(height)
+                                                                                        : static_cast<double>(rows_per_strip);
+        const double buffer_pixels = tiled ? static_cast<double>(tile_width) * static_cast<double>(tile_length)
+                                           : static_cast<double>(width) * strip_rows;
+        const double buffer_bytes = buffer_pixels * 4 * std::max(1.0, std::ceil(static_cast<double>(bits) / 8));
+        TESSERA_CHECK(buffer_bytes <= std::max(4 * declared * std::max(1.0, 4.0 / static_cast<double>(samples)), 16.0 * (1 << 20)),
+                      quoted(path) << " is damaged: its page " << page << " of " << width << "×" << height << " pixels has "
+                                   << (tiled ? "tiles of " + std::to_string(tile_width) + "×" + std::to_string(tile_length)
+                                             : std::to_string(rows_per_strip) + " rows per strip")
+                                   << ", so decoding one would take "
+                                   << static_cast<std::uint64_t>(std::min(buffer_bytes, 1e19))
+                                   << " bytes. The file's header is wrong; get a good copy.");
         total_pixels += static_cast<double>(width) * static_cast<double>(height);
         bytes_per_pixel = std::max(bytes_per_pixel, static_cast<std::uint64_t>(std::min(row_bytes / static_cast<double>(width), 64.0)));
         if (page_count > (std::uint64_t{1} << 20)) break;  // the budget below has refused long before

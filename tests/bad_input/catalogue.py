@@ -378,6 +378,8 @@ CASES = [
      ["info", "{in}"], 2, "its page 1 declares 60000×60000", True),
     ("bigtiff_too_big", raw("b.tif", tiff_file([tiff_page(100000, 100000, data=b"\0" * 64)], big=True)),
      ["info", "{in}"], 2, "its page 0 declares 100000×100000", True),
+    ("tiff_rows_per_strip_huge", raw("rps.tif", tiff_file([{**tiff_page(4000, 4), 278: 60000}])), ["info", "{in}"], 2,
+     "60000 rows per strip", True),
     ("tiff_repeated_tag", raw("r.tif", tiff_repeating_width()), ["info", "{in}"], 2, "gives TIFF tag 256 twice", True),
     # Deflate may expand 1100×: 1 MiB of strips can hold 8192×8192 pixels, over the catalogue's 64 MiB budget.
     ("tiff_stack_over_budget", raw("s.tif", tiff_file([tiff_page(8192, 8192, compression=8, data=b"\0" * (1 << 20))])),
