@@ -7,7 +7,8 @@
 #   tests/fuzz/run_fuzzers.sh nifti safetensors    # some targets only
 #
 # Environment: FUZZ_BUILD_DIR (build-fuzz), FUZZ_SECONDS (600), FUZZ_JOBS (2), FUZZ_NICE (10), FUZZ_KEEP_GOING (0),
-# FUZZ_SEED (unset: libFuzzer picks one; the smoke in CI uses 1 so that a CI run can be repeated exactly),
+# FUZZ_SEED (unset: libFuzzer picks one; the smoke in CI uses 1, which repeats a run as far as threaded
+# decoders let coverage repeat),
 # FUZZ_OUT (FUZZ_BUILD_DIR/fuzz-out/<date-time>): per target, new corpus entries go to
 # FUZZ_OUT/corpus/<target>/ (the committed tests/fuzz/corpus/<target>/ is only read), crash/leak/timeout
 # reproducers to FUZZ_OUT/artifacts/<target>/ and libFuzzer's output to FUZZ_OUT/logs/<target>.log.
