@@ -155,7 +155,7 @@ void evaluate_layout(LayoutPlan& plan, const graph::Graph& model, const Shape& r
         plan.step_seconds = step.step_seconds;
         plan.samples_per_second = step.step_seconds > 0 ? static_cast<double>(batch) / step.step_seconds : 0;
         plan.fraction_of_peak = step.achieved_fraction_of_peak;
-        plan.exposed_communication = step.step_seconds > 0 ? step.exposed_communication_seconds / step.step_seconds : 0;
+        plan.exposed_communication = step.step_seconds > 0 ? step.breakdown.exposed_communication / step.step_seconds : 0;
         explain(plan, model, step, cost.device());
     } catch (const Error& error) {
         plan.valid = false;

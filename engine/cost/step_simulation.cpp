@@ -363,7 +363,6 @@ StepPrediction predict_step(const graph::Graph& model, const partition::TilingPl
         overhead_sum += ops * device.kernel_overhead;
         prediction.memory.push_back(estimate_core_memory(model, plan, core, options.precision, options.optimizer_slots));
     }
-    prediction.exposed_communication_seconds = std::max(0.0, prediction.step_seconds - busiest);
     {
         const double average_busy = busy_sum / static_cast<double>(cores);
         StepBreakdown& parts = prediction.breakdown;
@@ -373,7 +372,7 @@ StepPrediction predict_step(const graph::Graph& model, const partition::TilingPl
         parts.efficiency_loss = std::max(0.0, average_busy - parts.peak_compute - parts.op_overhead);
         parts.imbalance = std::max(0.0, busiest - average_busy);
         // The schedule never ends before its busiest core's compute, so this is step − busiest.
-        parts.exposed_communication = prediction.exposed_communication_seconds;
+        parts.exposed_communication = std::max(0.0, prediction.step_seconds - busiest);
     }
     // Verdict material: the largest halo share and the worst-filled heavy layer.
     double compute_total = 0, worst_share = 0;

@@ -67,8 +67,7 @@ struct StepPrediction {
     double step_seconds = 0;
     double forward_seconds = 0;              // end of the forward pass (slowest core)
     double gradient_all_reduce_seconds = 0;  // its duration, whether exposed or not
-    double exposed_communication_seconds = 0;  // step − the busiest core's compute (= breakdown.exposed_communication)
-    StepBreakdown breakdown;
+    StepBreakdown breakdown;                 // its exposed_communication: step − the busiest core's compute
     double flops = 0;                        // per replica, forward and backward
     double achieved_fraction_of_peak = 0;    // flops / (step · cores · peak)
     std::vector<CoreBreakdown> cores;        // one replica's cores

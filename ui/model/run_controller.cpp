@@ -1,7 +1,5 @@
 #include "model/run_controller.hpp"
 
-#include "core/error.hpp"
-
 #include "model/gui_mailbox.hpp"
 
 namespace tessera::ui {
