@@ -1,20 +1,16 @@
 // DICOM: a folder holding one series of single-frame slices, or one file.
 //
 // Each file's header is scanned here first (a small walker over the data elements up to the pixel
-// data): vtkDICOMImageReader crashes on multi-frame files, cannot decode compressed transfer syntaxes,
-// does not tell series apart by UID and only half-sorts slices. Files that pass are decoded one by one
-// with vtkDICOMImageReader (which applies Rescale Slope/Intercept and stores rows bottom-up), and
-// stacked in the order of their position along the slice normal.
+// data). Only uncompressed little-endian grayscale pixels are read, and those are decoded here too:
+// the walker already knows where the pixel data starts and how long it is, and VTK's DICOM reader,
+// used until round 2, trusted its own parse of the header and read past its buffer on a malformed
+// file that disagreed with ours (found by the fuzzer). Stored values become Rescale Slope × value +
+// Rescale Intercept; slices are stacked in the order of their position along the slice normal.
 //
 // Geometry (LPS, as DICOM): i runs along the row direction (Image Orientation's first vector), j down
 // the columns (its second), k along their cross product; the origin is the Image Position of the first
 // slice. The slice spacing is the distance between consecutive positions (Slice Thickness for one slice).
 #include "io/raw_image.hpp"
-#include "io/vtk_support.hpp"
-
-#include <vtkDICOMImageReader.h>
-#include <vtkImageData.h>
-#include <vtkNew.h>
 
 #include <algorithm>
 #include <cctype>
@@ -48,9 +44,12 @@ struct DicomFile {
     std::optional<std::array<double, 6>> orientation;    // Image Orientation (Patient)
     std::optional<std::array<double, 2>> pixel_spacing;  // between rows, between columns (mm)
     double slice_thickness = 0;
+    double rescale_slope = 1;      // value = slope × stored + intercept
+    double rescale_intercept = 0;
     std::int64_t instance_number = 0;
     bool has_pixel_data = false;
     bool encapsulated = false;  // compressed pixel data
+    std::uint64_t pixel_data_offset = 0;  // bytes from the file's start to the first pixel
     std::uint64_t pixel_data_bytes = 0;
     std::uint64_t pixel_data_available = 0;
 };
@@ -154,6 +153,7 @@ private:
             m_file.has_pixel_data = true;
             m_file.encapsulated = length == undefined;
             m_file.pixel_data_bytes = length == undefined ? 0 : length;
+            m_file.pixel_data_offset = position;
             m_file.pixel_data_available = m_bytes.size() - std::min<std::uint64_t>(position, m_bytes.size());
             return true;
         }
@@ -229,6 +229,16 @@ private:
             case 0x00180050: {
                 const std::vector<double> values = parse_decimals(text());
                 if (values.size() == 1) m_file.slice_thickness = values[0];
+                break;
+            }
+            case 0x00281052: {
+                const std::vector<double> values = parse_decimals(text());
+                if (values.size() == 1) m_file.rescale_intercept = values[0];
+                break;
+            }
+            case 0x00281053: {
+                const std::vector<double> values = parse_decimals(text());
+                if (values.size() == 1) m_file.rescale_slope = values[0];
                 break;
             }
             case 0x00280008: {
@@ -313,35 +323,41 @@ void check_readable(const DicomFile& file) {
                   name << " is truncated: its header promises " << file.columns << "×" << file.rows << " pixels ("
                        << needed << " bytes) but the file holds only "
                        << std::min(file.pixel_data_bytes, file.pixel_data_available) << " bytes of pixel data.");
+    // The largest rescaled value must fit a float (stored values are at most 65535 in magnitude).
+    const double largest = std::abs(file.rescale_slope) * 65535.0 + std::abs(file.rescale_intercept);
+    TESSERA_CHECK(file.rescale_slope != 0 && std::isfinite(largest) && largest < 1e30,
+                  name << " has an unusable Rescale Slope/Intercept (" << file.rescale_slope << ", "
+                       << file.rescale_intercept << "): expected a non-zero slope and values that fit a float.");
 }
 
 std::array<double, 3> cross(const std::array<double, 3>& a, const std::array<double, 3>& b) {
     return {a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]};
 }
 
-// Decodes one file with VTK into `slice` (rows top-down), as float.
+// Decodes one file's pixels into `slice` (rows top-down, as DICOM stores them), as float.
+// check_readable has made sure the pixel data is little endian, uncompressed and long enough.
 void decode_slice(const DicomFile& file, float* slice) {
-    vtkNew<vtkDICOMImageReader> reader;
-    VtkErrorCapture capture(reader);
-    reader->SetFileName(file.path.c_str());
-    reader->Update();
-    TESSERA_CHECK(!capture.has_errors() && reader->GetErrorCode() == 0,
-                  quoted(file.path) << " could not be decoded as DICOM: "
-                                    << (capture.has_errors() ? capture.message() : "VTK's reader failed"));
-    vtkImageData* image = reader->GetOutput();
-    int dimensions[3] = {0, 0, 0};
-    image->GetDimensions(dimensions);
-    TESSERA_CHECK(dimensions[0] == file.columns && dimensions[1] == file.rows && dimensions[2] == 1 &&
-                      image->GetNumberOfScalarComponents() == 1,
-                  quoted(file.path) << " could not be decoded as DICOM: VTK read " << dimensions[0] << "×"
-                                    << dimensions[1] << "×" << dimensions[2] << " pixels, the header says "
-                                    << file.columns << "×" << file.rows);
-    RawImage raw;
-    raw.geometry.size = {file.columns, file.rows, 1};
-    attach_vtk_voxels(raw, image);
-    raw.rows_reversed = true;  // VTK stores DICOM rows bottom-up
-    const Tensor values = to_volume_voxels(raw);
-    std::memcpy(slice, values.data<float>(), static_cast<std::size_t>(file.columns * file.rows) * sizeof(float));
+    const std::size_t num_pixels = static_cast<std::size_t>(file.columns) * static_cast<std::size_t>(file.rows);
+    const std::size_t bytes_per_pixel = static_cast<std::size_t>(file.bits_allocated / 8);
+    std::vector<unsigned char> stored(num_pixels * bytes_per_pixel);
+    std::ifstream in(file.path, std::ios::binary);
+    in.seekg(static_cast<std::streamoff>(file.pixel_data_offset));
+    TESSERA_CHECK(in && in.read(reinterpret_cast<char*>(stored.data()), static_cast<std::streamsize>(stored.size())),
+                  quoted(file.path) << " could not be read back (" << stored.size() << " bytes of pixel data at byte "
+                                    << file.pixel_data_offset << "): was it changed or removed while loading?");
+    const bool is_signed = file.pixel_representation != 0;
+    const double slope = file.rescale_slope, intercept = file.rescale_intercept;
+    for (std::size_t index = 0; index < num_pixels; ++index) {
+        double value = 0;
+        if (bytes_per_pixel == 1) {
+            const unsigned char byte = stored[index];
+            value = is_signed ? static_cast<double>(static_cast<std::int8_t>(byte)) : static_cast<double>(byte);
+        } else {
+            const auto word = static_cast<std::uint16_t>(stored[2 * index] | (stored[2 * index + 1] << 8));
+            value = is_signed ? static_cast<double>(static_cast<std::int16_t>(word)) : static_cast<double>(word);
+        }
+        slice[index] = static_cast<float>(slope * value + intercept);
+    }
 }
 
 }  // namespace
@@ -486,7 +502,7 @@ RawImage read_dicom(const std::filesystem::path& path) {
                                          << " mm along axis " << axis << ")");
     }
 
-    // Voxels: each file decoded by VTK, stacked as float.
+    // Voxels: each file decoded, stacked as float.
     const std::size_t slice_voxels = static_cast<std::size_t>(first.columns) * static_cast<std::size_t>(first.rows);
     check_volume_budget(path, std::to_string(first.columns) + "×" + std::to_string(first.rows) + "×" + std::to_string(images.size()),
                         slice_voxels * images.size(), sizeof(float));

@@ -179,6 +179,21 @@ def tiff_repeating_width():
 MHA = ["ObjectType = Image", "NDims = 3", "DimSize = 4 4 2", "ElementType = MET_FLOAT", "ElementSpacing = 1 1 1"]
 
 
+def dicom_file(rows=4, columns=4, slope=b"1 ", pixel_bytes=None):
+    """A single-slice explicit-VR little-endian DICOM, element by element (16-bit unsigned pixels)."""
+    def element(group, number, vr, value):
+        if vr in (b"OB", b"OW"):
+            return struct.pack("<HH", group, number) + vr + b"\0\0" + struct.pack("<I", len(value)) + value
+        return struct.pack("<HH", group, number) + vr + struct.pack("<H", len(value)) + value
+    us = lambda value: struct.pack("<H", value)
+    pixels = b"\1\0" * rows * columns if pixel_bytes is None else pixel_bytes
+    return (b"\0" * 128 + b"DICM" + element(0x0002, 0x0010, b"UI", b"1.2.840.10008.1.2.1\0")
+            + element(0x0028, 0x0002, b"US", us(1)) + element(0x0028, 0x0010, b"US", us(rows))
+            + element(0x0028, 0x0011, b"US", us(columns)) + element(0x0028, 0x0100, b"US", us(16))
+            + element(0x0028, 0x0103, b"US", us(0)) + element(0x0028, 0x1053, b"DS", slope)
+            + element(0x7fe0, 0x0010, b"OW", pixels))
+
+
 def tiny_experiment(**changes):
     """A 2D U-Net small enough to train in a second: the base the training cases change."""
     e = {
@@ -386,6 +401,9 @@ CASES = [
      ["info", "{in}"], 2, "TESSERA_MAX_VOLUME_BYTES", True),
     ("dicom_empty_folder", folder("series"), ["info", "{in}"], 2, "DICOM", True),
     ("dicom_garbage_file", raw("x.dcm", b"\0" * 128 + b"DICM" + b"\xff" * 64), ["info", "{in}"], 2, "x.dcm", True),
+    ("dicom_pixels_short", raw("s.dcm", dicom_file(rows=256, columns=256, pixel_bytes=b"\0" * 512)), ["info", "{in}"], 2,
+     "promises 256×256 pixels", True),
+    ("dicom_zero_rescale_slope", raw("z.dcm", dicom_file(slope=b"0 ")), ["info", "{in}"], 2, "unusable Rescale Slope", True),
     # Label maps
     ("labels_not_whole_numbers", lambda w: (write(os.path.join(w, "img.nii"), H() + V),
                                            write(os.path.join(w, "lab.nii"), H() + float_voxels(256, {3: 0.5})), os.path.join(w, "img.nii"))[2],

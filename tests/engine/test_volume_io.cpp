@@ -368,6 +368,42 @@ TEST(VolumeIoRealData, DicomCtSliceAsAOneSliceSeries) {
     EXPECT_EQ(ct.value_at(0, 0, 0), 175.0f - 1024.0f);
     EXPECT_EQ(ct.value_at(0, 127, 0), 959.0f - 1024.0f);
     EXPECT_EQ(ct.value_at(127, 0, 0), 216.0f - 1024.0f);
+    // pydicom 2.3.1: the sum of PixelData read as int16, each value plus the intercept.
+    EXPECT_EQ(voxel_sum(ct), -1950906.0);
+}
+
+TEST(VolumeIoRealData, DicomRescaleIsAppliedToEveryPixel) {
+    // CT_small with Rescale Slope 2 and Intercept -10.25: every stored value v becomes 2 v - 10.25.
+    // (The slope's value field holds two characters.)
+    const auto source = pydicom_data("CT_small.dcm");
+    TESSERA_REQUIRE_DATA(source, pydicom_package);
+    ScratchDir scratch;
+    std::vector<unsigned char> bytes = read_bytes(source);
+    replace_text(bytes, find_element(bytes, 0x0028, 0x1053, "DS"), "2");
+    replace_text(bytes, find_element(bytes, 0x0028, 0x1052, "DS"), "-10.25");
+    write_bytes(scratch / "rescaled.dcm", bytes);
+    const Volume ct = read_volume(scratch / "rescaled.dcm");
+    EXPECT_EQ(ct.value_at(0, 0, 0), 2.0f * 175.0f - 10.25f);
+    EXPECT_EQ(ct.value_at(0, 127, 0), 2.0f * 959.0f - 10.25f);
+    // pydicom: the stored int16 values of CT_small sum to 14826310 over 128×128 pixels.
+    EXPECT_EQ(voxel_sum(ct), 2.0 * 14826310.0 - 10.25 * 128 * 128);
+
+    // A zero slope, or an intercept that overflows a float, is refused by name.
+    const struct {
+        std::uint16_t element;
+        const char* value;
+    } broken_values[] = {{0x1053, "0"}, {0x1052, "1e40"}};
+    for (const auto& broken_value : broken_values) {
+        std::vector<unsigned char> broken = read_bytes(source);
+        replace_text(broken, find_element(broken, 0x0028, broken_value.element, "DS"), broken_value.value);
+        write_bytes(scratch / "broken.dcm", broken);
+        try {
+            read_volume(scratch / "broken.dcm");
+            ADD_FAILURE() << broken_value.value << " was accepted";
+        } catch (const Error& error) {
+            EXPECT_NE(std::string(error.what()).find("Rescale Slope/Intercept"), std::string::npos) << error.what();
+        }
+    }
 }
 
 TEST(VolumeIoRealData, DicomTransferSyntaxesDecodeAlike) {
@@ -380,6 +416,7 @@ TEST(VolumeIoRealData, DicomTransferSyntaxesDecodeAlike) {
     EXPECT_EQ(mr.value_at(0, 0, 0), 905.0f);
     EXPECT_EQ(mr.value_at(0, 63, 0), 378.0f);
     EXPECT_EQ(mr.value_at(63, 0, 0), 328.0f);
+    EXPECT_EQ(voxel_sum(mr), 2125338.0);  // pydicom 2.3.1, as for CT_small
     const auto implicit_le = pydicom_data("MR_small_implicit.dcm");
     TESSERA_REQUIRE_DATA(implicit_le, pydicom_package);
     const Volume other = read_volume(implicit_le);
