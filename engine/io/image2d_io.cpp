@@ -110,8 +110,17 @@ void check_tiff_pages(const std::filesystem::path& path) {
         in.read(reinterpret_cast<char*>(out), static_cast<std::streamsize>(bytes));
         return static_cast<std::uint64_t>(in.gcount()) == bytes;
     };
+    // Bytes of one value of an integer TIFF type; 0 for the others. libtiff reads a size from any integer
+    // type, signed ones included (found by fuzzing: an SSHORT ImageWidth passed unread); a negative
+    // value reads here as a huge one, and is refused as such.
     const auto value_size = [](std::uint64_t type) {
-        return type == 3 ? 2 : type == 4 || type == 13 ? 4 : type == 16 ? 8 : 0;  // SHORT, LONG/IFD, LONG8
+        switch (type) {
+            case 1: case 6: return 1;             // BYTE, SBYTE
+            case 3: case 8: return 2;             // SHORT, SSHORT
+            case 4: case 9: case 13: return 4;    // LONG, SLONG, IFD
+            case 16: case 17: case 18: return 8;  // LONG8, SLONG8, IFD8
+            default: return 0;
+        }
     };
 
     double total_pixels = 0;  // all pages; in double: damaged headers overflow 64 bits
@@ -147,6 +156,9 @@ void check_tiff_pages(const std::filesystem::path& path) {
                                                                  << tag << " twice.");
             const std::uint64_t count = number(entry + 4, big ? 8 : 4);
             const int size = value_size(type);
+            TESSERA_CHECK(size > 0 || (tag != 256 && tag != 257 && tag != 322 && tag != 323),
+                          quoted(path) << " is damaged: page " << page << " gives its size (TIFF tag " << tag
+                                       << ") as type " << type << ", not as an integer.");
             if (size == 0 || count == 0) continue;
             const unsigned char* inline_values = entry + (big ? 12 : 8);
             const bool is_inline = count * size <= static_cast<std::uint64_t>(offset_size);

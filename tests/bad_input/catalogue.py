@@ -176,6 +176,15 @@ def tiff_repeating_width():
     return bytes(blob)
 
 
+def tiff_retyped_width(new_type):
+    """A 60000×60000 page (4 bytes of strips) whose ImageWidth is stored with another TIFF type."""
+    blob = bytearray(tiff_file([tiff_page(60000, 60000, data=b"\0" * 4)]))
+    first_entry = struct.unpack_from("<I", blob, 4)[0] + 2
+    assert struct.unpack_from("<H", blob, first_entry)[0] == 256
+    struct.pack_into("<H", blob, first_entry + 2, new_type)
+    return bytes(blob)
+
+
 MHA = ["ObjectType = Image", "NDims = 3", "DimSize = 4 4 2", "ElementType = MET_FLOAT", "ElementSpacing = 1 1 1"]
 
 
@@ -396,6 +405,9 @@ CASES = [
     ("tiff_rows_per_strip_huge", raw("rps.tif", tiff_file([{**tiff_page(4000, 4), 278: 60000}])), ["info", "{in}"], 2,
      "60000 rows per strip", True),
     ("tiff_repeated_tag", raw("r.tif", tiff_repeating_width()), ["info", "{in}"], 2, "gives TIFF tag 256 twice", True),
+    # libtiff reads a size from any integer type: an SSHORT width (8) is checked like a SHORT one.
+    ("tiff_signed_short_width", raw("ss.tif", tiff_retyped_width(8)), ["info", "{in}"], 2, "declares 60000×60000", True),
+    ("tiff_width_as_rational", raw("rw.tif", tiff_retyped_width(5)), ["info", "{in}"], 2, "not as an integer", True),
     # Deflate may expand 1100×: 1 MiB of strips can hold 8192×8192 pixels, over the catalogue's 64 MiB budget.
     ("tiff_stack_over_budget", raw("s.tif", tiff_file([tiff_page(8192, 8192, compression=8, data=b"\0" * (1 << 20))])),
      ["info", "{in}"], 2, "TESSERA_MAX_VOLUME_BYTES", True),
