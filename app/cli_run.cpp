@@ -70,6 +70,12 @@ public:
                     s.layout.c_str(), format_gib(*std::max_element(s.core_memory_bytes.begin(), s.core_memory_bytes.end())).c_str(),
                     format_gib(s.core_capacity_bytes).c_str());
         std::printf("predicted   %s per step on %s\n", format_duration(s.predicted_step_seconds).c_str(), s.device.c_str());
+        if (s.predicted_host_step_seconds > 0) {
+            std::string band = " (not checked: tessera-cli calibrate --check gives its ±)";
+            if (s.host_prediction_uncertainty_seconds > 0) band = " ± " + format_duration(s.host_prediction_uncertainty_seconds);
+            std::printf("            %s%s per step on this host's simulated cores\n", format_duration(s.predicted_host_step_seconds).c_str(),
+                        band.c_str());
+        }
         if (s.first_step >= s.total_steps) std::printf("nothing to do: all %lld steps are done\n", static_cast<long long>(s.total_steps));
         std::fflush(stdout);
     }

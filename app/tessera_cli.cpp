@@ -5,7 +5,7 @@
 //   tessera-cli phantom <out.nii.gz> [--size 128,128,96] [--spacing 1,1,1] [--seed 1] [--labels <out>]
 //   tessera-cli convert <in> <out>
 //   tessera-cli plan <experiment.json> [--sweep] [--json <out.json>] [--device <preset>] [--overlap]
-//   tessera-cli calibrate [--out <host.json>] [--threads 2] [--quick]
+//   tessera-cli calibrate [--out <host.json>] [--threads 2] [--quick] [--check]
 //   tessera-cli validate <experiment.json>...
 //   tessera-cli train <experiment.json> [--steps N] [--model-dir DIR] [--threads 2] [--plain]
 //   tessera-cli eval <experiment.json> [--model-dir DIR]
@@ -16,6 +16,7 @@
 #include "cli_run.hpp"
 #include "core/error.hpp"
 #include "core/units.hpp"
+#include "cores/fidelity.hpp"
 #include "cores/host_calibration.hpp"
 #include "cost/planner.hpp"
 #include "data/examples.hpp"
@@ -116,6 +117,32 @@ void print_plan_table(const std::vector<tessera::cost::LayoutPlan>& plans) {
 
 // `plan`: the experiment's own layout on its device, then (with --sweep) every layout for its core
 // budget and the best layout at other budgets.
+// `calibrate --check`: the trust-check cases trained on the simulated cores with the new preset, the
+// prediction against the fastest measured step; the residuals go into the preset ("check_*"), where
+// the studio reads its uncertainty band.
+void check_host_predictions(tessera::cost::Device& host) {
+    namespace cores = tessera::cores;
+    const tessera::cost::CostModel model(host);
+    std::vector<double> errors;
+    std::printf("checking host predictions (cases no constant was fitted on; 5 steps each):\n");
+    for (const cores::FidelityCase& fidelity_case : cores::fidelity_cases()) {
+        if (!fidelity_case.trust_check) continue;
+        const cores::FidelityResult result = cores::measure_fidelity(fidelity_case, model, {});
+        errors.push_back(result.error_percent());
+        std::printf("  %-30s predicted %8.1f ms  measured %8.1f ms  error %+6.1f%%\n", fidelity_case.name.c_str(),
+                    result.predicted_seconds * 1e3, result.measured_fastest() * 1e3, result.error_percent());
+        std::fflush(stdout);
+    }
+    const cores::FidelitySummary summary = cores::summarize_errors(errors);
+    std::printf("  median |error| %.1f%%, bias %+.1f%%, rms %.1f%%: host predictions on this machine are good to about ±%.0f%%\n",
+                summary.median_abs_error_percent, summary.bias_percent, summary.rms_error_percent,
+                std::ceil(summary.rms_error_percent));
+    host.measured["check_cases"] = static_cast<double>(summary.cases);
+    host.measured["check_median_abs_error_percent"] = summary.median_abs_error_percent;
+    host.measured["check_bias_percent"] = summary.bias_percent;
+    host.measured["check_rms_error_percent"] = summary.rms_error_percent;
+}
+
 int run_plan(const std::string& path, bool sweep, const std::string& json_out, const std::string& device_override, bool overlap) {
     using namespace tessera;
     const experiment::Experiment e = experiment::load_experiment(path);
@@ -250,6 +277,10 @@ int run(int argc, char** argv) {
         ->capture_default_str()
         ->check(whole_number_in("--threads", 1, 256));
     calibrate->add_flag("--quick", calibrate_quick, "Fewer measurements (a rougher preset, in a second)");
+    bool calibrate_check = false;
+    calibrate->add_flag("--check", calibrate_check,
+                        "Then train a few validation cases on the simulated cores and print predicted against measured step "
+                        "times: how far to trust host predictions on this machine (recorded in the preset)");
 
     std::vector<std::string> validate_files;
     CLI::App* validate = app.add_subcommand("validate", "Check experiment files: every field, the data they name");
@@ -304,10 +335,17 @@ int run(int argc, char** argv) {
             tessera::cores::CalibrationOptions options;
             options.threads = calibrate_threads;
             options.quick = calibrate_quick;
-            const tessera::cost::Device host = tessera::cores::calibrate_host(options, [](const std::string& step) {
+            tessera::cost::Device host = tessera::cores::calibrate_host(options, [](const std::string& step) {
                 std::printf("measuring %s\n", step.c_str());
                 std::fflush(stdout);
             });
+            const double noise = host.measured["noise_percent"];
+            std::printf("noise: the median measurement's median repeat ran %.1f%% slower than its fastest\n", noise);
+            if (noise > 10.0) {
+                std::printf("warning: this machine is too busy to calibrate well (over 10%%): other processes, or a shared "
+                            "virtual machine's steal time, slow the measurements. Calibrate again when it is quiet.\n");
+            }
+            if (calibrate_check) check_host_predictions(host);
             const std::filesystem::path out =
                 calibrate_out.empty() ? tessera::cost::devices_directory() / "host.json" : std::filesystem::path(calibrate_out);
             tessera::cores::write_device_file(host, out);

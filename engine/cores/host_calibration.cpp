@@ -1,7 +1,8 @@
 #include "cores/host_calibration.hpp"
 
 #include "core/error.hpp"
-#include "core/random.hpp"
+#include "cores/core_mesh.hpp"
+#include "cores/measurement_support.hpp"
 #include "cores/thread_pool.hpp"
 #include "cost/cost_model.hpp"
 #include "loss/cross_entropy.hpp"
@@ -23,26 +24,23 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// The fastest of the repeats: on a shared machine other work only ever adds time, so the minimum is
-// the host's own figure (bm_cost_fidelity compares it with the fastest measured steps likewise).
-double fastest(const std::vector<double>& values) { return *std::min_element(values.begin(), values.end()); }
-
-Tensor random_tensor(const Shape& shape, std::uint64_t seed) {
-    SeededRandom random(seed);
-    Tensor tensor = Tensor::empty(shape, DType::F32);
-    for (std::int64_t i = 0; i < tensor.num_elements(); ++i) tensor.data<float>()[i] = static_cast<float>(random.normal());
-    return tensor;
+// How much slower than its fastest repeat the median repeat ran: the machine's noise, one figure per
+// measurement (steal time and other tenants show here first).
+double spread(std::vector<double> values) {
+    std::sort(values.begin(), values.end());
+    return values[values.size() / 2] / std::max(values.front(), 1e-12) - 1.0;
 }
 
 // Runs a small graph forward and backward `repeats` times, single-threaded, with the simulated cores'
-// kernels, and returns the fastest forward and backward seconds of node `node`.
-std::pair<double, double> time_node(const graph::Graph& g, int node, int repeats) {
+// kernels, and returns the fastest forward and backward seconds of node `node`; adds the spread of
+// the forward-plus-backward times to `spreads`.
+std::pair<double, double> time_node(const graph::Graph& g, int node, int repeats, std::vector<double>& spreads) {
     graph::ExecutorOptions options;
     options.distributed_reductions = true;
     graph::Executor executor(g, options);
     executor.initialize_parameters(1);
-    const Tensor input = random_tensor(g.node(g.input_node()).output_shape, 2);
-    const Tensor gradient = random_tensor(g.node(g.output_node()).output_shape, 3);
+    const Tensor input = normal_tensor(g.node(g.input_node()).output_shape, 2);
+    const Tensor gradient = normal_tensor(g.node(g.output_node()).output_shape, 3);
     std::vector<double> forward, backward;
     for (int r = 0; r < repeats + 1; ++r) {
         executor.forward(input, graph::Mode::Train);
@@ -51,6 +49,9 @@ std::pair<double, double> time_node(const graph::Graph& g, int node, int repeats
         forward.push_back(executor.timings()[static_cast<std::size_t>(node)].forward_seconds);
         backward.push_back(executor.timings()[static_cast<std::size_t>(node)].backward_seconds);
     }
+    std::vector<double> both(forward.size());
+    for (std::size_t r = 0; r < forward.size(); ++r) both[r] = forward[r] + backward[r];
+    if (both.size() >= 3) spreads.push_back(spread(both));
     return {fastest(forward), fastest(backward)};
 }
 
@@ -95,6 +96,7 @@ cost::Device calibrate_host(const CalibrationOptions& options, const std::functi
     device.efficiency = {.channel_tile = 16, .spatial_tile = 1, .matmul = 1.0, .memory = 1.0, .link = 1.0};
     auto& measured = device.measured;
     measured["threads"] = options.threads;
+    std::vector<double> spreads;  // per timed layer: median over fastest repeat, − 1
 
     // Memory copy bandwidth: bytes read plus bytes written per second.
     {
@@ -131,7 +133,7 @@ cost::Device calibrate_host(const CalibrationOptions& options, const std::functi
                             : head       ? g.conv(x, c_out, ops::ConvAttributes::same(rank, 1), "layer")
                                          : g.conv(x, c_out, ops::ConvAttributes::same(rank, 3), "layer");
             g.set_output(layer);
-            const auto [forward, backward] = time_node(g, layer, options.repeats);
+            const auto [forward, backward] = time_node(g, layer, options.repeats, spreads);
             const cost::LayerCost counted = roofline.layer(g, layer, nullptr, graph::Precision::F32);
             return std::array<double, 4>{counted.forward.flops, forward, counted.backward.flops, backward};
         };
@@ -176,7 +178,7 @@ cost::Device calibrate_host(const CalibrationOptions& options, const std::functi
             int x = g.conv(g.relu(g.input(shape), "relu"), c, ops::ConvAttributes::same(rank, 3), "before");
             const int layer = g.conv(x, c, ops::ConvAttributes::same(rank, 3), "layer");
             g.set_output(layer);
-            const auto [forward, backward] = time_node(g, layer, options.repeats);
+            const auto [forward, backward] = time_node(g, layer, options.repeats, spreads);
             const cost::LayerCost counted = roofline.layer(g, layer, nullptr, graph::Precision::F32);
             return (counted.forward.flops + counted.backward.flops) / (forward + backward);  // FLOP/s
         };
@@ -218,8 +220,8 @@ cost::Device calibrate_host(const CalibrationOptions& options, const std::functi
             executor_options.distributed_reductions = true;
             graph::Executor executor(g, executor_options);
             executor.initialize_parameters(1);
-            const Tensor input = random_tensor(shape, 4);
-            const Tensor gradient = random_tensor(g.node(add).output_shape, 5);
+            const Tensor input = normal_tensor(shape, 4);
+            const Tensor gradient = normal_tensor(g.node(add).output_shape, 5);
             const std::vector<int> ids{norm, relu, pool, concat, add};
             std::vector<std::vector<double>> forward(ids.size()), backward(ids.size());
             for (int r = 0; r < options.repeats + 1; ++r) {
@@ -259,13 +261,13 @@ cost::Device calibrate_host(const CalibrationOptions& options, const std::functi
         graph::Graph tiny("tiny");
         const int t = tiny.relu(tiny.relu(tiny.input({1, 16, 4, 4}), "a"), "b");
         tiny.set_output(t);
-        measured["op_overhead_us"] = time_node(tiny, t, options.repeats * 4).first * 1e6;
+        measured["op_overhead_us"] = time_node(tiny, t, options.repeats * 4, spreads).first * 1e6;
     }
 
     // The loss: softmax cross-entropy's partial sums and gradient over a tile of logits.
     {
         say("loss");
-        const Tensor logits = random_tensor({1, 2, 256, 256}, 6);
+        const Tensor logits = normal_tensor({1, 2, 256, 256}, 6);
         Tensor labels = Tensor::zeros({1, 256, 256}, DType::I32);
         std::vector<double> seconds;
         for (int r = 0; r < options.repeats + 1; ++r) {
@@ -311,8 +313,8 @@ cost::Device calibrate_host(const CalibrationOptions& options, const std::functi
             executors.push_back(std::make_unique<graph::Executor>(g, executor_options));
             executors.back()->initialize_parameters(1);
         }
-        const Tensor input = random_tensor({1, 16, 64, 64}, 7);
-        const Tensor gradient = random_tensor(g.node(x).output_shape, 8);
+        const Tensor input = normal_tensor({1, 16, 64, 64}, 7);
+        const Tensor gradient = normal_tensor(g.node(x).output_shape, 8);
         auto step = [&](graph::Executor& executor) {
             executor.forward(input, graph::Mode::Train);
             executor.backward(gradient);
@@ -332,6 +334,64 @@ cost::Device calibrate_host(const CalibrationOptions& options, const std::functi
         const double alone = fastest(alone_times), together = fastest(together_times);
         measured["parallel_slowdown"] = std::max(1.0, together / alone);
     }
+    // The end of a step (core_mesh.cpp): weight gradients summed over every core and handed back, the
+    // loss scaler's finite checks, then each core's optimizer update. Measured on the mesh itself with
+    // a model of many parameters and little else: on one core, on four cores of one replica and on four
+    // replicas of one core (a replica's sum is a copy of its own first). Per parameter, the reduction's
+    // wall time is a0 + a_core·(cores − 1) + a_replica·(replicas − 1); each core's update runs alone.
+    {
+        say("gradient reduction and update");
+        auto end_of_step = [&](std::int64_t cores_per_replica, std::int64_t replicas) {
+            const Shape input{1, 64, 4, 4};
+            graph::Graph g("parameters");
+            int x = g.conv(g.input(input), 256, ops::ConvAttributes::same(2, 3), "a");
+            x = g.conv(x, 512, ops::ConvAttributes::same(2, 3), "b");
+            x = g.dense(g.global_average_pool(x, "pool"), 10, "dense");
+            g.set_output(x);
+            MeshConfig mesh;
+            mesh.num_replicas = replicas;
+            mesh.grid = partition::SpatialGrid::even(input, {cores_per_replica > 1 ? 2 : 1, cores_per_replica > 2 ? 2 : 1});
+            mesh.host_threads = options.threads;
+            train::TrainerConfig config;
+            config.optimizer = {.kind = train::OptimizerKind::Sgd, .momentum = 0.9};
+            config.schedule = {.kind = train::ScheduleKind::Constant, .learning_rate = 1e-3};
+            CoreMesh cores(g, mesh, config);
+            Shape batch = input;
+            batch[0] = replicas;
+            const Tensor images = normal_tensor(batch, 9);
+            const Tensor labels = Tensor::zeros({replicas}, DType::I32);
+            const std::int64_t num_cores = cores_per_replica * replicas;
+            std::vector<double> reduce_seconds, update_seconds;
+            for (int r = 0; r < options.repeats + 1; ++r) {
+                const train::StepResult step = cores.train_step(images, labels);
+                if (r == 0) continue;
+                double update = 0;  // the slowest core's optimizer step
+                for (const CoreEvent& event : cores.events()) {
+                    if (event.kind == EventKind::Compute && event.phase == StepPhase::Update)
+                        update = std::max(update, event.end_seconds - event.start_seconds);
+                }
+                update_seconds.push_back(update);
+                // Everything after backward but the update phase (⌈cores / threads⌉ updates per thread).
+                const double rounds = std::ceil(static_cast<double>(num_cores) / options.threads);
+                reduce_seconds.push_back(std::max(0.0, step.update_seconds - rounds * update));
+            }
+            const auto parameters = static_cast<double>(g.parameter_count());
+            return std::pair<double, double>{fastest(reduce_seconds) / parameters, fastest(update_seconds) / parameters};
+        };
+        const double reduce_one = end_of_step(1, 1).first;
+        const auto [reduce_cores, update_beside] = end_of_step(4, 1);
+        const double reduce_replicas = end_of_step(1, 4).first;
+        const double per_core = std::max(0.0, (reduce_cores - reduce_one) / 3);
+        measured["gradient_reduce_ns_per_parameter"] = reduce_one * 1e9;
+        measured["gradient_reduce_ns_per_parameter_core"] = per_core * 1e9;
+        measured["gradient_reduce_ns_per_parameter_replica"] = std::max(0.0, (reduce_replicas - reduce_one) / 3 - per_core) * 1e9;
+        measured["update_ns_per_parameter"] = update_beside * 1e9;  // beside the other threads' updates
+    }
+    // The median measurement's spread: above ~10 % the machine is too busy for a trustworthy preset.
+    measured["noise_percent"] = spreads.empty() ? 0.0 : 100.0 * [&] {
+        std::sort(spreads.begin(), spreads.end());
+        return spreads[spreads.size() / 2];
+    }();
     device.kernel_overhead = measured["op_overhead_us"] * 1e-6;
     device.memory_per_core = 1LL << 40;  // the host's simulated cores are limited by the mesh's own capacity setting
     device.sources.push_back("every figure: measured by tessera-cli calibrate");

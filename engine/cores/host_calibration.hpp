@@ -21,7 +21,7 @@ namespace tessera::cores {
 
 struct CalibrationOptions {
     int threads = 2;              // host threads the simulated cores will run on
-    int repeats = 5;              // runs per measurement (the median is kept)
+    int repeats = 5;              // runs per measurement (the fastest is kept; their spread is the noise figure)
     bool quick = false;           // fewer channel counts (tests)
 };
 

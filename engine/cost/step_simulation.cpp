@@ -445,7 +445,21 @@ StepPrediction predict_host_step(const graph::Graph& model, const partition::Til
         }
         wall += phase_makespan(tasks, threads) + phase_overhead;
     };
-    const std::vector<std::vector<LayerCost>> costs = costs_per_core(model, plan, host, options.precision);
+    std::vector<std::vector<LayerCost>> costs = costs_per_core(model, plan, host, options.precision);
+    if (const MeasuredLayers* measured = options.measured_layers.get()) {
+        TESSERA_CHECK(measured->size() == static_cast<std::size_t>(cores),
+                      "measured layer times are for " << measured->size() << " cores, the plan has " << cores);
+        for (std::int64_t core = 0; core < cores; ++core) {
+            const auto& times = (*measured)[static_cast<std::size_t>(core)];
+            TESSERA_CHECK(times.size() == nodes.size(), "measured layer times cover " << times.size() << " nodes, the model has "
+                                                                                      << nodes.size());
+            for (const Node& node : nodes) {
+                LayerCost& cost = costs[static_cast<std::size_t>(core)][static_cast<std::size_t>(node.id)];
+                cost.forward.seconds = times[static_cast<std::size_t>(node.id)].forward_seconds;
+                cost.backward.seconds = times[static_cast<std::size_t>(node.id)].backward_seconds;
+            }
+        }
+    }
     auto cost_of = [&](std::int64_t core, int id) -> const LayerCost& { return costs[static_cast<std::size_t>(core)][static_cast<std::size_t>(id)]; };
     auto halo_copy_seconds = [&](int id, std::int64_t core) {
         std::int64_t elements = 0;
@@ -508,11 +522,29 @@ StepPrediction predict_host_step(const graph::Graph& model, const partition::Til
     std::int64_t parameters = 0;
     for (const graph::ParameterSpec& spec : model.parameters()) parameters += num_elements_of(spec.shape);
     const double all_cores = static_cast<double>(cores * replicas);
-    prediction.gradient_all_reduce_seconds = 4.0 * static_cast<double>(parameters) * 3 * all_cores / copy_rate / threads;
-    wall += prediction.gradient_all_reduce_seconds + phase_overhead;
-    phase([&](std::int64_t) {
-        return static_cast<double>(4 * parameters * (3 + 2 * options.optimizer_slots)) / copy_rate;
-    });
+    const double reduce_base = host.host_rate("gradient_reduce_ns_per_parameter") * 1e-9;
+    const double reduce_per_core = host.host_rate("gradient_reduce_ns_per_parameter_core") * 1e-9;
+    const double reduce_per_replica = host.host_rate("gradient_reduce_ns_per_parameter_replica") * 1e-9;
+    const double update_per_parameter = host.host_rate("update_ns_per_parameter") * 1e-9;
+    if (reduce_base > 0 && update_per_parameter > 0) {
+        // Measured on the mesh by calibration (per parameter: wall time on the calibrated threads).
+        prediction.gradient_all_reduce_seconds =
+            static_cast<double>(parameters) * (reduce_base + reduce_per_core * (all_cores - 1) +
+                                               reduce_per_replica * static_cast<double>(replicas - 1));
+        wall += prediction.gradient_all_reduce_seconds + phase_overhead;
+        // Momentum SGD was measured: Adam's second slot adds to the bytes each update moves.
+        const double update = static_cast<double>(parameters) * update_per_parameter *
+                              static_cast<double>(3 + 2 * options.optimizer_slots) / 5.0;
+        const std::vector<double> updates(static_cast<std::size_t>(cores * replicas), update);
+        for (CoreBreakdown& core : prediction.cores) core.compute_seconds += update;
+        wall += phase_makespan(updates, threads) + phase_overhead;
+    } else {  // presets calibrated before round 2: memory passes at the copy rate
+        prediction.gradient_all_reduce_seconds = 4.0 * static_cast<double>(parameters) * 3 * all_cores / copy_rate / threads;
+        wall += prediction.gradient_all_reduce_seconds + phase_overhead;
+        phase([&](std::int64_t) {
+            return static_cast<double>(4 * parameters * (3 + 2 * options.optimizer_slots)) / copy_rate;
+        });
+    }
     prediction.step_seconds = wall;
     for (CoreBreakdown& core : prediction.cores) core.idle_seconds = std::max(0.0, wall - core.compute_seconds);
     return prediction;

@@ -17,10 +17,19 @@
 #include "cost/cost_model.hpp"
 #include "cost/memory_model.hpp"
 
+#include <memory>
 #include <string>
 #include <vector>
 
 namespace tessera::cost {
+
+// One layer's forward and backward host seconds on one core, measured by running that core's graph
+// with the simulated cores' own kernels (cores/layer_profile.hpp).
+struct MeasuredLayer {
+    double forward_seconds = 0;
+    double backward_seconds = 0;
+};
+using MeasuredLayers = std::vector<std::vector<MeasuredLayer>>;  // [core of one replica][model node]
 
 struct SimulationOptions {
     graph::Precision precision = graph::Precision::F32;
@@ -28,6 +37,9 @@ struct SimulationOptions {
     bool overlap_gradient_all_reduce = false;  // all-reduce each layer's gradients while backward goes on
     bool cross_replica_batch_norm = false;
     bool record_timeline = true;               // planners sweeping thousands of layouts turn it off
+    // predict_host_step only: layer times measured on this host replace the host preset's per-class
+    // rates (the rest of the step — phases, barriers, halos, reductions, update — is still modelled).
+    std::shared_ptr<const MeasuredLayers> measured_layers;
 };
 
 enum class SpanKind { Compute, Halo, AllReduce };

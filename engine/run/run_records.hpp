@@ -26,6 +26,10 @@ struct RunStart {
     std::int64_t num_cores = 1, cores_per_replica = 1, num_replicas = 1;
     std::string device;                          // the preset the prediction is for
     double predicted_step_seconds = 0;           // on that device
+    // The same step on this host's simulated cores, when `tessera-cli calibrate` wrote a host preset for
+    // the run's thread count (0: none), and its ± from `calibrate --check`'s residuals (0: not checked).
+    double predicted_host_step_seconds = 0;
+    double host_prediction_uncertainty_seconds = 0;
     std::vector<std::int64_t> core_memory_bytes; // the simulated cores' peaks (ledger), one per core
     std::int64_t core_capacity_bytes = 0;
     std::string data;                            // the dataset's description

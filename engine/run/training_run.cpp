@@ -8,6 +8,7 @@
 #include "cost/memory_model.hpp"
 #include "cost/device.hpp"
 #include "cost/step_simulation.hpp"
+#include "cores/layer_profile.hpp"
 #include "data/phantom.hpp"
 #include "data/prefetcher.hpp"
 #include "data/sliding_window.hpp"
@@ -170,6 +171,39 @@ struct TrainingRun::Impl {
     std::vector<std::string> notes;
 
     bool is_segmentation() const { return experiment.model.kind == experiment::ModelKind::UNet; }
+
+    // This host's predicted step, when `tessera-cli calibrate` has written a host preset for as many
+    // threads as the run uses: the plan's layers profiled with the cores' kernels, the rest modelled.
+    // A missing preset means no host prediction; a broken one is a note, not a failed run.
+    void predict_on_host(RunStart& start) {
+        const fs::path preset = cost::devices_directory() / "host.json";
+        std::error_code error;
+        if (!fs::exists(preset, error)) return;
+        try {
+            const cost::Device host = cost::load_device_file(preset);
+            const auto threads = static_cast<int>(host.measured.count("threads") ? host.measured.at("threads") : 0);
+            if (threads != options.host_threads) {
+                notes.push_back("no prediction for this host: its preset (" + preset.string() + ") was calibrated for " +
+                                std::to_string(threads) + " threads, the run uses " + std::to_string(options.host_threads) +
+                                " (tessera-cli calibrate --threads " + std::to_string(options.host_threads) + ")");
+                return;
+            }
+            cost::SimulationOptions simulation;
+            simulation.precision = experiment.precision;
+            simulation.optimizer_slots = experiment::optimizer_slots(experiment);
+            simulation.record_timeline = false;
+            simulation.measured_layers = std::make_shared<cost::MeasuredLayers>(
+                cores::profile_layers(mesh->model(), mesh->plan(), {.precision = experiment.precision, .repeats = 2}));
+            start.predicted_host_step_seconds =
+                cost::predict_host_step(mesh->model(), mesh->plan(), mesh->num_replicas(), cost::CostModel(host), simulation).step_seconds;
+            const auto checked = host.measured.find("check_rms_error_percent");
+            if (checked != host.measured.end()) {
+                start.host_prediction_uncertainty_seconds = start.predicted_host_step_seconds * checked->second / 100.0;
+            }
+        } catch (const Error& failure) {
+            notes.push_back("no prediction for this host: " + std::string(failure.what()));
+        }
+    }
 
     // Loads the newest checkpoint that verifies into the cores once; returns the completed steps.
     // `need_weights`: evaluation and prediction, which mean nothing on random weights.
@@ -388,6 +422,7 @@ RunSummary TrainingRun::train(RunObserver* observer, const std::atomic<bool>* st
     start.num_replicas = impl.mesh->num_replicas();
     start.device = impl.device.id;
     start.predicted_step_seconds = impl.predicted_step_seconds;
+    impl.predict_on_host(start);
     for (const cores::MemoryLedger& ledger : impl.mesh->memory()) start.core_memory_bytes.push_back(ledger.peak());
     start.core_capacity_bytes = impl.device.memory_per_core;
     start.data = impl.dataset->describe();

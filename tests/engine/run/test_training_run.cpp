@@ -2,6 +2,8 @@
 // predictions), stop-and-resume equality, the last-K policy, and bad input before any step.
 #include "run/training_run.hpp"
 
+#include "cores/host_calibration.hpp"
+#include "cost/device.hpp"
 #include "io/safetensors.hpp"
 #include "io/tensorboard_events.hpp"
 #include "io/volume_io.hpp"
@@ -13,6 +15,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <optional>
 
 namespace tessera {
 namespace {
@@ -250,6 +253,64 @@ TEST(TrainingRun, PlanOnlyExperimentsSayWhyTheyCannotTrain) {
                  "no \"data\" section, so it is plan-only");
     expect_error(R"({"version": 1, "model": {"kind": "retinanet"}, "input": {"channels": 3, "size": [256, 256]}, "global_batch": 1})",
                  "RetinaNet experiments are plan-only");
+}
+
+// ---- this host's prediction -----------------------------------------------------------------------
+
+// Points $TESSERA_DEVICES_DIR at a folder holding the shipped presets (and whatever the test adds), and
+// puts the environment back afterwards.
+class HostPresetFolder {
+public:
+    HostPresetFolder() : m_folder("devices") {
+        if (const char* dir = std::getenv("TESSERA_DEVICES_DIR")) m_saved = dir;
+        for (const auto& entry : fs::directory_iterator(fs::path(TESSERA_SOURCE_DIR) / "resources" / "devices")) {
+            if (entry.path().filename() != "host.json") fs::copy_file(entry.path(), m_folder.path() / entry.path().filename());
+        }
+        setenv("TESSERA_DEVICES_DIR", m_folder.path().c_str(), 1);
+    }
+    ~HostPresetFolder() {
+        if (m_saved) setenv("TESSERA_DEVICES_DIR", m_saved->c_str(), 1);
+        else unsetenv("TESSERA_DEVICES_DIR");
+    }
+    const fs::path& path() const { return m_folder.path(); }
+
+private:
+    TemporaryFolder m_folder;
+    std::optional<std::string> m_saved;
+};
+
+TEST(TrainingRun, PredictsThisHostsStepWhenCalibratedWithTheCheckedBand) {
+    HostPresetFolder devices;
+    TemporaryFolder folder("host_prediction");
+    run::RunOptions options = test::options_in(folder.path() / "first");
+    {  // no host preset: no host prediction
+        run::TrainingRun training(test::small_em(2, 0, 0), options);
+        Recorder recorder;
+        training.train(&recorder);
+        EXPECT_EQ(recorder.starts.at(0).predicted_host_step_seconds, 0);
+    }
+    cost::Device host = cores::calibrate_host({.threads = options.host_threads, .repeats = 2, .quick = true});
+    host.measured["check_rms_error_percent"] = 12.5;
+    cores::write_device_file(host, devices.path() / "host.json");
+    options.model_dir = folder.path() / "second";
+    run::TrainingRun training(test::small_em(2, 0, 0), options);
+    Recorder recorder;
+    training.train(&recorder);
+    const run::RunStart& start = recorder.starts.at(0);
+    EXPECT_GT(start.predicted_host_step_seconds, 0);
+    EXPECT_NEAR(start.host_prediction_uncertainty_seconds, 0.125 * start.predicted_host_step_seconds, 1e-12);
+
+    // A preset calibrated for other threads predicts nothing, and says why.
+    host.measured["threads"] = options.host_threads + 1;
+    cores::write_device_file(host, devices.path() / "host.json");
+    options.model_dir = folder.path() / "third";
+    run::TrainingRun other(test::small_em(2, 0, 0), options);
+    Recorder other_recorder;
+    other.train(&other_recorder);
+    EXPECT_EQ(other_recorder.starts.at(0).predicted_host_step_seconds, 0);
+    bool explained = false;
+    for (const std::string& note : other_recorder.starts[0].notes) explained |= note.find("calibrated for") != std::string::npos;
+    EXPECT_TRUE(explained);
 }
 
 }  // namespace

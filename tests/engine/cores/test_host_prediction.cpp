@@ -1,0 +1,142 @@
+// The host step prediction's measured parts: layer profiles, the end-of-step constants calibration
+// measures, and the fidelity summaries. Accuracy against measured steps is bm_cost_fidelity's job
+// (timing in unit tests would be noise); here each part is checked against arithmetic done by hand.
+#include "cores/fidelity.hpp"
+#include "cores/host_calibration.hpp"
+#include "cores/layer_profile.hpp"
+#include "cost/step_simulation.hpp"
+#include "model/models.hpp"
+#include "partition/tiling.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+using namespace tessera;
+
+namespace {
+
+graph::Graph small_unet(const Shape& input) {
+    return model::make_unet({.depth = 2, .base_width = 8, .num_classes = 2, .batch_norm = true}, input);
+}
+
+// A host preset with one thread and no barrier or slowdown, so a phase's wall time is the sum of its tasks.
+cost::Device hand_made_host() {
+    cost::Device host;
+    host.id = "host";
+    host.kind = "host";
+    host.topology = cost::Topology::Host;
+    host.peak_flops_f32 = host.peak_flops_bf16 = host.peak_flops_f16 = 1e10;
+    host.memory_bandwidth = 1e10;
+    host.measured = {{"threads", 1},         {"copy", 10},
+                     {"loss", 10},           {"phase_overhead_us", 0},
+                     {"parallel_slowdown", 1}, {"gradient_reduce_ns_per_parameter", 1},
+                     {"gradient_reduce_ns_per_parameter_core", 0.5}, {"gradient_reduce_ns_per_parameter_replica", 0.25},
+                     {"update_ns_per_parameter", 2}};
+    return host;
+}
+
+}  // namespace
+
+TEST(LayerProfile, EveryComputingLayerOfEveryCoreIsTimed) {
+    const Shape input{1, 1, 32, 32};
+    const graph::Graph model = small_unet(input);
+    const partition::TilingPlan plan(model, partition::SpatialGrid::even(input, {2, 1}));
+    const cost::MeasuredLayers layers = cores::profile_layers(model, plan, {.repeats = 1});
+    ASSERT_EQ(layers.size(), 2u);
+    for (const auto& core : layers) {
+        ASSERT_EQ(core.size(), model.nodes().size());
+        for (const graph::Node& node : model.nodes()) {
+            if (node.kind != graph::OpKind::Conv && node.kind != graph::OpKind::ConvTranspose) continue;
+            EXPECT_GT(core[static_cast<std::size_t>(node.id)].forward_seconds, 0) << node.name;
+            EXPECT_GT(core[static_cast<std::size_t>(node.id)].backward_seconds, 0) << node.name;
+        }
+    }
+    EXPECT_EQ(layers[0][static_cast<std::size_t>(model.input_node())].forward_seconds, 0);
+}
+
+TEST(HostStepPrediction, MeasuredLayerTimesAreAddedPhaseByPhase) {
+    // One host thread, no barrier, no slowdown: every layer's measured time lands in the step once per core.
+    const Shape input{1, 1, 32, 32};
+    const graph::Graph model = small_unet(input);
+    const partition::TilingPlan plan(model, partition::SpatialGrid::even(input, {2, 1}));
+    const cost::CostModel host(hand_made_host());
+    cost::SimulationOptions options;
+    options.record_timeline = false;
+    auto with_layers = [&](double forward, double backward) {
+        auto layers = std::make_shared<cost::MeasuredLayers>(2, std::vector<cost::MeasuredLayer>(model.nodes().size()));
+        for (auto& core : *layers) {
+            for (std::size_t node = 0; node < core.size(); ++node) {
+                if (static_cast<int>(node) != model.input_node()) core[node] = {forward, backward};
+            }
+        }
+        options.measured_layers = layers;
+        return cost::predict_host_step(model, plan, 1, host, options).step_seconds;
+    };
+    const double none = with_layers(0, 0), some = with_layers(1e-3, 2e-3);
+    const auto layers_per_core = static_cast<double>(model.nodes().size() - 1);
+    EXPECT_NEAR(some - none, 2 * layers_per_core * 3e-3, 1e-9);  // 2 cores × layers × (1 + 2) ms
+
+    // A table for the wrong number of cores is refused.
+    options.measured_layers = std::make_shared<cost::MeasuredLayers>(3, std::vector<cost::MeasuredLayer>(model.nodes().size()));
+    EXPECT_THROW(cost::predict_host_step(model, plan, 1, host, options), Error);
+}
+
+TEST(HostStepPrediction, GradientReductionAndUpdateFollowTheMeasuredConstants) {
+    // 2 cores × 3 replicas on one thread: the reduction takes P·(1 + 0.5·5 + 0.25·2) ns, the updates 6·P·2 ns.
+    const Shape input{1, 1, 32, 32};
+    const graph::Graph model = small_unet(input);
+    const partition::TilingPlan plan(model, partition::SpatialGrid::even(input, {2, 1}));
+    cost::SimulationOptions options;
+    options.record_timeline = false;
+    options.measured_layers = std::make_shared<cost::MeasuredLayers>(2, std::vector<cost::MeasuredLayer>(model.nodes().size()));
+    cost::Device host = hand_made_host();
+    const cost::StepPrediction step = cost::predict_host_step(model, plan, 3, cost::CostModel(host), options);
+    const auto parameters = static_cast<double>(model.parameter_count());
+    EXPECT_NEAR(step.gradient_all_reduce_seconds, parameters * (1 + 0.5 * 5 + 0.25 * 2) * 1e-9, 1e-12);
+    host.measured["update_ns_per_parameter"] = 4;
+    const double slower_update = cost::predict_host_step(model, plan, 3, cost::CostModel(host), options).step_seconds;
+    EXPECT_NEAR(slower_update - step.step_seconds, 6 * parameters * 2e-9, 1e-12);  // six updates, 2 ns more each
+}
+
+TEST(HostCalibration, MeasuresTheEndOfAStepAndItsOwnNoise) {
+    const cost::Device host = cores::calibrate_host({.threads = 2, .repeats = 2, .quick = true});
+    for (const char* key : {"gradient_reduce_ns_per_parameter", "update_ns_per_parameter", "noise_percent"}) {
+        ASSERT_TRUE(host.measured.count(key)) << key;
+        EXPECT_TRUE(std::isfinite(host.measured.at(key))) << key;
+    }
+    EXPECT_GT(host.measured.at("gradient_reduce_ns_per_parameter"), 0);
+    EXPECT_GT(host.measured.at("update_ns_per_parameter"), 0);
+    EXPECT_GE(host.measured.at("gradient_reduce_ns_per_parameter_core"), 0);
+    EXPECT_GE(host.measured.at("gradient_reduce_ns_per_parameter_replica"), 0);
+    EXPECT_GE(host.measured.at("noise_percent"), 0);
+}
+
+TEST(Fidelity, SummaryOfErrors) {
+    const cores::FidelitySummary summary = cores::summarize_errors({-10, 5, 20, -30});
+    EXPECT_EQ(summary.cases, 4u);
+    EXPECT_DOUBLE_EQ(summary.median_abs_error_percent, 15);  // |errors| 5 10 20 30
+    EXPECT_EQ(summary.within_15_percent, 2u);
+    EXPECT_DOUBLE_EQ(summary.bias_percent, -3.75);
+    EXPECT_NEAR(summary.rms_error_percent, std::sqrt((100.0 + 25 + 400 + 900) / 4), 1e-12);
+    EXPECT_EQ(cores::summarize_errors({}).cases, 0u);
+}
+
+TEST(Fidelity, TrustCheckCasesAreValidationCasesAndRun) {
+    std::size_t checked = 0;
+    for (const cores::FidelityCase& fidelity_case : cores::fidelity_cases()) {
+        if (!fidelity_case.trust_check) continue;
+        ++checked;
+        EXPECT_EQ(fidelity_case.set, cores::FidelitySet::Validation) << fidelity_case.name;  // never tuned on
+    }
+    EXPECT_GE(checked, 4u);
+    // A tiny case end to end: every step timed, both predictions made.
+    cores::FidelityCase tiny{cores::FidelitySet::Validation, "tiny", small_unet, {1, 1, 32, 32}, {2, 1}};
+    cost::Device host = hand_made_host();
+    const cores::FidelityResult result = cores::measure_fidelity(tiny, cost::CostModel(host), {.steps = 2, .profile_repeats = 1});
+    EXPECT_EQ(result.measured_seconds.size(), 2u);
+    EXPECT_GT(result.predicted_seconds, 0);
+    EXPECT_GT(result.class_predicted_seconds, 0);
+    EXPECT_GT(result.measured_fastest(), 0);
+    EXPECT_LE(result.measured_fastest(), result.measured_median());
+}
