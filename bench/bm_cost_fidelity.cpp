@@ -2,7 +2,7 @@
 // host preset `tessera-cli calibrate` measures, with each plan's layers profiled) against the measured
 // one, for the tuning and validation cases of cores/fidelity.hpp, kept apart.
 //
-// Usage: bm_cost_fidelity [--host <host.json>] [--steps S] [--set tuning|validation] [--detail <case>]
+// Usage: bm_cost_fidelity [--host <host.json>] [--steps S] [--set tuning|validation] [--case <case>] [--detail <case>]
 // Calibrates first unless --host names an existing preset; prints, per run,
 //   set=<tuning|validation> case=<name> predicted_ms=<x> measured_ms=<fastest of the steps> error=<percent>%
 // with the per-class model's prediction (what planner sweeps use) and the measured spread beside it;
@@ -36,13 +36,14 @@ void print_summary(const std::vector<double>& errors, const char* set, const cha
 }  // namespace
 
 int main(int argc, char** argv) {
-    std::string host_path, detail, only_set;
+    std::string host_path, detail, only_set, only_case;
     int steps = 5;
     bool sweep_only = false;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!std::strcmp(argv[i], "--host")) host_path = argv[i + 1];
         else if (!std::strcmp(argv[i], "--steps")) steps = std::atoi(argv[i + 1]);
         else if (!std::strcmp(argv[i], "--detail")) detail = argv[i + 1];  // a case name: per-layer figures
+        else if (!std::strcmp(argv[i], "--case")) only_case = argv[i + 1];
         else if (!std::strcmp(argv[i], "--set")) only_set = argv[i + 1];
         else if (!std::strcmp(argv[i], "--sweep-only")) sweep_only = std::atoi(argv[i + 1]) != 0;
     }
@@ -68,16 +69,34 @@ int main(int argc, char** argv) {
         if (sweep_only) break;
         const std::string set_name(cores::fidelity_set_name(fidelity_case.set));
         if (!only_set.empty() && only_set != set_name) continue;
+        if (!only_case.empty() && only_case != fidelity_case.name) continue;
         try {
             if (recalibrate) model = cost::CostModel(cores::calibrate_host({.threads = 2}));
             cores::FidelityOptions options;
             options.steps = steps;
             if (fidelity_case.name == detail) {  // the step's phases, then core 0's layers: measured against predicted
-                options.inspect = [&](cores::CoreMesh& mesh, const cost::StepPrediction& predicted) {
+                options.inspect = [&](cores::CoreMesh& mesh, const cost::StepPrediction& predicted, const cost::MeasuredLayers& profile) {
                     std::printf("  predicted phases: forward %.2f ms, gradient all-reduce %.2f ms, step %.2f ms\n",
                                 predicted.forward_seconds * 1e3, predicted.gradient_all_reduce_seconds * 1e3,
                                 predicted.step_seconds * 1e3);
+                    // The last step's events of core 0, summed by pass and kind.
+                    for (const cores::StepPhase phase : {cores::StepPhase::Forward, cores::StepPhase::Backward, cores::StepPhase::Update}) {
+                        for (const cores::EventKind kind : {cores::EventKind::Compute, cores::EventKind::Halo, cores::EventKind::AllReduce,
+                                                            cores::EventKind::Wait}) {
+                            double seconds = 0;
+                            int count = 0;
+                            for (const cores::CoreEvent& event : mesh.events()) {
+                                if (event.core != 0 || event.phase != phase || event.kind != kind) continue;
+                                seconds += event.end_seconds - event.start_seconds;
+                                ++count;
+                            }
+                            if (count > 0)
+                                std::printf("  core 0, %-8s %-10s %4d events %7.2f ms\n", std::string(cores::step_phase_name(phase)).c_str(),
+                                            std::string(cores::event_kind_name(kind)).c_str(), count, seconds * 1e3);
+                        }
+                    }
                     const auto& graphs = mesh.core_graphs();
+                    double mesh_sum[2] = {}, profile_sum[2] = {};
                     for (const graph::Node& node : graphs.graphs[0].nodes()) {
                         const auto timing = mesh.executor(0).timings()[static_cast<std::size_t>(node.id)];
                         const int model_node = graphs.model_node[static_cast<std::size_t>(node.id)];
@@ -86,14 +105,22 @@ int main(int argc, char** argv) {
                         if (model_node >= 0) {
                             const cost::LayerCost c =
                                 model.layer(mesh.model(), model_node, &mesh.plan().tile(model_node, 0), fidelity_case.precision);
-                            char text[96];
-                            std::snprintf(text, sizeof text, "  class model %7.2f / %7.2f ms", c.forward.seconds * 1e3,
+                            const cost::MeasuredLayer& alone = profile[0][static_cast<std::size_t>(model_node)];
+                            char text[128];
+                            std::snprintf(text, sizeof text, "  profiled %7.2f / %7.2f ms  class model %7.2f / %7.2f ms",
+                                          alone.forward_seconds * 1e3, alone.backward_seconds * 1e3, c.forward.seconds * 1e3,
                                           c.backward.seconds * 1e3);
                             predicted_text = text;
+                            mesh_sum[0] += timing.forward_seconds;
+                            mesh_sum[1] += timing.backward_seconds;
+                            profile_sum[0] += alone.forward_seconds;
+                            profile_sum[1] += alone.backward_seconds;
                         }
                         std::printf("  %-30s %-14s measured %7.2f / %7.2f ms%s\n", node.name.c_str(), kind,
                                     timing.forward_seconds * 1e3, timing.backward_seconds * 1e3, predicted_text.c_str());
                     }
+                    std::printf("  core 0's layers (halos apart): in the mesh %.2f / %.2f ms, profiled alone %.2f / %.2f ms\n",
+                                mesh_sum[0] * 1e3, mesh_sum[1] * 1e3, profile_sum[0] * 1e3, profile_sum[1] * 1e3);
                 };
             }
             const cores::FidelityResult result = cores::measure_fidelity(fidelity_case, model, options);

@@ -93,11 +93,15 @@ FidelityResult measure_fidelity(const FidelityCase& fidelity_case, const cost::C
 
     FidelityResult result;
     cores.train_step(images, labels);  // warm-up
+    // Steps and profile passes interleaved: on a shared machine both sample the same moments.
+    const int threads = mesh.host_threads;
+    LayerProfiler profiler(g, cores.plan(), {.precision = fidelity_case.precision, .threads = threads, .tasks = cores.num_cores()});
     for (int step = 0; step < options.steps; ++step) {
         const auto start = std::chrono::steady_clock::now();
         const train::StepResult measured = cores.train_step(images, labels);
         result.measured_seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
         if (result.measured_seconds.back() <= result.measured_fastest()) result.fastest_step = measured;
+        profiler.measure(std::max(1, options.profile_repeats / options.steps));
     }
 
     cost::SimulationOptions simulation;
@@ -105,11 +109,10 @@ FidelityResult measure_fidelity(const FidelityCase& fidelity_case, const cost::C
     simulation.precision = fidelity_case.precision;
     simulation.record_timeline = false;
     result.class_predicted_seconds = cost::predict_host_step(g, cores.plan(), fidelity_case.replicas, host, simulation).step_seconds;
-    simulation.measured_layers = std::make_shared<cost::MeasuredLayers>(
-        profile_layers(g, cores.plan(), {.precision = fidelity_case.precision, .repeats = options.profile_repeats}));
+    simulation.measured_layers = std::make_shared<cost::MeasuredLayers>(profiler.layers());
     const cost::StepPrediction predicted = cost::predict_host_step(g, cores.plan(), fidelity_case.replicas, host, simulation);
     result.predicted_seconds = predicted.step_seconds;
-    if (options.inspect) options.inspect(cores, predicted);
+    if (options.inspect) options.inspect(cores, predicted, *simulation.measured_layers);
     return result;
 }
 

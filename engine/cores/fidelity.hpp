@@ -42,10 +42,10 @@ struct FidelityCase {
 std::vector<FidelityCase> fidelity_cases();
 
 struct FidelityOptions {
-    int steps = 5;           // timed steps after one warm-up
-    int profile_repeats = 3;
-    // Called after the measurement with the mesh and the profiled prediction (per-layer detail).
-    std::function<void(CoreMesh&, const cost::StepPrediction&)> inspect;
+    int steps = 5;           // timed steps after one warm-up, each followed by a profile pass
+    int profile_repeats = 5; // profile passes in all (at least one after each step)
+    // Called after the measurement with the mesh, the profiled prediction and the profile (per-layer detail).
+    std::function<void(CoreMesh&, const cost::StepPrediction&, const cost::MeasuredLayers&)> inspect;
 };
 
 struct FidelityResult {

@@ -6,6 +6,7 @@
 #include "cores/thread_pool.hpp"
 #include "cost/cost_model.hpp"
 #include "loss/cross_entropy.hpp"
+#include "train/loss_scale.hpp"
 #include "ops/dnnl_support.hpp"
 
 #include <nlohmann/json.hpp>
@@ -13,6 +14,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <memory>
@@ -280,18 +282,46 @@ cost::Device calibrate_host(const CalibrationOptions& options, const std::functi
         measured["loss"] = 2.0 * 8.0 * static_cast<double>(logits.num_elements()) / fastest(seconds) / 1e9;
     }
 
-    // The barrier between two phases of the core mesh.
+    // A phase of the core mesh, beyond its kernels.
     {
-        say("phase barrier");
-        ThreadPool pool(options.threads);
-        const int phases = 2000;
-        std::vector<double> seconds;
-        for (int r = 0; r < options.repeats; ++r) {
-            const auto start = Clock::now();
-            for (int p = 0; p < phases; ++p) pool.run(4, [](std::int64_t) {});
-            seconds.push_back(std::chrono::duration<double>(Clock::now() - start).count() / phases);
-        }
-        measured["phase_overhead_us"] = fastest(seconds) * 1e6;
+        say("phase overhead");
+        // What a phase of the core mesh costs beyond its kernels: the barrier, the mesh's bookkeeping
+        // and each executor's own work around the timed kernel. Two meshes of two cores differ only by
+        // 200 ReLU layers (400 phases, forward and backward); their step times, less the extra kernel
+        // time the executors report, give it.
+        auto step_and_kernels = [&](int layers) {
+            const Shape input{1, 4, 4, 4};
+            graph::Graph g("phases");
+            int x = g.input(input);
+            for (int layer = 0; layer < layers; ++layer) x = g.relu(x, "relu" + std::to_string(layer));
+            x = g.conv(x, 2, ops::ConvAttributes::same(2, 1), "head");
+            g.set_output(x);
+            MeshConfig mesh;
+            mesh.grid = partition::SpatialGrid::even(input, {2, 1});
+            mesh.host_threads = options.threads;
+            train::TrainerConfig config;
+            config.optimizer = {.kind = train::OptimizerKind::Sgd, .momentum = 0.9};
+            config.schedule = {.kind = train::ScheduleKind::Constant, .learning_rate = 1e-3};
+            CoreMesh cores(g, mesh, config);
+            const Tensor images = normal_tensor(input, 10);
+            const Tensor labels = Tensor::zeros({1, 4, 4}, DType::I32);
+            std::vector<double> beyond_kernels;
+            for (int r = 0; r < options.repeats + 1; ++r) {
+                const auto start = Clock::now();
+                cores.train_step(images, labels);
+                const double step = std::chrono::duration<double>(Clock::now() - start).count();
+                double kernels = 0;  // the slower core's
+                for (std::int64_t core = 0; core < cores.num_cores(); ++core) {
+                    double sum = 0;
+                    for (const graph::NodeTiming& timing : cores.executor(core).timings()) sum += timing.forward_seconds + timing.backward_seconds;
+                    kernels = std::max(kernels, sum);
+                }
+                if (r > 0) beyond_kernels.push_back(step - kernels);
+            }
+            return fastest(beyond_kernels);
+        };
+        const double few = step_and_kernels(20), many = step_and_kernels(220);
+        measured["phase_overhead_us"] = std::max(0.0, (many - few) / 400.0) * 1e6;
     }
     // Kernels side by side: with every host thread busy, each runs slower than alone (shared memory
     // bandwidth and caches, lower clocks). The same small training step, alone and on every thread at
@@ -334,18 +364,35 @@ cost::Device calibrate_host(const CalibrationOptions& options, const std::functi
         const double alone = fastest(alone_times), together = fastest(together_times);
         measured["parallel_slowdown"] = std::max(1.0, together / alone);
     }
-    // The end of a step (core_mesh.cpp): weight gradients summed over every core and handed back, the
-    // loss scaler's finite checks, then each core's optimizer update. Measured on the mesh itself with
-    // a model of many parameters and little else: on one core, on four cores of one replica and on four
-    // replicas of one core (a replica's sum is a copy of its own first). Per parameter, the reduction's
-    // wall time is a0 + a_core·(cores − 1) + a_replica·(replicas − 1); each core's update runs alone.
+    // The end of a step (core_mesh.cpp): weight gradients summed over every core and handed back, one
+    // task per parameter tensor over the threads; the loss scaler's finite checks over core 0's
+    // gradients and values, on one thread; then each core's optimizer update. Measured on the mesh:
+    //   per tensor    t = t0 + t_core·(cores − 1) + t_replica·(replicas − 1)  (a model of many tiny tensors)
+    //   per element   e = e0 + e_core·(cores − 1) + e_replica·(replicas − 1)  (2·threads equal large tensors)
+    // each on one core, four cores of one replica and four replicas of one core (a replica's sum is a
+    // copy of its own first core's); the checks and the update per element, directly.
     {
         say("gradient reduction and update");
-        auto end_of_step = [&](std::int64_t cores_per_replica, std::int64_t replicas) {
-            const Shape input{1, 64, 4, 4};
+        struct EndOfStep {
+            double after_backward = 0;  // seconds from the end of backward to the update phase
+            double update = 0;          // the slowest core's optimizer step, beside the other threads'
+            double checks = 0;          // the finite checks, one thread
+            double parameters = 0, tensors = 0;
+        };
+        auto end_of_step = [&](bool many_small, std::int64_t cores_per_replica, std::int64_t replicas) {
+            const Shape input = many_small ? Shape{1, 16, 4, 4} : Shape{1, 256, 4, 4};
             graph::Graph g("parameters");
-            int x = g.conv(g.input(input), 256, ops::ConvAttributes::same(2, 3), "a");
-            x = g.conv(x, 512, ops::ConvAttributes::same(2, 3), "b");
+            int x = g.input(input);
+            if (many_small) {
+                for (int block = 0; block < 60; ++block) {
+                    x = g.conv(x, 16, ops::ConvAttributes::same(2, 1), "conv" + std::to_string(block));
+                    x = g.batch_norm(x, {}, "bn" + std::to_string(block));
+                }
+            } else {
+                for (int layer = 0; layer < 2 * options.threads; ++layer) {
+                    x = g.conv(x, 256, ops::ConvAttributes::same(2, 3), "conv" + std::to_string(layer));
+                }
+            }
             x = g.dense(g.global_average_pool(x, "pool"), 10, "dense");
             g.set_output(x);
             MeshConfig mesh;
@@ -361,31 +408,61 @@ cost::Device calibrate_host(const CalibrationOptions& options, const std::functi
             const Tensor images = normal_tensor(batch, 9);
             const Tensor labels = Tensor::zeros({replicas}, DType::I32);
             const std::int64_t num_cores = cores_per_replica * replicas;
-            std::vector<double> reduce_seconds, update_seconds;
+            std::vector<double> after_backward, updates, checks;
             for (int r = 0; r < options.repeats + 1; ++r) {
                 const train::StepResult step = cores.train_step(images, labels);
                 if (r == 0) continue;
-                double update = 0;  // the slowest core's optimizer step
+                double update = 0;
                 for (const CoreEvent& event : cores.events()) {
                     if (event.kind == EventKind::Compute && event.phase == StepPhase::Update)
                         update = std::max(update, event.end_seconds - event.start_seconds);
                 }
-                update_seconds.push_back(update);
-                // Everything after backward but the update phase (⌈cores / threads⌉ updates per thread).
+                updates.push_back(update);
                 const double rounds = std::ceil(static_cast<double>(num_cores) / options.threads);
-                reduce_seconds.push_back(std::max(0.0, step.update_seconds - rounds * update));
+                after_backward.push_back(std::max(0.0, step.update_seconds - rounds * update));
+                const auto start = Clock::now();
+                const bool finite = train::LossScaler::gradients_are_finite(cores.executor(0).parameters());
+                const bool values_finite = train::LossScaler::first_non_finite_value(cores.executor(0).parameters()) == nullptr;
+                checks.push_back(std::chrono::duration<double>(Clock::now() - start).count() + (finite && values_finite ? 0 : 1));
             }
-            const auto parameters = static_cast<double>(g.parameter_count());
-            return std::pair<double, double>{fastest(reduce_seconds) / parameters, fastest(update_seconds) / parameters};
+            EndOfStep result{fastest(after_backward), fastest(updates), fastest(checks),
+                             static_cast<double>(g.parameter_count()), static_cast<double>(g.parameters().size())};
+            return result;
         };
-        const double reduce_one = end_of_step(1, 1).first;
-        const auto [reduce_cores, update_beside] = end_of_step(4, 1);
-        const double reduce_replicas = end_of_step(1, 4).first;
-        const double per_core = std::max(0.0, (reduce_cores - reduce_one) / 3);
-        measured["gradient_reduce_ns_per_parameter"] = reduce_one * 1e9;
-        measured["gradient_reduce_ns_per_parameter_core"] = per_core * 1e9;
-        measured["gradient_reduce_ns_per_parameter_replica"] = std::max(0.0, (reduce_replicas - reduce_one) / 3 - per_core) * 1e9;
-        measured["update_ns_per_parameter"] = update_beside * 1e9;  // beside the other threads' updates
+        const double threads = options.threads;
+        // Per element, from the large tensors: 2·threads of them, two per thread.
+        auto per_element = [&](const EndOfStep& large, double per_tensor) {
+            const double reduce = std::max(0.0, large.after_backward - large.checks);
+            const double large_tensors = 2 * threads;
+            return std::max(0.0, (reduce * threads / large_tensors - per_tensor) / (large.parameters / large_tensors));
+        };
+        // Per tensor, from the many small ones (their elements take a few percent; the estimate of e
+        // from the large model removes them).
+        auto per_tensor = [&](const EndOfStep& small, double element) {
+            const double reduce = std::max(0.0, small.after_backward - small.checks - small.parameters * element / threads);
+            return reduce * threads / small.tensors;
+        };
+        double tensor_cost[3] = {}, element_cost[3] = {};
+        const std::pair<std::int64_t, std::int64_t> layouts[3] = {{1, 1}, {4, 1}, {1, 4}};  // cores per replica, replicas
+        EndOfStep large_one{};
+        for (int layout = 0; layout < 3; ++layout) {
+            const EndOfStep small = end_of_step(true, layouts[layout].first, layouts[layout].second);
+            const EndOfStep large = end_of_step(false, layouts[layout].first, layouts[layout].second);
+            if (layout == 0) large_one = large;
+            tensor_cost[layout] = per_tensor(small, 0);
+            element_cost[layout] = per_element(large, tensor_cost[layout]);
+            tensor_cost[layout] = per_tensor(small, element_cost[layout]);  // once more, without the elements' share
+            if (layout == 1) measured["update_ns_per_parameter"] = large.update / large.parameters * 1e9;
+        }
+        measured["gradient_reduce_us_per_tensor"] = tensor_cost[0] * 1e6;
+        measured["gradient_reduce_us_per_tensor_core"] = std::max(0.0, (tensor_cost[1] - tensor_cost[0]) / 3) * 1e6;
+        measured["gradient_reduce_us_per_tensor_replica"] =
+            std::max(0.0, (tensor_cost[2] - tensor_cost[0]) / 3 - (tensor_cost[1] - tensor_cost[0]) / 3) * 1e6;
+        measured["gradient_reduce_ns_per_parameter"] = element_cost[0] * 1e9;
+        measured["gradient_reduce_ns_per_parameter_core"] = std::max(0.0, (element_cost[1] - element_cost[0]) / 3) * 1e9;
+        measured["gradient_reduce_ns_per_parameter_replica"] =
+            std::max(0.0, (element_cost[2] - element_cost[0]) / 3 - (element_cost[1] - element_cost[0]) / 3) * 1e9;
+        measured["finite_checks_ns_per_parameter"] = large_one.checks / large_one.parameters * 1e9;
     }
     // The median measurement's spread: above ~10 % the machine is too busy for a trustworthy preset.
     measured["noise_percent"] = spreads.empty() ? 0.0 : 100.0 * [&] {

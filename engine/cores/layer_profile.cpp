@@ -2,74 +2,121 @@
 
 #include "core/error.hpp"
 #include "cores/measurement_support.hpp"
-#include "ops/dnnl_support.hpp"
+#include "cores/thread_pool.hpp"
 #include "partition/core_graph.hpp"
 
 #include <algorithm>
-#include <map>
+#include <chrono>
 
 namespace tessera::cores {
 
-namespace {
+struct LayerProfiler::Impl {
+    partition::CoreGraphs core_graphs;
+    std::vector<std::size_t> task_core;                     // the core graph each task runs
+    std::vector<std::unique_ptr<graph::Executor>> executors;  // one per task
+    std::vector<Tensor> inputs, gradients;                  // per task
+    cost::MeasuredLayers fastest;                           // [core of replica 0][model node], of the fastest pass
+    double fastest_total = 0;                               // its layers' seconds, summed over replica 0's cores
+    std::vector<std::vector<cost::MeasuredLayer>> pass;     // [task][model node], this pass
+    bool measured = false;
+    ThreadPool pool;
 
-// Cores whose graphs have the same node shapes run the same kernels: one profile serves them all.
-std::vector<std::int64_t> shape_signature(const graph::Graph& core_graph) {
-    std::vector<std::int64_t> signature;
-    for (const graph::Node& node : core_graph.nodes()) {
-        signature.push_back(static_cast<std::int64_t>(node.output_shape.size()));
-        signature.insert(signature.end(), node.output_shape.begin(), node.output_shape.end());
+    Impl(const graph::Graph& model, const partition::TilingPlan& plan, const ProfileOptions& options)
+        : core_graphs(partition::build_core_graphs(model, plan)), pool(std::max(1, options.threads)) {
+        const std::size_t cores = core_graphs.graphs.size();
+        const std::int64_t tasks = std::max<std::int64_t>(static_cast<std::int64_t>(cores), std::min(options.tasks, options.max_tasks));
+        for (std::int64_t task = 0; task < tasks; ++task) task_core.push_back(static_cast<std::size_t>(task) % cores);
+        executors.resize(task_core.size());
+        graph::ExecutorOptions executor_options;
+        executor_options.precision = options.precision;
+        executor_options.distributed_reductions = true;  // as in the mesh: statistics phases of their own
+        // Compiled on the pool, as the mesh compiles its cores: oneDNN fixes a primitive's threads when
+        // it creates it, and the simulated cores' kernels are single-threaded.
+        pool.run(static_cast<std::int64_t>(task_core.size()), [&](std::int64_t task) {
+            const graph::Graph& core_graph = core_graphs.graphs[task_core[static_cast<std::size_t>(task)]];
+            auto executor = std::make_unique<graph::Executor>(core_graph, executor_options);
+            executor->initialize_parameters(1);
+            executors[static_cast<std::size_t>(task)] = std::move(executor);
+        });
+        for (std::size_t core : task_core) {
+            const graph::Graph& core_graph = core_graphs.graphs[core];
+            inputs.push_back(normal_tensor(core_graph.node(core_graph.input_node()).output_shape, 2));
+            gradients.push_back(normal_tensor(core_graph.node(core_graph.output_node()).output_shape, 3));
+        }
+        fastest.assign(cores, std::vector<cost::MeasuredLayer>(model.nodes().size()));
+        pass.assign(task_core.size(), std::vector<cost::MeasuredLayer>(model.nodes().size()));
+        run_pass(false);  // warm-up: the first touch of every buffer, oneDNN's primitive creation
     }
-    return signature;
+
+    // One step's layers in the mesh's order: each node a phase over every task, its reduction phases
+    // (local totals: the sums themselves are modelled) and its kernel timed together, per task.
+    void run_pass(bool keep) {
+        const auto num_tasks = static_cast<std::int64_t>(executors.size());
+        const graph::Graph& first_graph = core_graphs.graphs[0];
+        const std::size_t num_local = first_graph.nodes().size();
+        auto layer_phase = [&](std::size_t local, graph::Pass direction) {
+            const int model_node = core_graphs.model_node[local];
+            pool.run(num_tasks, [&](std::int64_t task) {
+                graph::Executor& executor = *executors[static_cast<std::size_t>(task)];
+                const int id = static_cast<int>(local);
+                const auto start = std::chrono::steady_clock::now();
+                for (int phase = 0; phase < executor.reduction_phases(id, direction); ++phase) {
+                    const std::vector<double> sums = executor.reduction_partial(id, direction, phase);
+                    executor.reduction_total(id, direction, phase, sums);
+                }
+                if (direction == graph::Pass::Forward) executor.forward_node(id);
+                else executor.backward_node(id);
+                const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+                if (model_node < 0) return;  // halo copies are modelled
+                cost::MeasuredLayer& layer = pass[static_cast<std::size_t>(task)][static_cast<std::size_t>(model_node)];
+                (direction == graph::Pass::Forward ? layer.forward_seconds : layer.backward_seconds) = seconds;
+            });
+        };
+        pool.run(num_tasks, [&](std::int64_t task) {
+            executors[static_cast<std::size_t>(task)]->begin_forward(inputs[static_cast<std::size_t>(task)], graph::Mode::Train);
+        });
+        for (std::size_t local = 0; local < num_local; ++local) {
+            if (first_graph.nodes()[local].kind != graph::OpKind::Input) layer_phase(local, graph::Pass::Forward);
+        }
+        pool.run(num_tasks, [&](std::int64_t task) {
+            executors[static_cast<std::size_t>(task)]->begin_backward(gradients[static_cast<std::size_t>(task)]);
+        });
+        for (std::size_t local = num_local; local-- > 0;) {
+            if (first_graph.nodes()[local].kind != graph::OpKind::Input) layer_phase(local, graph::Pass::Backward);
+        }
+        if (!keep) return;
+        // The fastest pass as a whole, as the fastest step is measured: per-layer minima would pick
+        // each layer's luckiest moment and sum below any real step.
+        double total = 0;
+        for (std::size_t core = 0; core < fastest.size(); ++core) {  // task `core` runs core `core` of replica 0
+            for (const cost::MeasuredLayer& layer : pass[core]) total += layer.forward_seconds + layer.backward_seconds;
+        }
+        if (measured && total >= fastest_total) return;
+        fastest_total = total;
+        for (std::size_t core = 0; core < fastest.size(); ++core) fastest[core] = pass[core];
+        measured = true;
+    }
+};
+
+LayerProfiler::LayerProfiler(const graph::Graph& model, const partition::TilingPlan& plan, const ProfileOptions& options)
+    : m_impl(std::make_unique<Impl>(model, plan, options)) {}
+
+LayerProfiler::~LayerProfiler() = default;
+
+void LayerProfiler::measure(int passes) {
+    TESSERA_CHECK(passes >= 1, "a layer profile needs at least one pass, got " << passes);
+    for (int pass = 0; pass < passes; ++pass) m_impl->run_pass(true);
 }
 
-}  // namespace
+cost::MeasuredLayers LayerProfiler::layers() const {
+    TESSERA_CHECK(m_impl->measured, "a layer profile has no passes yet: call measure() first");
+    return m_impl->fastest;
+}
 
 cost::MeasuredLayers profile_layers(const graph::Graph& model, const partition::TilingPlan& plan, const ProfileOptions& options) {
-    TESSERA_CHECK(options.repeats >= 1, "a layer profile needs at least one repeat, got " << options.repeats);
-    const partition::CoreGraphs core_graphs = partition::build_core_graphs(model, plan);
-    const std::size_t num_nodes = model.nodes().size();
-    cost::MeasuredLayers result(core_graphs.graphs.size(), std::vector<cost::MeasuredLayer>(num_nodes));
-    std::map<std::vector<std::int64_t>, std::size_t> profiled;  // signature → the core measured for it
-
-    const int saved_threads = ops::num_threads();
-    ops::set_num_threads(1);  // a simulated core's kernels run on one host thread
-    try {
-        for (std::size_t core = 0; core < core_graphs.graphs.size(); ++core) {
-            const graph::Graph& core_graph = core_graphs.graphs[core];
-            const auto [found, inserted] = profiled.emplace(shape_signature(core_graph), core);
-            if (!inserted) {
-                result[core] = result[found->second];
-                continue;
-            }
-            graph::ExecutorOptions executor_options;
-            executor_options.precision = options.precision;
-            executor_options.distributed_reductions = true;  // as in the mesh: statistics phases of their own
-            graph::Executor executor(core_graph, executor_options);
-            executor.initialize_parameters(1);
-            const Tensor input = normal_tensor(core_graph.node(core_graph.input_node()).output_shape, 2);
-            const Tensor gradient = normal_tensor(core_graph.node(core_graph.output_node()).output_shape, 3);
-            std::vector<cost::MeasuredLayer>& layers = result[core];
-            for (int repeat = 0; repeat <= options.repeats; ++repeat) {
-                executor.forward(input, graph::Mode::Train);
-                executor.backward(gradient);
-                if (repeat == 0) continue;  // warm-up: the first touch of every buffer, oneDNN's primitive creation
-                for (std::size_t local = 0; local < core_graph.nodes().size(); ++local) {
-                    const int model_node = core_graphs.model_node[local];
-                    if (model_node < 0 || core_graph.nodes()[local].kind == graph::OpKind::Input) continue;  // halo copies are modelled
-                    const graph::NodeTiming& timing = executor.timings()[local];
-                    cost::MeasuredLayer& layer = layers[static_cast<std::size_t>(model_node)];
-                    layer.forward_seconds = repeat == 1 ? timing.forward_seconds : std::min(layer.forward_seconds, timing.forward_seconds);
-                    layer.backward_seconds =
-                        repeat == 1 ? timing.backward_seconds : std::min(layer.backward_seconds, timing.backward_seconds);
-                }
-            }
-        }
-    } catch (...) {
-        ops::set_num_threads(saved_threads);
-        throw;
-    }
-    ops::set_num_threads(saved_threads);
-    return result;
+    LayerProfiler profiler(model, plan, options);
+    profiler.measure(options.repeats);
+    return profiler.layers();
 }
 
 }  // namespace tessera::cores

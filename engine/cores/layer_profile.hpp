@@ -7,12 +7,17 @@
 // FlexFlow's simulator measures each operator on its device. The step's composition (phases on the
 // host threads, barriers, halo copies, reductions, the weight update) is still the model's.
 //
-// Each distinct core graph (cores whose tiles have the same shapes share one) runs forward and backward
-// single-threaded, as a simulated core does, once to warm up and then `repeats` times; each layer
-// keeps its fastest pass (other work on a shared machine only adds time).
+// The profile runs the step's layers as the mesh does, without the exchanges: one executor per task of
+// a phase (every core of every replica, up to max_tasks), each node a phase over the host threads, its
+// reduction phases and kernel timed together per task. So the layers see the same single-threaded
+// kernels, the same contention of kernels side by side and the same cache traffic of several cores
+// taking turns on one thread as in the mesh. The fastest pass is kept, as a whole (other work on a
+// shared machine only adds time; bm_cost_fidelity compares with the fastest step); measure() may be called between training steps, so the profile and the
+// steps sample the same moments of a noisy machine.
 //
-//   auto layers = std::make_shared<cost::MeasuredLayers>(profile_layers(model, plan, Precision::F32));
-//   options.measured_layers = layers;
+//   LayerProfiler profiler(model, plan, {.precision = Precision::F32, .threads = 2, .tasks = 4});
+//   profiler.measure(3);
+//   options.measured_layers = std::make_shared<cost::MeasuredLayers>(profiler.layers());
 //   cost::predict_host_step(model, plan, replicas, host, options);
 #pragma once
 
@@ -20,14 +25,36 @@
 #include "graph/executor.hpp"
 #include "partition/tiling.hpp"
 
+#include <memory>
+
 namespace tessera::cores {
 
 struct ProfileOptions {
     graph::Precision precision = graph::Precision::F32;
-    int repeats = 3;
+    int repeats = 3;             // profile_layers' passes after the warm-up
+    int threads = 1;             // host threads, as the mesh's
+    std::int64_t tasks = 1;      // tasks per phase in the step: cores per replica × replicas
+    std::int64_t max_tasks = 16; // executors the profile holds at most (never fewer than one replica's cores)
 };
 
-// [core of one replica][model node]: forward and backward seconds (0 for the input node).
+class LayerProfiler {
+public:
+    // Compiles an executor per task and runs a pass to warm up.
+    LayerProfiler(const graph::Graph& model, const partition::TilingPlan& plan, const ProfileOptions& options);
+    ~LayerProfiler();
+    LayerProfiler(const LayerProfiler&) = delete;
+    LayerProfiler& operator=(const LayerProfiler&) = delete;
+
+    void measure(int passes);  // more passes
+    // [core of one replica][model node]: forward and backward seconds of the fastest pass so far (0 for the input).
+    cost::MeasuredLayers layers() const;
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> m_impl;
+};
+
+// A profiler's layers after options.repeats passes.
 cost::MeasuredLayers profile_layers(const graph::Graph& model, const partition::TilingPlan& plan, const ProfileOptions& options);
 
 }  // namespace tessera::cores

@@ -434,11 +434,13 @@ StepPrediction predict_host_step(const graph::Graph& model, const partition::Til
     const std::int64_t tasks_per_phase = cores * replicas;
     const double concurrent = tasks_per_phase > 1 && threads > 1 ? slowdown : 1.0;
     // One phase: task(core) seconds for every core of every replica (replicas repeat the same tiles).
-    auto phase = [&](const std::function<double(std::int64_t)>& task) {
+    // Layers profiled side by side already ran under that slowdown.
+    const double layer_concurrent = options.measured_layers ? 1.0 : concurrent;
+    auto phase = [&](const std::function<double(std::int64_t)>& task, bool layer = false) {
         std::vector<double> tasks;
         for (std::int64_t r = 0; r < replicas; ++r) {
             for (std::int64_t core = 0; core < cores; ++core) {
-                const double seconds = task(core) * concurrent;
+                const double seconds = task(core) * (layer ? layer_concurrent : concurrent);
                 tasks.push_back(seconds);
                 prediction.cores[static_cast<std::size_t>(core)].compute_seconds += r == 0 ? seconds : 0;
             }
@@ -483,13 +485,13 @@ StepPrediction predict_host_step(const graph::Graph& model, const partition::Til
         }
         const bool training_norm = node.kind == OpKind::BatchNorm;
         if (training_norm) {  // two statistics phases, then the normalising phase
-            for (int p = 0; p < 2; ++p) phase([&](std::int64_t core) { return cost_of(core, id).forward.seconds / 3; });
-            phase([&](std::int64_t core) { return cost_of(core, id).forward.seconds / 3; });
+            for (int p = 0; p < 2; ++p) phase([&](std::int64_t core) { return cost_of(core, id).forward.seconds / 3; }, true);
+            phase([&](std::int64_t core) { return cost_of(core, id).forward.seconds / 3; }, true);
         } else if (node.kind == OpKind::GlobalAvgPool) {
-            phase([&](std::int64_t core) { return cost_of(core, id).forward.seconds; });
+            phase([&](std::int64_t core) { return cost_of(core, id).forward.seconds; }, true);
             phase([&](std::int64_t) { return 0.0; });
         } else {
-            phase([&](std::int64_t core) { return cost_of(core, id).forward.seconds; });
+            phase([&](std::int64_t core) { return cost_of(core, id).forward.seconds; }, true);
         }
     }
     // Loss: logits out of the executor and the partial sums; then each tile's gradient.
@@ -504,10 +506,10 @@ StepPrediction predict_host_step(const graph::Graph& model, const partition::Til
         if (node.kind == OpKind::Input) continue;
         const int id = node.id;
         if (node.kind == OpKind::BatchNorm) {
-            phase([&](std::int64_t core) { return cost_of(core, id).backward.seconds * 0.6; });
-            phase([&](std::int64_t core) { return cost_of(core, id).backward.seconds * 0.4; });
+            phase([&](std::int64_t core) { return cost_of(core, id).backward.seconds * 0.6; }, true);
+            phase([&](std::int64_t core) { return cost_of(core, id).backward.seconds * 0.4; }, true);
         } else {
-            phase([&](std::int64_t core) { return cost_of(core, id).backward.seconds; });
+            phase([&](std::int64_t core) { return cost_of(core, id).backward.seconds; }, true);
         }
         const bool halo = has_halo[static_cast<std::size_t>(id)];
         if (halo && model.node(node.inputs[0]).kind != OpKind::Input) {
@@ -518,19 +520,26 @@ StepPrediction predict_host_step(const graph::Graph& model, const partition::Til
             phase([&](std::int64_t core) { return 1.5 * halo_copy_seconds(id, core); });
         }
     }
-    // Weight gradients summed over the cores and copied back, spread over the threads; then each core's update.
+    // Weight gradients summed over the cores and copied back, one task per parameter tensor over the
+    // threads; the finite checks; then each core's update.
     std::int64_t parameters = 0;
     for (const graph::ParameterSpec& spec : model.parameters()) parameters += num_elements_of(spec.shape);
     const double all_cores = static_cast<double>(cores * replicas);
-    const double reduce_base = host.host_rate("gradient_reduce_ns_per_parameter") * 1e-9;
-    const double reduce_per_core = host.host_rate("gradient_reduce_ns_per_parameter_core") * 1e-9;
-    const double reduce_per_replica = host.host_rate("gradient_reduce_ns_per_parameter_replica") * 1e-9;
+    const double extra_cores = all_cores - 1, extra_replicas = static_cast<double>(replicas - 1);
+    const double per_tensor = (host.host_rate("gradient_reduce_us_per_tensor") + host.host_rate("gradient_reduce_us_per_tensor_core") * extra_cores +
+                               host.host_rate("gradient_reduce_us_per_tensor_replica") * extra_replicas) * 1e-6;
+    const double per_element = (host.host_rate("gradient_reduce_ns_per_parameter") +
+                                host.host_rate("gradient_reduce_ns_per_parameter_core") * extra_cores +
+                                host.host_rate("gradient_reduce_ns_per_parameter_replica") * extra_replicas) * 1e-9;
     const double update_per_parameter = host.host_rate("update_ns_per_parameter") * 1e-9;
-    if (reduce_base > 0 && update_per_parameter > 0) {
-        // Measured on the mesh by calibration (per parameter: wall time on the calibrated threads).
+    if (host.device().measured.count("gradient_reduce_ns_per_parameter") && host.device().measured.count("update_ns_per_parameter")) {
+        // Measured on the mesh by calibration (cores/host_calibration.cpp).
+        std::vector<double> reductions;
+        for (const graph::ParameterSpec& spec : model.parameters())
+            reductions.push_back(per_tensor + static_cast<double>(num_elements_of(spec.shape)) * per_element);
         prediction.gradient_all_reduce_seconds =
-            static_cast<double>(parameters) * (reduce_base + reduce_per_core * (all_cores - 1) +
-                                               reduce_per_replica * static_cast<double>(replicas - 1));
+            phase_makespan(reductions, threads) +
+            static_cast<double>(parameters) * host.host_rate("finite_checks_ns_per_parameter") * 1e-9;
         wall += prediction.gradient_all_reduce_seconds + phase_overhead;
         // Momentum SGD was measured: Adam's second slot adds to the bytes each update moves.
         const double update = static_cast<double>(parameters) * update_per_parameter *

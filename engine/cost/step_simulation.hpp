@@ -24,7 +24,8 @@
 namespace tessera::cost {
 
 // One layer's forward and backward host seconds on one core, measured by running that core's graph
-// with the simulated cores' own kernels (cores/layer_profile.hpp).
+// with the simulated cores' own kernels, side by side on the host threads as the step's phases run
+// (cores/layer_profile.hpp): the calibrated slowdown of kernels side by side is not applied to them.
 struct MeasuredLayer {
     double forward_seconds = 0;
     double backward_seconds = 0;

@@ -193,7 +193,12 @@ struct TrainingRun::Impl {
             simulation.optimizer_slots = experiment::optimizer_slots(experiment);
             simulation.record_timeline = false;
             simulation.measured_layers = std::make_shared<cost::MeasuredLayers>(
-                cores::profile_layers(mesh->model(), mesh->plan(), {.precision = experiment.precision, .repeats = 2}));
+                cores::profile_layers(mesh->model(), mesh->plan(),
+                                      {.precision = experiment.precision,
+                                       .repeats = 2,
+                                       .threads = threads,
+                                       .tasks = mesh->num_cores(),
+                                       .max_tasks = std::max<std::int64_t>(2 * threads, mesh->cores_per_replica())}));
             start.predicted_host_step_seconds =
                 cost::predict_host_step(mesh->model(), mesh->plan(), mesh->num_replicas(), cost::CostModel(host), simulation).step_seconds;
             const auto checked = host.measured.find("check_rms_error_percent");
