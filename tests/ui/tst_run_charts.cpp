@@ -7,6 +7,7 @@
 #include "widgets/run_charts.hpp"
 
 #include <QAbstractAxis>
+#include <QAreaSeries>
 #include <QBarSeries>
 #include <QBarSet>
 #include <QChart>
@@ -20,6 +21,7 @@
 #include <QLegendMarker>
 #include <QLineSeries>
 #include <QListWidget>
+#include <QLogValueAxis>
 #include <QSignalSpy>
 #include <QSlider>
 #include <QTemporaryDir>
@@ -336,7 +338,7 @@ private slots:
         QCOMPARE(item->checkState(), Qt::Checked);
         item->setCheckState(Qt::Unchecked);  // as a click on the checkbox does
         QVERIFY(!charts.isRunVisible(QStringLiteral("a")));
-        for (int c = 0; c < 9; ++c) {
+        for (int c = 0; c <= static_cast<int>(Curve::HostPrediction); ++c) {
             QVERIFY(!charts.series(QStringLiteral("a"), static_cast<Curve>(c))->isVisible());
             QVERIFY(charts.series(QStringLiteral("b"), static_cast<Curve>(c))->isVisible());
         }
@@ -365,6 +367,51 @@ private slots:
         charts.clear();
         QVERIFY(charts.runs().isEmpty());
         QVERIFY(!charts.emptyStateText().isEmpty());
+    }
+
+    void hostPredictionInItsBand() {
+        RunCharts charts;
+        charts.resize(1200, 800);
+        charts.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&charts));
+        feed(charts, QStringLiteral("a"), 100, 1.0, 7);  // host steps ≈ 0.5 s
+        feed(charts, QStringLiteral("b"), 60, 0.5, 8);
+        charts.setHostPrediction(QStringLiteral("a"), 0.6, 0.08);
+        charts.refresh();
+        // A dotted line at the prediction across a's steps, inside a band of ± 0.08 s.
+        QXYSeries* centre = charts.series(QStringLiteral("a"), Curve::HostPrediction);
+        QCOMPARE(centre->points(), (QList<QPointF>{QPointF(1, 0.6), QPointF(100, 0.6)}));
+        QCOMPARE(centre->pen().style(), Qt::DotLine);
+        QAreaSeries* band = charts.hostPredictionBand(QStringLiteral("a"));
+        QVERIFY(band);
+        QCOMPARE(band->upperSeries()->points(), (QList<QPointF>{QPointF(1, 0.68), QPointF(100, 0.68)}));
+        QCOMPARE(band->lowerSeries()->points(), (QList<QPointF>{QPointF(1, 0.52), QPointF(100, 0.52)}));
+        QVERIFY(band->brush().color().alpha() < 128);
+        QVERIFY(charts.chartView(Chart::StepTime)->chart()->series().contains(band));
+        QTest::qWait(50);
+        QVERIFY(!charts.chartView(Chart::StepTime)->chart()->legend()->markers(band).front()->isVisible());
+        // The log axis holds the band.
+        auto* time_axis = qobject_cast<QLogValueAxis*>(verticalAxisOf(centre));
+        QVERIFY(time_axis);
+        QVERIFY(time_axis->min() <= 0.52 && time_axis->max() >= 0.68);
+        // b is not calibrated: nothing drawn; its tooltip says nothing of a host prediction.
+        QVERIFY(charts.series(QStringLiteral("b"), Curve::HostPrediction)->points().isEmpty());
+        QVERIFY(charts.hostPredictionBand(QStringLiteral("b"))->upperSeries()->points().isEmpty());
+        QVERIFY(charts.runList()->item(0)->toolTip().contains(QStringLiteral("Predicted on this host: 600.0 ms per step ± 80.0")));
+        QVERIFY(!charts.runList()->item(1)->toolTip().contains(QStringLiteral("Predicted on this host")));
+        const QImage image = charts.chartView(Chart::StepTime)->grab().toImage();
+        QVERIFY(image.save(QDir(screenshotDir()).filePath(QStringLiteral("run_charts_host_band.png"))));
+        // Hidden with its run.
+        charts.setRunVisible(QStringLiteral("a"), false);
+        QVERIFY(!band->isVisible());
+        charts.setRunVisible(QStringLiteral("a"), true);
+        QVERIFY(band->isVisible());
+        // Unchecked by calibrate --check: the line without a band.
+        charts.setHostPrediction(QStringLiteral("a"), 0.6, 0);
+        charts.refresh();
+        QCOMPARE(centre->count(), 2);
+        QVERIFY(band->upperSeries()->points().isEmpty());
+        QVERIFY(!charts.runList()->item(0)->toolTip().contains(QStringLiteral("±")));
     }
 
     void csvExportHoldsTheData() {

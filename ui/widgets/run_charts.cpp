@@ -17,6 +17,7 @@
 #include <QLabel>
 #include <QLegend>
 #include <QLegendMarker>
+#include <QAreaSeries>
 #include <QLineSeries>
 #include <QListWidget>
 #include <QLogValueAxis>
@@ -48,7 +49,7 @@ namespace tessera::ui {
 
 namespace {
 
-constexpr int curve_count = 9;
+constexpr int curve_count = 10;
 constexpr std::size_t palette_size = 10;
 constexpr double bytes_per_kib = 1024.0;
 
@@ -65,7 +66,8 @@ Chart chartOf(Curve curve) {
         case Curve::EvalLoss:
         case Curve::EvalDice: return Chart::Loss;
         case Curve::HostSeconds:
-        case Curve::PredictedSeconds: return Chart::StepTime;
+        case Curve::PredictedSeconds:
+        case Curve::HostPrediction: return Chart::StepTime;
         case Curve::LearningRate:
         case Curve::LossScale: return Chart::LearningRate;
         case Curve::Throughput: return Chart::Throughput;
@@ -86,6 +88,7 @@ QString curveLabel(Curve curve) {
         case Curve::LearningRate: return QObject::tr("learning rate");
         case Curve::LossScale: return QObject::tr("loss scale");
         case Curve::Throughput: return QObject::tr("images/s");
+        case Curve::HostPrediction: return QObject::tr("predicted on this host s/step");
     }
     return {};
 }
@@ -93,7 +96,7 @@ QString curveLabel(Curve curve) {
 // The curves that name their run in the legend; the others are told apart by their line style, which the
 // chart's title explains (the small charts have room for one entry per run).
 bool hasLegendEntry(Curve curve) {
-    return curve != Curve::RawLoss && curve != Curve::PredictedSeconds && curve != Curve::LossScale;
+    return curve != Curve::RawLoss && curve != Curve::PredictedSeconds && curve != Curve::LossScale && curve != Curve::HostPrediction;
 }
 
 // Curves drawn on a log axis leave out values ≤ 0.
@@ -104,6 +107,7 @@ bool onLogAxis(Curve curve, bool loss_log_scale) {
         case Curve::EvalLoss: return loss_log_scale;
         case Curve::HostSeconds:
         case Curve::PredictedSeconds:
+        case Curve::HostPrediction:
         case Curve::LossScale: return true;
         default: return false;
     }
@@ -192,6 +196,9 @@ struct RunCharts::RunState {
     bool dirty = true;  // the display series lag the data
     QListWidgetItem* item = nullptr;
     QXYSeries* curves[curve_count] = {};
+    double host_prediction = 0;   // s/step on this host; 0: none
+    double host_uncertainty = 0;  // ± seconds
+    QAreaSeries* host_band = nullptr;  // between host_prediction ∓ host_uncertainty, over the run's steps
 };
 
 // ---- construction --------------------------------------------------------------------------------------------
@@ -371,14 +378,15 @@ QMenu* RunCharts::exportMenu(Chart chart, QWidget* parent) {
 void RunCharts::buildCharts() {
     static const char* const titles[chart_count] = {
         QT_TR_NOOP("Loss — faint: each step, bold: smoothed; points: evaluations, dash-dot: their mean Dice"),
-        QT_TR_NOOP("Step time — solid: this machine, dashed: predicted on the device"),
+        QT_TR_NOOP("Step time — solid: here, dashed: the device, band: predicted here"),
         QT_TR_NOOP("Learning rate (solid) and loss scale (dotted, right)"), QT_TR_NOOP("Throughput"),
         QT_TR_NOOP("Peak memory per core")};
     static const char* const tips[chart_count] = {
         QT_TR_NOOP("Training loss per step (faint: raw, bold: smoothed with the slider's weight), evaluation loss (points) and "
                    "the evaluations' mean Dice (dash-dot, right axis). Right-click to export."),
         QT_TR_NOOP("Seconds per step measured on this machine's simulated cores (solid) and predicted for the experiment's "
-                   "device (dashed), on a log axis. Right-click to export."),
+                   "device (dashed), on a log axis. When this host is calibrated (tessera-cli calibrate), the dotted line is "
+                   "its predicted step and the band its ± from calibrate --check. Right-click to export."),
         QT_TR_NOOP("The learning rate of each step (solid, left axis) and the mixed-precision loss scale (dotted, right axis, "
                    "log₂). Right-click to export."),
         QT_TR_NOOP("Images per second on this machine's simulated cores. Right-click to export."),
@@ -497,7 +505,8 @@ void RunCharts::createCurves(RunState& state) {
                     series->setPointsVisible(true);
                     break;
                 case Curve::PredictedSeconds: pen.setStyle(Qt::DashLine); break;
-                case Curve::LossScale: pen.setStyle(Qt::DotLine); break;
+                case Curve::LossScale:
+                case Curve::HostPrediction: pen.setStyle(Qt::DotLine); break;
                 default: break;
             }
             series->setPen(pen);
@@ -514,7 +523,8 @@ void RunCharts::createCurves(RunState& state) {
             case Curve::EvalLoss: series->attachAxis(m_loss_axis); break;
             case Curve::EvalDice: series->attachAxis(m_dice_axis); break;
             case Curve::HostSeconds:
-            case Curve::PredictedSeconds: series->attachAxis(m_time_axis); break;
+            case Curve::PredictedSeconds:
+            case Curve::HostPrediction: series->attachAxis(m_time_axis); break;
             case Curve::LearningRate: series->attachAxis(m_rate_axis); break;
             case Curve::LossScale: series->attachAxis(m_scale_axis); break;
             case Curve::Throughput: series->attachAxis(m_throughput_axis); break;
@@ -525,9 +535,28 @@ void RunCharts::createCurves(RunState& state) {
         connect(series, &QXYSeries::hovered, this, &RunCharts::onCurveHovered);
         state.curves[c] = series;
     }
+    // The host prediction's band: the run's colour, faint, under its curves.
+    QChart* step_chart = m_views[index(Chart::StepTime)]->chart();
+    state.host_band = new QAreaSeries(new QLineSeries(), new QLineSeries());
+    state.host_band->upperSeries()->setParent(state.host_band);
+    state.host_band->lowerSeries()->setParent(state.host_band);
+    QColor fill = state.color;
+    fill.setAlpha(45);
+    state.host_band->setBrush(fill);
+    state.host_band->setPen(Qt::NoPen);
+    state.host_band->setName(QStringLiteral("%1 · %2").arg(state.name, tr("± of the host prediction")));
+    step_chart->addSeries(state.host_band);
+    state.host_band->attachAxis(m_x_axes[index(Chart::StepTime)]);
+    state.host_band->attachAxis(m_time_axis);
+    for (QLegendMarker* marker : step_chart->legend()->markers(state.host_band)) marker->setVisible(false);
 }
 
 void RunCharts::deleteCurves(RunState& state) {
+    if (state.host_band) {
+        m_views[index(Chart::StepTime)]->chart()->removeSeries(state.host_band);
+        delete state.host_band;
+        state.host_band = nullptr;
+    }
     for (int c = 0; c < curve_count; ++c) {
         if (!state.curves[c]) continue;
         m_views[index(chartOf(static_cast<Curve>(c)))]->chart()->removeSeries(state.curves[c]);
@@ -553,6 +582,19 @@ void RunCharts::addEval(const QString& run, const run::EvalRecord& eval) {
     state.data.addEval(eval);
     state.dirty = true;
     scheduleRefresh();
+}
+
+void RunCharts::setHostPrediction(const QString& run, double seconds, double uncertainty_seconds) {
+    RunState& state = ensureRun(run);
+    state.host_prediction = std::isfinite(seconds) && seconds > 0 ? seconds : 0;
+    state.host_uncertainty = std::isfinite(uncertainty_seconds) && uncertainty_seconds > 0 ? uncertainty_seconds : 0;
+    state.dirty = true;
+    scheduleRefresh();
+}
+
+QAreaSeries* RunCharts::hostPredictionBand(const QString& run) const {
+    const RunState* state = findRun(run);
+    return state ? state->host_band : nullptr;
 }
 
 void RunCharts::setCoreMemory(const QString& run, const std::vector<std::int64_t>& peak_bytes, std::int64_t capacity_bytes) {
@@ -630,6 +672,8 @@ void RunCharts::setRunVisible(const QString& run, bool visible) {
             marker->setVisible(false);
         }
     }
+    state->host_band->setVisible(visible);
+    for (QLegendMarker* marker : m_views[index(Chart::StepTime)]->chart()->legend()->markers(state->host_band)) marker->setVisible(false);
     {
         const QSignalBlocker blocker(m_run_list);
         state->item->setCheckState(visible ? Qt::Checked : Qt::Unchecked);
@@ -892,6 +936,23 @@ void RunCharts::updateCurves(RunState& state) {
     show(Curve::LossScale, run.values(RunSeries::Metric::LossScale));
     show(Curve::Throughput, run.values(RunSeries::Metric::ImagesPerSecond));
 
+    // This host's prediction: flat across the run's steps (a single step gets a unit-wide span), inside
+    // its band; the band's floor stays above 0 for the log axis.
+    QList<QPointF> centre, upper, lower;
+    if (state.host_prediction > 0 && !x.empty()) {
+        const double first = x.front(), last = x.back() > x.front() ? x.back() : x.front() + 1;
+        const double high = state.host_prediction + state.host_uncertainty;
+        const double low = std::max(state.host_prediction - state.host_uncertainty, 0.05 * state.host_prediction);
+        centre = {QPointF(first, state.host_prediction), QPointF(last, state.host_prediction)};
+        if (state.host_uncertainty > 0) {
+            upper = {QPointF(first, high), QPointF(last, high)};
+            lower = {QPointF(first, low), QPointF(last, low)};
+        }
+    }
+    state.curves[index(Curve::HostPrediction)]->replace(centre);
+    state.host_band->upperSeries()->replace(upper);
+    state.host_band->lowerSeries()->replace(lower);
+
     // Evaluations: at their step, or their time since the run's first point.
     const std::vector<RunSeries::EvalPoint>& evals = run.evals();
     std::vector<double> eval_x(evals.size()), eval_loss(evals.size()), eval_dice(evals.size());
@@ -909,6 +970,10 @@ void RunCharts::updateCurves(RunState& state) {
         tip += tr("%1 steps, the last %2 with loss %3").arg(run.size()).arg(run.lastStep()).arg(loss.back(), 0, 'g', 4);
     }
     if (!evals.empty()) tip += tr("<br>%1 evaluations, the last: mean Dice %2").arg(evals.size()).arg(evals.back().mean_dice, 0, 'f', 3);
+    if (state.host_prediction > 0) {
+        tip += tr("<br>Predicted on this host: %1 ms per step").arg(state.host_prediction * 1e3, 0, 'f', 1);
+        if (state.host_uncertainty > 0) tip += tr(" ± %1").arg(state.host_uncertainty * 1e3, 0, 'f', 1);
+    }
     tip += tr("<br>Untick to hide its curves; select it to show its cores' memory");
     state.item->setToolTip(tip);
 }
@@ -945,7 +1010,13 @@ void RunCharts::updateAxes() {
     } else {
         setNiceRange(static_cast<QValueAxis*>(m_loss_axis), loss, false, true);
     }
-    setLogRange(static_cast<QLogValueAxis*>(m_time_axis), rangeOf({Curve::HostSeconds, Curve::PredictedSeconds}, true), 1e-3, 1);
+    Range seconds = rangeOf({Curve::HostSeconds, Curve::PredictedSeconds, Curve::HostPrediction}, true);
+    for (const auto& state : m_runs) {
+        if (!state->visible) continue;
+        for (const QPointF& p : state->host_band->upperSeries()->points()) seconds.add(p.y());
+        for (const QPointF& p : state->host_band->lowerSeries()->points()) seconds.add(p.y());
+    }
+    setLogRange(static_cast<QLogValueAxis*>(m_time_axis), seconds, 1e-3, 1);
     setNiceRange(static_cast<QValueAxis*>(m_rate_axis), rangeOf({Curve::LearningRate}, true), true, true);
     setLogRange(static_cast<QLogValueAxis*>(m_scale_axis), rangeOf({Curve::LossScale}, true), 0.5, 2);
     const Range throughput = rangeOf({Curve::Throughput}, true);

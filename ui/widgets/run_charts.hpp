@@ -34,6 +34,7 @@
 #include <vector>
 
 class QAbstractAxis;
+class QAreaSeries;
 class QChart;
 class QChartView;
 class QCheckBox;
@@ -66,7 +67,8 @@ public:
         PredictedSeconds,  // StepTime, dashed
         LearningRate,      // LearningRate
         LossScale,         // LearningRate, right axis (log₂), dashed
-        Throughput         // Throughput
+        Throughput,        // Throughput
+        HostPrediction     // StepTime: this host's predicted step, dotted, inside its ± band
     };
     static constexpr int max_display_points = 2000;  // per curve
     static constexpr int refresh_interval_ms = 500;  // the display follows the data at most this often
@@ -81,6 +83,10 @@ public:
     // Per-core peak bytes against a core's capacity (bytes): RunStart's core_memory_bytes and
     // core_capacity_bytes. Steps that carry core_peak_bytes update the peaks.
     void setCoreMemory(const QString& run, const std::vector<std::int64_t>& peak_bytes, std::int64_t capacity_bytes);
+    // This host's predicted step and its ± (RunStart's predicted_host_step_seconds and
+    // host_prediction_uncertainty_seconds): a dotted line across the run's steps inside a shaded band,
+    // so the measured curve can be read against it. 0 seconds: none (the host is not calibrated).
+    void setHostPrediction(const QString& run, double seconds, double uncertainty_seconds);
     // A finished run's metrics.jsonl (run::read_metrics) under this name, replacing a run of that name.
     // False (and the run list's status says why) when the folder holds no metrics.
     bool loadRun(const QString& run, const std::filesystem::path& model_dir);
@@ -109,6 +115,7 @@ public:
     // Charts, for tests and export.
     QChartView* chartView(Chart chart) const;
     QXYSeries* series(const QString& run, Curve curve) const;  // nullptr: no such run
+    QAreaSeries* hostPredictionBand(const QString& run) const;  // nullptr: no such run
     QListWidget* runList() const { return m_run_list; }
     QString emptyStateText() const;  // empty while runs are shown
     // Writes the chart to `path` by its suffix: .png (the chart as drawn), .svg (vector), .csv (the data

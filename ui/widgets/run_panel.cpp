@@ -228,12 +228,19 @@ void RunPanel::onStarted(const tessera::run::RunStart& start) {
     m_progress->setRange(0, static_cast<int>(start.total_steps));
     m_progress->setValue(static_cast<int>(start.first_step));
     itemFor(m_running_dir)->setText(StatusColumn, start.resumed ? tr("resumed") : tr("running"));
-    m_status->setText(tr("%1 · %2 simulated cores (%3) · %4 predicted per step on %5%6")
+    QString host;  // this host's predicted step, when it is calibrated
+    if (start.predicted_host_step_seconds > 0) {
+        host = tr(" · %1 ms").arg(start.predicted_host_step_seconds * 1e3, 0, 'f', 1);
+        if (start.host_prediction_uncertainty_seconds > 0) host += tr(" ± %1").arg(start.host_prediction_uncertainty_seconds * 1e3, 0, 'f', 1);
+        host += tr(" here");
+    }
+    m_status->setText(tr("%1 · %2 simulated cores (%3) · %4 predicted per step on %5%6%7")
                           .arg(QString::fromStdString(start.experiment))
                           .arg(start.num_cores)
                           .arg(QString::fromStdString(start.layout))
                           .arg(QStringLiteral("%1 ms").arg(start.predicted_step_seconds * 1e3, 0, 'f', 1))
                           .arg(QString::fromStdString(start.device))
+                          .arg(host)
                           .arg(start.resumed ? tr(" · resumed after step %1").arg(start.first_step) : QString()));
     m_timeline_timer->start();
 }
