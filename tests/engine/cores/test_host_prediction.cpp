@@ -141,7 +141,10 @@ TEST(Fidelity, TrustCheckCasesAreValidationCasesAndRun) {
     // A tiny case end to end: every step timed, both predictions made.
     cores::FidelityCase tiny{cores::FidelitySet::Validation, "tiny", small_unet, {1, 1, 32, 32}, {2, 1}};
     cost::Device host = hand_made_host();
-    const cores::FidelityResult result = cores::measure_fidelity(tiny, cost::CostModel(host), {.steps = 2, .profile_repeats = 1});
+    cores::FidelityOptions options;
+    options.steps = 2;
+    options.profile_repeats = 1;
+    const cores::FidelityResult result = cores::measure_fidelity(tiny, cost::CostModel(host), options);
     EXPECT_EQ(result.measured_seconds.size(), 2u);
     EXPECT_GT(result.predicted_seconds, 0);
     EXPECT_GT(result.class_predicted_seconds, 0);
