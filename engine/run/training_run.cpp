@@ -188,6 +188,16 @@ struct TrainingRun::Impl {
                                 " (tessera-cli calibrate --threads " + std::to_string(options.host_threads) + ")");
                 return;
             }
+            // The profile holds executors of its own for up to this many cores, beside the mesh's.
+            const std::int64_t profiled_cores =
+                std::min(mesh->num_cores(), std::max<std::int64_t>(2 * threads, mesh->cores_per_replica()));
+            const std::int64_t profile_bytes = estimate_host_bytes(experiment) / mesh->num_cores() * profiled_cores;
+            const auto budget = static_cast<std::int64_t>(host_memory_budget_bytes());
+            if (estimate_host_bytes(experiment) + profile_bytes > budget) {
+                notes.push_back("no prediction for this host: profiling the layers would need " + format_gib(profile_bytes) +
+                                " beside the run, over the " + format_gib(budget) + " a run may use here");
+                return;
+            }
             cost::SimulationOptions simulation;
             simulation.precision = experiment.precision;
             simulation.optimizer_slots = experiment::optimizer_slots(experiment);
@@ -198,7 +208,7 @@ struct TrainingRun::Impl {
                                        .repeats = 2,
                                        .threads = threads,
                                        .tasks = mesh->num_cores(),
-                                       .max_tasks = std::max<std::int64_t>(2 * threads, mesh->cores_per_replica())}));
+                                       .max_tasks = profiled_cores}));
             start.predicted_host_step_seconds =
                 cost::predict_host_step(mesh->model(), mesh->plan(), mesh->num_replicas(), cost::CostModel(host), simulation).step_seconds;
             const auto checked = host.measured.find("check_rms_error_percent");
