@@ -294,12 +294,12 @@ std::string_view transfer_syntax_name(const std::string& uid) {
     return "compressed";
 }
 
-// Throws if VTK cannot decode this file into one grayscale slice.
+// Throws unless decode_slice can read this file as one grayscale slice.
 void check_readable(const DicomFile& file) {
     const std::string name = quoted(file.path);
     TESSERA_CHECK(file.transfer_syntax != explicit_big_endian,
                   name << " uses the retired big-endian transfer syntax (" << file.transfer_syntax
-                       << "), which VTK's DICOM reader cannot decode: convert it to little endian first "
+                       << "), which Tessera does not decode: convert it to little endian first "
                        << "(e.g. 'gdcmconv --explicit' or 'dcmconv +te').");
     const bool plain = file.transfer_syntax == implicit_little_endian || file.transfer_syntax == explicit_little_endian;
     TESSERA_CHECK(plain && !file.encapsulated,
