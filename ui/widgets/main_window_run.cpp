@@ -61,7 +61,9 @@ void MainWindow::createRunDocks() {
         m_run_capacity = start.core_capacity_bytes;
         m_run_charts->removeRun(m_current_run);
         if (start.first_step > 0) m_run_charts->loadRun(m_current_run, start.model_dir);
-        m_run_charts->setHostPrediction(m_current_run, start.predicted_host_step_seconds, start.host_prediction_uncertainty_seconds);
+        if (start.predicted_host_step_seconds > 0) {  // a calibrated host
+            m_run_charts->setHostPrediction(m_current_run, start.predicted_host_step_seconds, start.host_prediction_uncertainty_seconds);
+        }
         charts_dock->raise();
         if (auto* dock = findChild<QDockWidget*>(QStringLiteral("runDock"))) dock->raise();
     });
