@@ -209,10 +209,15 @@ RawImage read_metaimage(const std::filesystem::path& path) {
 
     // Where the voxels are, and whether the file holds them all.
     const std::string& data_file = header.fields.at("elementdatafile");
-    TESSERA_CHECK(lower(data_file) != "list" && data_file.find('%') == std::string::npos,
+    TESSERA_CHECK(lower(data_file).rfind("list", 0) != 0 && data_file.find('%') == std::string::npos,
                   quoted(path) << " spreads its voxels over several files (ElementDataFile = " << data_file
                                << "): Tessera reads one data file; save the image as a single .mha.");
-    const bool local = lower(data_file) == "local";
+    // MetaIO knows exactly three spellings of LOCAL; any other is a file name to it (found by fuzzing:
+    // "LOcAL" passed as local here, and VTK's reader leaked the stream it opened for a file of that name).
+    const bool local = data_file == "LOCAL" || data_file == "Local" || data_file == "local";
+    TESSERA_CHECK(local || lower(data_file) != "local",
+                  quoted(path) << " says ElementDataFile = " << data_file << ": MetaImage readers take LOCAL, Local or local "
+                               << "for voxels in the same file; write one of those.");
     const std::filesystem::path data_path = local ? path : path.parent_path() / data_file;
     if (!local) {
         // A header names its data file; it must not reach out of its folder (ElementDataFile =
