@@ -70,9 +70,7 @@ double FidelityResult::class_error_percent() const {
 FidelityResult measure_fidelity(const FidelityCase& fidelity_case, const cost::CostModel& host, const FidelityOptions& options) {
     TESSERA_CHECK(options.steps >= 1, "a fidelity check needs at least one timed step, got " << options.steps);
     const graph::Graph g = fidelity_case.model(fidelity_case.input);
-    train::TrainerConfig config;
-    config.optimizer = {.kind = train::OptimizerKind::Sgd, .momentum = 0.9};
-    config.schedule = {.kind = train::ScheduleKind::Constant, .learning_rate = 0.01};
+    train::TrainerConfig config = timing_trainer_config(0.01);
     config.precision = fidelity_case.precision;
     MeshConfig mesh;
     mesh.num_replicas = fidelity_case.replicas;

@@ -299,9 +299,7 @@ cost::Device calibrate_host(const CalibrationOptions& options, const std::functi
             MeshConfig mesh;
             mesh.grid = partition::SpatialGrid::even(input, {2, 1});
             mesh.host_threads = options.threads;
-            train::TrainerConfig config;
-            config.optimizer = {.kind = train::OptimizerKind::Sgd, .momentum = 0.9};
-            config.schedule = {.kind = train::ScheduleKind::Constant, .learning_rate = 1e-3};
+            const train::TrainerConfig config = timing_trainer_config(1e-3);
             CoreMesh cores(g, mesh, config);
             const Tensor images = normal_tensor(input, 10);
             const Tensor labels = Tensor::zeros({1, 4, 4}, DType::I32);
@@ -399,9 +397,7 @@ cost::Device calibrate_host(const CalibrationOptions& options, const std::functi
             mesh.num_replicas = replicas;
             mesh.grid = partition::SpatialGrid::even(input, {cores_per_replica > 1 ? 2 : 1, cores_per_replica > 2 ? 2 : 1});
             mesh.host_threads = options.threads;
-            train::TrainerConfig config;
-            config.optimizer = {.kind = train::OptimizerKind::Sgd, .momentum = 0.9};
-            config.schedule = {.kind = train::ScheduleKind::Constant, .learning_rate = 1e-3};
+            const train::TrainerConfig config = timing_trainer_config(1e-3);
             CoreMesh cores(g, mesh, config);
             Shape batch = input;
             batch[0] = replicas;

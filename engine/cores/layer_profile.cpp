@@ -24,7 +24,7 @@ struct LayerProfiler::Impl {
     Impl(const graph::Graph& model, const partition::TilingPlan& plan, const ProfileOptions& options)
         : core_graphs(partition::build_core_graphs(model, plan)), pool(std::max(1, options.threads)) {
         const std::size_t cores = core_graphs.graphs.size();
-        const std::int64_t tasks = std::max<std::int64_t>(static_cast<std::int64_t>(cores), std::min(options.tasks, options.max_tasks));
+        const std::int64_t tasks = profiled_executors(options, static_cast<std::int64_t>(cores));
         for (std::int64_t task = 0; task < tasks; ++task) task_core.push_back(static_cast<std::size_t>(task) % cores);
         executors.resize(task_core.size());
         graph::ExecutorOptions executor_options;
@@ -97,6 +97,10 @@ struct LayerProfiler::Impl {
         measured = true;
     }
 };
+
+std::int64_t profiled_executors(const ProfileOptions& options, std::int64_t cores_per_replica) {
+    return std::max(cores_per_replica, std::min(options.tasks, options.max_tasks));
+}
 
 LayerProfiler::LayerProfiler(const graph::Graph& model, const partition::TilingPlan& plan, const ProfileOptions& options)
     : m_impl(std::make_unique<Impl>(model, plan, options)) {}

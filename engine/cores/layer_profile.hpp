@@ -54,6 +54,10 @@ private:
     std::unique_ptr<Impl> m_impl;
 };
 
+// The executors a profile of a plan with `cores_per_replica` cores holds (each about one simulated
+// core's memory): its tasks up to max_tasks, never fewer than one replica's cores.
+std::int64_t profiled_executors(const ProfileOptions& options, std::int64_t cores_per_replica);
+
 // A profiler's layers after options.repeats passes.
 cost::MeasuredLayers profile_layers(const graph::Graph& model, const partition::TilingPlan& plan, const ProfileOptions& options);
 

@@ -3,6 +3,7 @@
 
 #include "core/random.hpp"
 #include "tensor/tensor.hpp"
+#include "train/trainer.hpp"
 
 #include <algorithm>
 #include <vector>
@@ -20,5 +21,14 @@ inline Tensor normal_tensor(const Shape& shape, std::uint64_t seed) {
 // The fastest of the repeats: on a shared machine other work only ever adds time, so the minimum is
 // the host's own figure (bm_cost_fidelity compares it with the fastest measured steps likewise).
 inline double fastest(const std::vector<double>& values) { return *std::min_element(values.begin(), values.end()); }
+
+// The training the host measurements time: momentum SGD (one optimizer slot, as the host model's
+// update is calibrated for) at a constant rate.
+inline train::TrainerConfig timing_trainer_config(double learning_rate) {
+    train::TrainerConfig config;
+    config.optimizer = {.kind = train::OptimizerKind::Sgd, .momentum = 0.9};
+    config.schedule = {.kind = train::ScheduleKind::Constant, .learning_rate = learning_rate};
+    return config;
+}
 
 }  // namespace tessera::cores

@@ -188,12 +188,17 @@ struct TrainingRun::Impl {
                                 " (tessera-cli calibrate --threads " + std::to_string(options.host_threads) + ")");
                 return;
             }
-            // The profile holds executors of its own for up to this many cores, beside the mesh's.
-            const std::int64_t profiled_cores =
-                std::min(mesh->num_cores(), std::max<std::int64_t>(2 * threads, mesh->cores_per_replica()));
-            const std::int64_t profile_bytes = estimate_host_bytes(experiment) / mesh->num_cores() * profiled_cores;
+            const cores::ProfileOptions profile{.precision = experiment.precision,
+                                                .repeats = 2,
+                                                .threads = threads,
+                                                .tasks = mesh->num_cores(),
+                                                .max_tasks = 2 * threads};
+            // The profile's executors, each about one simulated core's memory, live beside the mesh's.
+            const std::int64_t run_bytes = estimate_host_bytes(experiment);
+            const std::int64_t profile_bytes =
+                run_bytes / mesh->num_cores() * cores::profiled_executors(profile, mesh->cores_per_replica());
             const auto budget = static_cast<std::int64_t>(host_memory_budget_bytes());
-            if (estimate_host_bytes(experiment) + profile_bytes > budget) {
+            if (run_bytes + profile_bytes > budget) {
                 notes.push_back("no prediction for this host: profiling the layers would need " + format_gib(profile_bytes) +
                                 " beside the run, over the " + format_gib(budget) + " a run may use here");
                 return;
@@ -202,13 +207,8 @@ struct TrainingRun::Impl {
             simulation.precision = experiment.precision;
             simulation.optimizer_slots = experiment::optimizer_slots(experiment);
             simulation.record_timeline = false;
-            simulation.measured_layers = std::make_shared<cost::MeasuredLayers>(
-                cores::profile_layers(mesh->model(), mesh->plan(),
-                                      {.precision = experiment.precision,
-                                       .repeats = 2,
-                                       .threads = threads,
-                                       .tasks = mesh->num_cores(),
-                                       .max_tasks = profiled_cores}));
+            simulation.measured_layers =
+                std::make_shared<cost::MeasuredLayers>(cores::profile_layers(mesh->model(), mesh->plan(), profile));
             start.predicted_host_step_seconds =
                 cost::predict_host_step(mesh->model(), mesh->plan(), mesh->num_replicas(), cost::CostModel(host), simulation).step_seconds;
             const auto checked = host.measured.find("check_rms_error_percent");
