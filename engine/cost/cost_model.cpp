@@ -35,20 +35,30 @@ std::int64_t product(const std::vector<std::int64_t>& values) {
 
 }  // namespace
 
-std::int64_t activation_bytes(graph::Precision precision) { return precision == graph::Precision::BF16 ? 2 : 4; }
+std::int64_t activation_bytes(graph::Precision precision) { return precision == graph::Precision::F32 ? 4 : 2; }
+
+std::int64_t host_activation_bytes(graph::Precision precision) { return precision == graph::Precision::BF16 ? 2 : 4; }
+
+std::string_view fusion_name(ElementwiseFusion fusion) {
+    switch (fusion) {
+        case ElementwiseFusion::None: return "none";
+        case ElementwiseFusion::Chains: return "chains";
+        case ElementwiseFusion::IntoConvolutions: return "into_convolutions";
+    }
+    return "?";
+}
 
 CostModel::CostModel(Device device) : m_device(std::move(device)) {
     TESSERA_CHECK(m_device.memory_bandwidth > 0 && m_device.peak_flops_f32 > 0,
                   "device '" << m_device.id << "' needs a positive memory bandwidth and f32 peak for the cost model");
 }
 
-PassCost CostModel::pass_cost(double flops, std::int64_t bytes, double matmul_efficiency, bool matmul) const {
-    (void)matmul;
+PassCost CostModel::pass_cost(double flops, std::int64_t bytes, double rate, bool launches_kernel) const {
     PassCost cost;
     cost.flops = flops;
     cost.bytes = bytes;
     const double memory_seconds = static_cast<double>(bytes) / (m_device.memory_bandwidth * m_device.efficiency.memory);
-    const double compute_seconds = matmul_efficiency > 0 ? flops / matmul_efficiency : 0;
+    const double compute_seconds = rate > 0 ? flops / rate : 0;
     if (compute_seconds > memory_seconds) {
         cost.seconds = compute_seconds;
         cost.bound = Bound::Compute;
@@ -56,7 +66,7 @@ PassCost CostModel::pass_cost(double flops, std::int64_t bytes, double matmul_ef
         cost.seconds = memory_seconds;
         cost.bound = Bound::Memory;
     }
-    cost.seconds += m_device.kernel_overhead;
+    if (launches_kernel) cost.seconds += m_device.kernel_overhead;
     return cost;
 }
 
@@ -76,13 +86,19 @@ double CostModel::host_rate(const std::string& key) const {
     return found == m_device.measured.end() ? 0.0 : found->second;
 }
 
-LayerCost CostModel::layer(const graph::Graph& model, int id, const partition::NodeTile* tile,
-                           graph::Precision precision) const {
-    if (m_device.kind == "host") return host_layer(model, id, tile, precision);
+LayerCost CostModel::layer(const graph::Graph& model, int id, const partition::NodeTile* tile, const Execution& execution) const {
+    if (m_device.kind == "host") return host_layer(model, id, tile, execution.precision);
+    return roofline_layer(model, id, tile, execution, false);
+}
+
+LayerCost CostModel::roofline_layer(const graph::Graph& model, int id, const partition::NodeTile* tile, const Execution& execution,
+                                    bool host_counting) const {
     const Node& node = model.node(id);
     LayerCost result;
     if (node.kind == OpKind::Input) return result;
-    const std::int64_t element = activation_bytes(precision);
+    const graph::Precision precision = execution.precision;
+    const std::int64_t element = host_counting ? host_activation_bytes(precision) : activation_bytes(precision);
+    const ElementwiseFusion fusion = host_counting ? ElementwiseFusion::None : execution.fusion;
     const std::int64_t batch = node.output_shape[0];
     const std::int64_t out_channels = node.output_shape.size() > 1 ? node.output_shape[1] : 1;
     const bool spatial = node.output_shape.size() > 2;
@@ -107,71 +123,107 @@ LayerCost CostModel::layer(const graph::Graph& model, int id, const partition::N
     }
     std::int64_t weights = 0;
     for (int p : node.parameters) weights += num_elements_of(model.parameters()[static_cast<std::size_t>(p)].shape);
-    const double peak = m_device.peak_flops(precision);
+    const double peak = m_device.peak_flops(precision, execution.tf32);
     const double minor_fill = spatial ? fill(out_extent.back(), m_device.efficiency.spatial_tile) : 1.0;
-
-    auto matmul_rate = [&](std::int64_t cin, std::int64_t cout) {
-        result.channel_utilisation = fill(cin, m_device.efficiency.channel_tile) * fill(cout, m_device.efficiency.channel_tile);
-        return peak * m_device.efficiency.matmul * result.channel_utilisation * minor_fill;
+    const std::int64_t channel_tile = m_device.efficiency.channel_tile;
+    // The matrix unit's rate for a product whose weight-side extents are `rows` × `columns`.
+    auto matmul_rate = [&](std::int64_t rows, std::int64_t columns) {
+        return peak * m_device.efficiency.matmul * fill(rows, channel_tile) * fill(columns, channel_tile) * minor_fill;
     };
-    auto finish = [&](double forward_flops, std::int64_t forward_bytes, double backward_flops, std::int64_t backward_bytes,
-                      double rate) {
-        result.forward = pass_cost(forward_flops, forward_bytes, rate, rate > 0);
-        result.backward = pass_cost(backward_flops, backward_bytes, rate, rate > 0);
+    auto memory_pass = [&](double flops, std::int64_t bytes, bool launches_kernel = true) {
+        PassCost pass = pass_cost(flops, bytes, 0, launches_kernel);
+        pass.efficiency = m_device.efficiency.memory;
+        return pass;
+    };
+    // A matrix op: forward at `forward_rate`; backward as two products of the forward's FLOPs each (the
+    // input's gradient at `input_gradient_rate` unless the layer reads the model's input, the weights'
+    // at `weight_gradient_rate`). Bytes: forward reads the input and weights and writes the output;
+    // backward reads them again with the output's gradient and writes the input's and the weights'.
+    auto matrix_op = [&](double forward_flops, double forward_rate, double input_gradient_rate, double weight_gradient_rate) {
+        const bool input_gradient = host_counting || source.kind != OpKind::Input;
+        result.forward = pass_cost(forward_flops, element * (in_elements + out_elements) + 4 * weights, forward_rate, true);
+        const std::int64_t backward_bytes =
+            element * ((input_gradient ? 2 : 1) * in_elements + out_elements) + 8 * weights;
+        const double backward_flops = (input_gradient ? 2 : 1) * forward_flops;
+        // One rate for the pass whose time is the two products' times added.
+        const double backward_seconds = (input_gradient ? forward_flops / input_gradient_rate : 0) + forward_flops / weight_gradient_rate;
+        result.backward = pass_cost(backward_flops, backward_bytes, backward_flops / backward_seconds, true);
         const double peak_rate = peak > 0 ? peak : 1;
-        result.forward.efficiency = result.forward.bound == Bound::Compute ? rate / peak_rate : m_device.efficiency.memory;
-        result.backward.efficiency = result.backward.bound == Bound::Compute ? rate / peak_rate : m_device.efficiency.memory;
+        for (PassCost* pass : {&result.forward, &result.backward}) {
+            pass->efficiency = pass->bound == Bound::Compute ? pass->flops / (pass->seconds - m_device.kernel_overhead) / peak_rate
+                                                             : m_device.efficiency.memory;
+        }
+        result.channel_utilisation = forward_rate / (peak * m_device.efficiency.matmul * minor_fill);
     };
 
     switch (node.kind) {
         case OpKind::Conv: {
-            const double taps = static_cast<double>(product(node.conv.kernel));
-            const double flops = 2.0 * static_cast<double>(out_elements) * static_cast<double>(in_channels) * taps;
-            // Forward reads the input and weights and writes the output; backward reads them again with
-            // the output's gradient and writes the input's and the weights' gradients.
-            finish(flops, element * (in_elements + out_elements) + 4 * weights, 2 * flops,
-                   element * (2 * in_elements + out_elements) + 8 * weights, matmul_rate(in_channels, out_channels));
+            const std::int64_t taps = product(node.conv.kernel);
+            const double flops = 2.0 * static_cast<double>(out_elements) * static_cast<double>(in_channels) * static_cast<double>(taps);
+            if (host_counting) {  // as calibration measured its rates: channels, not the implicit GEMM
+                const double rate = matmul_rate(in_channels, out_channels);
+                matrix_op(flops, rate, rate, rate);
+            } else {
+                matrix_op(flops, matmul_rate(in_channels * taps, out_channels), matmul_rate(out_channels * taps, in_channels),
+                          matmul_rate(in_channels * taps, out_channels));
+            }
             break;
         }
-        case OpKind::ConvTranspose: {
-            const double taps = static_cast<double>(product(node.conv_transpose.kernel));
-            const double flops = 2.0 * static_cast<double>(in_elements) * static_cast<double>(out_channels) * taps;
-            finish(flops, element * (in_elements + out_elements) + 4 * weights, 2 * flops,
-                   element * (2 * in_elements + out_elements) + 8 * weights, matmul_rate(in_channels, out_channels * static_cast<std::int64_t>(taps)));
+        case OpKind::ConvTranspose: {  // each input position scatters C_out·taps outputs
+            const std::int64_t taps = product(node.conv_transpose.kernel);
+            const double flops = 2.0 * static_cast<double>(in_elements) * static_cast<double>(out_channels) * static_cast<double>(taps);
+            const double rate = matmul_rate(in_channels, out_channels * taps);
+            matrix_op(flops, rate, host_counting ? rate : matmul_rate(out_channels * taps, in_channels), rate);
             break;
         }
         case OpKind::Dense: {
             const double flops = 2.0 * static_cast<double>(out_elements) * static_cast<double>(in_channels);
-            finish(flops, element * (in_elements + out_elements) + 4 * weights, 2 * flops,
-                   element * (2 * in_elements + out_elements) + 8 * weights, matmul_rate(in_channels, out_channels));
+            matrix_op(flops, matmul_rate(in_channels, out_channels), matmul_rate(out_channels, in_channels),
+                      matmul_rate(in_channels, out_channels));
             break;
         }
         case OpKind::BatchNorm:
-            // Statistics pass and normalising pass forward; reduction pass and gradient pass backward.
-            finish(8.0 * static_cast<double>(out_elements), element * 3 * out_elements, 12.0 * static_cast<double>(out_elements),
-                   element * 5 * out_elements, 0);
+            if (fusion == ElementwiseFusion::IntoConvolutions) {
+                // The statistics' reduction reads the input; backward's two reductions read the output's
+                // gradient and the input. Normalising (and its gradient) runs inside the neighbours.
+                result.forward = memory_pass(8.0 * static_cast<double>(out_elements), element * out_elements);
+                result.backward = memory_pass(12.0 * static_cast<double>(out_elements), element * 2 * out_elements);
+            } else {
+                // Statistics pass and normalising pass forward; reduction pass and gradient pass backward
+                // (a chain's ReLU and add run in the normalising passes).
+                result.forward = memory_pass(8.0 * static_cast<double>(out_elements), element * 3 * out_elements);
+                result.backward = memory_pass(12.0 * static_cast<double>(out_elements), element * 5 * out_elements);
+            }
             break;
         case OpKind::Pool: {
             const double taps = static_cast<double>(product(node.pool.kernel));
-            finish(taps * static_cast<double>(out_elements), element * (in_elements + out_elements),
-                   taps * static_cast<double>(out_elements), element * (in_elements + 2 * out_elements), 0);
+            result.forward = memory_pass(taps * static_cast<double>(out_elements), element * (in_elements + out_elements));
+            result.backward = memory_pass(taps * static_cast<double>(out_elements), element * (in_elements + 2 * out_elements));
             break;
         }
         case OpKind::Relu:
-            finish(static_cast<double>(out_elements), element * 2 * out_elements, static_cast<double>(out_elements),
-                   element * 3 * out_elements, 0);
+            if (fusion != ElementwiseFusion::None) break;  // inside its neighbours' loops: nothing of its own
+            result.forward = memory_pass(static_cast<double>(out_elements), element * 2 * out_elements);
+            result.backward = memory_pass(static_cast<double>(out_elements), element * 3 * out_elements);
             break;
         case OpKind::Add:
-            finish(static_cast<double>(out_elements), element * 3 * out_elements, 0, element * 3 * out_elements, 0);
+            if (fusion != ElementwiseFusion::None) {  // the second operand's read forward; the second branch's gradient backward
+                result.forward = memory_pass(static_cast<double>(out_elements), element * out_elements, false);
+                result.backward = memory_pass(0, element * out_elements, false);
+                break;
+            }
+            result.forward = memory_pass(static_cast<double>(out_elements), element * 3 * out_elements);
+            result.backward = memory_pass(0, element * 3 * out_elements);
             break;
         case OpKind::Concat:
         case OpKind::Upsample:
         case OpKind::Halo:
-            finish(0, element * (in_elements + out_elements), 0, element * (in_elements + out_elements), 0);
+            result.forward = memory_pass(0, element * (in_elements + out_elements));
+            result.backward = memory_pass(0, element * (in_elements + out_elements));
             break;
         case OpKind::GlobalAvgPool:
-            finish(static_cast<double>(in_elements), element * in_elements, static_cast<double>(in_elements),
-                   element * in_elements, 0);
+            result.forward = memory_pass(static_cast<double>(in_elements), element * in_elements);
+            result.backward = memory_pass(static_cast<double>(in_elements), element * in_elements);
             break;
         case OpKind::Input: break;
     }
@@ -184,9 +236,7 @@ LayerCost CostModel::layer(const graph::Graph& model, int id, const partition::N
 // roofline supplies FLOPs and bytes.
 LayerCost CostModel::host_layer(const graph::Graph& model, int id, const partition::NodeTile* tile,
                                 graph::Precision precision) const {
-    Device roofline = m_device;
-    roofline.kind = "roofline";
-    LayerCost result = CostModel(roofline).layer(model, id, tile, precision);
+    LayerCost result = roofline_layer(model, id, tile, Execution{.precision = precision, .tf32 = false, .fusion = ElementwiseFusion::None}, true);
     const Node& node = model.node(id);
     if (node.kind == OpKind::Input) return result;
     const double overhead = host_rate("op_overhead_us") * 1e-6;

@@ -1,18 +1,32 @@
 // CostModel: what a layer, a transfer and a reduction would take on a device (see device.hpp).
 //
 // An op on one core takes the longer of its compute time (FLOPs / (peak × efficiency)) and its memory
-// time (bytes moved / (bandwidth × efficiency)) — a roofline — plus the device's per-op overhead. The
-// efficiency of a convolution is the device's base matmul efficiency times how well the op's shapes
-// fill the compute units: channels padded to the matrix unit's tile (128 on a TPU: 8 channels fill 6%
-// of it) and the minor spatial extent padded to the spatial tile. A transfer takes latency per hop plus
-// bytes over the link bandwidth; an all-reduce follows the ring (or, on a torus, the 2D ring)
-// algorithm.
+// time (bytes moved / (bandwidth × efficiency)) — a roofline — plus the device's per-op overhead.
+//
+// A convolution runs as an implicit GEMM (cuDNN on tensor cores; XLA folds a small input depth's
+// kernel window into the contracting dimension on a TPU): forward multiplies a [positions × C_in·taps]
+// matrix by [C_in·taps × C_out], backward computes the input's gradient ([C_out·taps × C_in]) and the
+// weights' ([C_in·taps × C_out], contracting over positions). Each product keeps the matrix unit as
+// busy as its two weight-side extents fill the unit's tile (128 on a TPU's MXU: 64 output channels
+// fill half of it), times how well the minor spatial extent fills the spatial tile, times the device's
+// base matmul efficiency. The first layer has no input gradient to compute.
+//
+// How much of the element-wise work (batch norm's normalising, ReLU, adds) runs inside other ops'
+// loops depends on the framework, not the chip (ElementwiseFusion below): op by op each reads its
+// inputs and writes its output; fused into chains (XLA on a GPU, which calls cuDNN for convolutions)
+// a chain between two convolutions makes one pass and a batch norm keeps its statistics' pass; fused
+// into the convolutions (XLA on a TPU, cuDNN's fused convolutions) a batch norm keeps only its
+// statistics' reduction (one read forward, the gradient and the input backward), an add its second
+// operand, a ReLU nothing.
+//
+// A transfer takes latency per hop plus bytes over the link bandwidth; an all-reduce follows the ring
+// (or, on a torus, the 2D ring) algorithm.
 //
 // Costs work on tiles: pass a core's NodeTile (partition/tiling.hpp) to cost one core's share of a
 // layer without building its core graph, so a planner can price thousands of layouts.
 //
 //   CostModel model(load_device_preset("tpu_v3"));
-//   LayerCost conv = model.layer(unet, node, &plan.tile(node, core), graph::Precision::BF16);
+//   LayerCost conv = model.layer(unet, node, &plan.tile(node, core), {.precision = graph::Precision::BF16});
 //   conv.forward_seconds, conv.backward_seconds, conv.bound   // "compute" or "memory"
 //   model.transfer_seconds(halo_bytes, /*hops*/ 1);
 //   model.all_reduce_seconds(gradient_bytes, /*cores*/ 16);
@@ -36,6 +50,20 @@ struct PassCost {
     Bound bound = Bound::Memory;
 };
 
+enum class ElementwiseFusion {
+    None,              // one kernel per op (eager PyTorch)
+    Chains,            // element-wise chains between convolutions fused into one kernel (XLA on a GPU)
+    IntoConvolutions,  // element-wise work inside the convolutions' loops (XLA on a TPU, cuDNN fused convolutions)
+};
+std::string_view fusion_name(ElementwiseFusion fusion);  // "none", "chains", "into_convolutions"
+
+// How a device runs the layers beyond what the chip is: what the framework's step does.
+struct Execution {
+    graph::Precision precision = graph::Precision::F32;
+    bool tf32 = false;  // f32 convolutions on TF32 tensor cores (see Device::peak_flops)
+    ElementwiseFusion fusion = ElementwiseFusion::IntoConvolutions;
+};
+
 struct LayerCost {
     PassCost forward, backward;
     double channel_utilisation = 1;  // fraction of the matrix unit's channel tile the layer fills
@@ -56,8 +84,11 @@ struct LayerCost {
 //   threads                              host threads the simulated cores run on
 std::string host_conv_key(int rank, std::int64_t kernel, bool first_layer, std::int64_t channels, bool backward);
 
-// Bytes one element of an activation takes when convolutions compute in `precision`.
+// Bytes one element of an activation takes on a device when convolutions compute in `precision`:
+// 2 for bf16 and f16 (mixed precision keeps activations in half width), 4 for f32.
 std::int64_t activation_bytes(graph::Precision precision);
+// What the simulated cores move per element: they round f16 through half but keep it in f32.
+std::int64_t host_activation_bytes(graph::Precision precision);
 
 class CostModel {
 public:
@@ -65,8 +96,12 @@ public:
 
     const Device& device() const { return m_device; }
 
-    // One core's share of `node` (the whole layer when tile is null). Halo nodes cost a copy.
-    LayerCost layer(const graph::Graph& model, int node, const partition::NodeTile* tile, graph::Precision precision) const;
+    // One core's share of `node` (the whole layer when tile is null). Halo nodes cost a copy. A host
+    // preset ignores `execution`'s tf32 and fusion: the simulated cores run op by op in f32 storage.
+    LayerCost layer(const graph::Graph& model, int node, const partition::NodeTile* tile, const Execution& execution) const;
+    LayerCost layer(const graph::Graph& model, int node, const partition::NodeTile* tile, graph::Precision precision) const {
+        return layer(model, node, tile, Execution{.precision = precision});
+    }
     // Time to move `bytes` between cores `hops` links apart (0 hops: same chip, a memory copy).
     double transfer_seconds(std::int64_t bytes, int hops) const;
     // Ring all-reduce of `bytes` over `cores` cores (2D-torus rings on a torus); 0 for one core.
@@ -79,7 +114,11 @@ public:
     double host_rate(const std::string& key) const;
 
 private:
-    PassCost pass_cost(double flops, std::int64_t bytes, double matmul_efficiency, bool matmul) const;
+    PassCost pass_cost(double flops, std::int64_t bytes, double rate, bool launches_kernel) const;
+    // The roofline. `host_counting`: FLOPs and bytes as host calibration counts them (each op its own
+    // pass, f16 stored as f32, the first layer's backward as twice its forward, channels unpadded).
+    LayerCost roofline_layer(const graph::Graph& model, int node, const partition::NodeTile* tile, const Execution& execution,
+                             bool host_counting) const;
     LayerCost host_layer(const graph::Graph& model, int node, const partition::NodeTile* tile, graph::Precision precision) const;
 
     Device m_device;

@@ -229,11 +229,15 @@ Device parse_device_named(const std::string& json_text, const std::string& id, c
 
     const Json& peak = reader.object_member(root, "", "peak_flops_per_core",
                                             R"({"f32": {...}, "bf16": {...}, "f16": {...}})");
-    reader.check_keys(peak, "peak_flops_per_core", {"f32", "bf16", "f16"});
+    reader.check_keys(peak, "peak_flops_per_core", {"f32", "bf16", "f16", "tf32"});
     constexpr std::string_view flops_example = R"({"value": 61.5, "unit": "TFLOP/s", "source": "..."})";
     device.peak_flops_f32 = reader.figure(peak, "peak_flops_per_core", "f32", k_flops, Range::Positive, flops_example);
     device.peak_flops_bf16 = reader.figure(peak, "peak_flops_per_core", "bf16", k_flops, Range::Positive, flops_example);
     device.peak_flops_f16 = reader.figure(peak, "peak_flops_per_core", "f16", k_flops, Range::Positive, flops_example);
+    // Optional: only devices with TF32 tensor cores (A100, H100) have it.
+    if (peak.contains("tf32")) {
+        device.peak_flops_tf32 = reader.figure(peak, "peak_flops_per_core", "tf32", k_flops, Range::Positive, flops_example);
+    }
 
     device.memory_per_core =
         reader.bytes(root, "memory_per_core", R"({"value": 16, "unit": "GiB", "source": "..."})");
@@ -304,6 +308,10 @@ double Device::peak_flops(graph::Precision precision) const {
         case graph::Precision::F16: return peak_flops_f16;
     }
     TESSERA_FAIL("unknown precision " << static_cast<int>(precision));
+}
+
+double Device::peak_flops(graph::Precision precision, bool tf32) const {
+    return precision == graph::Precision::F32 && tf32 && peak_flops_tf32 > 0 ? peak_flops_tf32 : peak_flops(precision);
 }
 
 std::string_view topology_name(Topology topology) {

@@ -51,6 +51,7 @@ struct Device {
     double peak_flops_f32 = 0;
     double peak_flops_bf16 = 0;
     double peak_flops_f16 = 0;
+    double peak_flops_tf32 = 0;            // f32 convolutions on TF32 tensor cores; 0: the device has none
     std::int64_t memory_per_core = 0;      // bytes
     double memory_bandwidth = 0;           // bytes/s per core
     double link_bandwidth = 0;             // bytes/s per link, one direction
@@ -64,6 +65,9 @@ struct Device {
     std::vector<std::string> sources;      // every figure's source, "field: source"
 
     double peak_flops(graph::Precision precision) const;
+    // With `tf32`, f32 convolutions run on the TF32 tensor cores where the device has them (PyTorch's
+    // allow_tf32, TensorFlow's default on Ampere and later); elsewhere the plain f32 peak.
+    double peak_flops(graph::Precision precision, bool tf32) const;
 };
 
 // Reads and checks a device file: every required figure present, a number of the expected unit

@@ -59,7 +59,8 @@ std::vector<std::vector<std::vector<HaloTransfer>>> all_incoming(const graph::Gr
 // Every core's cost of every layer. Cores whose tiles of a layer have the same extents cost the same, so
 // each distinct tile is priced once (an even grid has a handful per layer however many cores it has).
 std::vector<std::vector<LayerCost>> costs_per_core(const graph::Graph& model, const partition::TilingPlan& plan,
-                                                   const CostModel& cost, graph::Precision precision) {
+                                                   const CostModel& cost, const SimulationOptions& options) {
+    const Execution execution{.precision = options.precision, .tf32 = options.tf32, .fusion = options.fusion};
     const std::size_t count = model.nodes().size();
     std::vector<std::vector<LayerCost>> result(static_cast<std::size_t>(plan.num_cores()), std::vector<LayerCost>(count));
     std::vector<std::int64_t> key;
@@ -71,7 +72,7 @@ std::vector<std::vector<LayerCost>> costs_per_core(const graph::Graph& model, co
             for (const partition::Interval& interval : tile.owned) key.push_back(interval.size());
             for (const partition::Interval& interval : tile.needed) key.push_back(interval.size());
             auto found = priced.find(key);
-            if (found == priced.end()) found = priced.emplace(key, cost.layer(model, node.id, &tile, precision)).first;
+            if (found == priced.end()) found = priced.emplace(key, cost.layer(model, node.id, &tile, execution)).first;
             result[static_cast<std::size_t>(core)][static_cast<std::size_t>(node.id)] = found->second;
         }
     }
@@ -152,11 +153,17 @@ StepPrediction predict_step(const graph::Graph& model, const partition::TilingPl
     std::vector<std::vector<int>> backward_task(static_cast<std::size_t>(cores), std::vector<int>(count, -1));
     // Halo gradients that must arrive at a core before it runs a node's backward.
     std::vector<std::vector<std::vector<int>>> pending(static_cast<std::size_t>(cores), std::vector<std::vector<int>>(count));
-    const std::vector<std::vector<LayerCost>> layer_cost = costs_per_core(model, plan, cost, options.precision);
+    const std::vector<std::vector<LayerCost>> layer_cost = costs_per_core(model, plan, cost, options);
     auto layer_of = [&](std::int64_t core, int id) -> const LayerCost& {
         return layer_cost[static_cast<std::size_t>(core)][static_cast<std::size_t>(id)];
     };
     const std::int64_t bn_group = options.cross_replica_batch_norm ? all_cores : cores;
+    // A batch norm's share of its pass before the statistics' all-reduce: forward the statistics pass
+    // (of three), backward the reduction pass (of its traffic); fused into the convolutions, the rest runs
+    // in its neighbours.
+    const bool bn_reduction_only = options.fusion == ElementwiseFusion::IntoConvolutions && cost.device().kind != "host";
+    const double bn_forward_share = bn_reduction_only ? 1.0 : 1.0 / 3.0;
+    const double bn_backward_share = bn_reduction_only ? 1.0 : 0.4;
 
     // A reduction over the replica: every core's partial, then one collective, then the rest.
     auto reduce = [&](const std::vector<int>& partials, std::int64_t bytes, std::int64_t group, int layer, bool backward) {
@@ -198,7 +205,7 @@ StepPrediction predict_step(const graph::Graph& model, const partition::TilingPl
             std::vector<int> partials;
             for (std::int64_t core = 0; core < cores; ++core) {
                 const PassCost& pass = layer_of(core, id).forward;
-                const double share = node.kind == OpKind::BatchNorm ? 1.0 / 3.0 : 1.0;
+                const double share = node.kind == OpKind::BatchNorm ? bn_forward_share : 1.0;
                 const int task = schedule.add(compute_resource(core), pass.seconds * share, deps[static_cast<std::size_t>(core)]);
                 record(task, core, id, SpanKind::Compute, false);
                 partials.push_back(task);
@@ -215,7 +222,7 @@ StepPrediction predict_step(const graph::Graph& model, const partition::TilingPl
             const PassCost& pass = layer_of(core, id).forward;
             total_flops += pass.flops;
             if (node.kind == OpKind::GlobalAvgPool) continue;  // all of it ran as the partial
-            const double seconds = node.kind == OpKind::BatchNorm ? pass.seconds * 2.0 / 3.0 : pass.seconds;
+            const double seconds = node.kind == OpKind::BatchNorm ? pass.seconds * (1 - bn_forward_share) : pass.seconds;
             const int task = schedule.add(compute_resource(core), seconds, deps[static_cast<std::size_t>(core)]);
             record(task, core, id, SpanKind::Compute, false);
             forward_task[static_cast<std::size_t>(core)][static_cast<std::size_t>(id)] = task;
@@ -271,7 +278,7 @@ StepPrediction predict_step(const graph::Graph& model, const partition::TilingPl
             if (id == output) deps.insert(deps.end(), loss_tasks.begin(), loss_tasks.end());
             const PassCost& pass = layer_of(core, id).backward;
             total_flops += pass.flops;
-            const double share = node.kind == OpKind::BatchNorm ? 0.4 : 1.0;
+            const double share = node.kind == OpKind::BatchNorm ? bn_backward_share : 1.0;
             const int task = schedule.add(compute_resource(core), pass.seconds * share, deps);
             record(task, core, id, SpanKind::Compute, true);
             tasks[static_cast<std::size_t>(core)] = task;
@@ -280,7 +287,8 @@ StepPrediction predict_step(const graph::Graph& model, const partition::TilingPl
         if (node.kind == OpKind::BatchNorm) {
             const int all_reduce = reduce(partials, 8 * 2 * node.output_shape[1], bn_group, id, true);
             for (std::int64_t core = 0; core < cores; ++core) {
-                const int task = schedule.add(compute_resource(core), layer_of(core, id).backward.seconds * 0.6, {all_reduce});
+                const int task =
+                    schedule.add(compute_resource(core), layer_of(core, id).backward.seconds * (1 - bn_backward_share), {all_reduce});
                 record(task, core, id, SpanKind::Compute, true);
                 tasks[static_cast<std::size_t>(core)] = task;
             }
@@ -340,7 +348,7 @@ StepPrediction predict_step(const graph::Graph& model, const partition::TilingPl
     // ---- results ----
     prediction.step_seconds = schedule.makespan();
     prediction.flops = total_flops;
-    const double peak = device.peak_flops(options.precision);
+    const double peak = device.peak_flops(options.precision, options.tf32);
     prediction.achieved_fraction_of_peak =
         prediction.step_seconds > 0 ? total_flops / (prediction.step_seconds * static_cast<double>(cores) * peak) : 0;
     double busiest = 0, busy_sum = 0, peak_sum = 0, overhead_sum = 0;
@@ -422,7 +430,7 @@ StepPrediction predict_host_step(const graph::Graph& model, const partition::Til
     const int threads = static_cast<int>(std::max(1.0, host.host_rate("threads")));
     const double phase_overhead = host.host_rate("phase_overhead_us") * 1e-6;
     const double copy_rate = std::max(host.host_rate("copy"), 1e-3) * 1e9;  // bytes/s
-    const std::int64_t element = activation_bytes(options.precision);
+    const std::int64_t element = host_activation_bytes(options.precision);
     const auto& nodes = model.nodes();
     StepPrediction prediction;
     prediction.cores.resize(static_cast<std::size_t>(cores));
@@ -447,7 +455,7 @@ StepPrediction predict_host_step(const graph::Graph& model, const partition::Til
         }
         wall += phase_makespan(tasks, threads) + phase_overhead;
     };
-    std::vector<std::vector<LayerCost>> costs = costs_per_core(model, plan, host, options.precision);
+    std::vector<std::vector<LayerCost>> costs = costs_per_core(model, plan, host, options);
     if (const MeasuredLayers* measured = options.measured_layers.get()) {
         TESSERA_CHECK(measured->size() == static_cast<std::size_t>(cores),
                       "measured layer times are for " << measured->size() << " cores, the plan has " << cores);

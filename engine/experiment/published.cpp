@@ -142,12 +142,24 @@ PublishedCase read_case(const Json& value, const std::string& file) {
     if (precision == "bf16") c.precision = graph::Precision::BF16;
     else if (precision == "f16") c.precision = graph::Precision::F16;
     else if (precision == "f32") c.precision = graph::Precision::F32;
-    else if (precision == "tf32") {
+    else if (precision == "tf32") {  // f32 storage, convolutions on the TF32 tensor cores
         c.precision = graph::Precision::F32;
-        c.approximations.push_back("TF32 read as plain f32 (the presets have no TF32 peak)");
+        c.tf32 = true;
     } else {
         TESSERA_REJECT(read.where() << ": precision: expected bf16, f16, f32 or tf32, got \"" << precision << "\"");
     }
+
+    c.framework = read.text(value, "framework");
+    const std::string fusion = read.text(value, "fusion");
+    bool known = false;
+    for (cost::ElementwiseFusion f : {cost::ElementwiseFusion::None, cost::ElementwiseFusion::Chains, cost::ElementwiseFusion::IntoConvolutions}) {
+        if (cost::fusion_name(f) == fusion) {
+            c.fusion = f;
+            known = true;
+        }
+    }
+    TESSERA_CHECK(known, read.where() << ": fusion: expected \"none\" (eager, one kernel per op), \"chains\" (XLA on a GPU) or "
+                                         "\"into_convolutions\" (XLA on a TPU, cuDNN fused convolutions), got \"" << fusion << "\"");
 
     const Json& measured = read.field(value, "measured", "");
     const double figure = read.number(measured, "value", "measured.");
@@ -203,6 +215,8 @@ PublishedPrediction predict_published(const PublishedCase& c) {
     request.global_input = c.global_input;
     request.core_budget = c.num_cores;
     request.simulation.precision = c.precision;
+    request.simulation.tf32 = c.tf32;
+    request.simulation.fusion = c.fusion;
     request.simulation.optimizer_slots = 1;  // SGD with momentum, as every published setup here trains (LARS for MLPerf ResNet)
     request.simulation.record_timeline = false;
     const std::int64_t replicas = c.num_cores / c.num_cores_per_replica;

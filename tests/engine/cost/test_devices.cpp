@@ -83,6 +83,7 @@ struct Expected {
     std::string kind;
     std::int64_t cores_per_chip;
     double f32, bf16, f16;  // FLOP/s per core
+    double tf32;             // FLOP/s per core on TF32 tensor cores; 0: none
     std::int64_t memory;     // bytes per core
     double memory_bandwidth; // bytes/s per core
     double link_bandwidth;   // bytes/s per link, one direction
@@ -98,19 +99,19 @@ const EfficiencyModel k_gpu_efficiency{8, 1, 0.6, 0.8, 0.6};
 
 std::vector<Expected> expected_presets() {
     return {
-        {"tpu_v2", "tpu", 2, 22.5e12 / 4, 22.5e12, 22.5e12 / 4, std::int64_t{8} << 30, 350e9, 62e9, 1e-6, 4,
+        {"tpu_v2", "tpu", 2, 22.5e12 / 4, 22.5e12, 22.5e12 / 4, 0, std::int64_t{8} << 30, 350e9, 62e9, 1e-6, 4,
          Topology::Torus2D, 2e-6, k_tpu_efficiency},
-        {"tpu_v3", "tpu", 2, 61.5e12 / 4, 61.5e12, 61.5e12 / 4, std::int64_t{16} << 30, 450e9, 650e9 / 8, 1e-6, 4,
+        {"tpu_v3", "tpu", 2, 61.5e12 / 4, 61.5e12, 61.5e12 / 4, 0, std::int64_t{16} << 30, 450e9, 650e9 / 8, 1e-6, 4,
          Topology::Torus2D, 2e-6, k_tpu_efficiency},
-        {"tpu_v4", "tpu", 1, 275e12 / 4, 275e12, 275e12 / 4, std::int64_t{32} << 30, 1200e9, 50e9, 1e-6, 6,
+        {"tpu_v4", "tpu", 1, 275e12 / 4, 275e12, 275e12 / 4, 0, std::int64_t{32} << 30, 1200e9, 50e9, 1e-6, 6,
          Topology::Torus3D, 2e-6, k_tpu_efficiency},
-        {"v100", "gpu", 1, 15.7e12, 15.7e12, 125e12, std::int64_t{16} << 30, 900e9, 25e9, 1e-6, 6,
+        {"v100", "gpu", 1, 15.7e12, 15.7e12, 125e12, 0, std::int64_t{16} << 30, 900e9, 25e9, 1e-6, 6,
          Topology::NvlinkNode, 5e-6, k_gpu_efficiency},
-        {"a100_40gb", "gpu", 1, 19.5e12, 312e12, 312e12, 40'000'000'000, 1555e9, 25e9, 1e-6, 12,
+        {"a100_40gb", "gpu", 1, 19.5e12, 312e12, 312e12, 156e12, 40'000'000'000, 1555e9, 25e9, 1e-6, 12,
          Topology::NvlinkNode, 5e-6, k_gpu_efficiency},
-        {"a100_80gb", "gpu", 1, 19.5e12, 312e12, 312e12, 80'000'000'000, 2039e9, 25e9, 1e-6, 12,
+        {"a100_80gb", "gpu", 1, 19.5e12, 312e12, 312e12, 156e12, 80'000'000'000, 2039e9, 25e9, 1e-6, 12,
          Topology::NvlinkNode, 5e-6, k_gpu_efficiency},
-        {"h100", "gpu", 1, 67e12, 989e12, 989e12, 80'000'000'000, 3350e9, 25e9, 1e-6, 18, Topology::NvlinkNode,
+        {"h100", "gpu", 1, 67e12, 989e12, 989e12, 494.7e12, 80'000'000'000, 3350e9, 25e9, 1e-6, 18, Topology::NvlinkNode,
          5e-6, k_gpu_efficiency},
     };
 }
@@ -137,6 +138,10 @@ TEST_F(DevicesTest, EveryPresetHasTheFiguresOfTheDesignNotes) {
         EXPECT_DOUBLE_EQ(d.peak_flops(graph::Precision::F32), e.f32);
         EXPECT_DOUBLE_EQ(d.peak_flops(graph::Precision::BF16), e.bf16);
         EXPECT_DOUBLE_EQ(d.peak_flops(graph::Precision::F16), e.f16);
+        EXPECT_DOUBLE_EQ(d.peak_flops_tf32, e.tf32);
+        // TF32 math changes f32 convolutions only, and only where the device has TF32 tensor cores.
+        EXPECT_DOUBLE_EQ(d.peak_flops(graph::Precision::F32, true), e.tf32 > 0 ? e.tf32 : e.f32);
+        EXPECT_DOUBLE_EQ(d.peak_flops(graph::Precision::BF16, true), e.bf16);
         EXPECT_EQ(d.memory_per_core, e.memory);
         EXPECT_DOUBLE_EQ(d.memory_bandwidth, e.memory_bandwidth);
         EXPECT_DOUBLE_EQ(d.link_bandwidth, e.link_bandwidth);
@@ -151,8 +156,8 @@ TEST_F(DevicesTest, EveryPresetHasTheFiguresOfTheDesignNotes) {
         EXPECT_DOUBLE_EQ(d.efficiency.link, e.efficiency.link);
         EXPECT_TRUE(d.measured.empty());
 
-        // Every figure names its source, once.
-        EXPECT_EQ(d.sources.size(), k_figure_paths.size());
+        // Every figure names its source, once (the optional TF32 peak too).
+        EXPECT_EQ(d.sources.size(), k_figure_paths.size() + (e.tf32 > 0 ? 1 : 0));
         for (const std::string& path : k_figure_paths) {
             const std::string prefix = path + ": ";
             const auto found = std::find_if(d.sources.begin(), d.sources.end(), [&](const std::string& s) {

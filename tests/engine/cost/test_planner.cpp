@@ -102,14 +102,61 @@ TEST(CostModel, SmallChannelCountsWasteTheMatrixUnits) {
     graph::Graph g("widths");
     int x = g.input({1, 8, 64, 64});
     const int narrow = g.conv(x, 8, ops::ConvAttributes::same(2, 3), "narrow");
-    const int wide = g.conv(g.conv(narrow, 128, ops::ConvAttributes::same(2, 1), "widen"), 128, ops::ConvAttributes::same(2, 3), "wide");
+    const int pointwise = g.conv(narrow, 8, ops::ConvAttributes::same(2, 1), "pointwise");
+    const int wide = g.conv(g.conv(pointwise, 128, ops::ConvAttributes::same(2, 1), "widen"), 128, ops::ConvAttributes::same(2, 3), "wide");
     g.set_output(wide);
     const LayerCost a = v3.layer(g, narrow, nullptr, graph::Precision::BF16);
+    const LayerCost p = v3.layer(g, pointwise, nullptr, graph::Precision::BF16);
     const LayerCost b = v3.layer(g, wide, nullptr, graph::Precision::BF16);
-    EXPECT_NEAR(a.channel_utilisation, (8.0 / 128) * (8.0 / 128), 1e-12);
+    // An implicit GEMM: the 3×3 window folds into the contracting side (8·9 = 72 of 128 rows), the
+    // outputs fill 8 of 128 columns; a 1×1 layer has no window to fold.
+    EXPECT_NEAR(a.channel_utilisation, (72.0 / 128) * (8.0 / 128), 1e-12);
+    EXPECT_NEAR(p.channel_utilisation, (8.0 / 128) * (8.0 / 128), 1e-12);
     EXPECT_DOUBLE_EQ(b.channel_utilisation, 1.0);
-    // 256× the FLOPs, but far less than 256× the time: the narrow layer runs at 1/256 of the unit.
+    // 256× the FLOPs, but far less than 256× the time: the narrow layer runs at 1/28 of the unit.
     EXPECT_LT(b.forward.seconds / a.forward.seconds, 20.0);
+    // The first layer computes no input gradient: its backward is one product, not two.
+    EXPECT_DOUBLE_EQ(a.backward.flops, a.forward.flops);
+    EXPECT_DOUBLE_EQ(p.backward.flops, 2 * p.forward.flops);
+}
+
+TEST(CostModel, FusionDecidesWhatElementwiseOpsCost) {
+    const CostModel a100(load_device_preset("a100_80gb"));
+    graph::Graph g("block");
+    const int x = g.input({8, 64, 56, 56});
+    const int conv = g.conv(x, 64, ops::ConvAttributes::same(2, 3), "conv");
+    const int bn = g.batch_norm(conv, ops::BatchNormAttributes{}, "bn");
+    const int add = g.add(bn, x, "add");
+    const int relu = g.relu(add, "relu");
+    g.set_output(relu);
+    const std::int64_t tensor_bytes = 8 * 64 * 56 * 56 * 2;  // f16 activations: 2 bytes
+    auto cost = [&](int node, ElementwiseFusion fusion) {
+        return a100.layer(g, node, nullptr, Execution{.precision = graph::Precision::F16, .tf32 = false, .fusion = fusion});
+    };
+    // Op by op: a batch norm's statistics and normalising passes (3 tensors forward, 5 backward), an
+    // add reads two and writes one, a ReLU reads one and writes one.
+    EXPECT_EQ(cost(bn, ElementwiseFusion::None).forward.bytes, 3 * tensor_bytes);
+    EXPECT_EQ(cost(bn, ElementwiseFusion::None).backward.bytes, 5 * tensor_bytes);
+    EXPECT_EQ(cost(add, ElementwiseFusion::None).forward.bytes, 3 * tensor_bytes);
+    EXPECT_EQ(cost(relu, ElementwiseFusion::None).forward.bytes, 2 * tensor_bytes);
+    // Chains: the batch norm still makes its passes; the add reads only its second operand; the ReLU is free.
+    EXPECT_EQ(cost(bn, ElementwiseFusion::Chains).forward.bytes, 3 * tensor_bytes);
+    EXPECT_EQ(cost(add, ElementwiseFusion::Chains).forward.bytes, tensor_bytes);
+    EXPECT_EQ(cost(relu, ElementwiseFusion::Chains).forward.seconds, 0);
+    // Into the convolutions: only the statistics' reductions remain.
+    EXPECT_EQ(cost(bn, ElementwiseFusion::IntoConvolutions).forward.bytes, tensor_bytes);
+    EXPECT_EQ(cost(bn, ElementwiseFusion::IntoConvolutions).backward.bytes, 2 * tensor_bytes);
+    EXPECT_EQ(cost(relu, ElementwiseFusion::IntoConvolutions).backward.seconds, 0);
+    // The convolution is the same under every fusion, and f32 moves twice f16's bytes.
+    EXPECT_EQ(cost(conv, ElementwiseFusion::None).forward.bytes, cost(conv, ElementwiseFusion::IntoConvolutions).forward.bytes);
+    EXPECT_EQ(a100.layer(g, relu, nullptr, Execution{.precision = graph::Precision::F32, .tf32 = false, .fusion = ElementwiseFusion::None})
+                  .forward.bytes,
+              4 * tensor_bytes);
+    // TF32 runs an f32 convolution 8× faster at A100's peaks (156 vs 19.5 TFLOP/s) where it is compute-bound.
+    const LayerCost plain = a100.layer(g, conv, nullptr, Execution{.precision = graph::Precision::F32, .tf32 = false});
+    const LayerCost tf32 = a100.layer(g, conv, nullptr, Execution{.precision = graph::Precision::F32, .tf32 = true});
+    ASSERT_EQ(plain.forward.bound, Bound::Compute);
+    EXPECT_LT(tf32.forward.seconds, plain.forward.seconds / 2);
 }
 
 namespace {
