@@ -386,8 +386,17 @@ double CostModel::all_reduce_seconds(std::int64_t bytes, std::int64_t cores) con
         }
         return seconds;
     }
+    double ring_bandwidth = bandwidth;
+    if (m_device.topology == Topology::NvlinkNode && m_device.links_per_chip > 0) {
+        // NCCL's rings use every NVLink of a GPU (through NVSwitch or the cube mesh); past one node
+        // each ring also crosses the network, at its per-GPU bandwidth.
+        ring_bandwidth = bandwidth * static_cast<double>(m_device.links_per_chip);
+        if (m_device.chips_per_node > 0 && cores > m_device.chips_per_node && m_device.network_bandwidth > 0) {
+            ring_bandwidth = std::min(ring_bandwidth, m_device.network_bandwidth * m_device.efficiency.link);
+        }
+    }
     // Ring over all cores: 2(n−1) steps of bytes/n each.
-    return 2 * (n - 1) * m_device.link_latency + 2 * (n - 1) / n * static_cast<double>(bytes) / bandwidth;
+    return 2 * (n - 1) * m_device.link_latency + 2 * (n - 1) / n * static_cast<double>(bytes) / ring_bandwidth;
 }
 
 double CostModel::update_seconds(std::int64_t parameters, std::int64_t slots) const {

@@ -44,6 +44,7 @@ struct Dimension {
 
 const Dimension k_core_count{"core count", {{"cores", 1.0}}};
 const Dimension k_link_count{"link count", {{"links", 1.0}}};
+const Dimension k_chip_count{"chip count", {{"chips", 1.0}}};
 const Dimension k_flops{"compute throughput", {{"TFLOP/s", 1e12}, {"GFLOP/s", 1e9}}, 1e18, "1,000,000 TFLOP/s per core"};
 const Dimension k_memory{"memory size",
                          {{"GiB", 1073741824.0}, {"GB", 1e9}, {"MiB", 1048576.0}, {"MB", 1e6}}, 0x1p62, "2^62 bytes"};
@@ -217,7 +218,7 @@ Device parse_device_named(const std::string& json_text, const std::string& id, c
 
     reader.check_keys(root, "",
                       {"name", "kind", "cores_per_chip", "peak_flops_per_core", "memory_per_core",
-                       "memory_bandwidth_per_core", "link", "topology", "kernel_overhead", "efficiency", "measured",
+                       "memory_bandwidth_per_core", "link", "network", "topology", "kernel_overhead", "efficiency", "measured",
                        "notes"});
 
     device.name = reader.string_member(root, "name", "\"name\": \"TPU v3\"");
@@ -253,6 +254,16 @@ Device parse_device_named(const std::string& json_text, const std::string& id, c
                                         R"({"value": 1, "unit": "us", "source": "..."})");
     device.links_per_chip = reader.count(link, "link", "links_per_chip", k_link_count,
                                          R"({"value": 4, "unit": "links", "source": "..."})");
+
+    // Optional: GPUs in nodes of a few, nodes joined by a network slower than NVLink.
+    if (root.contains("network")) {
+        const Json& network = reader.object_member(root, "", "network", R"({"chips_per_node": {...}, "bandwidth_per_chip": {...}})");
+        reader.check_keys(network, "network", {"chips_per_node", "bandwidth_per_chip"});
+        device.chips_per_node = reader.count(network, "network", "chips_per_node", k_chip_count,
+                                             R"({"value": 8, "unit": "chips", "source": "..."})");
+        device.network_bandwidth = reader.figure(network, "network", "bandwidth_per_chip", k_bandwidth, Range::Positive,
+                                                 R"({"value": 25, "unit": "GB/s", "source": "..."})");
+    }
 
     const std::string topology = reader.choice_member(root, "topology", {"torus2d", "torus3d", "nvlink_node", "host"});
     for (Topology t : {Topology::Torus2D, Topology::Torus3D, Topology::NvlinkNode, Topology::Host})

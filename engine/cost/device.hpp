@@ -57,6 +57,8 @@ struct Device {
     double link_bandwidth = 0;             // bytes/s per link, one direction
     double link_latency = 0;               // seconds per transfer (per hop)
     std::int64_t links_per_chip = 0;
+    std::int64_t chips_per_node = 0;       // GPUs of one node (NVLink inside); 0: no figure
+    double network_bandwidth = 0;          // bytes/s per chip between nodes, one direction; 0: no figure
     Topology topology = Topology::Torus2D;
     double kernel_overhead = 0;            // seconds per op launched on a core
     EfficiencyModel efficiency;

@@ -156,8 +156,11 @@ TEST_F(DevicesTest, EveryPresetHasTheFiguresOfTheDesignNotes) {
         EXPECT_DOUBLE_EQ(d.efficiency.link, e.efficiency.link);
         EXPECT_TRUE(d.measured.empty());
 
-        // Every figure names its source, once (the optional TF32 peak too).
-        EXPECT_EQ(d.sources.size(), k_figure_paths.size() + (e.tf32 > 0 ? 1 : 0));
+        // GPUs come in DGX nodes of 8 joined by InfiniBand; a TPU slice is one torus.
+        EXPECT_EQ(d.chips_per_node, e.kind == "gpu" ? 8 : 0);
+        EXPECT_EQ(d.network_bandwidth > 0, e.kind == "gpu");
+        // Every figure names its source, once (the optional TF32 peak and network too).
+        EXPECT_EQ(d.sources.size(), k_figure_paths.size() + (e.tf32 > 0 ? 1 : 0) + (d.chips_per_node > 0 ? 2 : 0));
         for (const std::string& path : k_figure_paths) {
             const std::string prefix = path + ": ";
             const auto found = std::find_if(d.sources.begin(), d.sources.end(), [&](const std::string& s) {

@@ -159,6 +159,19 @@ TEST(CostModel, FusionDecidesWhatElementwiseOpsCost) {
     EXPECT_LT(tf32.forward.seconds, plain.forward.seconds / 2);
 }
 
+TEST(CostModel, GpuAllReducesUseEveryNvlinkInsideANodeAndTheNetworkBeyondIt) {
+    const CostModel a100(load_device_preset("a100_80gb"));
+    const Device& d = a100.device();
+    const std::int64_t bytes = std::int64_t{100} << 20;
+    // Inside a node: the ring runs over all 12 NVLinks of each GPU (2·7/8 of the bytes each way).
+    const double nvlink = static_cast<double>(d.links_per_chip) * d.link_bandwidth * d.efficiency.link;
+    EXPECT_NEAR(a100.all_reduce_seconds(bytes, 8), 2 * 7 * d.link_latency + 2.0 * 7 / 8 * static_cast<double>(bytes) / nvlink, 1e-12);
+    // Eight nodes: the ring crosses InfiniBand at 25 GB/s per GPU, far slower than NVLink.
+    const double network = d.network_bandwidth * d.efficiency.link;
+    EXPECT_NEAR(a100.all_reduce_seconds(bytes, 64), 2 * 63 * d.link_latency + 2.0 * 63 / 64 * static_cast<double>(bytes) / network, 1e-12);
+    EXPECT_GT(a100.all_reduce_seconds(bytes, 64), 5 * a100.all_reduce_seconds(bytes, 8));
+}
+
 namespace {
 
 // The breakdown of a predicted step: five parts, none negative, adding up to the step (to rounding).
