@@ -30,8 +30,9 @@ enum class Topology {
 };
 
 // How well an op's shapes fill the device's compute units. A matrix unit works on tiles of
-// `channel_tile` channels (128 on a TPU's MXU): a convolution from C_in to C_out channels keeps
-// (C_in / ⌈C_in⌉) · (C_out / ⌈C_out⌉) of it busy, ⌈·⌉ rounding up to the tile. The minor spatial axis
+// `channel_tile` (128 on a TPU's MXU; 64 on a GPU, the smallest output tile of its GEMM kernels): a
+// product whose weight-side extents are K × N keeps (K / ⌈K⌉) · (N / ⌈N⌉) of it busy, ⌈·⌉ rounding up
+// to the tile (cost_model.hpp says which extents a convolution has). The minor spatial axis
 // is padded to `spatial_tile` (8 sublanes on a TPU). The base efficiencies say what a well-shaped op
 // reaches of the peak (compute-bound ops) or of the memory bandwidth (memory-bound ops).
 struct EfficiencyModel {

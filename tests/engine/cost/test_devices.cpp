@@ -95,7 +95,7 @@ struct Expected {
 };
 
 const EfficiencyModel k_tpu_efficiency{128, 8, 0.6, 0.8, 0.7};
-const EfficiencyModel k_gpu_efficiency{8, 1, 0.6, 0.8, 0.6};
+const EfficiencyModel k_gpu_efficiency{64, 1, 0.6, 0.8, 0.6};
 
 std::vector<Expected> expected_presets() {
     return {
