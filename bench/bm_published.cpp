@@ -38,8 +38,13 @@ void print_detail(const experiment::PublishedCase& c, const experiment::Publishe
     std::map<std::string, Sum> by_kind;
     Sum all;
     for (const graph::Node& node : graph.nodes()) {
-        const cost::LayerCost layer = model.layer(graph, node.id, &plan.tile(node.id, 0),
-                                                  {.precision = c.precision, .tf32 = c.tf32, .fusion = c.fusion});
+        const auto named = [&](const std::vector<std::string>& prefixes) {
+            return std::any_of(prefixes.begin(), prefixes.end(), [&](const std::string& prefix) { return node.name.rfind(prefix, 0) == 0; });
+        };
+        cost::LayerCost layer = model.layer(graph, node.id, &plan.tile(node.id, 0),
+                                            {.precision = c.precision, .tf32 = c.tf32, .fusion = c.fusion,
+                                             .frozen_batch_norm = node.kind == graph::OpKind::BatchNorm && named(c.frozen_batch_norm)});
+        if (named(c.untrained)) layer.backward = cost::PassCost{};  // as the step simulation prices it
         for (Sum* sum : {&by_kind[std::string(graph::op_name(node.kind))], &all}) {
             sum->forward += layer.forward.seconds;
             sum->backward += layer.backward.seconds;

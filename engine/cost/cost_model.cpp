@@ -183,7 +183,14 @@ LayerCost CostModel::roofline_layer(const graph::Graph& model, int id, const par
             break;
         }
         case OpKind::BatchNorm:
-            if (fusion == ElementwiseFusion::IntoConvolutions) {
+            if (execution.frozen_batch_norm && !host_counting) {
+                // A fixed affine: in the convolution's loop, or one element-wise pass each way.
+                if (fusion == ElementwiseFusion::IntoConvolutions) break;
+                result.forward = memory_pass(2.0 * static_cast<double>(out_elements), element * 2 * out_elements,
+                                             fusion == ElementwiseFusion::None);
+                result.backward = memory_pass(static_cast<double>(out_elements), element * 2 * out_elements,
+                                              fusion == ElementwiseFusion::None);
+            } else if (fusion == ElementwiseFusion::IntoConvolutions) {
                 // The statistics' reduction reads the input; backward's two reductions read the output's
                 // gradient and the input. Normalising (and its gradient) runs inside the neighbours.
                 result.forward = memory_pass(8.0 * static_cast<double>(out_elements), element * out_elements);

@@ -62,6 +62,9 @@ struct Execution {
     graph::Precision precision = graph::Precision::F32;
     bool tf32 = false;  // f32 convolutions on TF32 tensor cores (see Device::peak_flops)
     ElementwiseFusion fusion = ElementwiseFusion::IntoConvolutions;
+    // A batch norm frozen into a fixed affine (a pretrained backbone's, as detectors fine-tune it):
+    // no statistics, so nothing to reduce; folded into the convolution when fused into it.
+    bool frozen_batch_norm = false;
 };
 
 struct LayerCost {

@@ -56,15 +56,36 @@ std::vector<std::vector<std::vector<HaloTransfer>>> all_incoming(const graph::Gr
     return result;
 }
 
+bool named_by_any(const std::string& name, const std::vector<std::string>& prefixes) {
+    return std::any_of(prefixes.begin(), prefixes.end(), [&](const std::string& prefix) { return name.rfind(prefix, 0) == 0; });
+}
+
+// Per node: whether it trains (SimulationOptions::untrained) and whether it is a frozen batch norm.
+struct Training {
+    std::vector<bool> untrained, frozen_batch_norm;
+};
+Training training_of(const graph::Graph& model, const SimulationOptions& options) {
+    Training training{std::vector<bool>(model.nodes().size(), false), std::vector<bool>(model.nodes().size(), false)};
+    for (const Node& node : model.nodes()) {
+        const auto id = static_cast<std::size_t>(node.id);
+        training.untrained[id] = named_by_any(node.name, options.untrained);
+        training.frozen_batch_norm[id] = node.kind == OpKind::BatchNorm && named_by_any(node.name, options.frozen_batch_norm);
+    }
+    return training;
+}
+
 // Every core's cost of every layer. Cores whose tiles of a layer have the same extents cost the same, so
 // each distinct tile is priced once (an even grid has a handful per layer however many cores it has).
 std::vector<std::vector<LayerCost>> costs_per_core(const graph::Graph& model, const partition::TilingPlan& plan,
                                                    const CostModel& cost, const SimulationOptions& options) {
-    const Execution execution{.precision = options.precision, .tf32 = options.tf32, .fusion = options.fusion};
+    const Training training = training_of(model, options);
     const std::size_t count = model.nodes().size();
     std::vector<std::vector<LayerCost>> result(static_cast<std::size_t>(plan.num_cores()), std::vector<LayerCost>(count));
     std::vector<std::int64_t> key;
     for (const Node& node : model.nodes()) {
+        const auto id = static_cast<std::size_t>(node.id);
+        const Execution execution{.precision = options.precision, .tf32 = options.tf32, .fusion = options.fusion,
+                                  .frozen_batch_norm = training.frozen_batch_norm[id]};
         std::map<std::vector<std::int64_t>, LayerCost> priced;
         for (std::int64_t core = 0; core < plan.num_cores(); ++core) {
             const partition::NodeTile& tile = plan.tile(node.id, core);
@@ -72,7 +93,11 @@ std::vector<std::vector<LayerCost>> costs_per_core(const graph::Graph& model, co
             for (const partition::Interval& interval : tile.owned) key.push_back(interval.size());
             for (const partition::Interval& interval : tile.needed) key.push_back(interval.size());
             auto found = priced.find(key);
-            if (found == priced.end()) found = priced.emplace(key, cost.layer(model, node.id, &tile, execution)).first;
+            if (found == priced.end()) {
+                LayerCost priced_cost = cost.layer(model, node.id, &tile, execution);
+                if (training.untrained[id]) priced_cost.backward = PassCost{};
+                found = priced.emplace(key, priced_cost).first;
+            }
             result[static_cast<std::size_t>(core)][static_cast<std::size_t>(node.id)] = found->second;
         }
     }
@@ -158,6 +183,7 @@ StepPrediction predict_step(const graph::Graph& model, const partition::TilingPl
         return layer_cost[static_cast<std::size_t>(core)][static_cast<std::size_t>(id)];
     };
     const std::int64_t bn_group = options.cross_replica_batch_norm ? all_cores : cores;
+    const Training training = training_of(model, options);
     // A batch norm's share of its pass before the statistics' all-reduce: forward the statistics pass
     // (of three), backward the reduction pass (of its traffic); fused into the convolutions, the rest runs
     // in its neighbours.
@@ -199,7 +225,8 @@ StepPrediction predict_step(const graph::Graph& model, const partition::TilingPl
                 deps[static_cast<std::size_t>(core)].push_back(task);
             }
         }
-        const bool reduced = node.kind == OpKind::BatchNorm || node.kind == OpKind::GlobalAvgPool;
+        const bool frozen_batch_norm = training.frozen_batch_norm[static_cast<std::size_t>(id)];
+        const bool reduced = (node.kind == OpKind::BatchNorm && !frozen_batch_norm) || node.kind == OpKind::GlobalAvgPool;
         if (reduced) {
             // Statistics pass, all-reduce, then the normalising pass (global pooling: all of it is the partial).
             std::vector<int> partials;
@@ -222,7 +249,7 @@ StepPrediction predict_step(const graph::Graph& model, const partition::TilingPl
             const PassCost& pass = layer_of(core, id).forward;
             total_flops += pass.flops;
             if (node.kind == OpKind::GlobalAvgPool) continue;  // all of it ran as the partial
-            const double seconds = node.kind == OpKind::BatchNorm ? pass.seconds * (1 - bn_forward_share) : pass.seconds;
+            const double seconds = reduced && node.kind == OpKind::BatchNorm ? pass.seconds * (1 - bn_forward_share) : pass.seconds;
             const int task = schedule.add(compute_resource(core), seconds, deps[static_cast<std::size_t>(core)]);
             record(task, core, id, SpanKind::Compute, false);
             forward_task[static_cast<std::size_t>(core)][static_cast<std::size_t>(id)] = task;
@@ -250,8 +277,16 @@ StepPrediction predict_step(const graph::Graph& model, const partition::TilingPl
     }
 
     // ---- backward ----
+    // The parameters that train: those of nodes that are neither untrained nor frozen batch norms.
+    auto trains = [&](const Node& node) {
+        const auto id = static_cast<std::size_t>(node.id);
+        return !training.untrained[id] && !training.frozen_batch_norm[id];
+    };
     std::int64_t parameter_bytes = 0, parameter_count = 0;
-    for (const graph::ParameterSpec& spec : model.parameters()) parameter_count += num_elements_of(spec.shape);
+    for (const Node& node : nodes) {
+        if (!trains(node)) continue;
+        for (int p : node.parameters) parameter_count += num_elements_of(model.parameters()[static_cast<std::size_t>(p)].shape);
+    }
     parameter_bytes = 4 * parameter_count;
     std::vector<int> gradient_reductions;
     constexpr std::int64_t kBucketBytes = 25LL << 20;
@@ -268,7 +303,7 @@ StepPrediction predict_step(const graph::Graph& model, const partition::TilingPl
     };
     for (std::size_t n = count; n-- > 0;) {
         const Node& node = nodes[n];
-        if (node.kind == OpKind::Input) continue;
+        if (node.kind == OpKind::Input || training.untrained[n]) continue;  // untrained: nothing before it trains either
         const int id = node.id;
         const bool halo = has_halo[static_cast<std::size_t>(id)];
         std::vector<int> tasks(static_cast<std::size_t>(cores), -1);
@@ -278,13 +313,14 @@ StepPrediction predict_step(const graph::Graph& model, const partition::TilingPl
             if (id == output) deps.insert(deps.end(), loss_tasks.begin(), loss_tasks.end());
             const PassCost& pass = layer_of(core, id).backward;
             total_flops += pass.flops;
-            const double share = node.kind == OpKind::BatchNorm ? bn_backward_share : 1.0;
+            const bool reduced = node.kind == OpKind::BatchNorm && !training.frozen_batch_norm[n];
+            const double share = reduced ? bn_backward_share : 1.0;
             const int task = schedule.add(compute_resource(core), pass.seconds * share, deps);
             record(task, core, id, SpanKind::Compute, true);
             tasks[static_cast<std::size_t>(core)] = task;
             partials.push_back(task);
         }
-        if (node.kind == OpKind::BatchNorm) {
+        if (node.kind == OpKind::BatchNorm && !training.frozen_batch_norm[n]) {
             const int all_reduce = reduce(partials, 8 * 2 * node.output_shape[1], bn_group, id, true);
             for (std::int64_t core = 0; core < cores; ++core) {
                 const int task =
@@ -318,7 +354,7 @@ StepPrediction predict_step(const graph::Graph& model, const partition::TilingPl
         }
         // Weight gradients, all-reduced while backward goes on (when overlapped) in buckets of at least
         // 25 MiB, as data-parallel frameworks do: one all-reduce per layer would pay the latency per layer.
-        if (options.overlap_gradient_all_reduce && !node.parameters.empty()) {
+        if (options.overlap_gradient_all_reduce && !node.parameters.empty() && trains(node)) {
             for (int p : node.parameters) bucket_bytes += 4 * num_elements_of(model.parameters()[static_cast<std::size_t>(p)].shape);
             bucket_tasks.insert(bucket_tasks.end(), tasks.begin(), tasks.end());
             if (bucket_bytes >= kBucketBytes) flush_bucket(id);

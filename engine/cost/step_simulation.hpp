@@ -40,6 +40,11 @@ struct SimulationOptions {
     bool overlap_gradient_all_reduce = false;  // all-reduce each layer's gradients while backward goes on
     bool cross_replica_batch_norm = false;
     bool record_timeline = true;               // planners sweeping thousands of layouts turn it off
+    // Parts of the model that do not train, by node-name prefix (a detector fine-tuning a pretrained
+    // backbone: "stem.", "stage1."): `untrained` nodes run no backward pass and all-reduce no gradient
+    // (nothing before them trains); `frozen_batch_norm` batch norms are a fixed affine.
+    std::vector<std::string> untrained;
+    std::vector<std::string> frozen_batch_norm;
     // predict_host_step only: layer times measured on this host replace the host preset's per-class
     // rates (the rest of the step — phases, barriers, halos, reductions, update — is still modelled).
     std::shared_ptr<const MeasuredLayers> measured_layers;

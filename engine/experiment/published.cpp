@@ -102,7 +102,16 @@ PublishedCase read_case(const Json& value, const std::string& file) {
         if (model.contains("fpn_channels")) c.fpn_channels = read.count(model, "fpn_channels", "model.");
         if (model.contains("num_anchors")) c.num_anchors = read.count(model, "num_anchors", "model.");
         if (model.contains("backbone")) c.approximations.push_back("backbone " + model["backbone"].get<std::string>() + " read as ResNet");
-        if (model.contains("frozen_backbone_stages")) c.approximations.push_back("frozen backbone stages trained");
+        // A pretrained backbone fine-tuned: its first stages train nothing, its batch norms are fixed affines.
+        if (model.contains("frozen_stages")) {
+            const std::int64_t frozen = read.count(model, "frozen_stages", "model.");
+            TESSERA_CHECK(frozen <= 5, read.where() << ": model.frozen_stages: expected 1 (the stem) to 5 (every stage), got " << frozen);
+            c.untrained.push_back("stem.");
+            for (std::int64_t stage = 1; stage < frozen; ++stage) c.untrained.push_back("stage" + std::to_string(stage) + ".");
+        } else if (model.contains("frozen_backbone_stages")) {
+            c.approximations.push_back("frozen backbone stages trained");
+        }
+        if (model.value("frozen_backbone_batch_norm", false)) c.frozen_batch_norm = {"stem.", "stage"};
         stride = 128;
     } else {
         TESSERA_REJECT(read.where() << ": model.kind: expected \"resnet\", \"unet\" or \"retinanet\", got \"" << c.model_kind << "\"");
@@ -217,6 +226,8 @@ PublishedPrediction predict_published(const PublishedCase& c) {
     request.simulation.precision = c.precision;
     request.simulation.tf32 = c.tf32;
     request.simulation.fusion = c.fusion;
+    request.simulation.untrained = c.untrained;
+    request.simulation.frozen_batch_norm = c.frozen_batch_norm;
     request.simulation.optimizer_slots = 1;  // SGD with momentum, as every published setup here trains (LARS for MLPerf ResNet)
     // Every framework here all-reduces gradients in buckets while backward goes on (PyTorch DDP,
     // Horovod tensor fusion, MXNet, XLA's asynchronous collectives).

@@ -48,6 +48,8 @@ struct PublishedCase {
     int depth = 50;
     std::int64_t base_width = 0, max_width = 0, num_classes = 2, fpn_channels = 256, num_anchors = 9;
     bool batch_norm = true;
+    // What a fine-tuned detector leaves untrained (node-name prefixes, cost::SimulationOptions).
+    std::vector<std::string> untrained, frozen_batch_norm;
 };
 
 // Every case of every *.json in `folder`, in file and case order. Throws a bad-input error naming the

@@ -97,6 +97,42 @@ TEST(StepSimulation, OverlappingTheGradientAllReduceNeverSlowsTheStep) {
     EXPECT_LE(overlapped, serial);
 }
 
+TEST(StepSimulation, FrozenStagesRunNoBackwardAndFrozenBatchNormsNoStatistics) {
+    const CostModel a100(load_device_preset("a100_80gb"));
+    const Shape input{16, 3, 256, 256};
+    const graph::Graph model = model::make_retinanet({.resnet_depth = 50, .num_classes = 8}, input);
+    const partition::TilingPlan plan(model, partition::SpatialGrid::even(input, {1, 1}));
+    // The prefixes name real nodes: the stem and the first stage, and batch norms all through the backbone.
+    int stem_and_stage1 = 0, backbone_batch_norms = 0;
+    for (const graph::Node& node : model.nodes()) {
+        if (node.name.rfind("stem.", 0) == 0 || node.name.rfind("stage1.", 0) == 0) ++stem_and_stage1;
+        if (node.kind == graph::OpKind::BatchNorm && (node.name.rfind("stem.", 0) == 0 || node.name.rfind("stage", 0) == 0)) {
+            ++backbone_batch_norms;
+        }
+    }
+    EXPECT_GE(stem_and_stage1, 3 + 3 * 7);  // stem conv, bn, pool; three bottlenecks of ≥ 7 nodes
+    EXPECT_GE(backbone_batch_norms, 53);     // ResNet-50: one per convolution
+
+    SimulationOptions options;
+    options.precision = graph::Precision::F16;
+    options.record_timeline = false;
+    options.fusion = ElementwiseFusion::Chains;
+    const StepPrediction trained = predict_step(model, plan, 8, a100, options);
+    options.untrained = {"stem.", "stage1."};
+    const StepPrediction untrained = predict_step(model, plan, 8, a100, options);
+    options.frozen_batch_norm = {"stem.", "stage"};
+    const StepPrediction frozen = predict_step(model, plan, 8, a100, options);
+    // Fewer backward passes, and fewer gradients to all-reduce; a frozen batch norm saves its
+    // statistics' pass each way.
+    EXPECT_LT(untrained.step_seconds, trained.step_seconds);
+    EXPECT_LT(untrained.flops, trained.flops);
+    EXPECT_LT(untrained.gradient_all_reduce_seconds, trained.gradient_all_reduce_seconds);
+    EXPECT_LT(frozen.step_seconds, untrained.step_seconds);
+    EXPECT_LT(frozen.gradient_all_reduce_seconds, untrained.gradient_all_reduce_seconds);
+    // The untrained layers' forward still runs: the forward pass is the same length.
+    EXPECT_DOUBLE_EQ(untrained.forward_seconds, trained.forward_seconds);
+}
+
 TEST(CostModel, SmallChannelCountsWasteTheMatrixUnits) {
     const CostModel v3(load_device_preset("tpu_v3"));
     graph::Graph g("widths");
