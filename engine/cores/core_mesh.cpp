@@ -2,6 +2,7 @@
 
 #include "cores/thread_pool.hpp"
 #include "loss/dice_loss.hpp"
+#include "train/step_end.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -599,11 +600,7 @@ train::StepResult CoreMesh::train_step(const Tensor& images, const Tensor& label
     // Backward, on scale × d loss (loss scaling); unscaled before the update.
     impl.each_core(StepPhase::Backward, -1, [&](Impl::Core& core) {
         Tensor& gradient = gradients[static_cast<std::size_t>(impl.mesh_core(core.replica, core.index))];
-        if (result.loss_scale != 1.0) {
-            float* values = gradient.data<float>();
-            const auto scale = static_cast<float>(result.loss_scale);
-            for (std::int64_t i = 0; i < gradient.num_elements(); ++i) values[i] *= scale;
-        }
+        train::scale_loss_gradient(gradient, result.loss_scale);
         core.executor->begin_backward(gradient);
     });
     impl.backward();
@@ -661,51 +658,33 @@ train::StepResult CoreMesh::train_step(const Tensor& images, const Tensor& label
                                                                  reduce_end, 0, Impl::ring_bytes(gradient_bytes, impl.total_cores), -1});
     }
 
-    // Update: every core the same (its own optimizer state, the same gradients).
-    const bool finite = train::LossScaler::gradients_are_finite(impl.cores[0].executor->parameters());
-    if (!finite && !impl.loss_scaler->skips_non_finite()) {
-        const Parameter* bad = train::LossScaler::first_non_finite_gradient(impl.cores[0].executor->parameters());
-        const std::size_t index = bad ? static_cast<std::size_t>(bad - impl.cores[0].executor->parameters().data()) : 0;
-        TESSERA_REJECT("step " << impl.step + 1 << ": the gradient of '" << (bad ? bad->name : "?") << "' holds NaN or infinite values"
-                                 << (bad && non_finite_core[index] >= 0 ? " on core " + std::to_string(non_finite_core[index]) : std::string())
-                                 << " (the loss was " << result.loss
-                                 << "): training diverged. Lower the learning rate, or use dynamic loss scaling in reduced precision. "
-                                    "Nothing of this step was saved.");
-    }
-    result.applied = impl.loss_scaler->update(!finite);
-    if (finite && result.loss_scale != 1.0) {
-        // update() may have changed the scale; unscale with the one backward used.
-        const double used = result.loss_scale;
-        for (Impl::Core& core : impl.cores) {
-            for (Parameter& parameter : core.executor->parameters()) {
-                float* g = parameter.gradient.data<float>();
-                const auto inverse = static_cast<float>(1.0 / used);
-                for (std::int64_t e = 0; e < parameter.gradient.num_elements(); ++e) g[e] *= inverse;
-            }
-        }
-    }
-    if (result.applied) {
-        impl.each_core(StepPhase::Update, -1, [&](Impl::Core& core) {
-            const double start = impl.now();
-            core.optimizer->step(core.executor->parameters(), result.learning_rate);
-            core.events.push_back({impl.mesh_core(core.replica, core.index), -1, EventKind::Compute, StepPhase::Update, start,
-                                   impl.now(), 0, 0, -1});
-        });
-    }
+    // Update: every core the same (its own optimizer state, the same gradients), as a single core's
+    // trainer does it (train/step_end.hpp).
+    train::StepContext context;
+    context.step = impl.step;
+    context.loss = result.loss;
+    context.locate = [&](std::size_t index) {
+        return non_finite_core[index] >= 0 ? " on core " + std::to_string(non_finite_core[index]) : std::string();
+    };
+    context.aftermath = " Nothing of this step was saved.";
+    std::vector<std::span<Parameter>> copies;
+    for (Impl::Core& core : impl.cores) copies.push_back(core.executor->parameters());
+    result.applied = train::finish_update(
+        *impl.loss_scaler, result.loss_scale, copies,
+        [&] {
+            impl.each_core(StepPhase::Update, -1, [&](Impl::Core& core) {
+                const double start = impl.now();
+                core.optimizer->step(core.executor->parameters(), result.learning_rate);
+                core.events.push_back({impl.mesh_core(core.replica, core.index), -1, EventKind::Compute, StepPhase::Update, start,
+                                       impl.now(), 0, 0, -1});
+            });
+        },
+        context);
     result.update_seconds = impl.now() - backward_end;
-    // Weights are the same on every core after an update; batch-norm statistics may differ by replica.
-    if (const Parameter* bad = train::LossScaler::first_non_finite_value(impl.cores[0].executor->parameters())) {
-        TESSERA_REJECT("step " << impl.step + 1 << ": the update made '" << bad->name
-                                 << "' NaN or infinite: training diverged. Lower the learning rate. Nothing of this step was saved.");
-    }
+    // Batch-norm statistics may differ by replica: every core's are checked.
     for (const Impl::Core& core : impl.cores) {
-        const std::span<Tensor> statistics = core.executor->buffers();
-        for (std::size_t index = 0; index < statistics.size(); ++index) {
-            TESSERA_CHECK(train::tensor_is_finite(statistics[index]),
-                          "step " << impl.step + 1 << ": the batch-norm statistic '" << core.executor->graph().buffers()[index].name
-                                  << "' on core " << impl.mesh_core(core.replica, core.index)
-                                  << " became NaN or infinite. Lower the learning rate, or clean the data. Nothing of this step was saved.");
-        }
+        train::check_statistics(core.executor->buffers(), core.executor->graph(), context,
+                                " on core " + std::to_string(impl.mesh_core(core.replica, core.index)));
     }
     ++impl.step;
 

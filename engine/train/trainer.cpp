@@ -1,6 +1,7 @@
 #include "train/trainer.hpp"
 
 #include "loss/dice_loss.hpp"
+#include "train/step_end.hpp"
 
 #include <chrono>
 #include <cmath>
@@ -61,39 +62,18 @@ StepResult Trainer::train_step(const Tensor& images, const Tensor& labels) {
                                             : ": the input images hold NaN or infinite values. Clean the data (data.non_finite)"));
     result.forward_seconds = seconds_since(start);
     start = std::chrono::steady_clock::now();
-    // Loss scaling: the backward pass runs on scale × d loss, so small gradients survive low precision;
-    // weight gradients are divided back before the update, and a step that overflowed is skipped.
+    // Loss scaling: the backward pass runs on scale × d loss, so small gradients survive low precision.
     result.loss_scale = m_loss_scaler->scale();
-    if (result.loss_scale != 1.0) {
-        float* values = gradient.data<float>();
-        const auto scale = static_cast<float>(result.loss_scale);
-        for (std::int64_t i = 0; i < gradient.num_elements(); ++i) values[i] *= scale;
-    }
+    scale_loss_gradient(gradient, result.loss_scale);
     m_executor->backward(gradient);
     result.backward_seconds = seconds_since(start);
     start = std::chrono::steady_clock::now();
-    const bool finite = LossScaler::gradients_are_finite(m_executor->parameters());
-    if (!finite && !m_loss_scaler->skips_non_finite()) {
-        const Parameter* bad = LossScaler::first_non_finite_gradient(m_executor->parameters());
-        TESSERA_REJECT("step " << m_step + 1 << ": the gradient of '" << (bad ? bad->name : "?")
-                                 << "' holds NaN or infinite values (the loss was " << value
-                                 << "): training diverged. Lower the learning rate, or use dynamic loss scaling in reduced precision.");
-    }
-    // Unscale with the scale the backward pass used, before update() may change it.
-    if (finite && result.loss_scale != 1.0) m_loss_scaler->unscale(m_executor->parameters());
-    result.applied = m_loss_scaler->update(!finite);
-    if (result.applied) {
-        m_optimizer->step(m_executor->parameters(), result.learning_rate);
-        const Parameter* bad = LossScaler::first_non_finite_value(m_executor->parameters());
-        TESSERA_CHECK(bad == nullptr, "step " << m_step + 1 << ": the update made '" << bad->name
-                                              << "' NaN or infinite: training diverged. Lower the learning rate.");
-    }
-    const std::span<Tensor> statistics = m_executor->buffers();
-    for (std::size_t index = 0; index < statistics.size(); ++index) {
-        TESSERA_CHECK(tensor_is_finite(statistics[index]), "step " << m_step + 1 << ": the batch-norm statistic '"
-                                                                   << m_executor->graph().buffers()[index].name
-                                                                   << "' became NaN or infinite. Lower the learning rate, or clean the data.");
-    }
+    const StepContext context{.step = m_step, .loss = value, .locate = {}, .aftermath = ""};
+    const std::span<Parameter> copies[] = {m_executor->parameters()};
+    result.applied = finish_update(
+        *m_loss_scaler, result.loss_scale, copies,
+        [&] { m_optimizer->step(m_executor->parameters(), result.learning_rate); }, context);
+    check_statistics(m_executor->buffers(), m_executor->graph(), context);
     result.update_seconds = seconds_since(start);
     ++m_step;
     return result;
