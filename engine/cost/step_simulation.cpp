@@ -142,306 +142,356 @@ std::string_view span_kind_name(SpanKind kind) {
     return "?";
 }
 
-StepPrediction predict_step(const graph::Graph& model, const partition::TilingPlan& plan, std::int64_t replicas,
-                            const CostModel& cost, const SimulationOptions& options) {
-    TESSERA_CHECK(replicas >= 1, "a step needs at least one replica, got " << replicas);
-    const Device& device = cost.device();
-    const std::int64_t cores = plan.num_cores();
-    const std::int64_t all_cores = cores * replicas;
-    const std::int64_t element = activation_bytes(options.precision);
-    const auto& nodes = model.nodes();
-    const std::size_t count = nodes.size();
-    StepPrediction prediction;
-    prediction.cores.resize(static_cast<std::size_t>(cores));
-    const std::vector<bool> has_halo = layers_with_halos(model, plan);
-    const auto incoming = all_incoming(model, plan, has_halo);
-    auto incoming_of = [&](int id, std::int64_t core) -> const std::vector<HaloTransfer>& {
-        return incoming[static_cast<std::size_t>(id)][static_cast<std::size_t>(core)];
-    };
+namespace {
 
+// One device step as a discrete-event schedule, stage by stage: forward (halo receives, layers, the
+// batch norms' and global pooling's all-reduces), the loss, backward (halo gradients back to their
+// owners, the weight gradients' all-reduce in buckets or at the end), the update; then the step's
+// breakdown and the material for the planner's verdict.
+class DeviceStep {
+public:
+    DeviceStep(const graph::Graph& model, const partition::TilingPlan& plan, std::int64_t replicas, const CostModel& cost,
+               const SimulationOptions& options)
+        : m_model(model), m_plan(plan), m_cost(cost), m_device(cost.device()), m_options(options), m_cores(plan.num_cores()),
+          m_all_cores(plan.num_cores() * replicas), m_element(activation_bytes(options.precision)),
+          m_count(model.nodes().size()), m_has_halo(layers_with_halos(model, plan)), m_incoming(all_incoming(model, plan, m_has_halo)),
+          m_layer_cost(costs_per_core(model, plan, cost, options)), m_training(training_of(model, options)),
+          m_schedule(static_cast<std::size_t>(2 * m_cores) + 2),
+          m_forward_task(static_cast<std::size_t>(m_cores), std::vector<int>(m_count, -1)),
+          m_backward_task(static_cast<std::size_t>(m_cores), std::vector<int>(m_count, -1)),
+          m_pending(static_cast<std::size_t>(m_cores), std::vector<std::vector<int>>(m_count)),
+          m_other_compute(static_cast<std::size_t>(m_cores), 0.0), m_op_count(static_cast<std::size_t>(m_cores), 0.0) {
+        m_prediction.cores.resize(static_cast<std::size_t>(m_cores));
+        // A batch norm's share of its pass before the statistics' all-reduce: forward the statistics
+        // pass (of three), backward the reduction pass (of its traffic); fused into the convolutions,
+        // the rest runs in its neighbours.
+        const bool bn_reduction_only = options.fusion == ElementwiseFusion::IntoConvolutions && m_device.kind != "host";
+        m_bn_forward_share = bn_reduction_only ? 1.0 : 1.0 / 3.0;
+        m_bn_backward_share = bn_reduction_only ? 1.0 : 0.4;
+    }
+
+    StepPrediction run() {
+        for (const Node& node : m_model.nodes()) {
+            if (node.kind != OpKind::Input) schedule_forward(node);
+        }
+        schedule_loss();
+        count_trained_parameters();
+        for (std::size_t n = m_count; n-- > 0;) {
+            const Node& node = m_model.nodes()[n];
+            // Untrained: nothing before it trains either.
+            if (node.kind != OpKind::Input && !m_training.untrained[n]) schedule_backward(node);
+        }
+        schedule_gradient_all_reduce_and_update();
+        summarize();
+        find_verdict_material();
+        return std::move(m_prediction);
+    }
+
+private:
     // Resources: each core's compute, each core's incoming links, the replica's collectives for
     // batch-norm statistics and the loss (latency-bound, on the critical path), and the gradient
     // all-reduce (bandwidth-bound, can run beside backward).
-    const std::size_t collective = static_cast<std::size_t>(2 * cores);
-    const std::size_t gradient_collective = collective + 1;
-    Schedule schedule(gradient_collective + 1);
-    auto compute_resource = [](std::int64_t core) { return static_cast<std::size_t>(core); };
-    auto link_resource = [&](std::int64_t core) { return static_cast<std::size_t>(cores + core); };
-    auto record = [&](int task, std::int64_t core, int layer, SpanKind kind, bool backward, std::int64_t peer = -1) {
-        if (options.record_timeline) {
-            prediction.timeline.push_back({core, layer, kind, backward, schedule.start(task), schedule.end(task), peer});
+    static std::size_t compute_resource(std::int64_t core) { return static_cast<std::size_t>(core); }
+    std::size_t link_resource(std::int64_t core) const { return static_cast<std::size_t>(m_cores + core); }
+    std::size_t collective() const { return static_cast<std::size_t>(2 * m_cores); }
+    std::size_t gradient_collective() const { return collective() + 1; }
+
+    const LayerCost& layer_of(std::int64_t core, int id) const {
+        return m_layer_cost[static_cast<std::size_t>(core)][static_cast<std::size_t>(id)];
+    }
+    const std::vector<HaloTransfer>& incoming_of(int id, std::int64_t core) const {
+        return m_incoming[static_cast<std::size_t>(id)][static_cast<std::size_t>(core)];
+    }
+    void record(int task, std::int64_t core, int layer, SpanKind kind, bool backward, std::int64_t peer = -1) {
+        if (m_options.record_timeline) {
+            m_prediction.timeline.push_back({core, layer, kind, backward, m_schedule.start(task), m_schedule.end(task), peer});
         }
-    };
-
-    // Per core: each node's forward task (what a neighbour's halo waits for) and backward task.
-    std::vector<std::vector<int>> forward_task(static_cast<std::size_t>(cores), std::vector<int>(count, -1));
-    std::vector<std::vector<int>> backward_task(static_cast<std::size_t>(cores), std::vector<int>(count, -1));
-    // Halo gradients that must arrive at a core before it runs a node's backward.
-    std::vector<std::vector<std::vector<int>>> pending(static_cast<std::size_t>(cores), std::vector<std::vector<int>>(count));
-    const std::vector<std::vector<LayerCost>> layer_cost = costs_per_core(model, plan, cost, options);
-    auto layer_of = [&](std::int64_t core, int id) -> const LayerCost& {
-        return layer_cost[static_cast<std::size_t>(core)][static_cast<std::size_t>(id)];
-    };
-    const std::int64_t bn_group = options.cross_replica_batch_norm ? all_cores : cores;
-    const Training training = training_of(model, options);
-    // A batch norm's share of its pass before the statistics' all-reduce: forward the statistics pass
-    // (of three), backward the reduction pass (of its traffic); fused into the convolutions, the rest runs
-    // in its neighbours.
-    const bool bn_reduction_only = options.fusion == ElementwiseFusion::IntoConvolutions && cost.device().kind != "host";
-    const double bn_forward_share = bn_reduction_only ? 1.0 : 1.0 / 3.0;
-    const double bn_backward_share = bn_reduction_only ? 1.0 : 0.4;
-
+    }
     // A reduction over the replica: every core's partial, then one collective, then the rest.
-    auto reduce = [&](const std::vector<int>& partials, std::int64_t bytes, std::int64_t group, int layer, bool backward) {
+    int reduce(const std::vector<int>& partials, std::int64_t bytes, std::int64_t group, int layer, bool backward) {
         if (group <= 1) return partials.front();  // one core: its partial is the total
-        const int task = schedule.add(collective, cost.all_reduce_seconds(bytes, group), partials);
-        for (std::int64_t core = 0; core < cores; ++core) record(task, core, layer, SpanKind::AllReduce, backward);
+        const int task = m_schedule.add(collective(), m_cost.all_reduce_seconds(bytes, group), partials);
+        for (std::int64_t core = 0; core < m_cores; ++core) record(task, core, layer, SpanKind::AllReduce, backward);
         return task;
-    };
+    }
+    std::int64_t batch_norm_group() const { return m_options.cross_replica_batch_norm ? m_all_cores : m_cores; }
+    bool reduced_batch_norm(const Node& node) const {
+        return node.kind == OpKind::BatchNorm && !m_training.frozen_batch_norm[static_cast<std::size_t>(node.id)];
+    }
+    // The parameters that train: those of nodes that are neither untrained nor frozen batch norms.
+    bool trains(const Node& node) const {
+        const auto id = static_cast<std::size_t>(node.id);
+        return !m_training.untrained[id] && !m_training.frozen_batch_norm[id];
+    }
 
-    // ---- forward ----
-    double total_flops = 0;
-    for (const Node& node : nodes) {
-        if (node.kind == OpKind::Input) continue;
+    void schedule_forward(const Node& node) {
         const int id = node.id;
-        const bool halo = has_halo[static_cast<std::size_t>(id)];
-        std::vector<std::vector<int>> deps(static_cast<std::size_t>(cores));
-        if (halo) {
+        std::vector<std::vector<int>> deps(static_cast<std::size_t>(m_cores));
+        if (m_has_halo[static_cast<std::size_t>(id)]) {
             // One receive per core and layer: its neighbours' rows arrive over its links one after another
             // (as a device's collective-permutes do), once every sender has produced them.
             std::vector<int> senders;
-            for (std::int64_t core = 0; core < cores; ++core) {
+            for (std::int64_t core = 0; core < m_cores; ++core) {
                 senders.clear();
                 double seconds = 0;
                 for (const HaloTransfer& in : incoming_of(id, core)) {
-                    const int producer_task = forward_task[static_cast<std::size_t>(in.peer)][static_cast<std::size_t>(node.inputs[0])];
+                    const int producer_task = m_forward_task[static_cast<std::size_t>(in.peer)][static_cast<std::size_t>(node.inputs[0])];
                     if (producer_task >= 0) senders.push_back(producer_task);
-                    seconds += cost.transfer_seconds(in.elements * element, hops_between(plan, device, in.peer, core));
+                    seconds += m_cost.transfer_seconds(in.elements * m_element, hops_between(m_plan, m_device, in.peer, core));
                 }
                 if (seconds == 0) continue;
-                const int task = schedule.add(link_resource(core), seconds, senders);
+                const int task = m_schedule.add(link_resource(core), seconds, senders);
                 record(task, core, id, SpanKind::Halo, false);
-                prediction.cores[static_cast<std::size_t>(core)].halo_seconds += seconds;
+                m_prediction.cores[static_cast<std::size_t>(core)].halo_seconds += seconds;
                 deps[static_cast<std::size_t>(core)].push_back(task);
             }
         }
-        const bool frozen_batch_norm = training.frozen_batch_norm[static_cast<std::size_t>(id)];
-        const bool reduced = (node.kind == OpKind::BatchNorm && !frozen_batch_norm) || node.kind == OpKind::GlobalAvgPool;
+        const bool reduced = reduced_batch_norm(node) || node.kind == OpKind::GlobalAvgPool;
         if (reduced) {
             // Statistics pass, all-reduce, then the normalising pass (global pooling: all of it is the partial).
             std::vector<int> partials;
-            for (std::int64_t core = 0; core < cores; ++core) {
+            for (std::int64_t core = 0; core < m_cores; ++core) {
                 const PassCost& pass = layer_of(core, id).forward;
-                const double share = node.kind == OpKind::BatchNorm ? bn_forward_share : 1.0;
-                const int task = schedule.add(compute_resource(core), pass.seconds * share, deps[static_cast<std::size_t>(core)]);
+                const double share = node.kind == OpKind::BatchNorm ? m_bn_forward_share : 1.0;
+                const int task = m_schedule.add(compute_resource(core), pass.seconds * share, deps[static_cast<std::size_t>(core)]);
                 record(task, core, id, SpanKind::Compute, false);
                 partials.push_back(task);
             }
             const std::int64_t channels = node.kind == OpKind::BatchNorm ? node.output_shape[1]
                                                                           : node.output_shape[0] * node.output_shape[1];
-            const int all_reduce = reduce(partials, 8 * 2 * channels, node.kind == OpKind::BatchNorm ? bn_group : cores, id, false);
-            for (std::int64_t core = 0; core < cores; ++core) {
+            const int all_reduce =
+                reduce(partials, 8 * 2 * channels, node.kind == OpKind::BatchNorm ? batch_norm_group() : m_cores, id, false);
+            for (std::int64_t core = 0; core < m_cores; ++core) {
                 deps[static_cast<std::size_t>(core)] = {all_reduce};
-                forward_task[static_cast<std::size_t>(core)][static_cast<std::size_t>(id)] = all_reduce;
+                m_forward_task[static_cast<std::size_t>(core)][static_cast<std::size_t>(id)] = all_reduce;
             }
         }
-        for (std::int64_t core = 0; core < cores; ++core) {
+        for (std::int64_t core = 0; core < m_cores; ++core) {
             const PassCost& pass = layer_of(core, id).forward;
-            total_flops += pass.flops;
+            m_total_flops += pass.flops;
             if (node.kind == OpKind::GlobalAvgPool) continue;  // all of it ran as the partial
-            const double seconds = reduced && node.kind == OpKind::BatchNorm ? pass.seconds * (1 - bn_forward_share) : pass.seconds;
-            const int task = schedule.add(compute_resource(core), seconds, deps[static_cast<std::size_t>(core)]);
+            const double seconds = reduced && node.kind == OpKind::BatchNorm ? pass.seconds * (1 - m_bn_forward_share) : pass.seconds;
+            const int task = m_schedule.add(compute_resource(core), seconds, deps[static_cast<std::size_t>(core)]);
             record(task, core, id, SpanKind::Compute, false);
-            forward_task[static_cast<std::size_t>(core)][static_cast<std::size_t>(id)] = task;
+            m_forward_task[static_cast<std::size_t>(core)][static_cast<std::size_t>(id)] = task;
         }
     }
+
     // Loss: a pass over each core's logits, and (for split logits) a reduction of the partial sums.
-    const int output = model.output_node();
-    std::vector<int> loss_tasks;
-    // Per core: compute outside the layers (the loss, the optimizer update) and how many ops paid the
-    // device's per-op overhead, for the step's breakdown.
-    std::vector<double> other_compute(static_cast<std::size_t>(cores), 0.0);
-    std::vector<double> op_count(static_cast<std::size_t>(cores), 0.0);
-    for (std::int64_t core = 0; core < cores; ++core) {
-        const double bytes = static_cast<double>(12 * plan.tile_elements(output, core));
-        const double loss_seconds = bytes / (device.memory_bandwidth * device.efficiency.memory) + device.kernel_overhead;
-        other_compute[static_cast<std::size_t>(core)] += loss_seconds;
-        op_count[static_cast<std::size_t>(core)] += 1;
-        const int task = schedule.add(compute_resource(core), loss_seconds, {});
-        record(task, core, -1, SpanKind::Compute, false);
-        loss_tasks.push_back(task);
-    }
-    if (!plan.tile(output, 0).replicated && cores > 1) loss_tasks = {reduce(loss_tasks, 64, cores, -1, false)};
-    for (std::int64_t core = 0; core < cores; ++core) {
-        prediction.forward_seconds = std::max(prediction.forward_seconds, schedule.end(loss_tasks.back()));
+    void schedule_loss() {
+        const int output = m_model.output_node();
+        for (std::int64_t core = 0; core < m_cores; ++core) {
+            const double bytes = static_cast<double>(12 * m_plan.tile_elements(output, core));
+            const double loss_seconds = bytes / (m_device.memory_bandwidth * m_device.efficiency.memory) + m_device.kernel_overhead;
+            m_other_compute[static_cast<std::size_t>(core)] += loss_seconds;
+            m_op_count[static_cast<std::size_t>(core)] += 1;
+            const int task = m_schedule.add(compute_resource(core), loss_seconds, {});
+            record(task, core, -1, SpanKind::Compute, false);
+            m_loss_tasks.push_back(task);
+        }
+        if (!m_plan.tile(output, 0).replicated && m_cores > 1) m_loss_tasks = {reduce(m_loss_tasks, 64, m_cores, -1, false)};
+        m_prediction.forward_seconds = m_schedule.end(m_loss_tasks.back());
     }
 
-    // ---- backward ----
-    // The parameters that train: those of nodes that are neither untrained nor frozen batch norms.
-    auto trains = [&](const Node& node) {
-        const auto id = static_cast<std::size_t>(node.id);
-        return !training.untrained[id] && !training.frozen_batch_norm[id];
-    };
-    std::int64_t parameter_bytes = 0, parameter_count = 0;
-    for (const Node& node : nodes) {
-        if (!trains(node)) continue;
-        for (int p : node.parameters) parameter_count += num_elements_of(model.parameters()[static_cast<std::size_t>(p)].shape);
+    void count_trained_parameters() {
+        for (const Node& node : m_model.nodes()) {
+            if (!trains(node)) continue;
+            for (int p : node.parameters) m_parameter_count += num_elements_of(m_model.parameters()[static_cast<std::size_t>(p)].shape);
+        }
     }
-    parameter_bytes = 4 * parameter_count;
-    std::vector<int> gradient_reductions;
-    constexpr std::int64_t kBucketBytes = 25LL << 20;
-    std::int64_t bucket_bytes = 0;
-    std::vector<int> bucket_tasks;
-    auto flush_bucket = [&](int layer) {
-        if (bucket_bytes == 0) return;
-        const int task = schedule.add(gradient_collective, cost.all_reduce_seconds(bucket_bytes, all_cores), bucket_tasks);
-        for (std::int64_t core = 0; core < cores; ++core) record(task, core, layer, SpanKind::AllReduce, true);
-        gradient_reductions.push_back(task);
-        prediction.gradient_all_reduce_seconds += schedule.end(task) - schedule.start(task);
-        bucket_bytes = 0;
-        bucket_tasks.clear();
-    };
-    for (std::size_t n = count; n-- > 0;) {
-        const Node& node = nodes[n];
-        if (node.kind == OpKind::Input || training.untrained[n]) continue;  // untrained: nothing before it trains either
+
+    void schedule_backward(const Node& node) {
         const int id = node.id;
-        const bool halo = has_halo[static_cast<std::size_t>(id)];
-        std::vector<int> tasks(static_cast<std::size_t>(cores), -1);
+        const auto n = static_cast<std::size_t>(id);
+        std::vector<int> tasks(static_cast<std::size_t>(m_cores), -1);
         std::vector<int> partials;
-        for (std::int64_t core = 0; core < cores; ++core) {
-            std::vector<int> deps = pending[static_cast<std::size_t>(core)][n];
-            if (id == output) deps.insert(deps.end(), loss_tasks.begin(), loss_tasks.end());
+        const bool reduced = reduced_batch_norm(node);
+        for (std::int64_t core = 0; core < m_cores; ++core) {
+            std::vector<int> deps = m_pending[static_cast<std::size_t>(core)][n];
+            if (id == m_model.output_node()) deps.insert(deps.end(), m_loss_tasks.begin(), m_loss_tasks.end());
             const PassCost& pass = layer_of(core, id).backward;
-            total_flops += pass.flops;
-            const bool reduced = node.kind == OpKind::BatchNorm && !training.frozen_batch_norm[n];
-            const double share = reduced ? bn_backward_share : 1.0;
-            const int task = schedule.add(compute_resource(core), pass.seconds * share, deps);
+            m_total_flops += pass.flops;
+            const int task = m_schedule.add(compute_resource(core), pass.seconds * (reduced ? m_bn_backward_share : 1.0), deps);
             record(task, core, id, SpanKind::Compute, true);
             tasks[static_cast<std::size_t>(core)] = task;
             partials.push_back(task);
         }
-        if (node.kind == OpKind::BatchNorm && !training.frozen_batch_norm[n]) {
-            const int all_reduce = reduce(partials, 8 * 2 * node.output_shape[1], bn_group, id, true);
-            for (std::int64_t core = 0; core < cores; ++core) {
-                const int task =
-                    schedule.add(compute_resource(core), layer_of(core, id).backward.seconds * (1 - bn_backward_share), {all_reduce});
+        if (reduced) {
+            const int all_reduce = reduce(partials, 8 * 2 * node.output_shape[1], batch_norm_group(), id, true);
+            for (std::int64_t core = 0; core < m_cores; ++core) {
+                const int task = m_schedule.add(compute_resource(core), layer_of(core, id).backward.seconds * (1 - m_bn_backward_share),
+                                                {all_reduce});
                 record(task, core, id, SpanKind::Compute, true);
                 tasks[static_cast<std::size_t>(core)] = task;
             }
         }
-        for (std::int64_t core = 0; core < cores; ++core) backward_task[static_cast<std::size_t>(core)][n] = tasks[static_cast<std::size_t>(core)];
-        if (halo && model.node(node.inputs[0]).kind != OpKind::Input) {
-            // The halo rows' gradients go back to the neighbours that own them: one receive per owner,
-            // after every core that used its rows has run this layer's backward.
-            const auto producer = static_cast<std::size_t>(node.inputs[0]);
-            std::vector<double> seconds(static_cast<std::size_t>(cores), 0.0);
-            std::vector<std::vector<int>> senders(static_cast<std::size_t>(cores));
-            for (std::int64_t core = 0; core < cores; ++core) {
-                for (const HaloTransfer& in : incoming_of(id, core)) {
-                    seconds[static_cast<std::size_t>(in.peer)] +=
-                        cost.transfer_seconds(in.elements * element, hops_between(plan, device, core, in.peer));
-                    senders[static_cast<std::size_t>(in.peer)].push_back(tasks[static_cast<std::size_t>(core)]);
-                }
-            }
-            for (std::int64_t owner = 0; owner < cores; ++owner) {
-                if (seconds[static_cast<std::size_t>(owner)] == 0) continue;
-                const int task = schedule.add(link_resource(owner), seconds[static_cast<std::size_t>(owner)],
-                                              senders[static_cast<std::size_t>(owner)]);
-                record(task, owner, id, SpanKind::Halo, true);
-                prediction.cores[static_cast<std::size_t>(owner)].halo_seconds += seconds[static_cast<std::size_t>(owner)];
-                pending[static_cast<std::size_t>(owner)][producer].push_back(task);
-            }
-        }
+        for (std::int64_t core = 0; core < m_cores; ++core) m_backward_task[static_cast<std::size_t>(core)][n] = tasks[static_cast<std::size_t>(core)];
+        if (m_has_halo[n] && m_model.node(node.inputs[0]).kind != OpKind::Input) send_halo_gradients(node, tasks);
         // Weight gradients, all-reduced while backward goes on (when overlapped) in buckets of at least
         // 25 MiB, as data-parallel frameworks do: one all-reduce per layer would pay the latency per layer.
-        if (options.overlap_gradient_all_reduce && !node.parameters.empty() && trains(node)) {
-            for (int p : node.parameters) bucket_bytes += 4 * num_elements_of(model.parameters()[static_cast<std::size_t>(p)].shape);
-            bucket_tasks.insert(bucket_tasks.end(), tasks.begin(), tasks.end());
-            if (bucket_bytes >= kBucketBytes) flush_bucket(id);
+        if (m_options.overlap_gradient_all_reduce && !node.parameters.empty() && trains(node)) {
+            for (int p : node.parameters) m_bucket_bytes += 4 * num_elements_of(m_model.parameters()[static_cast<std::size_t>(p)].shape);
+            m_bucket_tasks.insert(m_bucket_tasks.end(), tasks.begin(), tasks.end());
+            if (m_bucket_bytes >= kBucketBytes) flush_bucket(id);
         }
-    }
-    flush_bucket(-1);
-    if (!options.overlap_gradient_all_reduce) {
-        std::vector<int> last;
-        for (std::int64_t core = 0; core < cores; ++core) {
-            for (std::size_t n = 0; n < count; ++n) {
-                if (backward_task[static_cast<std::size_t>(core)][n] >= 0) last.push_back(backward_task[static_cast<std::size_t>(core)][n]);
-            }
-        }
-        const int task = schedule.add(gradient_collective, cost.all_reduce_seconds(parameter_bytes, all_cores), last);
-        for (std::int64_t core = 0; core < cores; ++core) record(task, core, -1, SpanKind::AllReduce, true);
-        gradient_reductions.push_back(task);
-        prediction.gradient_all_reduce_seconds = schedule.end(task) - schedule.start(task);
-    }
-    for (std::int64_t core = 0; core < cores; ++core) {
-        const double update_seconds = cost.update_seconds(parameter_count, options.optimizer_slots);
-        other_compute[static_cast<std::size_t>(core)] += update_seconds;
-        op_count[static_cast<std::size_t>(core)] += 1;
-        const int task = schedule.add(compute_resource(core), update_seconds, gradient_reductions);
-        record(task, core, -1, SpanKind::Compute, true);
     }
 
-    // ---- results ----
-    prediction.step_seconds = schedule.makespan();
-    prediction.flops = total_flops;
-    const double peak = device.peak_flops(options.precision, options.tf32);
-    prediction.achieved_fraction_of_peak =
-        prediction.step_seconds > 0 ? total_flops / (prediction.step_seconds * static_cast<double>(cores) * peak) : 0;
-    double busiest = 0, busy_sum = 0, peak_sum = 0, overhead_sum = 0;
-    for (std::int64_t core = 0; core < cores; ++core) {
-        double busy = other_compute[static_cast<std::size_t>(core)];
-        double ops = op_count[static_cast<std::size_t>(core)], flops = 0;
-        for (const Node& node : nodes) {
-            for (const PassCost* pass : {&layer_of(core, node.id).forward, &layer_of(core, node.id).backward}) {
-                busy += pass->seconds;
-                flops += pass->flops;
-                if (pass->seconds > 0) ops += 1;  // every costed pass carries the per-op overhead
+    // The halo rows' gradients go back to the neighbours that own them: one receive per owner, after
+    // every core that used its rows has run this layer's backward.
+    void send_halo_gradients(const Node& node, const std::vector<int>& tasks) {
+        const auto producer = static_cast<std::size_t>(node.inputs[0]);
+        std::vector<double> seconds(static_cast<std::size_t>(m_cores), 0.0);
+        std::vector<std::vector<int>> senders(static_cast<std::size_t>(m_cores));
+        for (std::int64_t core = 0; core < m_cores; ++core) {
+            for (const HaloTransfer& in : incoming_of(node.id, core)) {
+                seconds[static_cast<std::size_t>(in.peer)] +=
+                    m_cost.transfer_seconds(in.elements * m_element, hops_between(m_plan, m_device, core, in.peer));
+                senders[static_cast<std::size_t>(in.peer)].push_back(tasks[static_cast<std::size_t>(core)]);
             }
         }
-        CoreBreakdown& breakdown = prediction.cores[static_cast<std::size_t>(core)];
-        breakdown.compute_seconds = busy;
-        breakdown.idle_seconds = std::max(0.0, prediction.step_seconds - busy);
-        busiest = std::max(busiest, busy);
-        busy_sum += busy;
-        peak_sum += flops / peak;
-        overhead_sum += ops * device.kernel_overhead;
-        prediction.memory.push_back(estimate_core_memory(model, plan, core, options.precision, options.optimizer_slots));
+        for (std::int64_t owner = 0; owner < m_cores; ++owner) {
+            if (seconds[static_cast<std::size_t>(owner)] == 0) continue;
+            const int task = m_schedule.add(link_resource(owner), seconds[static_cast<std::size_t>(owner)],
+                                            senders[static_cast<std::size_t>(owner)]);
+            record(task, owner, node.id, SpanKind::Halo, true);
+            m_prediction.cores[static_cast<std::size_t>(owner)].halo_seconds += seconds[static_cast<std::size_t>(owner)];
+            m_pending[static_cast<std::size_t>(owner)][producer].push_back(task);
+        }
     }
-    {
-        const double average_busy = busy_sum / static_cast<double>(cores);
+
+    void flush_bucket(int layer) {
+        if (m_bucket_bytes == 0) return;
+        const int task = m_schedule.add(gradient_collective(), m_cost.all_reduce_seconds(m_bucket_bytes, m_all_cores), m_bucket_tasks);
+        for (std::int64_t core = 0; core < m_cores; ++core) record(task, core, layer, SpanKind::AllReduce, true);
+        m_gradient_reductions.push_back(task);
+        m_prediction.gradient_all_reduce_seconds += m_schedule.end(task) - m_schedule.start(task);
+        m_bucket_bytes = 0;
+        m_bucket_tasks.clear();
+    }
+
+    void schedule_gradient_all_reduce_and_update() {
+        flush_bucket(-1);
+        if (!m_options.overlap_gradient_all_reduce) {
+            std::vector<int> last;
+            for (std::int64_t core = 0; core < m_cores; ++core) {
+                for (int task : m_backward_task[static_cast<std::size_t>(core)]) {
+                    if (task >= 0) last.push_back(task);
+                }
+            }
+            const int task = m_schedule.add(gradient_collective(), m_cost.all_reduce_seconds(4 * m_parameter_count, m_all_cores), last);
+            for (std::int64_t core = 0; core < m_cores; ++core) record(task, core, -1, SpanKind::AllReduce, true);
+            m_gradient_reductions.push_back(task);
+            m_prediction.gradient_all_reduce_seconds = m_schedule.end(task) - m_schedule.start(task);
+        }
+        for (std::int64_t core = 0; core < m_cores; ++core) {
+            const double update_seconds = m_cost.update_seconds(m_parameter_count, m_options.optimizer_slots);
+            m_other_compute[static_cast<std::size_t>(core)] += update_seconds;
+            m_op_count[static_cast<std::size_t>(core)] += 1;
+            const int task = m_schedule.add(compute_resource(core), update_seconds, m_gradient_reductions);
+            record(task, core, -1, SpanKind::Compute, true);
+        }
+    }
+
+    // The step, each core's busy time and memory, and the breakdown whose parts add up to the step.
+    void summarize() {
+        StepPrediction& prediction = m_prediction;
+        prediction.step_seconds = m_schedule.makespan();
+        prediction.flops = m_total_flops;
+        const double peak = m_device.peak_flops(m_options.precision, m_options.tf32);
+        prediction.achieved_fraction_of_peak =
+            prediction.step_seconds > 0 ? m_total_flops / (prediction.step_seconds * static_cast<double>(m_cores) * peak) : 0;
+        double busiest = 0, busy_sum = 0, peak_sum = 0, overhead_sum = 0;
+        for (std::int64_t core = 0; core < m_cores; ++core) {
+            double busy = m_other_compute[static_cast<std::size_t>(core)];
+            double ops = m_op_count[static_cast<std::size_t>(core)], flops = 0;
+            for (const Node& node : m_model.nodes()) {
+                for (const PassCost* pass : {&layer_of(core, node.id).forward, &layer_of(core, node.id).backward}) {
+                    busy += pass->seconds;
+                    flops += pass->flops;
+                    if (pass->seconds > 0) ops += 1;  // every costed pass carries the per-op overhead
+                }
+            }
+            CoreBreakdown& breakdown = prediction.cores[static_cast<std::size_t>(core)];
+            breakdown.compute_seconds = busy;
+            breakdown.idle_seconds = std::max(0.0, prediction.step_seconds - busy);
+            busiest = std::max(busiest, busy);
+            busy_sum += busy;
+            peak_sum += flops / peak;
+            overhead_sum += ops * m_device.kernel_overhead;
+            prediction.memory.push_back(estimate_core_memory(m_model, m_plan, core, m_options.precision, m_options.optimizer_slots));
+        }
+        const double average_busy = busy_sum / static_cast<double>(m_cores);
         StepBreakdown& parts = prediction.breakdown;
-        parts.peak_compute = std::min(peak_sum / static_cast<double>(cores), average_busy);
-        parts.op_overhead = std::max(0.0, std::min(overhead_sum / static_cast<double>(cores), average_busy - parts.peak_compute));
+        parts.peak_compute = std::min(peak_sum / static_cast<double>(m_cores), average_busy);
+        parts.op_overhead = std::max(0.0, std::min(overhead_sum / static_cast<double>(m_cores), average_busy - parts.peak_compute));
         // Clamped at 0 against rounding (equal cores' busiest − average comes out at −1e-18).
         parts.efficiency_loss = std::max(0.0, average_busy - parts.peak_compute - parts.op_overhead);
         parts.imbalance = std::max(0.0, busiest - average_busy);
         // The schedule never ends before its busiest core's compute, so this is step − busiest.
         parts.exposed_communication = std::max(0.0, prediction.step_seconds - busiest);
     }
+
     // Verdict material: the largest halo share and the worst-filled heavy layer.
-    double compute_total = 0, worst_share = 0;
-    for (const Node& node : nodes) compute_total += layer_of(0, node.id).forward.seconds + layer_of(0, node.id).backward.seconds;
-    for (const Node& node : nodes) {
-        if (has_halo[static_cast<std::size_t>(node.id)]) {
-            const double fraction = static_cast<double>(plan.halo_elements(node.id)) /
-                                    static_cast<double>(num_elements_of(model.node(node.inputs[0]).output_shape));
-            if (fraction > prediction.worst_halo_fraction) {
-                prediction.worst_halo_fraction = fraction;
-                prediction.worst_halo_layer = node.id;
+    void find_verdict_material() {
+        StepPrediction& prediction = m_prediction;
+        double compute_total = 0, worst_share = 0;
+        for (const Node& node : m_model.nodes()) compute_total += layer_of(0, node.id).forward.seconds + layer_of(0, node.id).backward.seconds;
+        for (const Node& node : m_model.nodes()) {
+            if (m_has_halo[static_cast<std::size_t>(node.id)]) {
+                const double fraction = static_cast<double>(m_plan.halo_elements(node.id)) /
+                                        static_cast<double>(num_elements_of(m_model.node(node.inputs[0]).output_shape));
+                if (fraction > prediction.worst_halo_fraction) {
+                    prediction.worst_halo_fraction = fraction;
+                    prediction.worst_halo_layer = node.id;
+                }
+            }
+            const LayerCost& layer = layer_of(0, node.id);
+            const double share = compute_total > 0 ? (layer.forward.seconds + layer.backward.seconds) / compute_total : 0;
+            // The heaviest badly filled layer: utilisation weighted by the layer's share of the time.
+            if ((node.kind == OpKind::Conv || node.kind == OpKind::ConvTranspose) && share >= 0.05 &&
+                layer.channel_utilisation < 0.5 && (prediction.worst_utilisation_layer < 0 || share > worst_share)) {
+                worst_share = share;
+                prediction.worst_utilisation = layer.channel_utilisation;
+                prediction.worst_utilisation_layer = node.id;
             }
         }
-        const LayerCost& layer = layer_of(0, node.id);
-        const double share = compute_total > 0 ? (layer.forward.seconds + layer.backward.seconds) / compute_total : 0;
-        // The heaviest badly filled layer: utilisation weighted by the layer's share of the time.
-        if ((node.kind == OpKind::Conv || node.kind == OpKind::ConvTranspose) && share >= 0.05 &&
-            layer.channel_utilisation < 0.5 &&
-            (prediction.worst_utilisation_layer < 0 || share > worst_share)) {
-            worst_share = share;
-            prediction.worst_utilisation = layer.channel_utilisation;
-            prediction.worst_utilisation_layer = node.id;
-        }
     }
-    return prediction;
+
+    static constexpr std::int64_t kBucketBytes = 25LL << 20;
+
+    const graph::Graph& m_model;
+    const partition::TilingPlan& m_plan;
+    const CostModel& m_cost;
+    const Device& m_device;
+    const SimulationOptions& m_options;
+    const std::int64_t m_cores, m_all_cores, m_element;
+    const std::size_t m_count;
+    const std::vector<bool> m_has_halo;
+    const std::vector<std::vector<std::vector<HaloTransfer>>> m_incoming;
+    const std::vector<std::vector<LayerCost>> m_layer_cost;
+    const Training m_training;
+    double m_bn_forward_share = 1, m_bn_backward_share = 1;
+
+    Schedule m_schedule;
+    StepPrediction m_prediction;
+    // Per core: each node's forward task (what a neighbour's halo waits for) and backward task.
+    std::vector<std::vector<int>> m_forward_task, m_backward_task;
+    // Halo gradients that must arrive at a core before it runs a node's backward.
+    std::vector<std::vector<std::vector<int>>> m_pending;
+    // Per core: compute outside the layers (the loss, the optimizer update) and how many ops paid the
+    // device's per-op overhead, for the step's breakdown.
+    std::vector<double> m_other_compute, m_op_count;
+    std::vector<int> m_loss_tasks, m_gradient_reductions, m_bucket_tasks;
+    std::int64_t m_bucket_bytes = 0, m_parameter_count = 0;
+    double m_total_flops = 0;
+};
+
+}  // namespace
+
+StepPrediction predict_step(const graph::Graph& model, const partition::TilingPlan& plan, std::int64_t replicas,
+                            const CostModel& cost, const SimulationOptions& options) {
+    TESSERA_CHECK(replicas >= 1, "a step needs at least one replica, got " << replicas);
+    return DeviceStep(model, plan, replicas, cost, options).run();
 }
 
 namespace {
