@@ -78,30 +78,53 @@ Shape shape_of(int rank, std::int64_t channels, std::int64_t extent) {
     return shape;
 }
 
-}  // namespace
+// Calibration step by step: each measurement writes its figures into the preset's `measured`.
+class HostCalibration {
+public:
+    HostCalibration(const CalibrationOptions& options, const std::function<void(const std::string&)>& progress)
+        : m_options(options), m_progress(progress) {
+        m_device.id = "host";
+        m_device.name = "this host (" + std::to_string(std::thread::hardware_concurrency()) + " hardware threads)";
+        m_device.kind = "host";
+        m_device.cores_per_chip = 1;
+        m_device.topology = cost::Topology::Host;
+        m_device.links_per_chip = 0;
+        m_device.efficiency = {.channel_tile = 16, .spatial_tile = 1, .matmul = 1.0, .memory = 1.0, .link = 1.0};
+        m_device.measured["threads"] = options.threads;
+    }
 
-cost::Device calibrate_host(const CalibrationOptions& options, const std::function<void(const std::string&)>& progress) {
-    TESSERA_CHECK(options.threads >= 1 && options.repeats >= 1,
-                  "calibration needs at least one thread and one repeat, got " << options.threads << " and " << options.repeats);
-    auto say = [&](const std::string& text) {
-        if (progress) progress(text);
-    };
-    const int saved_threads = ops::num_threads();
-    ops::set_num_threads(1);
-    cost::Device device;
-    device.id = "host";
-    device.name = "this host (" + std::to_string(std::thread::hardware_concurrency()) + " hardware threads)";
-    device.kind = "host";
-    device.cores_per_chip = 1;
-    device.topology = cost::Topology::Host;
-    device.links_per_chip = 0;
-    device.efficiency = {.channel_tile = 16, .spatial_tile = 1, .matmul = 1.0, .memory = 1.0, .link = 1.0};
-    auto& measured = device.measured;
-    measured["threads"] = options.threads;
-    std::vector<double> spreads;  // per timed layer: median over fastest repeat, − 1
+    cost::Device run() {
+        measure_copy_bandwidth();
+        measure_convolutions();
+        measure_narrow_tiles();
+        set_peak_from_convolutions();
+        measure_memory_ops();
+        measure_loss();
+        measure_phase_overhead();
+        measure_parallel_slowdown();
+        measure_end_of_step();
+        return finish();
+    }
+
+private:
+    void say(const std::string& text) const {
+        if (m_progress) m_progress(text);
+    }
+    // FLOPs and bytes as a host preset counts them (each op its own pass, CostModel::host_layer), for
+    // turning times into rates: a host device with no rates yet.
+    cost::CostModel roofline_model() const {
+        cost::Device d = m_device;
+        d.measured.clear();
+        d.peak_flops_f32 = 1;
+        d.memory_bandwidth = std::max(d.memory_bandwidth, 1.0);
+        return cost::CostModel(d);
+    }
 
     // Memory copy bandwidth: bytes read plus bytes written per second.
-    {
+    void measure_copy_bandwidth() {
+        const CalibrationOptions& options = m_options;
+        auto& measured = m_device.measured;
+        cost::Device& device = m_device;
         say("memory bandwidth");
         const std::size_t bytes = 64u << 20;
         std::vector<char> from(bytes, 1), to(bytes, 0);
@@ -115,94 +138,109 @@ cost::Device calibrate_host(const CalibrationOptions& options, const std::functi
         device.memory_bandwidth = measured["copy"] * 1e9 / 2;
     }
 
-    const cost::CostModel roofline([&] {
-        cost::Device d = device;
-        d.kind = "roofline";
-        d.peak_flops_f32 = 1;
-        return d;
-    }());
     // A layer's time is a fixed cost plus work over a rate: measured at a large and a small tile (the
     // small one as small as a deep layer's tile on many cores), the two give both.
-    auto conv_rates = [&](int rank, std::int64_t c_in, std::int64_t c_out, bool transposed, bool head, const std::string& key_stem) {
-        auto measure = [&](std::int64_t extent) {
-            graph::Graph g("calibration");
-            const bool first = c_in == 1;
-            int x = g.input(shape_of(rank, first ? 1 : 8, extent));
-            // Inside a model a layer reads its input in the layout the previous convolution wrote, and
-            // computes its input's gradient: a convolution to c_in channels comes first.
-            if (!first) x = g.conv(g.relu(x, "relu"), c_in, ops::ConvAttributes::same(rank, 3), "before");
-            const int layer = transposed ? g.conv_transpose(x, c_out, ops::ConvTransposeAttributes::upsample(rank, 2), "layer")
-                            : head       ? g.conv(x, c_out, ops::ConvAttributes::same(rank, 1), "layer")
-                                         : g.conv(x, c_out, ops::ConvAttributes::same(rank, 3), "layer");
-            g.set_output(layer);
-            const auto [forward, backward] = time_node(g, layer, options.repeats, spreads);
-            const cost::LayerCost counted = roofline.layer(g, layer, nullptr, graph::Precision::F32);
-            return std::array<double, 4>{counted.forward.flops, forward, counted.backward.flops, backward};
+    void measure_convolutions() {
+        const CalibrationOptions& options = m_options;
+        auto& measured = m_device.measured;
+        const cost::CostModel roofline = roofline_model();
+        std::vector<double>& spreads = m_spreads;
+        auto conv_rates = [&](int rank, std::int64_t c_in, std::int64_t c_out, bool transposed, bool head, const std::string& key_stem) {
+            auto measure = [&](std::int64_t extent) {
+                graph::Graph g("calibration");
+                const bool first = c_in == 1;
+                int x = g.input(shape_of(rank, first ? 1 : 8, extent));
+                // Inside a model a layer reads its input in the layout the previous convolution wrote, and
+                // computes its input's gradient: a convolution to c_in channels comes first.
+                if (!first) x = g.conv(g.relu(x, "relu"), c_in, ops::ConvAttributes::same(rank, 3), "before");
+                const int layer = transposed ? g.conv_transpose(x, c_out, ops::ConvTransposeAttributes::upsample(rank, 2), "layer")
+                                : head       ? g.conv(x, c_out, ops::ConvAttributes::same(rank, 1), "layer")
+                                             : g.conv(x, c_out, ops::ConvAttributes::same(rank, 3), "layer");
+                g.set_output(layer);
+                const auto [forward, backward] = time_node(g, layer, options.repeats, spreads);
+                const cost::LayerCost counted = roofline.layer(g, layer, nullptr, graph::Precision::F32);
+                return std::array<double, 4>{counted.forward.flops, forward, counted.backward.flops, backward};
+            };
+            const auto large = measure(extent_for(rank, c_in, c_out, transposed || head ? 4e7 : 1.5e8));
+            const auto small = measure(rank == 3 ? 4 : 8);
+            for (int pass = 0; pass < 2; ++pass) {
+                const double flops_large = large[2 * pass], time_large = large[2 * pass + 1];
+                const double flops_small = small[2 * pass], time_small = small[2 * pass + 1];
+                double rate = (flops_large - flops_small) / std::max(time_large - time_small, 1e-9);
+                if (!(rate > 0) || rate > 50 * flops_large / time_large) rate = flops_large / time_large;
+                const double fixed = std::max(0.0, time_small - flops_small / rate);
+                const std::string suffix = pass == 0 ? ".fwd" : ".bwd";
+                measured[key_stem + suffix] = rate / 1e9;
+                measured[key_stem + suffix + "_fixed_us"] = fixed * 1e6;
+            }
         };
-        const auto large = measure(extent_for(rank, c_in, c_out, transposed || head ? 4e7 : 1.5e8));
-        const auto small = measure(rank == 3 ? 4 : 8);
-        for (int pass = 0; pass < 2; ++pass) {
-            const double flops_large = large[2 * pass], time_large = large[2 * pass + 1];
-            const double flops_small = small[2 * pass], time_small = small[2 * pass + 1];
-            double rate = (flops_large - flops_small) / std::max(time_large - time_small, 1e-9);
-            if (!(rate > 0) || rate > 50 * flops_large / time_large) rate = flops_large / time_large;
-            const double fixed = std::max(0.0, time_small - flops_small / rate);
-            const std::string suffix = pass == 0 ? ".fwd" : ".bwd";
-            measured[key_stem + suffix] = rate / 1e9;
-            measured[key_stem + suffix + "_fixed_us"] = fixed * 1e6;
-        }
-    };
-    const std::vector<std::int64_t> ladder = options.quick ? std::vector<std::int64_t>{8, 32}
-                                                           : std::vector<std::int64_t>{4, 8, 16, 32, 64, 128};
-    for (int rank : {2, 3}) {
-        for (std::int64_t c : ladder) {
-            if (rank == 3 && c > 64) continue;
-            say("convolution " + std::to_string(rank) + "D, " + std::to_string(c) + " channels");
-            conv_rates(rank, c, c, false, false, key_stem(rank, 3, false, c));
-            conv_rates(rank, 2 * c, c, true, false, key_stem(rank, 1, false, c));
-            conv_rates(rank, c, 2, false, true, "conv" + std::to_string(rank) + "d.head.c" + std::to_string(c));
-        }
-        for (std::int64_t c : options.quick ? std::vector<std::int64_t>{8} : std::vector<std::int64_t>{4, 8, 16, 32, 64}) {
-            say("first layer " + std::to_string(rank) + "D, " + std::to_string(c) + " channels");
-            conv_rates(rank, 1, c, false, false, key_stem(rank, 3, true, c));
+        const std::vector<std::int64_t> ladder = options.quick ? std::vector<std::int64_t>{8, 32}
+                                                               : std::vector<std::int64_t>{4, 8, 16, 32, 64, 128};
+        for (int rank : {2, 3}) {
+            for (std::int64_t c : ladder) {
+                if (rank == 3 && c > 64) continue;
+                say("convolution " + std::to_string(rank) + "D, " + std::to_string(c) + " channels");
+                conv_rates(rank, c, c, false, false, key_stem(rank, 3, false, c));
+                conv_rates(rank, 2 * c, c, true, false, key_stem(rank, 1, false, c));
+                conv_rates(rank, c, 2, false, true, "conv" + std::to_string(rank) + "d.head.c" + std::to_string(c));
+            }
+            for (std::int64_t c : options.quick ? std::vector<std::int64_t>{8} : std::vector<std::int64_t>{4, 8, 16, 32, 64}) {
+                say("first layer " + std::to_string(rank) + "D, " + std::to_string(c) + " channels");
+                conv_rates(rank, 1, c, false, false, key_stem(rank, 3, true, c));
+            }
         }
     }
+
     // Narrow tiles: oneDNN's kernels vectorise along the output row, so a tile a few elements wide runs
     // far below the rate of a wide one. A 3×3 layer at widths 2 and 8 (batch 4, as many cores' tiles)
     // gives w0 in efficiency(W) = W / (W + w0), relative to a wide tile.
-    for (int rank : {2, 3}) {
-        say("narrow tiles " + std::to_string(rank) + "D");
-        const std::int64_t c = 64;
-        auto time_at = [&](std::int64_t width) {
-            graph::Graph g("narrow");
-            Shape shape{4, 8};
-            for (int axis = 0; axis < rank; ++axis) shape.push_back(width);
-            int x = g.conv(g.relu(g.input(shape), "relu"), c, ops::ConvAttributes::same(rank, 3), "before");
-            const int layer = g.conv(x, c, ops::ConvAttributes::same(rank, 3), "layer");
-            g.set_output(layer);
-            const auto [forward, backward] = time_node(g, layer, options.repeats, spreads);
-            const cost::LayerCost counted = roofline.layer(g, layer, nullptr, graph::Precision::F32);
-            return (counted.forward.flops + counted.backward.flops) / (forward + backward);  // FLOP/s
-        };
-        const double wide = time_at(rank == 3 ? 16 : 32), narrow = time_at(2);
-        // efficiency(2) / efficiency(wide) = narrow / wide, with efficiency(W) = W / (W + w0).
-        const double ratio = std::clamp(narrow / wide, 0.01, 1.0);
-        const double w_wide = rank == 3 ? 16 : 32;
-        // Solve 2/(2 + w0) = ratio · w_wide/(w_wide + w0) for w0.
-        const double a = ratio * w_wide;
-        const double w0 = a > 2 ? std::max(0.0, (2 * w_wide - 2 * a) / (a - 2)) : 64.0;
-        measured["conv" + std::to_string(rank) + "d.width_w0"] = w0;
+    void measure_narrow_tiles() {
+        const CalibrationOptions& options = m_options;
+        auto& measured = m_device.measured;
+        const cost::CostModel roofline = roofline_model();
+        std::vector<double>& spreads = m_spreads;
+        for (int rank : {2, 3}) {
+            say("narrow tiles " + std::to_string(rank) + "D");
+            const std::int64_t c = 64;
+            auto time_at = [&](std::int64_t width) {
+                graph::Graph g("narrow");
+                Shape shape{4, 8};
+                for (int axis = 0; axis < rank; ++axis) shape.push_back(width);
+                int x = g.conv(g.relu(g.input(shape), "relu"), c, ops::ConvAttributes::same(rank, 3), "before");
+                const int layer = g.conv(x, c, ops::ConvAttributes::same(rank, 3), "layer");
+                g.set_output(layer);
+                const auto [forward, backward] = time_node(g, layer, options.repeats, spreads);
+                const cost::LayerCost counted = roofline.layer(g, layer, nullptr, graph::Precision::F32);
+                return (counted.forward.flops + counted.backward.flops) / (forward + backward);  // FLOP/s
+            };
+            const double wide = time_at(rank == 3 ? 16 : 32), narrow = time_at(2);
+            // efficiency(2) / efficiency(wide) = narrow / wide, with efficiency(W) = W / (W + w0).
+            const double ratio = std::clamp(narrow / wide, 0.01, 1.0);
+            const double w_wide = rank == 3 ? 16 : 32;
+            // Solve 2/(2 + w0) = ratio · w_wide/(w_wide + w0) for w0.
+            const double a = ratio * w_wide;
+            const double w0 = a > 2 ? std::max(0.0, (2 * w_wide - 2 * a) / (a - 2)) : 64.0;
+            measured["conv" + std::to_string(rank) + "d.width_w0"] = w0;
+        }
     }
 
     // The largest measured 3×3 rate stands for the peak (the cost model needs one).
-    for (const auto& [key, value] : measured) {
-        if (key.rfind("conv", 0) == 0) device.peak_flops_f32 = std::max(device.peak_flops_f32, value * 1e9);
+    void set_peak_from_convolutions() {
+        auto& measured = m_device.measured;
+        cost::Device& device = m_device;
+        for (const auto& [key, value] : measured) {
+            if (key.rfind("conv", 0) == 0) device.peak_flops_f32 = std::max(device.peak_flops_f32, value * 1e9);
+        }
+        device.peak_flops_bf16 = device.peak_flops_f16 = device.peak_flops_f32;
     }
-    device.peak_flops_bf16 = device.peak_flops_f16 = device.peak_flops_f32;
 
     // Memory-bound ops behind a convolution, as inside a model (the activations arrive in the kernels'
     // layouts), at a large and a small size: bytes over a rate plus a fixed cost.
-    {
+    void measure_memory_ops() {
+        const CalibrationOptions& options = m_options;
+        auto& measured = m_device.measured;
+        const cost::CostModel roofline = roofline_model();
+        std::vector<double>& spreads = m_spreads;
         say("memory-bound ops");
         const std::vector<std::string> names{"batch_norm", "relu", "pool", "concat", "add"};
         auto measure = [&](std::int64_t extent) {
@@ -267,7 +305,9 @@ cost::Device calibrate_host(const CalibrationOptions& options, const std::functi
     }
 
     // The loss: softmax cross-entropy's partial sums and gradient over a tile of logits.
-    {
+    void measure_loss() {
+        const CalibrationOptions& options = m_options;
+        auto& measured = m_device.measured;
         say("loss");
         const Tensor logits = normal_tensor({1, 2, 256, 256}, 6);
         Tensor labels = Tensor::zeros({1, 256, 256}, DType::I32);
@@ -283,7 +323,9 @@ cost::Device calibrate_host(const CalibrationOptions& options, const std::functi
     }
 
     // A phase of the core mesh, beyond its kernels.
-    {
+    void measure_phase_overhead() {
+        const CalibrationOptions& options = m_options;
+        auto& measured = m_device.measured;
         say("phase overhead");
         // What a phase of the core mesh costs beyond its kernels: the barrier, the mesh's bookkeeping
         // and each executor's own work around the timed kernel. Two meshes of two cores differ only by
@@ -321,10 +363,13 @@ cost::Device calibrate_host(const CalibrationOptions& options, const std::functi
         const double few = step_and_kernels(20), many = step_and_kernels(220);
         measured["phase_overhead_us"] = std::max(0.0, (many - few) / 400.0) * 1e6;
     }
+
     // Kernels side by side: with every host thread busy, each runs slower than alone (shared memory
     // bandwidth and caches, lower clocks). The same small training step, alone and on every thread at
     // once, gives the factor.
-    {
+    void measure_parallel_slowdown() {
+        const CalibrationOptions& options = m_options;
+        auto& measured = m_device.measured;
         say("kernels side by side");
         graph::Graph g("parallel");
         int x = g.input({1, 16, 64, 64});
@@ -362,6 +407,7 @@ cost::Device calibrate_host(const CalibrationOptions& options, const std::functi
         const double alone = fastest(alone_times), together = fastest(together_times);
         measured["parallel_slowdown"] = std::max(1.0, together / alone);
     }
+
     // The end of a step (core_mesh.cpp): weight gradients summed over every core and handed back, one
     // task per parameter tensor over the threads; the loss scaler's finite checks over core 0's
     // gradients and values, on one thread; then each core's optimizer update. Measured on the mesh:
@@ -369,7 +415,9 @@ cost::Device calibrate_host(const CalibrationOptions& options, const std::functi
     //   per element   e = e0 + e_core·(cores − 1) + e_replica·(replicas − 1)  (2·threads equal large tensors)
     // each on one core, four cores of one replica and four replicas of one core (a replica's sum is a
     // copy of its own first core's); the checks and the update per element, directly.
-    {
+    void measure_end_of_step() {
+        const CalibrationOptions& options = m_options;
+        auto& measured = m_device.measured;
         say("gradient reduction and update");
         struct EndOfStep {
             double after_backward = 0;  // seconds from the end of backward to the update phase
@@ -460,16 +508,41 @@ cost::Device calibrate_host(const CalibrationOptions& options, const std::functi
             std::max(0.0, (element_cost[2] - element_cost[0]) / 3 - (element_cost[1] - element_cost[0]) / 3) * 1e9;
         measured["finite_checks_ns_per_parameter"] = large_one.checks / large_one.parameters * 1e9;
     }
-    // The median measurement's spread: above ~10 % the machine is too busy for a trustworthy preset.
-    measured["noise_percent"] = spreads.empty() ? 0.0 : 100.0 * [&] {
-        std::sort(spreads.begin(), spreads.end());
-        return spreads[spreads.size() / 2];
-    }();
-    device.kernel_overhead = measured["op_overhead_us"] * 1e-6;
-    device.memory_per_core = 1LL << 40;  // the host's simulated cores are limited by the mesh's own capacity setting
-    device.sources.push_back("every figure: measured by tessera-cli calibrate");
-    ops::set_num_threads(saved_threads);
-    return device;
+
+    cost::Device finish() {
+        auto& measured = m_device.measured;
+        std::vector<double>& spreads = m_spreads;
+        cost::Device& device = m_device;
+        // The median measurement's spread: above ~10 % the machine is too busy for a trustworthy preset.
+        measured["noise_percent"] = spreads.empty() ? 0.0 : 100.0 * [&] {
+            std::sort(spreads.begin(), spreads.end());
+            return spreads[spreads.size() / 2];
+        }();
+        device.kernel_overhead = measured["op_overhead_us"] * 1e-6;
+        device.memory_per_core = 1LL << 40;  // the host's simulated cores are limited by the mesh's own capacity setting
+        device.sources.push_back("every figure: measured by tessera-cli calibrate");
+        return device;
+    }
+
+    const CalibrationOptions& m_options;
+    const std::function<void(const std::string&)>& m_progress;
+    cost::Device m_device;
+    std::vector<double> m_spreads;  // per timed layer: median over fastest repeat, − 1
+};
+
+}  // namespace
+
+cost::Device calibrate_host(const CalibrationOptions& options, const std::function<void(const std::string&)>& progress) {
+    TESSERA_CHECK(options.threads >= 1 && options.repeats >= 1,
+                  "calibration needs at least one thread and one repeat, got " << options.threads << " and " << options.repeats);
+    // Single-threaded kernels, as a simulated core runs them; the caller's setting comes back after.
+    const int saved_threads = ops::num_threads();
+    ops::set_num_threads(1);
+    struct Restore {
+        int threads;
+        ~Restore() { ops::set_num_threads(threads); }
+    } restore{saved_threads};
+    return HostCalibration(options, progress).run();
 }
 
 void write_device_file(const cost::Device& device, const std::filesystem::path& path) {
