@@ -85,21 +85,27 @@ TEST(DataPrefetcher, RethrowsTheProducersErrorAfterTheBatchesBeforeIt) {
     EXPECT_THROW(prefetcher.next(), Error);  // and again: nothing comes after a failed batch
 }
 
+// Stopping makes no batch beyond the one in flight (counted, not timed: a machine under load may take
+// any time to wake a thread; a stop that waited for the queue to drain would make more batches).
 TEST(DataPrefetcher, StopsPromptlyWithAFullQueueOrABatchInFlight) {
-    ScriptedDataset dataset(30ms);
     {
+        ScriptedDataset dataset(30ms);
         auto prefetcher = std::make_unique<Prefetcher>(dataset, 0, 2);
-        std::this_thread::sleep_for(120ms);  // the queue is full; the producer waits
         const auto start = std::chrono::steady_clock::now();
+        while (dataset.calls() < 2 && seconds_since(start) < 10) std::this_thread::sleep_for(1ms);
+        std::this_thread::sleep_for(60ms);  // the queue is full; the producer waits
+        ASSERT_EQ(dataset.calls(), 2);
         prefetcher.reset();
-        EXPECT_LT(seconds_since(start), 0.1);
+        EXPECT_EQ(dataset.calls(), 2) << "a stop with a full queue makes no further batch";
     }
     {
+        ScriptedDataset dataset(200ms);
         auto prefetcher = std::make_unique<Prefetcher>(dataset, 0, 8);
-        std::this_thread::sleep_for(10ms);  // a batch is being made
         const auto start = std::chrono::steady_clock::now();
-        prefetcher.reset();
-        EXPECT_LT(seconds_since(start), 0.1) << "waits for at most the batch in flight";
+        while (dataset.calls() < 1 && seconds_since(start) < 10) std::this_thread::sleep_for(1ms);
+        prefetcher.reset();  // batch 0 is being made
+        EXPECT_EQ(dataset.calls(), 1) << "waits for at most the batch in flight";
     }
+    ScriptedDataset dataset;
     EXPECT_THROW(Prefetcher(dataset, 0, 0), Error);
 }

@@ -9,7 +9,6 @@
 #include <opencv2/core.hpp>
 #include <opencv2/imgcodecs.hpp>
 
-#include <chrono>
 #include <cstdlib>
 #include <set>
 
@@ -51,10 +50,7 @@ int count_cells(const Tensor& labels, std::int64_t height, std::int64_t width) {
 }  // namespace
 
 TEST(DataSyntheticEm, LooksLikeMembraneData) {
-    const auto started = std::chrono::steady_clock::now();
     const EmSection section = make_em_section(EmSectionOptions{});
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-    EXPECT_LT(seconds, 0.5) << "one 512×512 section should take a few tens of milliseconds";
     ASSERT_EQ(section.image.voxels.shape(), (Shape{1, 512, 512}));
     ASSERT_EQ(section.labels.labels.shape(), (Shape{1, 512, 512}));
     EXPECT_TRUE(same_grid(section.image.geometry, section.labels.geometry));
