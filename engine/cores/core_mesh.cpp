@@ -206,13 +206,13 @@ struct CoreMesh::Impl {
                 core.events.push_back({me, layer, EventKind::Compute, StepPhase::Forward, start, now(),
                                        g.cost(local).forward_flops, 0, -1});
                 if (!halo) return;
-                const graph::TileBuffer buffer = core.executor->value_buffer(local);
+                const ops::TileBuffer buffer = core.executor->value_buffer(local);
                 for (const partition::HaloTransfer& transfer : halo->transfers[static_cast<std::size_t>(core.index)]) {
                     const std::int64_t peer = mesh_core(core.replica, transfer.peer);
                     start = now();
-                    const graph::TileBuffer source =
+                    const ops::TileBuffer source =
                         cores[static_cast<std::size_t>(peer)].executor->value_buffer(halo->producer_node);
-                    graph::copy_box(source, transfer.peer_origin, buffer, transfer.buffer_origin, transfer.extent);
+                    ops::copy_box(source, transfer.peer_origin, buffer, transfer.buffer_origin, transfer.extent);
                     core.events.push_back({me, layer, EventKind::Halo, StepPhase::Forward, start, now(), 0,
                                            transfer.elements * buffer.element_size(), peer});
                 }
@@ -245,13 +245,13 @@ struct CoreMesh::Impl {
             const auto& sends = outgoing[static_cast<std::size_t>(halo - core_graphs.halos.data())];
             each_core(StepPhase::Backward, layer, [&](Core& core) {
                 const std::int64_t me = mesh_core(core.replica, core.index);
-                const graph::TileBuffer target = core.executor->gradient_buffer(halo->producer_node);
+                const ops::TileBuffer target = core.executor->gradient_buffer(halo->producer_node);
                 for (const auto& [receiver, index] : sends[static_cast<std::size_t>(core.index)]) {
                     const partition::HaloTransfer& transfer = halo->transfers[static_cast<std::size_t>(receiver)][index];
                     const std::int64_t peer = mesh_core(core.replica, receiver);
                     const double start = now();
-                    const graph::TileBuffer source = cores[static_cast<std::size_t>(peer)].executor->gradient_buffer(local);
-                    graph::add_box(source, transfer.buffer_origin, target, transfer.peer_origin, transfer.extent);
+                    const ops::TileBuffer source = cores[static_cast<std::size_t>(peer)].executor->gradient_buffer(local);
+                    ops::add_box(source, transfer.buffer_origin, target, transfer.peer_origin, transfer.extent);
                     core.events.push_back({me, layer, EventKind::Halo, StepPhase::Backward, start, now(), 0,
                                            transfer.elements * target.element_size(), peer});
                 }

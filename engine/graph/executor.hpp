@@ -12,17 +12,17 @@
 #pragma once
 
 #include "graph/graph.hpp"
-#include "graph/tile_buffer.hpp"
+#include "ops/tile_buffer.hpp"
 #include "tensor/parameter.hpp"
 
 #include <memory>
-#include <vector>
 #include <span>
 #include <vector>
 
 namespace tessera::graph {
 
-enum class Mode { Train, Eval };
+using ops::Mode;
+using ops::Pass;
 
 // Arithmetic of the compiled graph. BF16: convolutions compute in bfloat16 with f32 master weights and
 // f32 weight gradients; activations between them are bf16. The first layer (it reads the f32 input),
@@ -41,8 +41,6 @@ struct ExecutorOptions {
     // partial sums the driver adds across executors before the node runs.
     bool distributed_reductions = false;
 };
-
-enum class Pass { Forward, Backward };
 
 // Bytes one compiled graph holds, by what they are for (a simulated core's memory ledger).
 struct MemoryReport {
@@ -101,8 +99,8 @@ public:
     // After a driver added into a gradient (halo gradients from neighbours): F16 rounds it again.
     void gradient_changed(int node);
     // A node's value and gradient in place, for halo exchange.
-    TileBuffer value_buffer(int node);
-    TileBuffer gradient_buffer(int node);
+    ops::TileBuffer value_buffer(int node);
+    ops::TileBuffer gradient_buffer(int node);
 
     // Plain copies of a node's forward value and (after backward) the gradient w.r.t. it.
     Tensor activation(int node) const;

@@ -210,7 +210,7 @@ int Graph::dense(int x, std::int64_t out_features, std::string name) {
     return add_node(std::move(node));
 }
 
-int Graph::halo(int x, const ops::Extents& spatial_extent, HaloAttributes attributes, std::string name) {
+int Graph::halo(int x, const ops::Extents& spatial_extent, ops::HaloAttributes attributes, std::string name) {
     const Node& source = checked(x, "halo");
     const std::size_t rank = source.output_shape.size() - 2;
     TESSERA_CHECK(source.output_shape.size() >= 3 && spatial_extent.size() == rank &&

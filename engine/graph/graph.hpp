@@ -42,13 +42,6 @@ struct ParameterSpec {
     double constant = 0;   // the value of Initializer::Constant
 };
 
-// Where a core's own tile sits inside the widened buffer a Halo node makes; every other row of that
-// buffer is filled from the neighbours' tiles by the core mesh.
-struct HaloAttributes {
-    ops::Extents interior_offset;  // per spatial axis: buffer row of the tile's first row
-    ops::Extents interior_extent;  // per spatial axis: rows of the tile that lie inside the buffer
-};
-
 struct Node {
     int id = -1;
     OpKind kind = OpKind::Input;
@@ -60,7 +53,7 @@ struct Node {
     ops::ConvTransposeAttributes conv_transpose;
     ops::PoolAttributes pool;
     ops::BatchNormAttributes batch_norm;
-    HaloAttributes halo;
+    ops::HaloAttributes halo;
     ops::Extents upsample_factor;  // upsample: output rows per input row, per spatial axis (≥ 1)
     std::vector<int> parameters;   // indices into Graph::parameters(): weight first, then bias / scale, shift
     std::vector<int> buffers;      // indices into Graph::buffers(): BN running mean, running variance
@@ -91,7 +84,7 @@ public:
     int global_average_pool(int x, std::string name);        // → [N, C]
     int dense(int x, std::int64_t out_features, std::string name);
     // A buffer of `spatial_extent` rows per axis holding x's tile at `attributes` (see HaloAttributes).
-    int halo(int x, const ops::Extents& spatial_extent, HaloAttributes attributes, std::string name);
+    int halo(int x, const ops::Extents& spatial_extent, ops::HaloAttributes attributes, std::string name);
     // Nearest-neighbour upsampling: every input element repeated factor[axis] times along each spatial
     // axis (output extent = input extent × factor). factor has one entry ≥ 1 per spatial axis.
     int upsample(int x, ops::Extents factor, std::string name);

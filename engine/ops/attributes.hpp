@@ -61,6 +61,17 @@ struct BatchNormAttributes {
     bool fuse_relu = false;
 };
 
+// Where a simulated core's own tile sits inside the widened buffer a Halo op makes; every other row
+// of that buffer is filled from the neighbours' tiles by the core mesh.
+struct HaloAttributes {
+    Extents interior_offset;  // per spatial axis: buffer row of the tile's first row
+    Extents interior_extent;  // per spatial axis: rows of the tile that lie inside the buffer
+};
+
+// Training uses batch statistics (and keeps what backward needs); evaluation the running ones.
+enum class Mode { Train, Eval };
+enum class Pass { Forward, Backward };
+
 // Output shapes; each checks its input and says what was expected.
 Shape conv_output_shape(const Shape& input, std::int64_t out_channels, const ConvAttributes& attributes);
 Shape conv_weight_shape(std::int64_t in_channels, std::int64_t out_channels, const ConvAttributes& attributes);

@@ -1,10 +1,10 @@
-#include "graph/tile_buffer.hpp"
+#include "ops/tile_buffer.hpp"
 
 #include "core/error.hpp"
 
 #include <cstring>
 
-namespace tessera::graph {
+namespace tessera::ops {
 
 namespace {
 
@@ -148,4 +148,4 @@ void zero_box(const TileBuffer& buffer, const Box& origin, const Box& extent) {
     }
 }
 
-}  // namespace tessera::graph
+}  // namespace tessera::ops

@@ -14,7 +14,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace tessera::graph {
+namespace tessera::ops {
 
 struct TileBuffer {
     void* data = nullptr;
@@ -46,4 +46,4 @@ void add_box(const TileBuffer& from, const Box& from_origin, const TileBuffer& t
 // Zeros a box of the buffer.
 void zero_box(const TileBuffer& buffer, const Box& origin, const Box& extent);
 
-}  // namespace tessera::graph
+}  // namespace tessera::ops

@@ -123,7 +123,7 @@ CoreGraphs build_core_graphs(const graph::Graph& model, const TilingPlan& plan) 
                     source = on_every_core([&](std::int64_t core, graph::Graph& g) {
                         const NodeTile& tile = tiles(core);
                         const auto& own = plan.tile(producer, core).owned;
-                        graph::HaloAttributes attributes;
+                        ops::HaloAttributes attributes;
                         ops::Extents extent;
                         for (std::size_t axis = 0; axis < rank; ++axis) {
                             const Interval& needed = tile.needed[axis];

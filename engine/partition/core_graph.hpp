@@ -15,7 +15,7 @@
 #pragma once
 
 #include "graph/graph.hpp"
-#include "graph/tile_buffer.hpp"
+#include "ops/tile_buffer.hpp"
 #include "partition/tiling.hpp"
 
 #include <vector>
@@ -26,9 +26,9 @@ namespace tessera::partition {
 // sends back to be added there (backward).
 struct HaloTransfer {
     std::int64_t peer = -1;           // the core owning the rows
-    graph::Box peer_origin;           // in the peer's tile of the producer
-    graph::Box buffer_origin;         // in this core's halo buffer
-    graph::Box extent;
+    ops::Box peer_origin;           // in the peer's tile of the producer
+    ops::Box buffer_origin;         // in this core's halo buffer
+    ops::Box extent;
     std::int64_t elements = 0;        // N · C · rows
 };
 

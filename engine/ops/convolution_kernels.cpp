@@ -1,0 +1,407 @@
+// Convolutions and transposed convolutions: oneDNN primitives for forward, backward-data and
+// backward-weights, f32 master weights reordered into each primitive's layout.
+#include "ops/kernels.hpp"
+
+#include <cstdint>
+
+namespace tessera::ops {
+
+namespace {
+
+// A windowed op with weights: oneDNN's convolution and deconvolution families share one shape —
+// forward, backward-data and backward-weights primitives, the input kept in the forward layout for
+// the weights gradient, f32 master weights reordered into each primitive's layout.
+template <class Forward, class BackwardData, class BackwardWeights>
+class WeightedWindowKernel final : public Kernel {
+public:
+    WeightedWindowKernel(const KernelInputs& in, Parameter* weight, Parameter* bias, memory::desc weights_plain,
+                         const typename Forward::desc& forward, const typename BackwardData::desc& backward_data,
+                         const typename BackwardWeights::desc& backward_weights)
+        : Kernel(in), m_weight(weight), m_bias(bias), m_needs_diff_input(in.needs_gradient[0]), m_weights_plain(weights_plain) {
+        m_forward_pd = m_scratchpad.fit(typename Forward::primitive_desc(forward, Scratchpad::attributes(), cpu_engine()));
+        m_forward = Forward(m_forward_pd);
+        m_output_desc = m_forward_pd.dst_desc();
+        m_src = Converted(m_scratchpad, in.descs[0], m_forward_pd.src_desc());
+        m_forward_weights = Converted(m_scratchpad, m_weights_plain, m_forward_pd.weights_desc());
+        if (m_needs_diff_input) {
+            m_backward_data_pd = m_scratchpad.fit(
+                typename BackwardData::primitive_desc(backward_data, Scratchpad::attributes(), cpu_engine(), m_forward_pd));
+            m_backward_data = BackwardData(m_backward_data_pd);
+            m_backward_data_weights = Converted(m_scratchpad, m_weights_plain, m_backward_data_pd.weights_desc());
+            m_backward_data_diff_dst = Converted(m_scratchpad, m_output_desc, m_backward_data_pd.diff_dst_desc());
+            m_diff_src = Staged(m_scratchpad, m_backward_data_pd.diff_src_desc(), in.descs[0]);
+        }
+        m_backward_weights_pd = m_scratchpad.fit(
+            typename BackwardWeights::primitive_desc(backward_weights, Scratchpad::attributes(), cpu_engine(), m_forward_pd));
+        m_backward_weights = BackwardWeights(m_backward_weights_pd);
+        m_backward_weights_src = Converted(m_scratchpad, m_forward_pd.src_desc(), m_backward_weights_pd.src_desc());
+        m_backward_weights_diff_dst = Converted(m_scratchpad, m_output_desc, m_backward_weights_pd.diff_dst_desc());
+        m_diff_weights = Staged(m_scratchpad, m_backward_weights_pd.diff_weights_desc(), m_weights_plain);
+        if (bias) m_diff_bias = Staged(m_scratchpad, m_backward_weights_pd.diff_bias_desc(), plain_desc(bias->value.shape()));
+    }
+
+    void forward(const std::vector<memory>& inputs, const memory& output, Mode) override {
+        m_last_src = m_src(inputs[0]);
+        std::unordered_map<int, memory> args{{DNNL_ARG_SRC, m_last_src},
+                                             {DNNL_ARG_WEIGHTS, m_forward_weights(weights(m_weight->value))},
+                                             {DNNL_ARG_DST, output}};
+        if (m_bias) args[DNNL_ARG_BIAS] = wrap(m_bias->value);
+        m_scratchpad.execute(m_forward, args);
+    }
+
+    void backward(const std::vector<memory>&, const memory&, const memory& diff_output,
+                  const std::vector<memory>& diff_inputs) override {
+        const memory weight_gradient = weights(m_weight->gradient);
+        std::unordered_map<int, memory> args{{DNNL_ARG_SRC, m_backward_weights_src(m_last_src)},
+                                             {DNNL_ARG_DIFF_DST, m_backward_weights_diff_dst(diff_output)},
+                                             {DNNL_ARG_DIFF_WEIGHTS, m_diff_weights.destination(weight_gradient)}};
+        memory bias_gradient;
+        if (m_bias) {
+            bias_gradient = wrap(m_bias->gradient);
+            args[DNNL_ARG_DIFF_BIAS] = m_diff_bias.destination(bias_gradient);
+        }
+        m_scratchpad.execute(m_backward_weights, args);
+        m_diff_weights.finish(weight_gradient);
+        if (m_bias) m_diff_bias.finish(bias_gradient);
+
+        if (m_needs_diff_input) {
+            const memory& target = diff_inputs[0];
+            m_scratchpad.execute(m_backward_data, {{DNNL_ARG_DIFF_DST, m_backward_data_diff_dst(diff_output)},
+                                     {DNNL_ARG_WEIGHTS, m_backward_data_weights(weights(m_weight->value))},
+                                     {DNNL_ARG_DIFF_SRC, m_diff_src.destination(target)}});
+            m_diff_src.finish(target);
+        }
+    }
+
+    std::int64_t bytes() const override {
+        return m_src.bytes() + m_forward_weights.bytes() + m_backward_data_weights.bytes() +
+               m_backward_data_diff_dst.bytes() + m_diff_src.bytes() + m_backward_weights_src.bytes() +
+               m_backward_weights_diff_dst.bytes() + m_diff_weights.bytes() + m_diff_bias.bytes();
+    }
+
+private:
+    // The f32 master (value or gradient) as oneDNN memory in our plain weight layout.
+    memory weights(const Tensor& tensor) const {
+        return memory(m_weights_plain, cpu_engine(), const_cast<void*>(tensor.raw_data()));
+    }
+
+    Parameter* m_weight;
+    Parameter* m_bias;
+    bool m_needs_diff_input;
+    memory::desc m_weights_plain;
+    typename Forward::primitive_desc m_forward_pd;
+    Forward m_forward;
+    typename BackwardData::primitive_desc m_backward_data_pd;
+    BackwardData m_backward_data;
+    typename BackwardWeights::primitive_desc m_backward_weights_pd;
+    BackwardWeights m_backward_weights;
+    Converted m_src, m_forward_weights, m_backward_data_weights, m_backward_data_diff_dst, m_backward_weights_src,
+        m_backward_weights_diff_dst;
+    Staged m_diff_src, m_diff_weights, m_diff_bias;
+    memory m_last_src;  // the input in the forward primitive's layout, kept for the weights gradient
+};
+
+using ConvKernel = WeightedWindowKernel<dnnl::convolution_forward, dnnl::convolution_backward_data,
+                                        dnnl::convolution_backward_weights>;
+using ConvTransposeKernel = WeightedWindowKernel<dnnl::deconvolution_forward, dnnl::deconvolution_backward_data,
+                                                 dnnl::deconvolution_backward_weights>;
+
+std::unique_ptr<Kernel> make_direct_conv_kernel(const ConvAttributes& a, const Shape& input_shape, const Shape& output_shape,
+                                                const KernelInputs& in,
+                                         Parameter* weight, Parameter* bias, memory::data_type compute,
+                                         memory::data_type output_type) {
+    const auto strides = to_dims(a.stride);
+    const auto dilates = dnnl_dilation(a.dilation);
+    const auto pad_l = to_dims(a.pad_begin);
+    const auto pad_r = to_dims(a.pad_end);
+    // Layers with fewer than 16 channels (a 3D U-Net's first level) run best channels-last: the blocked
+    // layouts oneDNN picks pad them to 16 and its backward-weights falls back to a slow gemm. A
+    // 1-channel input stays 'any' (channels-last there selects a reference kernel). Source and
+    // destination must agree: mixing a fixed layout with 'any' selects a reference kernel too.
+    const std::int64_t in_channels = input_shape[1], out_channels = output_shape[1];
+    const bool channels_last = in_channels > 1 && std::min(in_channels, out_channels) < 16;
+    auto activation = [&](const Shape& shape, memory::data_type type) {
+        return channels_last ? channels_last_desc(shape, type) : any_desc(shape, type);
+    };
+    const memory::desc src_any = activation(input_shape, compute);
+    const memory::desc weights_any = any_desc(weight->value.shape(), compute);
+    const memory::desc dst_any = activation(output_shape, output_type);
+    // Gradients flow in the compute type; weight gradients are always f32 (they update f32 masters).
+    const memory::desc diff_dst_any = activation(output_shape, compute);
+    const memory::desc diff_weights_any = any_desc(weight->value.shape());
+    const auto algorithm = dnnl::algorithm::convolution_direct;
+    return std::make_unique<ConvKernel>(
+        in, weight, bias, plain_desc(weight->value.shape()),
+        dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, algorithm, src_any, weights_any,
+                                        optional_bias_desc(bias), dst_any, strides, dilates, pad_l, pad_r),
+        dnnl::convolution_backward_data::desc(algorithm, src_any, weights_any, diff_dst_any, strides, dilates, pad_l,
+                                              pad_r),
+        dnnl::convolution_backward_weights::desc(algorithm, src_any, diff_weights_any, optional_bias_desc(bias),
+                                                 diff_dst_any, strides, dilates, pad_l, pad_r));
+}
+
+// Transposed convolutions whose kernel differs from the stride (kernel = stride takes the faster
+// UpsampleConvKernel below).
+std::unique_ptr<Kernel> make_deconvolution_kernel(const ConvTransposeAttributes& a, const Shape& input_shape,
+                                                  const Shape& output_shape, const KernelInputs& in,
+                                                   Parameter* weight, Parameter* bias, memory::data_type compute,
+                                                   memory::data_type output_type) {
+    const auto strides = to_dims(a.stride);
+    const memory::dims zeros(a.kernel.size(), 0);
+    // Our weights are [C_in, C_out, k...]; oneDNN's deconvolution names dims [C_out, C_in, k...], and the
+    // io(d)hw tags describe exactly our physical order.
+    memory::dims weight_dims = to_dims(weight->value.shape());
+    std::swap(weight_dims[0], weight_dims[1]);
+    const memory::desc weights_plain(weight_dims, memory::data_type::f32,
+                                     weight_dims.size() == 5 ? memory::format_tag::iodhw : memory::format_tag::iohw);
+    const memory::desc src_any = any_desc(input_shape, compute);
+    const memory::desc weights_any(weight_dims, compute, memory::format_tag::any);
+    const memory::desc diff_weights_any(weight_dims, memory::data_type::f32, memory::format_tag::any);
+    const memory::desc dst_any = any_desc(output_shape, output_type);
+    const memory::desc diff_dst_any = any_desc(output_shape, compute);
+    const auto algorithm = dnnl::algorithm::deconvolution_direct;
+    return std::make_unique<ConvTransposeKernel>(
+        in, weight, bias, weights_plain,
+        dnnl::deconvolution_forward::desc(dnnl::prop_kind::forward_training, algorithm, src_any, weights_any,
+                                          optional_bias_desc(bias), dst_any, strides, zeros, zeros),
+        dnnl::deconvolution_backward_data::desc(algorithm, src_any, weights_any, diff_dst_any, strides, zeros, zeros),
+        dnnl::deconvolution_backward_weights::desc(algorithm, src_any, diff_weights_any, optional_bias_desc(bias),
+                                                   diff_dst_any, strides, zeros, zeros));
+}
+
+// ---- transposed convolution with kernel = stride (U-Net's up-convolution) ----------------------
+
+
+// Rearranges between the 1×1 convolution's output [N, C·K, (D,) H, W] (any layout; K taps per kernel,
+// channel c·K + tap, taps in (kD,) kH, kW order) and the plain upsampled tensor [N, C, (D·kD,) H·kH, W·kW].
+// A hand loop: oneDNN's reorder between such strided views takes a reference path hundreds of times slower.
+template <class Element>
+void rearrange_depth_space(Element* wide, const ChannelAddressing& at, Element* plain, const Shape& input_shape,
+                           std::int64_t channels, const Extents& factor, bool to_plain) {
+    const bool is_3d = factor.size() == 3;
+    const std::int64_t batch = input_shape[0];
+    const std::int64_t depth = is_3d ? input_shape[2] : 1, height = input_shape[is_3d ? 3 : 2],
+                       width = input_shape[is_3d ? 4 : 3];
+    const std::int64_t fz = is_3d ? factor[0] : 1, fy = factor[is_3d ? 1 : 0], fx = factor[is_3d ? 2 : 1];
+    const std::int64_t taps = fz * fy * fx;
+    const std::int64_t out_height = height * fy, out_width = width * fx;
+    const std::int64_t out_plane = depth * fz * out_height * out_width;  // elements per output channel
+    const std::int64_t wide_channels = channels * taps;
+    const std::int64_t block = at.block, num_blocks = (wide_channels + block - 1) / block;
+    // Walk the wide tensor in its own order (contiguous lanes of a channel block) and look each lane's
+    // partner up in the plain tensor through a per-lane offset table.
+    std::vector<std::int64_t> lane_offset(static_cast<std::size_t>(num_blocks * block), -1);
+    for (std::int64_t wide_channel = 0; wide_channel < wide_channels; ++wide_channel) {
+        const std::int64_t c = wide_channel / taps, tap = wide_channel % taps;
+        const std::int64_t kz = tap / (fy * fx), ky = (tap / fx) % fy, kx = tap % fx;
+        lane_offset[static_cast<std::size_t>(wide_channel)] = c * out_plane + (kz * out_height + ky) * out_width + kx;
+    }
+#pragma omp parallel for collapse(3) schedule(static)
+    for (std::int64_t n = 0; n < batch; ++n) {
+        for (std::int64_t b = 0; b < num_blocks; ++b) {
+            for (std::int64_t z = 0; z < depth; ++z) {
+                const std::int64_t lanes = std::min(block, wide_channels - b * block);
+                const std::int64_t* offsets = lane_offset.data() + b * block;
+                for (std::int64_t y = 0; y < height; ++y) {
+                    Element* wide_row = wide + n * at.batch_stride + b * at.block_stride + z * at.spatial_stride[0] +
+                                        y * at.spatial_stride[1];
+                    Element* plain_row = plain + n * channels * out_plane + (z * fz * out_height + y * fy) * out_width;
+                    for (std::int64_t x = 0; x < width; ++x) {
+                        Element* wide_pixel = wide_row + x * at.spatial_stride[2];
+                        Element* plain_pixel = plain_row + x * fx;
+                        if (to_plain) {
+                            for (std::int64_t lane = 0; lane < lanes; ++lane) plain_pixel[offsets[lane]] = wide_pixel[lane];
+                        } else {
+                            for (std::int64_t lane = 0; lane < lanes; ++lane) wide_pixel[lane] = plain_pixel[offsets[lane]];
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+void rearrange_depth_space(const memory& wide, const memory& plain, const Shape& input_shape, std::int64_t channels,
+                           const Extents& factor, bool to_plain) {
+    TESSERA_ASSERT(wide.get_desc().data_type() == plain.get_desc().data_type(), "depth-to-space needs one type");
+    const ChannelAddressing at(wide.get_desc());
+    if (wide.get_desc().data_type() == memory::data_type::f32) {
+        rearrange_depth_space(static_cast<float*>(wide.get_data_handle()), at, static_cast<float*>(plain.get_data_handle()),
+                              input_shape, channels, factor, to_plain);
+    } else {  // bf16: moved as 16-bit patterns
+        rearrange_depth_space(static_cast<std::uint16_t*>(wide.get_data_handle()), at,
+                              static_cast<std::uint16_t*>(plain.get_data_handle()), input_shape, channels, factor, to_plain);
+    }
+}
+
+// With kernel = stride the output blocks do not overlap, so the transposed convolution is a 1×1
+// convolution to C_out·K channels (K = taps per kernel) followed by a depth-to-space rearrangement —
+// and oneDNN's 1×1 kernels are many times faster than its deconvolution. The rearrangement is one
+// reorder between strided views; the outputs are exactly those of the transposed convolution.
+class UpsampleConvKernel final : public Kernel {
+public:
+    UpsampleConvKernel(const ConvTransposeAttributes& attributes, const Shape& input_shape, const Shape& output_shape,
+                       const KernelInputs& in, Parameter* weight,
+                       Parameter* bias, memory::data_type compute, memory::data_type output_type)
+        : Kernel(in), m_weight(weight), m_bias(bias), m_needs_diff_input(in.needs_gradient[0]) {
+        const Extents& factor = attributes.kernel;  // = stride
+        const int rank = static_cast<int>(factor.size());
+        const std::int64_t taps = num_elements_of(factor);
+        const std::int64_t out_channels = output_shape[1];
+        m_taps = taps;
+        Shape wide_shape = input_shape;  // [N, C_out·K, (D,) H, W]
+        wide_shape[1] = out_channels * taps;
+        const Shape conv_weights{out_channels * taps, input_shape[1]};
+        Shape weights_shape = conv_weights;
+        weights_shape.insert(weights_shape.end(), static_cast<std::size_t>(rank), 1);
+        // Our weights [C_in, C_out, k...] are, read as a matrix, [C_in, C_out·K]: the 1×1 weights
+        // [C_out·K, C_in] transposed, which the io(d)hw tags describe without a copy.
+        m_weights_plain = memory::desc(to_dims(weights_shape), memory::data_type::f32,
+                                       rank == 3 ? memory::format_tag::iodhw : memory::format_tag::iohw);
+        // Source and destination layouts left to oneDNN together: mixing a fixed layout with 'any' on a 1×1
+        // convolution selects a reference kernel. The rearrangement reads whatever layout comes.
+        const memory::desc wide_any = any_desc(wide_shape, compute);
+        const memory::desc src_any = any_desc(input_shape, compute);
+        const memory::desc weights_any = any_desc(weights_shape, compute);
+        const memory::desc diff_weights_any = any_desc(weights_shape);
+        const memory::desc bias_desc = bias ? plain_desc({out_channels * taps}) : memory::desc();
+        const memory::dims ones(static_cast<std::size_t>(rank), 1), zeros(static_cast<std::size_t>(rank), 0);
+
+        m_forward_pd = m_scratchpad.fit(dnnl::convolution_forward::primitive_desc(
+            dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
+                                            src_any, weights_any, bias_desc, wide_any, ones, zeros, zeros, zeros),
+            Scratchpad::attributes(), cpu_engine()));
+        m_forward = dnnl::convolution_forward(m_forward_pd);
+        const memory::desc wide_desc = m_forward_pd.dst_desc();
+        m_wide = memory(wide_desc, cpu_engine());
+        m_src = Converted(m_scratchpad, in.descs[0], m_forward_pd.src_desc());
+        m_forward_weights = Converted(m_scratchpad, m_weights_plain, m_forward_pd.weights_desc());
+        m_output_desc = plain_desc(output_shape, output_type);
+
+        m_input_shape = input_shape;
+        m_factor = factor;
+        m_out_channels = out_channels;
+        // Rearranged in the compute type; an output layer's f32 result is converted after.
+        const memory::desc plain_compute = plain_desc(output_shape, compute);
+        m_to_output = Staged(m_scratchpad, plain_compute, m_output_desc);
+        m_plain_gradient = Converted(m_scratchpad, m_output_desc, plain_compute);
+        m_diff_wide = memory(wide_desc, cpu_engine());
+
+        if (m_needs_diff_input) {
+            m_backward_data_pd = m_scratchpad.fit(dnnl::convolution_backward_data::primitive_desc(
+                dnnl::convolution_backward_data::desc(dnnl::algorithm::convolution_direct, src_any, weights_any,
+                                                      wide_desc, ones, zeros, zeros, zeros),
+                Scratchpad::attributes(), cpu_engine(), m_forward_pd));
+            m_backward_data = dnnl::convolution_backward_data(m_backward_data_pd);
+            m_backward_data_weights = Converted(m_scratchpad, m_weights_plain, m_backward_data_pd.weights_desc());
+            m_diff_src = Staged(m_scratchpad, m_backward_data_pd.diff_src_desc(), in.descs[0]);
+        }
+        m_backward_weights_pd = m_scratchpad.fit(dnnl::convolution_backward_weights::primitive_desc(
+            dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, src_any, diff_weights_any,
+                                                     bias_desc, wide_desc, ones, zeros, zeros, zeros),
+            Scratchpad::attributes(), cpu_engine(), m_forward_pd));
+        m_backward_weights = dnnl::convolution_backward_weights(m_backward_weights_pd);
+        m_backward_weights_src = Converted(m_scratchpad, m_forward_pd.src_desc(), m_backward_weights_pd.src_desc());
+        m_diff_weights = Staged(m_scratchpad, m_backward_weights_pd.diff_weights_desc(), m_weights_plain);
+        if (bias) {
+            m_wide_bias = Tensor::zeros({out_channels * taps}, DType::F32);
+            m_wide_bias_gradient = Tensor::zeros({out_channels * taps}, DType::F32);
+        }
+    }
+
+    void forward(const std::vector<memory>& inputs, const memory& output, Mode) override {
+        m_last_src = m_src(inputs[0]);
+        std::unordered_map<int, memory> args{{DNNL_ARG_SRC, m_last_src},
+                                             {DNNL_ARG_WEIGHTS, m_forward_weights(weights(m_weight->value))},
+                                             {DNNL_ARG_DST, m_wide}};
+        if (m_bias) {  // each output channel's bias, repeated for its K taps
+            const float* bias = m_bias->value.data<float>();
+            float* wide_bias = m_wide_bias.data<float>();
+            for (std::int64_t i = 0; i < m_wide_bias.num_elements(); ++i) wide_bias[i] = bias[i / m_taps];
+            args[DNNL_ARG_BIAS] = wrap(m_wide_bias);
+        }
+        m_scratchpad.execute(m_forward, args);
+        rearrange_depth_space(m_wide, m_to_output.destination(output), m_input_shape, m_out_channels, m_factor, true);
+        m_to_output.finish(output);
+    }
+
+    void backward(const std::vector<memory>&, const memory&, const memory& diff_output,
+                  const std::vector<memory>& diff_inputs) override {
+        rearrange_depth_space(m_diff_wide, m_plain_gradient(diff_output), m_input_shape, m_out_channels, m_factor, false);
+
+        const memory weight_gradient = weights(m_weight->gradient);
+        std::unordered_map<int, memory> args{{DNNL_ARG_SRC, m_backward_weights_src(m_last_src)},
+                                             {DNNL_ARG_DIFF_DST, m_diff_wide},
+                                             {DNNL_ARG_DIFF_WEIGHTS, m_diff_weights.destination(weight_gradient)}};
+        if (m_bias) args[DNNL_ARG_DIFF_BIAS] = wrap(m_wide_bias_gradient);
+        m_scratchpad.execute(m_backward_weights, args);
+        m_diff_weights.finish(weight_gradient);
+        if (m_bias) {  // a channel's bias gradient sums its K taps
+            const float* per_tap = m_wide_bias_gradient.data<float>();
+            float* bias_gradient = m_bias->gradient.data<float>();
+            for (std::int64_t c = 0; c < m_bias->gradient.num_elements(); ++c) {
+                double sum = 0;
+                for (std::int64_t k = 0; k < m_taps; ++k) sum += per_tap[c * m_taps + k];
+                bias_gradient[c] = static_cast<float>(sum);
+            }
+        }
+        if (m_needs_diff_input) {
+            const memory& target = diff_inputs[0];
+            m_scratchpad.execute(m_backward_data, {{DNNL_ARG_DIFF_DST, m_diff_wide},
+                                                   {DNNL_ARG_WEIGHTS, m_backward_data_weights(weights(m_weight->value))},
+                                                   {DNNL_ARG_DIFF_SRC, m_diff_src.destination(target)}});
+            m_diff_src.finish(target);
+        }
+    }
+
+    std::int64_t bytes() const override {
+        return 2 * static_cast<std::int64_t>(m_wide.get_desc().get_size()) + m_src.bytes() + m_forward_weights.bytes() +
+               m_backward_data_weights.bytes() + m_diff_src.bytes() + m_backward_weights_src.bytes() +
+               m_diff_weights.bytes();
+    }
+
+private:
+    memory weights(const Tensor& tensor) const {
+        return memory(m_weights_plain, cpu_engine(), const_cast<void*>(tensor.raw_data()));
+    }
+
+    Parameter* m_weight;
+    Parameter* m_bias;
+    bool m_needs_diff_input;
+    std::int64_t m_taps = 1;
+    memory::desc m_weights_plain;
+    Shape m_input_shape;
+    Extents m_factor;
+    std::int64_t m_out_channels = 0;
+    Staged m_to_output;
+    Converted m_plain_gradient;
+    dnnl::convolution_forward::primitive_desc m_forward_pd;
+    dnnl::convolution_forward m_forward;
+    dnnl::convolution_backward_data::primitive_desc m_backward_data_pd;
+    dnnl::convolution_backward_data m_backward_data;
+    dnnl::convolution_backward_weights::primitive_desc m_backward_weights_pd;
+    dnnl::convolution_backward_weights m_backward_weights;
+    memory m_wide, m_diff_wide, m_last_src;
+    Converted m_src, m_forward_weights, m_backward_data_weights, m_backward_weights_src;
+    Staged m_diff_src, m_diff_weights;
+    Tensor m_wide_bias, m_wide_bias_gradient;
+};
+
+}  // namespace
+
+std::unique_ptr<Kernel> make_conv_kernel(const ConvAttributes& attributes, const Shape& input_shape, const Shape& output_shape,
+                                         const KernelInputs& in, Parameter* weight, Parameter* bias,
+                                         memory::data_type compute, memory::data_type output_type) {
+    return make_direct_conv_kernel(attributes, input_shape, output_shape, in, weight, bias, compute, output_type);
+}
+
+std::unique_ptr<Kernel> make_conv_transpose_kernel(const ConvTransposeAttributes& attributes, const Shape& input_shape,
+                                                   const Shape& output_shape, const KernelInputs& in, Parameter* weight,
+                                                   Parameter* bias, memory::data_type compute, memory::data_type output_type) {
+    if (attributes.kernel == attributes.stride) {
+        return std::make_unique<UpsampleConvKernel>(attributes, input_shape, output_shape, in, weight, bias, compute, output_type);
+    }
+    return make_deconvolution_kernel(attributes, input_shape, output_shape, in, weight, bias, compute, output_type);
+}
+
+}  // namespace tessera::ops

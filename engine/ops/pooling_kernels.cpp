@@ -1,0 +1,215 @@
+// Max and average pooling, and global average pooling (on one executor or over a replica's tiles).
+#include "ops/kernels.hpp"
+#include "ops/tile_rows.hpp"
+
+namespace tessera::ops {
+
+namespace {
+
+class PoolKernel final : public Kernel {
+public:
+    PoolKernel(const PoolAttributes& a, const Shape& output_shape, const KernelInputs& in) : Kernel(in), m_needs_diff_input(in.needs_gradient[0]) {
+        const auto algorithm = a.kind == PoolKind::Max ? dnnl::algorithm::pooling_max
+                                                            : dnnl::algorithm::pooling_avg_exclude_padding;
+        const auto strides = to_dims(a.stride);
+        const auto kernel = to_dims(a.kernel);
+        const auto pad_l = to_dims(a.pad_begin);
+        const auto pad_r = to_dims(a.pad_end);
+        m_forward_pd = m_scratchpad.fit(dnnl::pooling_forward::primitive_desc(
+            dnnl::pooling_forward::desc(dnnl::prop_kind::forward_training, algorithm, in.descs[0],
+                                        any_desc(output_shape, in.descs[0].data_type()), strides, kernel,
+                                        pad_l, pad_r),
+            Scratchpad::attributes(), cpu_engine()));
+        m_forward = dnnl::pooling_forward(m_forward_pd);
+        m_output_desc = m_forward_pd.dst_desc();
+        if (a.kind == PoolKind::Max) m_workspace = memory(m_forward_pd.workspace_desc(), cpu_engine());
+        if (m_needs_diff_input) {
+            m_backward_pd = m_scratchpad.fit(dnnl::pooling_backward::primitive_desc(
+                dnnl::pooling_backward::desc(algorithm, in.descs[0], m_output_desc, strides, kernel, pad_l, pad_r),
+                Scratchpad::attributes(), cpu_engine(), m_forward_pd));
+            m_backward = dnnl::pooling_backward(m_backward_pd);
+            m_diff_dst = Converted(m_scratchpad, m_output_desc, m_backward_pd.diff_dst_desc());
+            m_diff_src = Staged(m_scratchpad, m_backward_pd.diff_src_desc(), in.descs[0]);
+        }
+    }
+
+    void forward(const std::vector<memory>& inputs, const memory& output, Mode) override {
+        std::unordered_map<int, memory> args{{DNNL_ARG_SRC, inputs[0]}, {DNNL_ARG_DST, output}};
+        if (m_workspace) args[DNNL_ARG_WORKSPACE] = m_workspace;
+        m_scratchpad.execute(m_forward, args);
+    }
+
+    void backward(const std::vector<memory>&, const memory&, const memory& diff_output,
+                  const std::vector<memory>& diff_inputs) override {
+        if (!m_needs_diff_input) return;
+        const memory& target = diff_inputs[0];
+        std::unordered_map<int, memory> args{{DNNL_ARG_DIFF_DST, m_diff_dst(diff_output)},
+                                             {DNNL_ARG_DIFF_SRC, m_diff_src.destination(target)}};
+        if (m_workspace) args[DNNL_ARG_WORKSPACE] = m_workspace;
+        m_scratchpad.execute(m_backward, args);
+        m_diff_src.finish(target);
+    }
+
+    std::int64_t bytes() const override {
+        return (m_workspace ? static_cast<std::int64_t>(m_workspace.get_desc().get_size()) : 0) + m_diff_dst.bytes() +
+               m_diff_src.bytes();
+    }
+
+private:
+    bool m_needs_diff_input;
+    dnnl::pooling_forward::primitive_desc m_forward_pd;
+    dnnl::pooling_forward m_forward;
+    dnnl::pooling_backward::primitive_desc m_backward_pd;
+    dnnl::pooling_backward m_backward;
+    memory m_workspace;
+    Converted m_diff_dst;
+    Staged m_diff_src;
+};
+
+// ---- global average pooling -----------------------------------------------------------------
+
+class GlobalAvgPoolKernel final : public Kernel {
+public:
+    GlobalAvgPoolKernel(const Shape& input_shape, const KernelInputs& in)
+        : Kernel(in), m_needs_diff_input(in.needs_gradient[0]) {
+        const Shape spatial(input_shape.begin() + 2, input_shape.end());
+        Shape pooled_shape{input_shape[0], input_shape[1]};
+        pooled_shape.insert(pooled_shape.end(), spatial.size(), 1);
+        m_pooled_desc = plain_desc(pooled_shape, in.descs[0].data_type());  // [N, C, 1, 1]: the bytes of [N, C]
+        const memory::dims kernel = to_dims(spatial);
+        const memory::dims zeros(spatial.size(), 0);
+        m_forward_pd = m_scratchpad.fit(dnnl::pooling_forward::primitive_desc(
+            dnnl::pooling_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::pooling_avg_include_padding,
+                                        in.descs[0], m_pooled_desc, kernel, kernel, zeros, zeros),
+            Scratchpad::attributes(), cpu_engine()));
+        m_forward = dnnl::pooling_forward(m_forward_pd);
+        m_output_desc = plain_desc({input_shape[0], input_shape[1]}, in.descs[0].data_type());
+        if (m_needs_diff_input) {
+            m_backward_pd = m_scratchpad.fit(dnnl::pooling_backward::primitive_desc(
+                dnnl::pooling_backward::desc(dnnl::algorithm::pooling_avg_include_padding, in.descs[0], m_pooled_desc,
+                                             kernel, kernel, zeros, zeros),
+                Scratchpad::attributes(), cpu_engine(), m_forward_pd));
+            m_backward = dnnl::pooling_backward(m_backward_pd);
+            m_diff_src = Staged(m_scratchpad, m_backward_pd.diff_src_desc(), in.descs[0]);
+        }
+    }
+
+    void forward(const std::vector<memory>& inputs, const memory& output, Mode) override {
+        m_scratchpad.execute(m_forward, {{DNNL_ARG_SRC, inputs[0]}, {DNNL_ARG_DST, pooled(output)}});
+    }
+
+    void backward(const std::vector<memory>&, const memory&, const memory& diff_output,
+                  const std::vector<memory>& diff_inputs) override {
+        if (!m_needs_diff_input) return;
+        const memory& target = diff_inputs[0];
+        m_scratchpad.execute(m_backward, {{DNNL_ARG_DIFF_DST, pooled(diff_output)}, {DNNL_ARG_DIFF_SRC, m_diff_src.destination(target)}});
+        m_diff_src.finish(target);
+    }
+
+private:
+    memory pooled(const memory& flat) const { return memory(m_pooled_desc, cpu_engine(), flat.get_data_handle()); }
+
+    bool m_needs_diff_input;
+    memory::desc m_pooled_desc;
+    dnnl::pooling_forward::primitive_desc m_forward_pd;
+    dnnl::pooling_forward m_forward;
+    dnnl::pooling_backward::primitive_desc m_backward_pd;
+    dnnl::pooling_backward m_backward;
+    Staged m_diff_src;
+};
+
+// Global average pooling over a replica's tiles: per (n, c) sums of every core's tile are reduced, and
+// every core then holds the whole pooled value (the layers after it are replicated).
+class DistributedGlobalAvgPoolKernel final : public Kernel {
+public:
+    DistributedGlobalAvgPoolKernel(const Shape& input_shape, const KernelInputs& in)
+        : Kernel(in), m_needs_diff_input(in.needs_gradient[0]), m_batch(input_shape[0]), m_channels(input_shape[1]) {
+        m_output_desc = plain_desc({m_batch, m_channels}, in.descs[0].data_type());
+        m_tile_count = num_elements_of(input_shape) / (m_batch * m_channels);
+        m_pooled.assign(static_cast<std::size_t>(m_batch * m_channels), 0.0);
+    }
+
+    int reduction_phases(Pass pass, Mode) const override { return pass == Pass::Forward ? 1 : 0; }
+
+    std::vector<double> partial(Pass, int, const std::vector<memory>& inputs, const memory&, const memory&,
+                                const std::vector<memory>&) override {
+        const TileBuffer x = tile_buffer_of(inputs[0]);
+        const std::int64_t padded = padded_channels(x);
+        std::vector<double> padded_sums(static_cast<std::size_t>(m_batch * padded), 0.0);
+        with_element_type(x.dtype, [&](auto element) {
+            using Element = decltype(element);
+            for_each_row<Element>(x, [&](Element* row, std::int64_t first, std::int64_t lanes, std::int64_t pixels, std::int64_t n) {
+                add_row_sums(row, lanes, pixels, nullptr, padded_sums.data() + n * padded + first);
+            });
+        });
+        std::vector<double> sums(static_cast<std::size_t>(m_batch * m_channels + 1), 0.0);
+        for (std::int64_t n = 0; n < m_batch; ++n) {
+            for (std::int64_t c = 0; c < m_channels; ++c) {
+                sums[static_cast<std::size_t>(n * m_channels + c)] = padded_sums[static_cast<std::size_t>(n * padded + c)];
+            }
+        }
+        sums.back() = static_cast<double>(m_tile_count);
+        return sums;
+    }
+
+    void total(Pass, int, std::span<const double> sums) override {
+        m_count = static_cast<std::int64_t>(sums.back());
+        for (std::size_t i = 0; i < m_pooled.size(); ++i) m_pooled[i] = sums[i] / static_cast<double>(m_count);
+    }
+
+    void forward(const std::vector<memory>&, const memory& output, Mode) override {
+        const bool f32 = output.get_desc().data_type() == memory::data_type::f32;
+        for (std::size_t i = 0; i < m_pooled.size(); ++i) {
+            if (f32) static_cast<float*>(output.get_data_handle())[i] = static_cast<float>(m_pooled[i]);
+            else static_cast<BFloat16*>(output.get_data_handle())[i] = to_bfloat16(static_cast<float>(m_pooled[i]));
+        }
+    }
+
+    void backward(const std::vector<memory>&, const memory&, const memory& diff_output,
+                  const std::vector<memory>& diff_inputs) override {
+        if (!m_needs_diff_input) return;
+        const bool f32 = diff_output.get_desc().data_type() == memory::data_type::f32;
+        std::vector<float> share(static_cast<std::size_t>(m_batch * m_channels));
+        for (std::size_t i = 0; i < share.size(); ++i) {
+            const float g = f32 ? static_cast<const float*>(diff_output.get_data_handle())[i]
+                                : to_float(static_cast<const BFloat16*>(diff_output.get_data_handle())[i]);
+            share[i] = g / static_cast<float>(m_count);
+        }
+        const TileBuffer dx = tile_buffer_of(diff_inputs[0]);
+        const std::int64_t padded = padded_channels(dx);
+        std::vector<float> padded_share(static_cast<std::size_t>(m_batch * padded), 0.0f);
+        for (std::int64_t n = 0; n < m_batch; ++n) {
+            for (std::int64_t c = 0; c < m_channels; ++c) {
+                padded_share[static_cast<std::size_t>(n * padded + c)] = share[static_cast<std::size_t>(n * m_channels + c)];
+            }
+        }
+        with_element_type(dx.dtype, [&](auto element) {
+            using Element = decltype(element);
+            for_each_row<Element>(dx, [&](Element* row, std::int64_t first, std::int64_t lanes, std::int64_t pixels, std::int64_t n) {
+                const float* s = padded_share.data() + n * padded + first;
+                for (std::int64_t p = 0; p < pixels; ++p) {
+                    for (std::int64_t j = 0; j < lanes; ++j) assign(row[p * lanes + j], s[j]);
+                }
+            });
+        });
+    }
+
+private:
+    bool m_needs_diff_input;
+    std::int64_t m_batch, m_channels;
+    std::int64_t m_tile_count = 1, m_count = 1;
+    std::vector<double> m_pooled;  // [N, C]
+};
+
+}  // namespace
+
+std::unique_ptr<Kernel> make_pool_kernel(const PoolAttributes& attributes, const Shape& output_shape, const KernelInputs& in) {
+    return std::make_unique<PoolKernel>(attributes, output_shape, in);
+}
+
+std::unique_ptr<Kernel> make_global_avg_pool_kernel(const Shape& input_shape, const KernelInputs& in, bool distributed) {
+    if (distributed) return std::make_unique<DistributedGlobalAvgPoolKernel>(input_shape, in);
+    return std::make_unique<GlobalAvgPoolKernel>(input_shape, in);
+}
+
+}  // namespace tessera::ops

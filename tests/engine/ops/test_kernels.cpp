@@ -1,0 +1,251 @@
+// Every op family's kernel called directly through its factory (ops/kernels.hpp), without a graph or
+// an executor: forward and backward against the plain-loop references (reference/reference_ops.hpp).
+// Tolerance: f32, the largest absolute difference over the largest magnitude of the reference tensor,
+// ≤ 2e-5 for every output, input gradient and parameter gradient (the executor tests' bound).
+#include "core/random.hpp"
+#include "ops/kernels.hpp"
+#include "reference/reference_ops.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+
+using namespace tessera;
+using dnnl::memory;
+
+namespace {
+
+constexpr double tolerance = 2e-5;
+
+Tensor random_tensor(const Shape& shape, std::uint64_t seed) {
+    Tensor tensor = Tensor::empty(shape, DType::F32);
+    SeededRandom random(seed);
+    for (std::int64_t i = 0; i < tensor.num_elements(); ++i) tensor.data<float>()[i] = static_cast<float>(random.normal());
+    return tensor;
+}
+
+double relative_difference(const Tensor& actual, const Tensor& expected) {
+    EXPECT_EQ(actual.shape(), expected.shape());
+    if (actual.shape() != expected.shape()) return INFINITY;
+    double worst = 0, scale = 1e-12;
+    for (std::int64_t i = 0; i < expected.num_elements(); ++i) {
+        worst = std::max(worst, std::abs(static_cast<double>(actual.data<float>()[i]) - expected.data<float>()[i]));
+        scale = std::max(scale, std::abs(static_cast<double>(expected.data<float>()[i])));
+    }
+    return worst / scale;
+}
+
+Parameter parameter(const std::string& name, Tensor value) {
+    Parameter p{name, value, Tensor::zeros(value.shape(), DType::F32), true};
+    return p;
+}
+
+struct Ran {
+    Tensor output;                        // plain
+    std::vector<Tensor> input_gradients;  // plain, one per input
+};
+
+// Compiles a kernel for plain f32 inputs, runs forward (training) and backward with `output_gradient`.
+Ran run_kernel(const std::vector<Tensor>& inputs, const Tensor& output_gradient,
+               const std::function<std::unique_ptr<ops::Kernel>(const ops::KernelInputs&)>& make) {
+    ops::Scratchpad scratchpad;
+    ops::KernelInputs in;
+    in.scratchpad = &scratchpad;
+    for (const Tensor& input : inputs) {
+        in.descs.push_back(ops::plain_desc(input.shape()));
+        in.needs_gradient.push_back(true);
+    }
+    std::unique_ptr<ops::Kernel> kernel = make(in);
+    scratchpad.allocate();
+    std::vector<memory> input_memories;
+    for (const Tensor& input : inputs) input_memories.push_back(ops::wrap(input));
+    memory output(kernel->output_desc(), ops::cpu_engine());
+    kernel->forward(input_memories, output, ops::Mode::Train);
+    Ran ran{ops::to_plain_tensor(output), {}};
+
+    memory diff_output(kernel->output_desc(), ops::cpu_engine());
+    const memory plain_gradient = ops::wrap(output_gradient);
+    dnnl::reorder(plain_gradient, diff_output).execute(ops::cpu_stream(), plain_gradient, diff_output);
+    std::vector<memory> diff_inputs;
+    for (const Tensor& input : inputs) diff_inputs.emplace_back(ops::plain_desc(input.shape()), ops::cpu_engine());
+    kernel->backward(input_memories, output, diff_output, diff_inputs);
+    ops::cpu_stream().wait();
+    for (const memory& diff : diff_inputs) ran.input_gradients.push_back(ops::to_plain_tensor(diff));
+    return ran;
+}
+
+}  // namespace
+
+TEST(Kernels, ConvolutionWithBiasMatchesTheReference) {
+    ops::ConvAttributes attributes = ops::ConvAttributes::same(2, 3);
+    attributes.has_bias = true;
+    const Tensor x = random_tensor({2, 3, 9, 7}, 1);                                  // [N, C_in, H, W]
+    Parameter weight = parameter("w", random_tensor(ops::conv_weight_shape(3, 5, attributes), 2));  // [5, 3, 3, 3]
+    Parameter bias = parameter("b", random_tensor({5}, 3));
+    const Shape y_shape = ops::conv_output_shape(x.shape(), 5, attributes);
+    const Tensor dy = random_tensor(y_shape, 4);
+    const Ran ran = run_kernel({x}, dy, [&](const ops::KernelInputs& in) {
+        return ops::make_conv_kernel(attributes, x.shape(), y_shape, in, &weight, &bias, memory::data_type::f32,
+                                     memory::data_type::f32);
+    });
+    EXPECT_LE(relative_difference(ran.output, reference::conv_forward(x, weight.value, &bias.value, attributes)), tolerance);
+    EXPECT_LE(relative_difference(ran.input_gradients[0], reference::conv_backward_data(dy, weight.value, x.shape(), attributes)),
+              tolerance);
+    const reference::ConvWeightGradients expected = reference::conv_backward_weights(x, dy, attributes, weight.value.shape());
+    EXPECT_LE(relative_difference(weight.gradient, expected.weights), tolerance);
+    EXPECT_LE(relative_difference(bias.gradient, expected.bias), tolerance);
+}
+
+TEST(Kernels, StridedThreeDConvolutionMatchesTheReference) {
+    const ops::ConvAttributes attributes = ops::ConvAttributes::valid(3, 3, 2);
+    const Tensor x = random_tensor({1, 4, 7, 9, 5}, 5);  // [N, C, D, H, W]
+    Parameter weight = parameter("w", random_tensor(ops::conv_weight_shape(4, 16, attributes), 6));
+    const Shape y_shape = ops::conv_output_shape(x.shape(), 16, attributes);
+    const Tensor dy = random_tensor(y_shape, 7);
+    const Ran ran = run_kernel({x}, dy, [&](const ops::KernelInputs& in) {
+        return ops::make_conv_kernel(attributes, x.shape(), y_shape, in, &weight, nullptr, memory::data_type::f32,
+                                     memory::data_type::f32);
+    });
+    EXPECT_LE(relative_difference(ran.output, reference::conv_forward(x, weight.value, nullptr, attributes)), tolerance);
+    EXPECT_LE(relative_difference(ran.input_gradients[0], reference::conv_backward_data(dy, weight.value, x.shape(), attributes)),
+              tolerance);
+    EXPECT_LE(relative_difference(weight.gradient, reference::conv_backward_weights(x, dy, attributes, weight.value.shape()).weights),
+              tolerance);
+}
+
+// Kernel = stride runs as a 1×1 convolution and a depth-to-space rearrangement; kernel ≠ stride as
+// oneDNN's deconvolution. Both are the same transposed convolution.
+TEST(Kernels, TransposedConvolutionMatchesTheReferenceOnBothPaths) {
+    for (const std::int64_t kernel_extent : {2, 3}) {
+        SCOPED_TRACE("kernel " + std::to_string(kernel_extent) + ", stride 2");
+        ops::ConvTransposeAttributes attributes{.kernel = {kernel_extent, kernel_extent}, .stride = {2, 2}, .has_bias = true};
+        const Tensor x = random_tensor({2, 6, 5, 4}, 8);
+        Parameter weight = parameter("w", random_tensor(ops::conv_transpose_weight_shape(6, 3, attributes), 9));  // [C_in, C_out, k, k]
+        Parameter bias = parameter("b", random_tensor({3}, 10));
+        const Shape y_shape = ops::conv_transpose_output_shape(x.shape(), 3, attributes);
+        const Tensor dy = random_tensor(y_shape, 11);
+        const Ran ran = run_kernel({x}, dy, [&](const ops::KernelInputs& in) {
+            return ops::make_conv_transpose_kernel(attributes, x.shape(), y_shape, in, &weight, &bias,
+                                                   memory::data_type::f32, memory::data_type::f32);
+        });
+        EXPECT_LE(relative_difference(ran.output, reference::conv_transpose_forward(x, weight.value, &bias.value, attributes)),
+                  tolerance);
+        EXPECT_LE(relative_difference(ran.input_gradients[0],
+                                      reference::conv_transpose_backward_data(dy, weight.value, x.shape(), attributes)),
+                  tolerance);
+        const reference::ConvWeightGradients expected =
+            reference::conv_transpose_backward_weights(x, dy, attributes, weight.value.shape());
+        EXPECT_LE(relative_difference(weight.gradient, expected.weights), tolerance);
+        EXPECT_LE(relative_difference(bias.gradient, expected.bias), tolerance);
+    }
+}
+
+TEST(Kernels, MaxPoolingAndNearestUpsamplingMatchTheReference) {
+    const Tensor x = random_tensor({2, 3, 8, 6}, 12);
+    const ops::PoolAttributes pool = ops::PoolAttributes::max_down(2, 2);
+    const Shape pooled = ops::pool_output_shape(x.shape(), pool);
+    const Tensor dy = random_tensor(pooled, 13);
+    const Ran pooled_ran = run_kernel({x}, dy, [&](const ops::KernelInputs& in) { return ops::make_pool_kernel(pool, pooled, in); });
+    EXPECT_LE(relative_difference(pooled_ran.output, reference::pool_forward(x, pool)), tolerance);
+    EXPECT_LE(relative_difference(pooled_ran.input_gradients[0], reference::pool_backward(dy, x, pool)), tolerance);
+
+    const ops::Extents factor{2, 3};
+    const Shape upsampled{2, 3, 16, 18};
+    const Tensor dz = random_tensor(upsampled, 14);
+    const Ran upsampled_ran =
+        run_kernel({x}, dz, [&](const ops::KernelInputs& in) { return ops::make_upsample_kernel(factor, upsampled, in); });
+    EXPECT_LE(relative_difference(upsampled_ran.output, reference::upsample_nearest_forward(x, factor)), tolerance);
+    EXPECT_LE(relative_difference(upsampled_ran.input_gradients[0], reference::upsample_nearest_backward(dz, factor)), tolerance);
+}
+
+TEST(Kernels, BatchNormWithFusedReluMatchesTheReferenceAndUpdatesTheRunningStatistics) {
+    const ops::BatchNormAttributes attributes{.epsilon = 1e-5, .momentum = 0.9, .fuse_relu = true};
+    const Tensor x = random_tensor({2, 4, 5, 6}, 15);
+    Parameter gamma = parameter("gamma", random_tensor({4}, 16));
+    Parameter beta = parameter("beta", random_tensor({4}, 17));
+    Tensor running_mean = Tensor::zeros({4}, DType::F32);
+    Tensor running_variance = Tensor::full<float>({4}, 1.0f);
+    const Tensor mean_before = running_mean.clone(), variance_before = running_variance.clone();
+    const Tensor dy = random_tensor(x.shape(), 18);
+    const Ran ran = run_kernel({x}, dy, [&](const ops::KernelInputs& in) {
+        return ops::make_batch_norm_kernel(attributes, x.shape(), in, &gamma, &beta, &running_mean, &running_variance, false);
+    });
+    const reference::BatchNormTrainingResult expected =
+        reference::batch_norm_forward_training(x, gamma.value, beta.value, mean_before, variance_before, attributes);
+    EXPECT_LE(relative_difference(ran.output, expected.y), tolerance);
+    EXPECT_LE(relative_difference(running_mean, expected.running_mean), tolerance);
+    EXPECT_LE(relative_difference(running_variance, expected.running_variance), tolerance);
+    const reference::BatchNormGradients gradients =
+        reference::batch_norm_backward(dy, x, gamma.value, beta.value, expected.mean, expected.variance, attributes);
+    EXPECT_LE(relative_difference(ran.input_gradients[0], gradients.x), tolerance);
+    EXPECT_LE(relative_difference(gamma.gradient, gradients.gamma), tolerance);
+    EXPECT_LE(relative_difference(beta.gradient, gradients.beta), tolerance);
+}
+
+TEST(Kernels, ReluAddAndConcatMatchTheReference) {
+    const Tensor a = random_tensor({2, 3, 4, 5}, 19), b = random_tensor({2, 3, 4, 5}, 20), c = random_tensor({2, 5, 4, 5}, 21);
+    const Tensor dy = random_tensor(a.shape(), 22);
+    const Ran relu = run_kernel({a}, dy, [](const ops::KernelInputs& in) { return ops::make_relu_kernel(in); });
+    EXPECT_LE(relative_difference(relu.output, reference::relu_forward(a)), tolerance);
+    EXPECT_LE(relative_difference(relu.input_gradients[0], reference::relu_backward(dy, a)), tolerance);
+
+    const Ran add = run_kernel({a, b}, dy, [](const ops::KernelInputs& in) { return ops::make_add_kernel(in); });
+    EXPECT_LE(relative_difference(add.output, reference::add(a, b)), tolerance);
+    EXPECT_LE(relative_difference(add.input_gradients[0], dy), tolerance);
+    EXPECT_LE(relative_difference(add.input_gradients[1], dy), tolerance);
+
+    const Shape joined{2, 8, 4, 5};
+    const Tensor dz = random_tensor(joined, 23);
+    const Ran concat = run_kernel({a, c}, dz, [&](const ops::KernelInputs& in) {
+        return ops::make_concat_kernel({a.shape(), c.shape()}, joined, in);
+    });
+    EXPECT_LE(relative_difference(concat.output, reference::concat_channels({a, c})), tolerance);
+    const std::vector<Tensor> parts = reference::concat_channels_backward(dz, {3, 5});
+    EXPECT_LE(relative_difference(concat.input_gradients[0], parts[0]), tolerance);
+    EXPECT_LE(relative_difference(concat.input_gradients[1], parts[1]), tolerance);
+}
+
+TEST(Kernels, GlobalPoolingAndDenseMatchTheReference) {
+    const Tensor x = random_tensor({3, 6, 4, 5}, 24);
+    const Tensor dy = random_tensor({3, 6}, 25);
+    const Ran pooled = run_kernel({x}, dy, [&](const ops::KernelInputs& in) {
+        return ops::make_global_avg_pool_kernel(x.shape(), in, false);
+    });
+    EXPECT_LE(relative_difference(pooled.output, reference::global_average_pool(x)), tolerance);
+    EXPECT_LE(relative_difference(pooled.input_gradients[0], reference::global_average_pool_backward(dy, x.shape())), tolerance);
+
+    const Tensor features = random_tensor({3, 6}, 26);
+    Parameter weight = parameter("w", random_tensor({4, 6}, 27));
+    Parameter bias = parameter("b", random_tensor({4}, 28));
+    const Tensor dz = random_tensor({3, 4}, 29);
+    const Ran dense = run_kernel({features}, dz, [&](const ops::KernelInputs& in) {
+        return ops::make_dense_kernel(features.shape(), {3, 4}, in, &weight, &bias);
+    });
+    EXPECT_LE(relative_difference(dense.output, reference::dense_forward(features, weight.value, &bias.value)), tolerance);
+    const reference::DenseGradients expected = reference::dense_backward(dz, features, weight.value);
+    EXPECT_LE(relative_difference(dense.input_gradients[0], expected.x), tolerance);
+    EXPECT_LE(relative_difference(weight.gradient, expected.w), tolerance);
+    EXPECT_LE(relative_difference(bias.gradient, expected.bias), tolerance);
+}
+
+// A halo buffer holds the tile at its interior offset; backward hands the interior's gradient back.
+// Here the tile's last row lies outside the buffer (the op never reads it): its gradient is zero.
+TEST(Kernels, HaloBufferHoldsTheTileAtItsOffsetAndReturnsItsGradient) {
+    const Tensor x = random_tensor({1, 2, 4, 3}, 30);  // the core's tile
+    const ops::HaloAttributes attributes{.interior_offset = {1, 2}, .interior_extent = {3, 3}};
+    const Shape buffer{1, 2, 5, 6};
+    const Tensor dy = random_tensor(buffer, 31);
+    const Ran ran = run_kernel({x}, dy, [&](const ops::KernelInputs& in) {
+        return ops::make_halo_kernel(attributes, x.shape(), buffer, in);
+    });
+    for (std::int64_t c = 0; c < 2; ++c) {
+        for (std::int64_t y = 0; y < 4; ++y) {
+            for (std::int64_t w = 0; w < 3; ++w) {
+                if (y < 3) EXPECT_EQ(ran.output.at<float>({0, c, y + 1, w + 2}), x.at<float>({0, c, y, w}));
+                const float expected = y < 3 ? dy.at<float>({0, c, y + 1, w + 2}) : 0.0f;
+                EXPECT_EQ(ran.input_gradients[0].at<float>({0, c, y, w}), expected) << "c " << c << " y " << y << " x " << w;
+            }
+        }
+    }
+}
