@@ -65,7 +65,7 @@ Ran run_kernel(const std::vector<Tensor>& inputs, const Tensor& output_gradient,
     Ran ran{ops::to_plain_tensor(output), {}};
 
     memory diff_output(kernel->output_desc(), ops::cpu_engine());
-    const memory plain_gradient = ops::wrap(output_gradient);
+    memory plain_gradient = ops::wrap(output_gradient);
     dnnl::reorder(plain_gradient, diff_output).execute(ops::cpu_stream(), plain_gradient, diff_output);
     std::vector<memory> diff_inputs;
     for (const Tensor& input : inputs) diff_inputs.emplace_back(ops::plain_desc(input.shape()), ops::cpu_engine());
@@ -242,7 +242,9 @@ TEST(Kernels, HaloBufferHoldsTheTileAtItsOffsetAndReturnsItsGradient) {
     for (std::int64_t c = 0; c < 2; ++c) {
         for (std::int64_t y = 0; y < 4; ++y) {
             for (std::int64_t w = 0; w < 3; ++w) {
-                if (y < 3) EXPECT_EQ(ran.output.at<float>({0, c, y + 1, w + 2}), x.at<float>({0, c, y, w}));
+                if (y < 3) {
+                    EXPECT_EQ(ran.output.at<float>({0, c, y + 1, w + 2}), x.at<float>({0, c, y, w}));
+                }
                 const float expected = y < 3 ? dy.at<float>({0, c, y + 1, w + 2}) : 0.0f;
                 EXPECT_EQ(ran.input_gradients[0].at<float>({0, c, y, w}), expected) << "c " << c << " y " << y << " x " << w;
             }
