@@ -81,6 +81,17 @@ std::string host_conv_key(int rank, std::int64_t kernel, bool first_layer, std::
     return key;
 }
 
+bool CostModel::winograd_applies(const ops::ConvAttributes& conv, graph::Precision precision, bool tf32) const {
+    if (m_device.efficiency.winograd_3x3 <= 1.0 || precision != graph::Precision::F32) return false;
+    if (tf32 && m_device.peak_flops_tf32 > 0) return false;  // TF32 tensor cores: implicit GEMM
+    if (conv.spatial_rank() != 2) return false;               // cuDNN's Winograd kernels are 2D only
+    for (int axis = 0; axis < 2; ++axis) {
+        const auto a = static_cast<std::size_t>(axis);
+        if (conv.kernel[a] != 3 || conv.stride[a] != 1 || conv.dilation[a] != 1) return false;
+    }
+    return true;
+}
+
 double CostModel::host_rate(const std::string& key) const {
     const auto found = m_device.measured.find(key);
     return found == m_device.measured.end() ? 0.0 : found->second;
@@ -164,8 +175,10 @@ LayerCost CostModel::roofline_layer(const graph::Graph& model, int id, const par
                 const double rate = matmul_rate(in_channels, out_channels);
                 matrix_op(flops, rate, rate, rate);
             } else {
-                matrix_op(flops, matmul_rate(in_channels * taps, out_channels), matmul_rate(out_channels * taps, in_channels),
-                          matmul_rate(in_channels * taps, out_channels));
+                // Winograd: the same FLOPs counted, done with less arithmetic, so at a higher rate.
+                const double winograd = winograd_applies(node.conv, precision, execution.tf32) ? m_device.efficiency.winograd_3x3 : 1.0;
+                matrix_op(flops, winograd * matmul_rate(in_channels * taps, out_channels),
+                          winograd * matmul_rate(out_channels * taps, in_channels), winograd * matmul_rate(in_channels * taps, out_channels));
             }
             break;
         }

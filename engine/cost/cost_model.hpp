@@ -123,6 +123,8 @@ private:
     LayerCost roofline_layer(const graph::Graph& model, int node, const partition::NodeTile* tile, const Execution& execution,
                              bool host_counting) const;
     LayerCost host_layer(const graph::Graph& model, int node, const partition::NodeTile* tile, graph::Precision precision) const;
+    // Whether the device runs this convolution with Winograd's algorithm (EfficiencyModel::winograd_3x3).
+    bool winograd_applies(const ops::ConvAttributes& conv, graph::Precision precision, bool tf32) const;
 
     Device m_device;
 };

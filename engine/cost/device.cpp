@@ -53,6 +53,7 @@ const Dimension k_time{"time", {{"us", 1e-6}, {"ns", 1e-9}, {"ms", 1e-3}, {"s", 
 const Dimension k_channels{"channel count", {{"channels", 1.0}}};
 const Dimension k_elements{"element count", {{"elements", 1.0}}};
 const Dimension k_fraction{"fraction", {{"fraction", 1.0}}};
+const Dimension k_factor{"factor", {{"x", 1.0}}, 16, "16x"};
 
 // What a figure's value may be.
 enum class Range {
@@ -275,7 +276,7 @@ Device parse_device_named(const std::string& json_text, const std::string& id, c
     const Json& efficiency = reader.object_member(
         root, "", "efficiency",
         R"({"channel_tile": {...}, "spatial_tile": {...}, "matmul": {...}, "memory": {...}, "link": {...}})");
-    reader.check_keys(efficiency, "efficiency", {"channel_tile", "spatial_tile", "matmul", "memory", "link"});
+    reader.check_keys(efficiency, "efficiency", {"channel_tile", "spatial_tile", "matmul", "memory", "link", "winograd_3x3"});
     device.efficiency.channel_tile = reader.count(efficiency, "efficiency", "channel_tile", k_channels,
                                                   R"({"value": 128, "unit": "channels", "source": "..."})");
     device.efficiency.spatial_tile = reader.count(efficiency, "efficiency", "spatial_tile", k_elements,
@@ -286,6 +287,14 @@ Device parse_device_named(const std::string& json_text, const std::string& id, c
     device.efficiency.memory =
         reader.figure(efficiency, "efficiency", "memory", k_fraction, Range::Fraction, fraction_example);
     device.efficiency.link = reader.figure(efficiency, "efficiency", "link", k_fraction, Range::Fraction, fraction_example);
+    if (efficiency.contains("winograd_3x3")) {  // optional: GPUs with Winograd f32 kernels
+        device.efficiency.winograd_3x3 = reader.figure(efficiency, "efficiency", "winograd_3x3", k_factor, Range::Positive,
+                                                       R"({"value": 2.25, "unit": "x", "source": "..."})");
+        if (device.efficiency.winograd_3x3 < 1)
+            reader.fail("efficiency.winograd_3x3",
+                        "value must be at least 1 (a factor by which Winograd's algorithm cuts the arithmetic), got " +
+                            shown(efficiency.at("winograd_3x3").at("value")));
+    }
 
     if (const auto measured = root.find("measured"); measured != root.end()) {
         if (!measured->is_object())

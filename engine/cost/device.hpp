@@ -41,6 +41,11 @@ struct EfficiencyModel {
     double matmul = 1.0;       // convolutions, transposed convolutions, dense: fraction of peak FLOP/s
     double memory = 1.0;       // batch norm, ReLU, pooling, adds, copies: fraction of memory bandwidth
     double link = 1.0;         // fraction of the link bandwidth a transfer reaches
+    // GPUs only: how much less arithmetic a 2D 3×3 stride-1 convolution in plain f32 does than its
+    // direct FLOPs (cuDNN runs those on the CUDA cores with Winograd's algorithm, F(2×2, 3×3): 4
+    // multiplications per output instead of 9, 2.25×); 1 where the device has no such kernels, and for
+    // f16, bf16 and TF32, whose tensor-core kernels are implicit GEMMs.
+    double winograd_3x3 = 1.0;
 };
 
 struct Device {

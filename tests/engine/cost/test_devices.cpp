@@ -95,7 +95,7 @@ struct Expected {
 };
 
 const EfficiencyModel k_tpu_efficiency{128, 8, 0.6, 0.8, 0.7};
-const EfficiencyModel k_gpu_efficiency{64, 1, 0.6, 0.8, 0.6};
+const EfficiencyModel k_gpu_efficiency{64, 1, 0.6, 0.8, 0.6, 2.25};  // Winograd on the CUDA cores
 
 std::vector<Expected> expected_presets() {
     return {
@@ -154,13 +154,15 @@ TEST_F(DevicesTest, EveryPresetHasTheFiguresOfTheDesignNotes) {
         EXPECT_DOUBLE_EQ(d.efficiency.matmul, e.efficiency.matmul);
         EXPECT_DOUBLE_EQ(d.efficiency.memory, e.efficiency.memory);
         EXPECT_DOUBLE_EQ(d.efficiency.link, e.efficiency.link);
+        EXPECT_DOUBLE_EQ(d.efficiency.winograd_3x3, e.efficiency.winograd_3x3);
         EXPECT_TRUE(d.measured.empty());
 
         // GPUs come in DGX nodes of 8 joined by InfiniBand; a TPU slice is one torus.
         EXPECT_EQ(d.chips_per_node, e.kind == "gpu" ? 8 : 0);
         EXPECT_EQ(d.network_bandwidth > 0, e.kind == "gpu");
-        // Every figure names its source, once (the optional TF32 peak and network too).
-        EXPECT_EQ(d.sources.size(), k_figure_paths.size() + (e.tf32 > 0 ? 1 : 0) + (d.chips_per_node > 0 ? 2 : 0));
+        // Every figure names its source, once (the optional TF32 peak, network and Winograd factor too).
+        EXPECT_EQ(d.sources.size(), k_figure_paths.size() + (e.tf32 > 0 ? 1 : 0) + (d.chips_per_node > 0 ? 2 : 0) +
+                                        (d.efficiency.winograd_3x3 > 1 ? 1 : 0));
         for (const std::string& path : k_figure_paths) {
             const std::string prefix = path + ": ";
             const auto found = std::find_if(d.sources.begin(), d.sources.end(), [&](const std::string& s) {
@@ -259,6 +261,17 @@ TEST_F(DevicesTest, NegativeValueIsRefused) {
 
     const std::string text = parse_error(edited_v3(R"("value": 450, "unit": "GB/s")", R"("value": "450", "unit": "GB/s")"));
     EXPECT_MESSAGE_HAS(text, "memory_bandwidth_per_core: value must be a number, got the string \"450\"");
+}
+
+TEST_F(DevicesTest, AWinogradFactorBelowOneIsRefused) {
+    const std::string link = R"("link": {"value": 0.7, "unit": "fraction", "source": "estimate: Calculon-style ~60-70% of the nominal link bandwidth for transfers"})";
+    const Device with = parse_device(edited_v3(link, link + R"(, "winograd_3x3": {"value": 2.25, "unit": "x", "source": "Lavin & Gray 2016"})"), "x");
+    EXPECT_DOUBLE_EQ(with.efficiency.winograd_3x3, 2.25);
+    EXPECT_DOUBLE_EQ(parse_device(read_text(k_source_devices / "tpu_v3.json"), "x").efficiency.winograd_3x3, 1.0);
+    const std::string message =
+        parse_error(edited_v3(link, link + R"(, "winograd_3x3": {"value": 0.5, "unit": "x", "source": "a typo"})"));
+    EXPECT_MESSAGE_HAS(message, "tpu_v3.json: efficiency.winograd_3x3: value must be at least 1");
+    EXPECT_MESSAGE_HAS(message, "got 0.5");
 }
 
 TEST_F(DevicesTest, MissingOrEmptySourceIsRefused) {

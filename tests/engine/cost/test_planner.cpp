@@ -195,6 +195,56 @@ TEST(CostModel, FusionDecidesWhatElementwiseOpsCost) {
     EXPECT_LT(tf32.forward.seconds, plain.forward.seconds / 2);
 }
 
+TEST(CostModel, WinogradSpeedsUpOnlyPlainF32TwoDimensionalThreeByThreeStrideOneConvolutions) {
+    const Device v100_device = load_device_preset("v100");
+    ASSERT_DOUBLE_EQ(v100_device.efficiency.winograd_3x3, 2.25);
+    Device direct_device = v100_device;
+    direct_device.efficiency.winograd_3x3 = 1.0;
+    const CostModel v100(v100_device), direct(direct_device);
+    graph::Graph g("winograd");
+    const int x = g.input({8, 256, 56, 56});
+    const int three = g.conv(x, 256, ops::ConvAttributes::same(2, 3), "three");
+    ops::ConvAttributes strided = ops::ConvAttributes::same(2, 3);
+    strided.stride = {2, 2};
+    strided.pad_end = {0, 0};
+    const int stride_two = g.conv(three, 256, strided, "stride_two");
+    const int one = g.conv(stride_two, 256, ops::ConvAttributes::same(2, 1), "one");
+    g.set_output(one);
+    graph::Graph volume("winograd3d");
+    const int v = volume.input({2, 64, 32, 32, 32});
+    const int three_d = volume.conv(v, 64, ops::ConvAttributes::same(3, 3), "three_d");
+    volume.set_output(three_d);
+
+    const auto ratio = [&](const graph::Graph& model, int node, graph::Precision precision) {
+        const LayerCost fast = v100.layer(model, node, nullptr, precision);
+        const LayerCost slow = direct.layer(model, node, nullptr, precision);
+        EXPECT_EQ(slow.forward.bound, Bound::Compute);
+        EXPECT_DOUBLE_EQ(fast.forward.flops, slow.forward.flops);  // the FLOPs counted stay the direct ones
+        return (slow.forward.seconds - v100_device.kernel_overhead) / (fast.forward.seconds - v100_device.kernel_overhead);
+    };
+    // Compute-bound 3×3 stride-1 f32 layer: forward 2.25× faster, and backward too.
+    EXPECT_NEAR(ratio(g, three, graph::Precision::F32), 2.25, 1e-9);
+    EXPECT_LT(v100.layer(g, three, nullptr, graph::Precision::F32).backward.seconds,
+              direct.layer(g, three, nullptr, graph::Precision::F32).backward.seconds / 2);
+    // Strided, 1×1, 3D, or on the f16 tensor cores: implicit GEMM, no change.
+    EXPECT_DOUBLE_EQ(ratio(g, stride_two, graph::Precision::F32), 1.0);
+    EXPECT_DOUBLE_EQ(ratio(g, one, graph::Precision::F32), 1.0);
+    EXPECT_DOUBLE_EQ(ratio(volume, three_d, graph::Precision::F32), 1.0);
+    EXPECT_DOUBLE_EQ(v100.layer(g, three, nullptr, graph::Precision::F16).forward.seconds,
+                     direct.layer(g, three, nullptr, graph::Precision::F16).forward.seconds);
+    // An A100 with TF32 runs f32 on the tensor cores (no Winograd); with TF32 off, on the CUDA cores (Winograd).
+    Device a100_direct_device = load_device_preset("a100_80gb");
+    const CostModel a100(a100_direct_device);
+    a100_direct_device.efficiency.winograd_3x3 = 1.0;
+    const CostModel a100_direct(a100_direct_device);
+    const Execution tf32{.precision = graph::Precision::F32, .tf32 = true};
+    const Execution plain{.precision = graph::Precision::F32, .tf32 = false};
+    EXPECT_DOUBLE_EQ(a100.layer(g, three, nullptr, tf32).forward.seconds, a100_direct.layer(g, three, nullptr, tf32).forward.seconds);
+    EXPECT_LT(a100.layer(g, three, nullptr, plain).forward.seconds, a100_direct.layer(g, three, nullptr, plain).forward.seconds / 2);
+    // TPUs have no such kernels.
+    EXPECT_DOUBLE_EQ(load_device_preset("tpu_v3").efficiency.winograd_3x3, 1.0);
+}
+
 TEST(CostModel, GpuAllReducesUseEveryNvlinkInsideANodeAndTheNetworkBeyondIt) {
     const CostModel a100(load_device_preset("a100_80gb"));
     const Device& d = a100.device();
