@@ -43,7 +43,8 @@ void print_detail(const experiment::PublishedCase& c, const experiment::Publishe
         };
         cost::LayerCost layer = model.layer(graph, node.id, &plan.tile(node.id, 0),
                                             {.precision = c.precision, .tf32 = c.tf32, .fusion = c.fusion,
-                                             .frozen_batch_norm = node.kind == graph::OpKind::BatchNorm && named(c.frozen_batch_norm)});
+                                             .frozen_batch_norm = node.kind == graph::OpKind::BatchNorm && named(c.frozen_batch_norm),
+                                             .conv_layout = c.conv_layout});
         if (named(c.untrained)) layer.backward = cost::PassCost{};  // as the step simulation prices it
         for (Sum* sum : {&by_kind[std::string(graph::op_name(node.kind))], &all}) {
             sum->forward += layer.forward.seconds;

@@ -48,6 +48,15 @@ std::string_view fusion_name(ElementwiseFusion fusion) {
     return "?";
 }
 
+std::string_view conv_layout_name(ConvLayout layout) {
+    switch (layout) {
+        case ConvLayout::ChannelsLast: return "channels_last";
+        case ConvLayout::ChannelsFirst: return "channels_first";
+        case ConvLayout::Xla: return "xla";
+    }
+    return "?";
+}
+
 CostModel::CostModel(Device device) : m_device(std::move(device)) {
     TESSERA_CHECK(m_device.memory_bandwidth > 0 && m_device.peak_flops_f32 > 0,
                   "device '" << m_device.id << "' needs a positive memory bandwidth and f32 peak for the cost model");
@@ -90,6 +99,16 @@ bool CostModel::winograd_applies(const ops::ConvAttributes& conv, graph::Precisi
         if (conv.kernel[a] != 3 || conv.stride[a] != 1 || conv.dilation[a] != 1) return false;
     }
     return true;
+}
+
+bool CostModel::transposes_layout(const Execution& execution, int spatial_rank) const {
+    if (m_device.kind != "gpu" || execution.conv_layout == ConvLayout::ChannelsLast) return false;
+    // Tensor cores: a faster path than the plain f32 units (f16, bf16 where the GPU has it, TF32).
+    if (!(m_device.peak_flops(execution.precision, execution.tf32) > m_device.peak_flops_f32)) return false;
+    if (execution.conv_layout == ConvLayout::ChannelsFirst) return true;
+    // XLA's GPU layout assignment: NHWC only for 2D convolutions in f16 or bf16.
+    const bool half = execution.precision == graph::Precision::F16 || execution.precision == graph::Precision::BF16;
+    return !(half && spatial_rank == 2);
 }
 
 double CostModel::host_rate(const std::string& key) const {
@@ -167,6 +186,23 @@ LayerCost CostModel::roofline_layer(const graph::Graph& model, int id, const par
         result.channel_utilisation = forward_rate / (peak * m_device.efficiency.matmul * minor_fill);
     };
 
+    // Channels-first data on tensor cores: the forward call transposes its input in and its output
+    // out; backward's two calls (input gradient, weight gradient) transpose two tensors each.
+    auto layout_transposes = [&](int spatial_rank) {
+        if (host_counting || !transposes_layout(execution, spatial_rank)) return;
+        const bool input_gradient = source.kind != OpKind::Input;
+        const std::int64_t tensors = element * (in_elements + out_elements);
+        const auto add = [&](PassCost& pass, std::int64_t bytes, int kernels) {
+            pass.bytes += bytes;
+            pass.seconds += static_cast<double>(bytes) / (m_device.memory_bandwidth * m_device.efficiency.memory) +
+                            kernels * m_device.kernel_overhead;
+            if (pass.bound == Bound::Compute && peak > 0)
+                pass.efficiency = pass.flops / (pass.seconds - m_device.kernel_overhead) / peak;
+        };
+        add(result.forward, 2 * tensors, 2);
+        add(result.backward, (input_gradient ? 4 : 2) * tensors, input_gradient ? 4 : 2);
+    };
+
     switch (node.kind) {
         case OpKind::Conv: {
             const std::int64_t taps = product(node.conv.kernel);
@@ -179,6 +215,7 @@ LayerCost CostModel::roofline_layer(const graph::Graph& model, int id, const par
                 const double winograd = winograd_applies(node.conv, precision, execution.tf32) ? m_device.efficiency.winograd_3x3 : 1.0;
                 matrix_op(flops, winograd * matmul_rate(in_channels * taps, out_channels),
                           winograd * matmul_rate(out_channels * taps, in_channels), winograd * matmul_rate(in_channels * taps, out_channels));
+                layout_transposes(node.conv.spatial_rank());
             }
             break;
         }
@@ -187,6 +224,7 @@ LayerCost CostModel::roofline_layer(const graph::Graph& model, int id, const par
             const double flops = 2.0 * static_cast<double>(in_elements) * static_cast<double>(out_channels) * static_cast<double>(taps);
             const double rate = matmul_rate(in_channels, out_channels * taps);
             matrix_op(flops, rate, host_counting ? rate : matmul_rate(out_channels * taps, in_channels), rate);
+            layout_transposes(static_cast<int>(node.conv_transpose.kernel.size()));
             break;
         }
         case OpKind::Dense: {

@@ -57,6 +57,17 @@ enum class ElementwiseFusion {
 };
 std::string_view fusion_name(ElementwiseFusion fusion);  // "none", "chains", "into_convolutions"
 
+// The memory layout a GPU's convolutions get their activations in. Tensor-core kernels (f16, bf16,
+// TF32) work on channels-last data; given channels-first data, cuDNN transposes every activation
+// operand of a call in and its result out, each a separate read and write of the tensor (NVIDIA's
+// guidance behind PyTorch's channels_last). CUDA-core f32 kernels and TPUs take either layout as is.
+enum class ConvLayout {
+    ChannelsLast,   // NHWC / NDHWC (MXNet and PyTorch with channels_last, as NVIDIA's MLPerf code runs)
+    ChannelsFirst,  // NCHW / NCDHW (PyTorch's default memory format)
+    Xla,            // XLA on a GPU chooses per convolution: channels-last for 2D f16/bf16, else channels-first
+};
+std::string_view conv_layout_name(ConvLayout layout);  // "channels_last", "channels_first", "xla"
+
 // How a device runs the layers beyond what the chip is: what the framework's step does.
 struct Execution {
     graph::Precision precision = graph::Precision::F32;
@@ -65,6 +76,7 @@ struct Execution {
     // A batch norm frozen into a fixed affine (a pretrained backbone's, as detectors fine-tune it):
     // no statistics, so nothing to reduce; folded into the convolution when fused into it.
     bool frozen_batch_norm = false;
+    ConvLayout conv_layout = ConvLayout::ChannelsLast;
 };
 
 struct LayerCost {
@@ -125,6 +137,8 @@ private:
     LayerCost host_layer(const graph::Graph& model, int node, const partition::NodeTile* tile, graph::Precision precision) const;
     // Whether the device runs this convolution with Winograd's algorithm (EfficiencyModel::winograd_3x3).
     bool winograd_applies(const ops::ConvAttributes& conv, graph::Precision precision, bool tf32) const;
+    // Whether a convolution of `spatial_rank` transposes its activations (ConvLayout).
+    bool transposes_layout(const Execution& execution, int spatial_rank) const;
 
     Device m_device;
 };

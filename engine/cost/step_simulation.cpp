@@ -85,7 +85,7 @@ std::vector<std::vector<LayerCost>> costs_per_core(const graph::Graph& model, co
     for (const Node& node : model.nodes()) {
         const auto id = static_cast<std::size_t>(node.id);
         const Execution execution{.precision = options.precision, .tf32 = options.tf32, .fusion = options.fusion,
-                                  .frozen_batch_norm = training.frozen_batch_norm[id]};
+                                  .frozen_batch_norm = training.frozen_batch_norm[id], .conv_layout = options.conv_layout};
         std::map<std::vector<std::int64_t>, LayerCost> priced;
         for (std::int64_t core = 0; core < plan.num_cores(); ++core) {
             const partition::NodeTile& tile = plan.tile(node.id, core);

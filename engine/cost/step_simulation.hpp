@@ -36,6 +36,7 @@ struct SimulationOptions {
     graph::Precision precision = graph::Precision::F32;
     bool tf32 = false;                         // devices: f32 convolutions on TF32 tensor cores
     ElementwiseFusion fusion = ElementwiseFusion::IntoConvolutions;  // devices: as XLA compiles a TPU's step
+    ConvLayout conv_layout = ConvLayout::ChannelsLast;               // GPUs: the layout convolutions get
     std::int64_t optimizer_slots = 1;          // SGD with momentum: 1; Adam: 2
     bool overlap_gradient_all_reduce = false;  // all-reduce each layer's gradients while backward goes on
     bool cross_replica_batch_norm = false;

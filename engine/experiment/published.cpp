@@ -170,6 +170,19 @@ PublishedCase read_case(const Json& value, const std::string& file) {
     TESSERA_CHECK(known, read.where() << ": fusion: expected \"none\" (eager, one kernel per op), \"chains\" (XLA on a GPU) or "
                                          "\"into_convolutions\" (XLA on a TPU, cuDNN fused convolutions), got \"" << fusion << "\"");
 
+    if (value.contains("conv_layout")) {  // optional: channels-last unless the case says otherwise
+        const std::string layout = read.text(value, "conv_layout");
+        bool known_layout = false;
+        for (cost::ConvLayout l : {cost::ConvLayout::ChannelsLast, cost::ConvLayout::ChannelsFirst, cost::ConvLayout::Xla}) {
+            if (cost::conv_layout_name(l) == layout) {
+                c.conv_layout = l;
+                known_layout = true;
+            }
+        }
+        TESSERA_CHECK(known_layout, read.where() << ": conv_layout: expected \"channels_last\" (NHWC), \"channels_first\" (NCHW) or "
+                                                    "\"xla\" (XLA on a GPU chooses per convolution), got \"" << layout << "\"");
+    }
+
     const Json& measured = read.field(value, "measured", "");
     const double figure = read.number(measured, "value", "measured.");
     const std::string unit = read.text(measured, "unit", "measured.");
@@ -226,6 +239,7 @@ PublishedPrediction predict_published(const PublishedCase& c) {
     request.simulation.precision = c.precision;
     request.simulation.tf32 = c.tf32;
     request.simulation.fusion = c.fusion;
+    request.simulation.conv_layout = c.conv_layout;
     request.simulation.untrained = c.untrained;
     request.simulation.frozen_batch_norm = c.frozen_batch_norm;
     request.simulation.optimizer_slots = 1;  // SGD with momentum, as every published setup here trains (LARS for MLPerf ResNet)

@@ -11,7 +11,8 @@
 // listed in `approximations` (instance norm read as batch norm, a ResNeXt backbone read as ResNet), so
 // a gap can be told apart from a cost-model error. How the framework ran the step is the case's own
 // fact: `fusion` ("none" for eager PyTorch, "chains" for XLA on a GPU, "into_convolutions" for XLA on
-// a TPU and cuDNN's fused convolutions; cost_model.hpp) and TF32 math for "tf32" cases.
+// a TPU and cuDNN's fused convolutions; cost_model.hpp), the layout its GPU convolutions got
+// (`conv_layout`: channels-first data on tensor cores costs transposes) and TF32 math for "tf32" cases.
 //
 //   for (const PublishedCase& c : load_published_cases(resources / "validation")) {
 //       const PublishedPrediction p = predict_published(c);   // p.error = predicted / published - 1
@@ -40,6 +41,7 @@ struct PublishedCase {
     bool tf32 = false;                          // "tf32": f32 storage, convolutions on TF32 tensor cores
     std::string framework;                      // as the source ran it: "TensorFlow 1 + XLA"
     cost::ElementwiseFusion fusion = cost::ElementwiseFusion::IntoConvolutions;  // as the framework ran it
+    cost::ConvLayout conv_layout = cost::ConvLayout::ChannelsLast;              // "conv_layout"; absent: channels-last
     double published_step_seconds = 0;          // the figure as a step of the global batch
     std::string measured;                       // the source's figure as written: "1234 images/s"
     std::string source;                         // title, organisation, year

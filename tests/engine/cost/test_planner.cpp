@@ -245,6 +245,47 @@ TEST(CostModel, WinogradSpeedsUpOnlyPlainF32TwoDimensionalThreeByThreeStrideOneC
     EXPECT_DOUBLE_EQ(load_device_preset("tpu_v3").efficiency.winograd_3x3, 1.0);
 }
 
+TEST(CostModel, ChannelsFirstDataOnTensorCoresPaysForTransposesInAndOut) {
+    const CostModel a100(load_device_preset("a100_80gb"));
+    graph::Graph g("layout");
+    const int x = g.input({8, 64, 56, 56});
+    const int first = g.conv(x, 64, ops::ConvAttributes::same(2, 3), "first");
+    const int second = g.conv(first, 128, ops::ConvAttributes::same(2, 3), "second");
+    g.set_output(second);
+    graph::Graph volume("layout3d");
+    const int v = volume.input({2, 32, 32, 32, 32});
+    const int first_3d = volume.conv(v, 32, ops::ConvAttributes::same(3, 3), "first");
+    const int second_3d = volume.conv(first_3d, 32, ops::ConvAttributes::same(3, 3), "second");
+    volume.set_output(second_3d);
+
+    // Extra bytes over channels-last for the same layer and precision.
+    const auto extra = [&](const graph::Graph& model, int node, graph::Precision precision, bool tf32, ConvLayout layout) {
+        const LayerCost last = a100.layer(model, node, nullptr, Execution{.precision = precision, .tf32 = tf32, .conv_layout = ConvLayout::ChannelsLast});
+        const LayerCost other = a100.layer(model, node, nullptr, Execution{.precision = precision, .tf32 = tf32, .conv_layout = layout});
+        EXPECT_GE(other.forward.seconds, last.forward.seconds);
+        return std::pair{other.forward.bytes - last.forward.bytes, other.backward.bytes - last.backward.bytes};
+    };
+    // f16 NCHW: forward reads and writes the input and the output once more; backward's two calls
+    // (input gradient, weight gradient) twice. The first layer has no input gradient: one call.
+    const std::int64_t second_tensors = 2 * (8 * 64 * 56 * 56 + 8 * 128 * 56 * 56);  // f16: 2 bytes
+    EXPECT_EQ(extra(g, second, graph::Precision::F16, false, ConvLayout::ChannelsFirst), std::pair(2 * second_tensors, 4 * second_tensors));
+    const std::int64_t first_tensors = 2 * (8 * 64 * 56 * 56 * 2);
+    EXPECT_EQ(extra(g, first, graph::Precision::F16, false, ConvLayout::ChannelsFirst), std::pair(2 * first_tensors, 2 * first_tensors));
+    EXPECT_GT(a100.layer(g, second, nullptr, Execution{.precision = graph::Precision::F16, .conv_layout = ConvLayout::ChannelsFirst}).forward.seconds,
+              a100.layer(g, second, nullptr, Execution{.precision = graph::Precision::F16}).forward.seconds);
+    // TF32 runs on the tensor cores too; plain f32 on the CUDA cores takes NCHW as is.
+    EXPECT_EQ(extra(g, second, graph::Precision::F32, true, ConvLayout::ChannelsFirst), std::pair(2 * 2 * second_tensors, 4 * 2 * second_tensors));
+    EXPECT_EQ(extra(g, second, graph::Precision::F32, false, ConvLayout::ChannelsFirst), std::pair(std::int64_t{0}, std::int64_t{0}));
+    // XLA: NHWC for 2D f16 convolutions only; TF32 and 3D stay channels-first.
+    EXPECT_EQ(extra(g, second, graph::Precision::F16, false, ConvLayout::Xla), std::pair(std::int64_t{0}, std::int64_t{0}));
+    EXPECT_GT(extra(g, second, graph::Precision::F32, true, ConvLayout::Xla).first, 0);
+    EXPECT_GT(extra(volume, second_3d, graph::Precision::F16, false, ConvLayout::Xla).first, 0);
+    // A TPU has no such kernels to feed.
+    const CostModel v3(load_device_preset("tpu_v3"));
+    EXPECT_EQ(v3.layer(g, second, nullptr, Execution{.precision = graph::Precision::BF16, .conv_layout = ConvLayout::ChannelsFirst}).forward.bytes,
+              v3.layer(g, second, nullptr, Execution{.precision = graph::Precision::BF16}).forward.bytes);
+}
+
 TEST(CostModel, GpuAllReducesUseEveryNvlinkInsideANodeAndTheNetworkBeyondIt) {
     const CostModel a100(load_device_preset("a100_80gb"));
     const Device& d = a100.device();

@@ -51,12 +51,12 @@ TEST(PublishedCases, EveryCaseGetsAPredictionForItsOwnLayout) {
 
 TEST(PublishedCases, UnitsConvertToTheStepOfTheGlobalBatchAndBadCasesAreNamed) {
     const ScratchDir scratch;
-    const auto write = [&](const std::string& measured, const std::string& fusion = "none") {
+    const auto write = [&](const std::string& measured, const std::string& fusion = "none", const std::string& extra = "") {
         std::ofstream out(scratch / "cases.json");
         out << R"({"cases": [{"name": "r50", "model": {"kind": "resnet", "depth": 50, "num_classes": 1000},
                  "input": {"channels": 3, "size": [224, 224]}, "global_batch": 256, "device": "a100_80gb", "num_cores": 8,
                  "precision": "tf32", "framework": "PyTorch, eager", "fusion": ")"
-            << fusion << R"(", "measured": )" << measured << R"(, "source": {"title": "t", "year": 2020}}]})";
+            << fusion << R"(", )" << extra << R"("measured": )" << measured << R"(, "source": {"title": "t", "year": 2020}}]})";
     };
     write(R"({"value": 1024, "unit": "images/s"})");
     auto cases = load_published_cases(scratch.path());
@@ -70,6 +70,16 @@ TEST(PublishedCases, UnitsConvertToTheStepOfTheGlobalBatchAndBadCasesAreNamed) {
     EXPECT_EQ(cases[0].fusion, cost::ElementwiseFusion::None);
     write(R"({"value": 1024, "unit": "images/s"})", "chains");
     EXPECT_EQ(load_published_cases(scratch.path())[0].fusion, cost::ElementwiseFusion::Chains);
+    // The convolutions' layout: channels-last unless the case names another.
+    EXPECT_EQ(load_published_cases(scratch.path())[0].conv_layout, cost::ConvLayout::ChannelsLast);
+    write(R"({"value": 1024, "unit": "images/s"})", "none", R"("conv_layout": "channels_first", )");
+    EXPECT_EQ(load_published_cases(scratch.path())[0].conv_layout, cost::ConvLayout::ChannelsFirst);
+    write(R"({"value": 1024, "unit": "images/s"})", "chains", R"("conv_layout": "xla", )");
+    EXPECT_EQ(load_published_cases(scratch.path())[0].conv_layout, cost::ConvLayout::Xla);
+    write(R"({"value": 1024, "unit": "images/s"})", "none", R"("conv_layout": "nchw", )");
+    const std::string layout_message = error_of([&] { load_published_cases(scratch.path()); });
+    EXPECT_NE(layout_message.find("cases.json: case \"r50\": conv_layout: expected \"channels_last\" (NHWC)"), std::string::npos)
+        << layout_message;
     write(R"({"value": 1024, "unit": "images/s"})", "some");
     const std::string fusion_message = error_of([&] { load_published_cases(scratch.path()); });
     EXPECT_NE(fusion_message.find("cases.json: case \"r50\": fusion: expected \"none\""), std::string::npos) << fusion_message;
