@@ -446,11 +446,14 @@ double CostModel::all_reduce_seconds(std::int64_t bytes, std::int64_t cores) con
     }
     double ring_bandwidth = bandwidth;
     if (m_device.topology == Topology::NvlinkNode && m_device.links_per_chip > 0) {
-        // NCCL's rings use every NVLink of a GPU (through NVSwitch or the cube mesh); past one node
-        // each ring also crosses the network, at its per-GPU bandwidth.
+        // NCCL's rings use every NVLink of a GPU (through NVSwitch or the cube mesh). Past one node
+        // the buffer is split over one ring per network port, each crossing the network once per
+        // node: a node's ports carry their rings side by side, so the network leg of the ring runs at
+        // the whole node's network bandwidth, not one GPU's share of it.
         ring_bandwidth = bandwidth * static_cast<double>(m_device.links_per_chip);
         if (m_device.chips_per_node > 0 && cores > m_device.chips_per_node && m_device.network_bandwidth > 0) {
-            ring_bandwidth = std::min(ring_bandwidth, m_device.network_bandwidth * m_device.efficiency.link);
+            const double node_network = m_device.network_bandwidth * static_cast<double>(m_device.chips_per_node);
+            ring_bandwidth = std::min(ring_bandwidth, node_network * m_device.efficiency.link);
         }
     }
     // Ring over all cores: 2(n−1) steps of bytes/n each.
