@@ -10,6 +10,8 @@
 
 #include <algorithm>
 #include <fstream>
+#include <initializer_list>
+#include <optional>
 #include <sstream>
 
 namespace tessera::experiment {
@@ -18,6 +20,14 @@ namespace fs = std::filesystem;
 using json::Json;
 
 namespace {
+
+// The value among `values` whose name (`name_of`) is `text`; none when no name matches.
+template <typename Value, typename NameOf>
+std::optional<Value> named_value(const std::string& text, std::initializer_list<Value> values, NameOf name_of) {
+    for (Value value : values)
+        if (name_of(value) == text) return value;
+    return std::nullopt;
+}
 
 // Reads one case, naming the file, the case and the field in every error.
 class CaseReader {
@@ -160,26 +170,18 @@ PublishedCase read_case(const Json& value, const std::string& file) {
 
     c.framework = read.text(value, "framework");
     const std::string fusion = read.text(value, "fusion");
-    bool known = false;
-    for (cost::ElementwiseFusion f : {cost::ElementwiseFusion::None, cost::ElementwiseFusion::Chains, cost::ElementwiseFusion::IntoConvolutions}) {
-        if (cost::fusion_name(f) == fusion) {
-            c.fusion = f;
-            known = true;
-        }
-    }
-    TESSERA_CHECK(known, read.where() << ": fusion: expected \"none\" (eager, one kernel per op), \"chains\" (XLA on a GPU) or "
+    const auto fusion_named = named_value(
+        fusion, {cost::ElementwiseFusion::None, cost::ElementwiseFusion::Chains, cost::ElementwiseFusion::IntoConvolutions}, cost::fusion_name);
+    if (fusion_named) c.fusion = *fusion_named;
+    TESSERA_CHECK(fusion_named, read.where() << ": fusion: expected \"none\" (eager, one kernel per op), \"chains\" (XLA on a GPU) or "
                                          "\"into_convolutions\" (XLA on a TPU, cuDNN fused convolutions), got \"" << fusion << "\"");
 
     if (value.contains("conv_layout")) {  // optional: channels-last unless the case says otherwise
         const std::string layout = read.text(value, "conv_layout");
-        bool known_layout = false;
-        for (cost::ConvLayout l : {cost::ConvLayout::ChannelsLast, cost::ConvLayout::ChannelsFirst, cost::ConvLayout::Xla}) {
-            if (cost::conv_layout_name(l) == layout) {
-                c.conv_layout = l;
-                known_layout = true;
-            }
-        }
-        TESSERA_CHECK(known_layout, read.where() << ": conv_layout: expected \"channels_last\" (NHWC), \"channels_first\" (NCHW) or "
+        const auto layout_named =
+            named_value(layout, {cost::ConvLayout::ChannelsLast, cost::ConvLayout::ChannelsFirst, cost::ConvLayout::Xla}, cost::conv_layout_name);
+        if (layout_named) c.conv_layout = *layout_named;
+        TESSERA_CHECK(layout_named, read.where() << ": conv_layout: expected \"channels_last\" (NHWC), \"channels_first\" (NCHW) or "
                                                     "\"xla\" (XLA on a GPU chooses per convolution), got \"" << layout << "\"");
     }
 
