@@ -169,6 +169,11 @@ LayerCost CostModel::roofline_layer(const graph::Graph& model, int id, const par
     // input's gradient at `input_gradient_rate` unless the layer reads the model's input, the weights'
     // at `weight_gradient_rate`). Bytes: forward reads the input and weights and writes the output;
     // backward reads them again with the output's gradient and writes the input's and the weights'.
+    // A pass's efficiency: of the peak while it computes, else the memory efficiency.
+    const auto set_efficiency = [&](PassCost& pass) {
+        pass.efficiency = pass.bound == Bound::Compute ? pass.flops / (pass.seconds - m_device.kernel_overhead) / (peak > 0 ? peak : 1)
+                                                       : m_device.efficiency.memory;
+    };
     auto matrix_op = [&](double forward_flops, double forward_rate, double input_gradient_rate, double weight_gradient_rate) {
         const bool input_gradient = host_counting || source.kind != OpKind::Input;
         result.forward = pass_cost(forward_flops, element * (in_elements + out_elements) + 4 * weights, forward_rate, true);
@@ -178,11 +183,7 @@ LayerCost CostModel::roofline_layer(const graph::Graph& model, int id, const par
         // One rate for the pass whose time is the two products' times added.
         const double backward_seconds = (input_gradient ? forward_flops / input_gradient_rate : 0) + forward_flops / weight_gradient_rate;
         result.backward = pass_cost(backward_flops, backward_bytes, backward_flops / backward_seconds, true);
-        const double peak_rate = peak > 0 ? peak : 1;
-        for (PassCost* pass : {&result.forward, &result.backward}) {
-            pass->efficiency = pass->bound == Bound::Compute ? pass->flops / (pass->seconds - m_device.kernel_overhead) / peak_rate
-                                                             : m_device.efficiency.memory;
-        }
+        for (PassCost* pass : {&result.forward, &result.backward}) set_efficiency(*pass);
         result.channel_utilisation = forward_rate / (peak * m_device.efficiency.matmul * minor_fill);
     };
 
@@ -194,10 +195,8 @@ LayerCost CostModel::roofline_layer(const graph::Graph& model, int id, const par
         const std::int64_t tensors = element * (in_elements + out_elements);
         const auto add = [&](PassCost& pass, std::int64_t bytes, int kernels) {
             pass.bytes += bytes;
-            pass.seconds += static_cast<double>(bytes) / (m_device.memory_bandwidth * m_device.efficiency.memory) +
-                            kernels * m_device.kernel_overhead;
-            if (pass.bound == Bound::Compute && peak > 0)
-                pass.efficiency = pass.flops / (pass.seconds - m_device.kernel_overhead) / peak;
+            pass.seconds += pass_cost(0, bytes, 0, false).seconds + kernels * m_device.kernel_overhead;
+            set_efficiency(pass);
         };
         add(result.forward, 2 * tensors, 2);
         add(result.backward, (input_gradient ? 4 : 2) * tensors, input_gradient ? 4 : 2);
