@@ -316,6 +316,190 @@ struct CoreMesh::Impl {
         }
         return {value, std::move(gradient)};
     }
+
+    // The stages of one training step, in order (CoreMesh::train_step strings them together).
+
+    void check_batch(const Tensor& images, const Tensor& labels) const {
+        const Shape& input_shape = model.node(model.input_node()).output_shape;
+        Shape expected = input_shape;
+        expected[0] *= mesh.num_replicas;
+        TESSERA_CHECK(images.shape() == expected && images.dtype() == DType::F32,
+                      "the mesh of " << mesh.num_replicas << " replica(s) expects f32 images " << shape_to_string(expected)
+                                     << " (the model's batch of " << input_shape[0] << " per replica), got "
+                                     << dtype_name(images.dtype()) << " " << shape_to_string(images.shape()));
+        TESSERA_CHECK(labels.dtype() == DType::I32 && labels.shape().size() >= 1 && labels.shape()[0] == expected[0],
+                      "labels must be i32 with " << expected[0] << " rows, got " << dtype_name(labels.dtype()) << " "
+                                                 << shape_to_string(labels.shape()));
+    }
+
+    // Every core takes its tile of the batch (replicated logits: its replica's whole labels).
+    void scatter_batch(const Tensor& images, const Tensor& labels) {
+        const std::int64_t batch = model.node(model.input_node()).output_shape[0];
+        each_core(StepPhase::Forward, -1, [&](Core& core) {
+            core.images = tile_of(images, core.replica, core.index, true);
+            core.labels = output_replicated ? tile_of(labels, core.replica, 0, false).view_box({0}, {batch}).contiguous()
+                                            : tile_of(labels, core.replica, core.index, false);
+            core.executor->begin_forward(core.images, graph::Mode::Train);
+        });
+    }
+
+    // The loss, averaged over replicas, and each core's tile of d loss / d logits (indexed by mesh core).
+    // Partial sums per tile are reduced over the replica in core order, so every core finishes the same
+    // loss; replicated logits (after global pooling) let every core compute its replica's whole loss.
+    double loss_and_gradients(std::vector<Tensor>& gradients) {
+        std::vector<Tensor> logits(cores.size());
+        std::vector<LossPartial> partials(cores.size());
+        each_core(StepPhase::Forward, -1, [&](Core& core) {
+            const std::size_t c = static_cast<std::size_t>(mesh_core(core.replica, core.index));
+            const double start = now();
+            logits[c] = core.executor->output();
+            partials[c] = loss_partial(logits[c], core.labels);
+            core.events.push_back({static_cast<std::int64_t>(c), -1, EventKind::Compute, StepPhase::Forward, start, now(), 0, 0, -1});
+        });
+        std::vector<LossPartial> totals(static_cast<std::size_t>(mesh.num_replicas));
+        if (!output_replicated) {
+            for (std::int64_t r = 0; r < mesh.num_replicas; ++r) {
+                LossPartial total = partials[static_cast<std::size_t>(mesh_core(r, 0))];
+                for (std::int64_t i = 1; i < per_replica; ++i) total += partials[static_cast<std::size_t>(mesh_core(r, i))];
+                totals[static_cast<std::size_t>(r)] = std::move(total);
+            }
+        }
+        std::vector<double> replica_loss(static_cast<std::size_t>(mesh.num_replicas), 0.0);
+        gradients.assign(cores.size(), Tensor());
+        each_core(StepPhase::Forward, -1, [&](Core& core) {
+            const std::size_t c = static_cast<std::size_t>(mesh_core(core.replica, core.index));
+            const LossPartial& total = output_replicated ? partials[c] : totals[static_cast<std::size_t>(core.replica)];
+            auto [value, gradient] = finish_loss(total, logits[c], core.labels);
+            if (core.index == 0) replica_loss[static_cast<std::size_t>(core.replica)] = value;
+            gradients[c] = std::move(gradient);
+        });
+        double loss_sum = 0;
+        for (double value : replica_loss) loss_sum += value;
+        return loss_sum / static_cast<double>(mesh.num_replicas);
+    }
+
+    // Weight gradients: summed over each replica's cores in core order (core 0's alone for replicated
+    // layers), then averaged over replicas; every core receives the result. Returns, per parameter, the
+    // first core whose own gradient is not finite (-1 when all are).
+    std::vector<std::int64_t> all_reduce_weight_gradients() {
+        const std::size_t num_parameters = model.parameters().size();
+        std::vector<std::int64_t> non_finite_core(num_parameters, -1);
+        auto gradient_of = [&](std::int64_t core, std::size_t index) -> Tensor& {
+            return cores[static_cast<std::size_t>(core)].executor->parameters()[index].gradient;
+        };
+        const double reduce_start = now();
+        pool->run(static_cast<std::int64_t>(num_parameters), [&](std::int64_t p) {
+            const auto index = static_cast<std::size_t>(p);
+            const std::int64_t summed_cores = replicated_parameter[index] ? 1 : per_replica;
+            Tensor total;
+            for (std::int64_t r = 0; r < mesh.num_replicas; ++r) {
+                Tensor replica_sum = gradient_of(mesh_core(r, 0), index).clone();
+                float* rs = replica_sum.data<float>();
+                for (std::int64_t i = 1; i < summed_cores; ++i) {
+                    const float* g = gradient_of(mesh_core(r, i), index).data<float>();
+                    for (std::int64_t e = 0; e < replica_sum.num_elements(); ++e) rs[e] += g[e];
+                }
+                if (r == 0) {
+                    total = std::move(replica_sum);
+                } else {
+                    float* sum = total.data<float>();
+                    for (std::int64_t e = 0; e < total.num_elements(); ++e) sum[e] += rs[e];
+                }
+            }
+            if (mesh.num_replicas > 1) {
+                const auto inverse = 1.0f / static_cast<float>(mesh.num_replicas);
+                float* sum = total.data<float>();
+                for (std::int64_t e = 0; e < total.num_elements(); ++e) sum[e] *= inverse;
+            }
+            if (!train::tensor_is_finite(total)) {
+                for (std::int64_t c = 0; c < total_cores; ++c) {
+                    if (!train::tensor_is_finite(gradient_of(c, index))) {
+                        non_finite_core[index] = c;
+                        break;
+                    }
+                }
+            }
+            for (std::int64_t c = 0; c < total_cores; ++c) gradient_of(c, index).copy_from(total);
+        });
+        const double reduce_end = now();
+        std::int64_t gradient_bytes = 0;
+        for (const graph::ParameterSpec& spec : model.parameters()) gradient_bytes += num_elements_of(spec.shape) * 4;
+        for (std::int64_t c = 0; c < total_cores; ++c) {
+            cores[static_cast<std::size_t>(c)].events.push_back({c, -1, EventKind::AllReduce, StepPhase::Update, reduce_start,
+                                                                reduce_end, 0, ring_bytes(gradient_bytes, total_cores), -1});
+        }
+        return non_finite_core;
+    }
+
+    // Update: every core the same (its own optimizer state, the same gradients), as a single core's
+    // trainer does it (train/step_end.hpp). Returns whether the update was applied (loss scaling may
+    // skip it); then checks every core's batch-norm statistics, which may differ by replica.
+    bool update(const train::StepResult& result, const std::vector<std::int64_t>& non_finite_core) {
+        train::StepContext context;
+        context.step = step;
+        context.loss = result.loss;
+        context.locate = [&](std::size_t index) {
+            return non_finite_core[index] >= 0 ? " on core " + std::to_string(non_finite_core[index]) : std::string();
+        };
+        context.aftermath = " Nothing of this step was saved.";
+        std::vector<std::span<Parameter>> copies;
+        for (Core& core : cores) copies.push_back(core.executor->parameters());
+        const bool applied = train::finish_update(
+            *loss_scaler, result.loss_scale, copies,
+            [&] {
+                each_core(StepPhase::Update, -1, [&](Core& core) {
+                    const double start = now();
+                    core.optimizer->step(core.executor->parameters(), result.learning_rate);
+                    core.events.push_back({mesh_core(core.replica, core.index), -1, EventKind::Compute, StepPhase::Update, start,
+                                           now(), 0, 0, -1});
+                });
+            },
+            context);
+        for (const Core& core : cores) {
+            train::check_statistics(core.executor->buffers(), core.executor->graph(), context,
+                                    " on core " + std::to_string(mesh_core(core.replica, core.index)));
+        }
+        return applied;
+    }
+
+    // The step's events by start time, and its summary: time per kind, bytes per link, and the plan's
+    // halo volume to compare them with.
+    void summarize_step() {
+        events.clear();
+        for (Core& core : cores) events.insert(events.end(), core.events.begin(), core.events.end());
+        std::stable_sort(events.begin(), events.end(),
+                         [](const CoreEvent& a, const CoreEvent& b) { return a.start_seconds < b.start_seconds; });
+        StepSummary result;
+        std::map<std::pair<std::int64_t, std::int64_t>, std::int64_t> links;
+        for (const CoreEvent& event : events) {
+            const double seconds = event.end_seconds - event.start_seconds;
+            switch (event.kind) {
+                case EventKind::Compute: result.compute_seconds += seconds; break;
+                case EventKind::Halo: {
+                    result.halo_seconds += seconds;
+                    result.halo_bytes += event.bytes;
+                    // Forward: peer → core; backward: core's gradient came from peer, so the rows travel peer → core too.
+                    links[{event.peer, event.core}] += event.bytes;
+                    break;
+                }
+                case EventKind::AllReduce:
+                    result.all_reduce_seconds += seconds;
+                    result.all_reduce_bytes += event.bytes;
+                    break;
+                case EventKind::Wait: break;
+            }
+        }
+        for (const auto& [link, bytes] : links) result.links.push_back({link.first, link.second, bytes});
+        std::sort(result.links.begin(), result.links.end(), [](const LinkTraffic& a, const LinkTraffic& b) { return a.bytes > b.bytes; });
+        // Forward and (unless the halo holds input data) backward, per replica.
+        for (const partition::HaloExchange& halo : core_graphs.halos) {
+            const std::int64_t layer_elements = plan.halo_elements(halo.layer);
+            result.analytic_halo_bytes += layer_elements * (halo.carries_gradient ? 2 : 1) * mesh.num_replicas *
+                                          cores[0].executor->value_buffer(halo.halo_node).element_size();
+        }
+        result.halo_fraction_of_compute = result.compute_seconds > 0 ? result.halo_seconds / result.compute_seconds : 0;
+        summary = std::move(result);
+    }
 };
 
 CoreMesh::CoreMesh(graph::Graph model, MeshConfig mesh, train::TrainerConfig config)
@@ -528,16 +712,7 @@ void CoreMesh::check_memory() const {
 train::StepResult CoreMesh::train_step(const Tensor& images, const Tensor& labels) {
     Impl& impl = *m_impl;
     check_memory();
-    const Shape& input_shape = impl.model.node(impl.model.input_node()).output_shape;
-    Shape expected = input_shape;
-    expected[0] *= impl.mesh.num_replicas;
-    TESSERA_CHECK(images.shape() == expected && images.dtype() == DType::F32,
-                  "the mesh of " << impl.mesh.num_replicas << " replica(s) expects f32 images " << shape_to_string(expected)
-                                 << " (the model's batch of " << input_shape[0] << " per replica), got "
-                                 << dtype_name(images.dtype()) << " " << shape_to_string(images.shape()));
-    TESSERA_CHECK(labels.dtype() == DType::I32 && labels.shape().size() >= 1 && labels.shape()[0] == expected[0],
-                  "labels must be i32 with " << expected[0] << " rows, got " << dtype_name(labels.dtype()) << " "
-                                             << shape_to_string(labels.shape()));
+    impl.check_batch(images, labels);
 
     train::StepResult result;
     result.step = impl.step;
@@ -546,60 +721,17 @@ train::StepResult CoreMesh::train_step(const Tensor& images, const Tensor& label
     impl.step_start = Clock::now();
     for (Impl::Core& core : impl.cores) core.events.clear();
 
-    // Forward.
-    impl.each_core(StepPhase::Forward, -1, [&](Impl::Core& core) {
-        core.images = impl.tile_of(images, core.replica, core.index, true);
-        core.labels = impl.output_replicated ? impl.tile_of(labels, core.replica, 0, false).view_box({0}, {input_shape[0]}).contiguous()
-                                             : impl.tile_of(labels, core.replica, core.index, false);
-        core.executor->begin_forward(core.images, graph::Mode::Train);
-    });
+    impl.scatter_batch(images, labels);
     impl.forward(graph::Mode::Train);
-
-    // Loss: partial sums per tile, reduced over the replica; each core then has its tile's gradient.
-    std::vector<Tensor> logits(impl.cores.size());
-    std::vector<LossPartial> partials(impl.cores.size());
-    impl.each_core(StepPhase::Forward, -1, [&](Impl::Core& core) {
-        const std::size_t c = static_cast<std::size_t>(impl.mesh_core(core.replica, core.index));
-        const double start = impl.now();
-        logits[c] = core.executor->output();
-        if (!impl.output_replicated) partials[c] = impl.loss_partial(logits[c], core.labels);
-        core.events.push_back({static_cast<std::int64_t>(c), -1, EventKind::Compute, StepPhase::Forward, start, impl.now(), 0, 0, -1});
-    });
-    std::vector<double> replica_loss(static_cast<std::size_t>(impl.mesh.num_replicas), 0.0);
-    std::vector<Tensor> gradients(impl.cores.size());
-    if (!impl.output_replicated) {
-        std::vector<LossPartial> totals(static_cast<std::size_t>(impl.mesh.num_replicas));
-        for (std::int64_t r = 0; r < impl.mesh.num_replicas; ++r) {
-            LossPartial total = partials[static_cast<std::size_t>(impl.mesh_core(r, 0))];
-            for (std::int64_t i = 1; i < impl.per_replica; ++i) total += partials[static_cast<std::size_t>(impl.mesh_core(r, i))];
-            totals[static_cast<std::size_t>(r)] = std::move(total);
-        }
-        impl.each_core(StepPhase::Forward, -1, [&](Impl::Core& core) {
-            const std::size_t c = static_cast<std::size_t>(impl.mesh_core(core.replica, core.index));
-            auto [value, gradient] = impl.finish_loss(totals[static_cast<std::size_t>(core.replica)], logits[c], core.labels);
-            if (core.index == 0) replica_loss[static_cast<std::size_t>(core.replica)] = value;
-            gradients[c] = std::move(gradient);
-        });
-    } else {
-        // Replicated logits (after global pooling): every core computes the whole loss of its replica.
-        impl.each_core(StepPhase::Forward, -1, [&](Impl::Core& core) {
-            const std::size_t c = static_cast<std::size_t>(impl.mesh_core(core.replica, core.index));
-            LossPartial total = impl.loss_partial(logits[c], core.labels);
-            auto [value, gradient] = impl.finish_loss(total, logits[c], core.labels);
-            if (core.index == 0) replica_loss[static_cast<std::size_t>(core.replica)] = value;
-            gradients[c] = std::move(gradient);
-        });
-    }
-    double loss_sum = 0;
-    for (double value : replica_loss) loss_sum += value;
-    result.loss = loss_sum / static_cast<double>(impl.mesh.num_replicas);
+    std::vector<Tensor> logit_gradients;  // per mesh core: d loss / d (its tile of the logits)
+    result.loss = impl.loss_and_gradients(logit_gradients);
     result.forward_seconds = impl.now();
     TESSERA_CHECK(std::isfinite(result.loss), "step " << impl.step + 1 << ": the loss is " << result.loss << ": "
                                                       << impl.locate_non_finite_forward() << ". Nothing of this step was saved.");
 
     // Backward, on scale × d loss (loss scaling); unscaled before the update.
     impl.each_core(StepPhase::Backward, -1, [&](Impl::Core& core) {
-        Tensor& gradient = gradients[static_cast<std::size_t>(impl.mesh_core(core.replica, core.index))];
+        Tensor& gradient = logit_gradients[static_cast<std::size_t>(impl.mesh_core(core.replica, core.index))];
         train::scale_loss_gradient(gradient, result.loss_scale);
         core.executor->begin_backward(gradient);
     });
@@ -607,132 +739,17 @@ train::StepResult CoreMesh::train_step(const Tensor& images, const Tensor& label
     const double backward_end = impl.now();
     result.backward_seconds = backward_end - result.forward_seconds;
 
-    // Weight gradients: summed over each replica's cores (core 0's alone for replicated layers), then
-    // averaged over replicas; every core receives the result.
-    const std::size_t num_parameters = impl.model.parameters().size();
-    std::vector<std::int64_t> non_finite_core(num_parameters, -1);  // per parameter: the first core whose gradient is not finite
-    const double reduce_start = impl.now();
-    impl.pool->run(static_cast<std::int64_t>(num_parameters), [&](std::int64_t p) {
-        const auto index = static_cast<std::size_t>(p);
-        const bool replicated = impl.replicated_parameter[index];
-        Tensor total = impl.cores[0].executor->parameters()[index].gradient.clone();
-        float* sum = total.data<float>();
-        const std::int64_t count = total.num_elements();
-        if (!replicated) {
-            for (std::int64_t i = 1; i < impl.per_replica; ++i) {
-                const float* g = impl.cores[static_cast<std::size_t>(i)].executor->parameters()[index].gradient.data<float>();
-                for (std::int64_t e = 0; e < count; ++e) sum[e] += g[e];
-            }
-        }
-        for (std::int64_t r = 1; r < impl.mesh.num_replicas; ++r) {
-            Tensor replica_sum = impl.cores[static_cast<std::size_t>(impl.mesh_core(r, 0))].executor->parameters()[index].gradient.clone();
-            float* rs = replica_sum.data<float>();
-            if (!replicated) {
-                for (std::int64_t i = 1; i < impl.per_replica; ++i) {
-                    const float* g =
-                        impl.cores[static_cast<std::size_t>(impl.mesh_core(r, i))].executor->parameters()[index].gradient.data<float>();
-                    for (std::int64_t e = 0; e < count; ++e) rs[e] += g[e];
-                }
-            }
-            for (std::int64_t e = 0; e < count; ++e) sum[e] += rs[e];
-        }
-        if (impl.mesh.num_replicas > 1) {
-            const auto inverse = 1.0f / static_cast<float>(impl.mesh.num_replicas);
-            for (std::int64_t e = 0; e < count; ++e) sum[e] *= inverse;
-        }
-        if (!train::tensor_is_finite(total)) {
-            for (const Impl::Core& core : impl.cores) {
-                if (!train::tensor_is_finite(core.executor->parameters()[index].gradient)) {
-                    non_finite_core[index] = impl.mesh_core(core.replica, core.index);
-                    break;
-                }
-            }
-        }
-        for (Impl::Core& core : impl.cores) core.executor->parameters()[index].gradient.copy_from(total);
-    });
-    const double reduce_end = impl.now();
-    std::int64_t gradient_bytes = 0;
-    for (const graph::ParameterSpec& spec : impl.model.parameters()) gradient_bytes += num_elements_of(spec.shape) * 4;
-    for (std::int64_t c = 0; c < impl.total_cores; ++c) {
-        impl.cores[static_cast<std::size_t>(c)].events.push_back({c, -1, EventKind::AllReduce, StepPhase::Update, reduce_start,
-                                                                 reduce_end, 0, Impl::ring_bytes(gradient_bytes, impl.total_cores), -1});
-    }
-
-    // Update: every core the same (its own optimizer state, the same gradients), as a single core's
-    // trainer does it (train/step_end.hpp).
-    train::StepContext context;
-    context.step = impl.step;
-    context.loss = result.loss;
-    context.locate = [&](std::size_t index) {
-        return non_finite_core[index] >= 0 ? " on core " + std::to_string(non_finite_core[index]) : std::string();
-    };
-    context.aftermath = " Nothing of this step was saved.";
-    std::vector<std::span<Parameter>> copies;
-    for (Impl::Core& core : impl.cores) copies.push_back(core.executor->parameters());
-    result.applied = train::finish_update(
-        *impl.loss_scaler, result.loss_scale, copies,
-        [&] {
-            impl.each_core(StepPhase::Update, -1, [&](Impl::Core& core) {
-                const double start = impl.now();
-                core.optimizer->step(core.executor->parameters(), result.learning_rate);
-                core.events.push_back({impl.mesh_core(core.replica, core.index), -1, EventKind::Compute, StepPhase::Update, start,
-                                       impl.now(), 0, 0, -1});
-            });
-        },
-        context);
+    const std::vector<std::int64_t> non_finite_core = impl.all_reduce_weight_gradients();
+    result.applied = impl.update(result, non_finite_core);
     result.update_seconds = impl.now() - backward_end;
-    // Batch-norm statistics may differ by replica: every core's are checked.
-    for (const Impl::Core& core : impl.cores) {
-        train::check_statistics(core.executor->buffers(), core.executor->graph(), context,
-                                " on core " + std::to_string(impl.mesh_core(core.replica, core.index)));
-    }
     ++impl.step;
-
-    // Events by start time, and the step's summary.
-    impl.events.clear();
-    for (Impl::Core& core : impl.cores) impl.events.insert(impl.events.end(), core.events.begin(), core.events.end());
-    std::stable_sort(impl.events.begin(), impl.events.end(),
-                     [](const CoreEvent& a, const CoreEvent& b) { return a.start_seconds < b.start_seconds; });
-    StepSummary summary;
-    std::map<std::pair<std::int64_t, std::int64_t>, std::int64_t> links;
-    for (const CoreEvent& event : impl.events) {
-        const double seconds = event.end_seconds - event.start_seconds;
-        switch (event.kind) {
-            case EventKind::Compute: summary.compute_seconds += seconds; break;
-            case EventKind::Halo: {
-                summary.halo_seconds += seconds;
-                summary.halo_bytes += event.bytes;
-                // Forward: peer → core; backward: core's gradient came from peer, so the rows travel peer → core too.
-                links[{event.peer, event.core}] += event.bytes;
-                break;
-            }
-            case EventKind::AllReduce:
-                summary.all_reduce_seconds += seconds;
-                summary.all_reduce_bytes += event.bytes;
-                break;
-            case EventKind::Wait: break;
-        }
-    }
-    for (const auto& [link, bytes] : links) summary.links.push_back({link.first, link.second, bytes});
-    std::sort(summary.links.begin(), summary.links.end(), [](const LinkTraffic& a, const LinkTraffic& b) { return a.bytes > b.bytes; });
-    // The plan's halo volume, forward and (unless the halo holds input data) backward, per replica.
-    for (const partition::HaloExchange& halo : impl.core_graphs.halos) {
-        const std::int64_t layer_elements = impl.plan.halo_elements(halo.layer);
-        summary.analytic_halo_bytes += layer_elements * (halo.carries_gradient ? 2 : 1) * impl.mesh.num_replicas *
-                                       impl.cores[0].executor->value_buffer(halo.halo_node).element_size();
-    }
-    summary.halo_fraction_of_compute = summary.compute_seconds > 0 ? summary.halo_seconds / summary.compute_seconds : 0;
-    impl.summary = std::move(summary);
+    impl.summarize_step();
     return result;
 }
 
 train::EvalResult CoreMesh::evaluate(const Tensor& images, const Tensor& labels) {
     Impl& impl = *m_impl;
-    const Shape& input_shape = impl.model.node(impl.model.input_node()).output_shape;
-    Shape expected = input_shape;
-    expected[0] *= impl.mesh.num_replicas;
-    TESSERA_CHECK(images.shape() == expected && images.dtype() == DType::F32,
-                  "evaluate expects f32 images " << shape_to_string(expected) << ", got " << shape_to_string(images.shape()));
+    impl.check_batch(images, labels);
     impl.step_start = Clock::now();
     for (Impl::Core& core : impl.cores) core.events.clear();
     impl.each_core(StepPhase::Forward, -1, [&](Impl::Core& core) {
