@@ -8,40 +8,27 @@
 // spatial extent of the op's input: conv2d_3x3_c16to32_128 is a 3×3 conv from 16 to 32 channels on
 // [4, 16, 128, 128]; c16 alone means 16 in and 16 out; concat2d_c16x2_256 joins two 16-channel maps.
 //
-// How one op is timed. The Executor runs whole graphs only, and a graph's edges cost something of their
-// own: the input is copied in, the output is reordered to a plain tensor (and its gradient back), and
-// an op fed straight by the graph input computes no input gradient. So each op runs in the graph
+// How one op is timed: its kernel alone. The op is compiled in the graph
 //
-//   input [N, 1, ...] ─┬→ source (3×3 conv, 1 → C) → op        (the op's output dangles)
-//                      └→ max pool by 8 (2D) or 4 (3D) per axis → output    (by less on maps under 8)
+//   input [N, 1, ...] → source (3×3 conv, 1 → C, one per op input) → op (the output)
 //
-// and, in every iteration right after it, in a baseline graph without the op:
-//
-//   input [N, 1, ...] ─┬→ source (3×3 conv, 1 → C)             (dangles)
-//                      └→ max pool by 8 (2D) or 4 (3D) per axis → output
-//
-// The reported time (manual time) is the difference of the two wall times (at least 1 ns: a tiny op's
-// noisy difference cannot go negative): the op's forward, or its forward and backward, and nothing else. The executor
-// runs every node forward and backward whether or not anything reads it, so a dangling op costs what it costs inside
-// the U-Net, where its consumer's work is that consumer's. The source hands the op an activation in the layout a conv
-// produces (nChw16c and friends; an op that prefers another layout pays its reorder, as in the model) and makes the op
-// compute its input gradient, as every U-Net op except the first conv does; it reads one channel in
-// place, so it is cheap. The output is a pooling of the one-channel input: small, and it needs no
-// gradient. Nobody writes a dangling node's output gradient, so the executors are built while glibc
-// zero-fills allocations (stale floats could be subnormal and slow the kernels; this is checked).
-// Ops with two inputs (add, concat) get two sources. The U-Net's first conv reads the graph input
-// itself, as in the model: no source, and no input gradient. Two ResNet-50 ops, which the U-Net lacks,
-// are timed at ResNet-50's shapes: global average pooling, and dense on [N, F] with ReLUs for the source
-// and the output.
+// so that its kernel is built as in the U-Net: it receives an activation in the layout a conv produces
+// (nChw16c and friends; an op that prefers another layout pays its reorder inside its kernel, as in the
+// model) and computes its input gradient, as every U-Net op except the first conv does. One whole
+// forward and backward pass (with a random output gradient) sets every buffer; then each iteration
+// runs the op's kernel through Executor::forward_node, and for _fwdbwd also backward_node, and times
+// that call alone: no graph input copied in, no output reordered out, nothing subtracted. The U-Net's
+// first conv reads the graph input itself, as in the model: no source, and no input gradient. Two
+// ResNet-50 ops, which the U-Net lacks, are timed at ResNet-50's shapes: global average pooling, and
+// dense on [N, F] with a ReLU for the source.
 //
 // Counters: GFLOP/s from Graph::cost (forward, or forward + backward; the backward of an op without an
-// input gradient counts its weight gradient only), over the op's own time; the machine's fp32 FMA peak
-// on 2 threads is about 220–300 GFLOP/s (bench/peer/fma_peak, depending on the load). GB/s for
-// memory-bound ops, from the least traffic the op needs (forward: read the inputs, write the output;
-// backward: read the output gradient and, for ReLU and BN, the saved input, write the input gradients).
-// base_ms: the baseline graph's time; a small op under a large baseline is noisier. Memory-bound ops run
-// for 0.1 s of op time whatever --benchmark_min_time says (see register_all). Losses and optimizers are
-// plain functions and are timed directly. Run with OMP_WAIT_POLICY=PASSIVE, as bench/peer/run.sh does.
+// input gradient counts its weight gradient only), over the op's own time; compare with the machine's
+// fp32 FMA peak on 2 threads (bench/peer/fma_peak). GB/s for memory-bound ops, from the least traffic
+// the op needs (forward: read the inputs, write the output; backward: read the output gradient and,
+// for ReLU and BN, the saved input, write the input gradients). Memory-bound ops run for 0.1 s of op
+// time whatever --benchmark_min_time says (see register_all). Losses and optimizers are plain
+// functions and are timed directly. Run with OMP_WAIT_POLICY=PASSIVE, as bench/peer/run.sh does.
 #include "core/random.hpp"
 #include "graph/executor.hpp"
 #include "loss/cross_entropy.hpp"
@@ -53,7 +40,6 @@
 #include "train/optimizer.hpp"
 
 #include <benchmark/benchmark.h>
-#include <malloc.h>
 
 #include <algorithm>
 #include <chrono>
@@ -126,9 +112,9 @@ struct OpCase {
     bool memory_bound = false;  // report GB/s
 };
 
-// The op's graph (with_op) or its baseline. Sets *op_node to the op's id in the op's graph.
-Graph make_graph(const OpCase& c, bool with_op, int* op_node) {
-    Graph graph(with_op ? c.name : cat({c.name, "_baseline"}));
+// The op's graph: its sources, then the op as the output.
+Graph make_graph(const OpCase& c) {
+    Graph graph(c.name);
     const int rank = static_cast<int>(c.input.size()) - 2;
     Shape input_shape = c.input;
     if (c.source == Source::Conv) input_shape[1] = 1;  // one channel in: cheap to copy in, and read in place
@@ -148,36 +134,29 @@ Graph make_graph(const OpCase& c, bool with_op, int* op_node) {
                 break;
         }
     }
-    if (with_op) *op_node = c.add_op(graph, sources);
-    // The graph's output: a small op on the graph input (which needs no gradient). The op under test, or in
-    // the baseline its sources, dangle: the executor runs every node forward and backward all the same.
-    const std::int64_t factor = std::min<std::int64_t>(rank == 2 ? 8 : 4, input_shape.back());
-    const int output =
-        rank > 0 ? graph.pool(x, ops::PoolAttributes::max_down(rank, factor), "output") : graph.relu(x, "output");
-    graph.set_output(output);
+    graph.set_output(c.add_op(graph, sources));
     return graph;
 }
 
-// A compiled graph with its input and output gradient.
-struct Runner {
+// The compiled graph after one whole training pass, and its op's kernel run on its own.
+struct OpRunner {
     Graph graph;
     std::unique_ptr<Executor> executor;
-    Tensor input;
-    Tensor output_gradient;
+    int op = -1;
 
-    explicit Runner(Graph g) : graph(std::move(g)) {
+    explicit OpRunner(Graph g) : graph(std::move(g)) {
         executor = std::make_unique<Executor>(graph);
         executor->initialize_parameters(42);
-        input = random_tensor(graph.node(graph.input_node()).output_shape, 1);
-        output_gradient = random_tensor(graph.node(graph.output_node()).output_shape, 2);
+        op = graph.output_node();
+        executor->forward(random_tensor(graph.node(graph.input_node()).output_shape, 1), Mode::Train);
+        executor->backward(random_tensor(graph.node(op).output_shape, 2));
     }
 
-    // One forward (training mode), and a backward if asked; returns the wall seconds.
+    // The op's forward (training mode), and its backward if asked; returns the wall seconds.
     double run(bool backward) {
         const auto start = Clock::now();
-        Tensor output = executor->forward(input, Mode::Train);
-        benchmark::DoNotOptimize(output.raw_data());
-        if (backward) executor->backward(output_gradient);
+        executor->forward_node(op);
+        if (backward) executor->backward_node(op);
         return seconds_since(start);
     }
 };
@@ -200,68 +179,29 @@ double op_bytes(const Graph& graph, int op, bool backward) {
     return bytes;
 }
 
-// While alive, glibc fills every block it hands out with zeros (M_PERTURB: allocations get the complement
-// of the byte, 0xff → 0x00). The executors are built under it, so the gradients nobody writes (those of
-// the dangling nodes) hold zeros rather than stale floats, which may be subnormal and slow the kernels.
-class ZeroFilledAllocations {
-public:
-    ZeroFilledAllocations() { mallopt(M_PERTURB, 0xff); }
-    ~ZeroFilledAllocations() { mallopt(M_PERTURB, 0); }
-    ZeroFilledAllocations(const ZeroFilledAllocations&) = delete;
-    ZeroFilledAllocations& operator=(const ZeroFilledAllocations&) = delete;
-};
-
 void run_op(benchmark::State& state, const OpCase& c, bool backward) {
-    int op = -1;
-    std::optional<ZeroFilledAllocations> zero_filled(std::in_place);
-    Runner with_op(make_graph(c, true, &op));
-    int unused = -1;
-    Runner baseline(make_graph(c, false, &unused));
-    zero_filled.reset();
-
-    const graph::NodeCost cost = with_op.graph.cost(op);
+    OpRunner runner(make_graph(c));
+    const graph::Node& node = runner.graph.node(runner.op);
+    const graph::NodeCost cost = runner.graph.cost(runner.op);
     double flops = cost.forward_flops;
     if (backward) {
-        const graph::Node& node = with_op.graph.node(op);
-        const bool has_input_gradient = with_op.graph.node(node.inputs.front()).kind != OpKind::Input;
-        const bool has_weights =
-            node.kind == OpKind::Conv || node.kind == OpKind::ConvTranspose || node.kind == OpKind::Dense;
+        const bool has_input_gradient = runner.graph.node(node.inputs.front()).kind != OpKind::Input;
+        const bool has_weights = node.kind == OpKind::Conv || node.kind == OpKind::ConvTranspose || node.kind == OpKind::Dense;
         // Graph::cost counts data and weight gradients (2× forward); without the data gradient, only the weights'.
         flops += has_weights && !has_input_gradient ? cost.forward_flops : cost.backward_flops;
     }
-
-    for (int warmup = 0; warmup < 2; ++warmup) {  // first touches of every buffer, oneDNN's lazy setup
-        with_op.run(backward);
-        baseline.run(backward);
+    if (runner.executor->reduction_phases(runner.op, ops::Pass::Forward) > 0 ||
+        runner.executor->reduction_phases(runner.op, ops::Pass::Backward) > 0) {
+        state.SkipWithError("the op's kernel needs reductions over cores: it cannot run alone");
+        return;
     }
-    if (backward) {
-        // The op dangles, so the gradient its backward reads is a buffer nobody writes: check that it holds
-        // the zeros of ZeroFilledAllocations.
-        const Tensor gradient = with_op.executor->activation_gradient(op);
-        const float* values = gradient.data<float>();
-        const std::int64_t nonzero =
-            std::count_if(values, values + gradient.num_elements(), [](float v) { return v != 0.0f; });
-        if (nonzero > 0) {
-            state.SkipWithError("the dangling op's output gradient is not zero-filled memory");
-            return;
-        }
-    }
-    // Every iteration runs the op's graph and then the baseline; its time is the difference. (Pairs close in
-    // time cancel most of what other processes on the machine do to both.)
-    double baseline_seconds = 0;
-    for (auto _ : state) {
-        const double total = with_op.run(backward);
-        const double base = baseline.run(backward);
-        baseline_seconds += base;
-        state.SetIterationTime(std::max(total - base, 1e-9));
-    }
-    const auto baseline_runs = std::max<benchmark::IterationCount>(state.iterations(), 1);
-    state.counters["base_ms"] = 1e3 * baseline_seconds / static_cast<double>(baseline_runs);
+    runner.run(backward);  // oneDNN's lazy setup, first touches of the kernel's own buffers
+    for (auto _ : state) state.SetIterationTime(runner.run(backward));
     if (flops > 0) {
         state.counters["GFLOP/s"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
     }
     if (c.memory_bound) {
-        state.counters["GB/s"] = benchmark::Counter(op_bytes(with_op.graph, op, backward) * 1e-9,
+        state.counters["GB/s"] = benchmark::Counter(op_bytes(runner.graph, runner.op, backward) * 1e-9,
                                                     benchmark::Counter::kIsIterationInvariantRate);
     }
 }
@@ -525,8 +465,7 @@ bool register_all() {
             auto* bm = benchmark::RegisterBenchmark(
                 name.c_str(), [c, backward](benchmark::State& state) { run_op(state, c, backward); });
             bm->UseManualTime()->Unit(benchmark::kMillisecond);
-            // Memory-bound ops are small next to their baseline (several times the op's time per iteration):
-            // 0.1 s of op time is hundreds of runs, and keeps the whole program near two minutes.
+            // Memory-bound ops are short: 0.1 s of op time is hundreds of runs, and keeps the whole program short.
             if (c.memory_bound) bm->MinTime(0.1);
         }
     }
