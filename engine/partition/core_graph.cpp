@@ -78,152 +78,171 @@ const HaloExchange* CoreGraphs::halo_for(int local) const {
     return nullptr;
 }
 
-CoreGraphs build_core_graphs(const graph::Graph& model, const TilingPlan& plan) {
-    const std::int64_t cores = plan.num_cores();
-    CoreGraphs result;
-    result.graphs.reserve(static_cast<std::size_t>(cores));
-    for (std::int64_t core = 0; core < cores; ++core) result.graphs.emplace_back(model.name() + ".core" + std::to_string(core));
-    const auto& nodes = model.nodes();
-    result.local_node.assign(nodes.size(), -1);
+namespace {
 
-    // Adds the same node to every core graph (fn(core) returns its id) and checks the ids agree.
-    auto on_every_core = [&](auto&& fn) {
-        int id = -1;
-        for (std::int64_t core = 0; core < cores; ++core) {
-            const int local = fn(core, result.graphs[static_cast<std::size_t>(core)]);
-            TESSERA_ASSERT(id < 0 || local == id, "core graphs diverged");
-            id = local;
+// Builds one graph per core, node by node in model order: every core gets the same node (so a local id
+// names one layer on every core), a Halo node before each convolution or pooling whose tiles need rows
+// of their neighbours, and windowed layers padded only at the volume's border.
+class CoreGraphBuilder {
+public:
+    CoreGraphBuilder(const graph::Graph& model, const TilingPlan& plan) : m_model(model), m_plan(plan), m_cores(plan.num_cores()) {
+        m_result.graphs.reserve(static_cast<std::size_t>(m_cores));
+        for (std::int64_t core = 0; core < m_cores; ++core) {
+            m_result.graphs.emplace_back(model.name() + ".core" + std::to_string(core));
         }
-        if (static_cast<int>(result.model_node.size()) <= id) result.model_node.resize(static_cast<std::size_t>(id) + 1, -1);
-        return id;
-    };
-    auto local = [&](int model_id) { return result.local_node[static_cast<std::size_t>(model_id)]; };
+        m_result.local_node.assign(model.nodes().size(), -1);
+    }
 
-    for (const Node& node : nodes) {
-        const auto& tiles = [&](std::int64_t core) -> const NodeTile& { return plan.tile(node.id, core); };
+    void add(const Node& node) {
         int id = -1;
         switch (node.kind) {
             case OpKind::Input:
                 id = on_every_core([&](std::int64_t core, graph::Graph& g) {
-                    return g.input(tile_shape(node.output_shape, tiles(core).owned), node.name);
+                    return g.input(tile_shape(node.output_shape, m_plan.tile(node.id, core).owned), node.name);
                 });
                 break;
             case OpKind::Conv:
             case OpKind::Pool: {
-                int source = local(node.inputs[0]);
-                const int producer = node.inputs[0];
-                const Shape& producer_shape = model.node(producer).output_shape;
-                const std::size_t rank = producer_shape.size() - 2;
-                if (needs_halo(plan, node.id)) {
-                    HaloExchange exchange;
-                    exchange.producer_node = source;
-                    exchange.layer = node.id;
-                    exchange.carries_gradient = model.node(producer).kind != OpKind::Input;
-                    exchange.transfers.resize(static_cast<std::size_t>(cores));
-                    source = on_every_core([&](std::int64_t core, graph::Graph& g) {
-                        const NodeTile& tile = tiles(core);
-                        const auto& own = plan.tile(producer, core).owned;
-                        ops::HaloAttributes attributes;
-                        ops::Extents extent;
-                        for (std::size_t axis = 0; axis < rank; ++axis) {
-                            const Interval& needed = tile.needed[axis];
-                            TESSERA_ASSERT(needed.begin <= own[axis].begin || needed.end <= own[axis].begin,
-                                           "a tile starts after the rows it needs");
-                            const std::int64_t begin = std::max(needed.begin, own[axis].begin);
-                            const std::int64_t end = std::min(needed.end, own[axis].end);
-                            attributes.interior_offset.push_back(std::max<std::int64_t>(0, begin - needed.begin));
-                            attributes.interior_extent.push_back(std::max<std::int64_t>(0, end - begin));
-                            extent.push_back(needed.size());
-                        }
-                        exchange.transfers[static_cast<std::size_t>(core)] = incoming_halo(model, plan, node.id, core);
-                        return g.halo(source, extent, attributes, node.name + ".halo");
-                    });
-                    exchange.halo_node = source;
-                    result.halos.push_back(std::move(exchange));
-                }
-                id = on_every_core([&](std::int64_t core, graph::Graph& g) {
-                    const NodeTile& tile = tiles(core);
-                    int made = -1;
-                    if (node.kind == OpKind::Conv) {
-                        ops::ConvAttributes attributes = node.conv;
-                        attributes.pad_begin = tile.pad_before;
-                        attributes.pad_end = tile.pad_after;
-                        made = g.conv(source, node.out_channels, attributes, node.name);
-                    } else {
-                        ops::PoolAttributes attributes = node.pool;
-                        attributes.pad_begin = tile.pad_before;
-                        attributes.pad_end = tile.pad_after;
-                        made = g.pool(source, attributes, node.name);
-                    }
-                    const Shape expected = tile_shape(node.output_shape, tile.owned);
-                    TESSERA_ASSERT(g.node(made).output_shape == expected,
-                                   "core " << core << " of '" << node.name << "' computes "
-                                           << shape_to_string(g.node(made).output_shape) << ", its tile is "
-                                           << shape_to_string(expected));
-                    return made;
-                });
+                const int source = needs_halo(m_plan, node.id) ? add_halo(node) : local(node.inputs[0]);
+                id = add_windowed(node, source);
                 break;
             }
-            case OpKind::ConvTranspose:
-                id = on_every_core([&](std::int64_t, graph::Graph& g) {
-                    return g.conv_transpose(local(node.inputs[0]), node.out_channels, node.conv_transpose, node.name);
-                });
-                break;
-            case OpKind::Upsample:
-                id = on_every_core([&](std::int64_t, graph::Graph& g) {
-                    return g.upsample(local(node.inputs[0]), node.upsample_factor, node.name);
-                });
-                break;
-            case OpKind::BatchNorm:
-                id = on_every_core([&](std::int64_t, graph::Graph& g) {
-                    // A zero-initialised scale is an initializer detail the model graph already recorded.
-                    const bool zero_scale = model.parameters()[static_cast<std::size_t>(node.parameters[0])].initializer ==
-                                            graph::Initializer::Zeros;
-                    return g.batch_norm(local(node.inputs[0]), node.batch_norm, node.name, zero_scale);
-                });
-                break;
-            case OpKind::Relu:
-                id = on_every_core([&](std::int64_t, graph::Graph& g) { return g.relu(local(node.inputs[0]), node.name); });
-                break;
-            case OpKind::Add:
-                id = on_every_core([&](std::int64_t, graph::Graph& g) {
-                    return g.add(local(node.inputs[0]), local(node.inputs[1]), node.name);
-                });
-                break;
-            case OpKind::Concat:
-                id = on_every_core([&](std::int64_t, graph::Graph& g) {
-                    std::vector<int> inputs;
-                    for (int input : node.inputs) inputs.push_back(local(input));
-                    return g.concat(inputs, node.name);
-                });
-                break;
-            case OpKind::GlobalAvgPool:
-                id = on_every_core([&](std::int64_t, graph::Graph& g) { return g.global_average_pool(local(node.inputs[0]), node.name); });
-                break;
-            case OpKind::Dense:
-                id = on_every_core([&](std::int64_t, graph::Graph& g) {
-                    return g.dense(local(node.inputs[0]), node.out_channels, node.name);
-                });
-                break;
-            case OpKind::Halo: TESSERA_FAIL("layer '" << node.name << "': the model is already split into core graphs");
+            case OpKind::Halo: TESSERA_FAIL("layer '" << node.name << "': the model is already split into core graphs"); break;
+            default: id = on_every_core([&](std::int64_t, graph::Graph& g) { return add_local(node, g); }); break;
         }
-        result.local_node[static_cast<std::size_t>(node.id)] = id;
-        result.model_node[static_cast<std::size_t>(id)] = node.id;
+        m_result.local_node[static_cast<std::size_t>(node.id)] = id;
+        m_result.model_node[static_cast<std::size_t>(id)] = node.id;
     }
-    for (graph::Graph& g : result.graphs) g.set_output(local(model.output_node()));
-    // Initializers the model set after building a node (a prior-probability bias) carry over.
-    for (graph::Graph& g : result.graphs) {
-        for (std::size_t p = 0; p < std::min(g.parameters().size(), model.parameters().size()); ++p) {
-            const graph::ParameterSpec& spec = model.parameters()[p];
-            g.set_initializer(static_cast<int>(p), spec.initializer, spec.constant);
+
+    CoreGraphs finish() {
+        for (graph::Graph& g : m_result.graphs) g.set_output(local(m_model.output_node()));
+        // Initializers the model set after building a node (a prior-probability bias) carry over.
+        for (graph::Graph& g : m_result.graphs) {
+            for (std::size_t p = 0; p < std::min(g.parameters().size(), m_model.parameters().size()); ++p) {
+                const graph::ParameterSpec& spec = m_model.parameters()[p];
+                g.set_initializer(static_cast<int>(p), spec.initializer, spec.constant);
+            }
         }
+        // Same parameters in the same order as the model: index p is one weight everywhere.
+        for (const graph::Graph& g : m_result.graphs) {
+            TESSERA_ASSERT(g.parameters().size() == m_model.parameters().size() && g.buffers().size() == m_model.buffers().size(),
+                           "core graphs must hold the model's parameters");
+        }
+        return std::move(m_result);
     }
-    // Same parameters in the same order as the model: index p is one weight everywhere.
-    for (const graph::Graph& g : result.graphs) {
-        TESSERA_ASSERT(g.parameters().size() == model.parameters().size() && g.buffers().size() == model.buffers().size(),
-                       "core graphs must hold the model's parameters");
+
+private:
+    // Adds the same node to every core graph (fn(core, graph) returns its id) and checks the ids agree.
+    template <class Add>
+    int on_every_core(Add&& fn) {
+        int id = -1;
+        for (std::int64_t core = 0; core < m_cores; ++core) {
+            const int made = fn(core, m_result.graphs[static_cast<std::size_t>(core)]);
+            TESSERA_ASSERT(id < 0 || made == id, "core graphs diverged");
+            id = made;
+        }
+        if (static_cast<int>(m_result.model_node.size()) <= id) m_result.model_node.resize(static_cast<std::size_t>(id) + 1, -1);
+        return id;
     }
-    return result;
+
+    int local(int model_id) const { return m_result.local_node[static_cast<std::size_t>(model_id)]; }
+
+    // The Halo node that widens each core's tile of the layer's input to the rows its windows read, and
+    // the exchange that fills it. Returns its local id.
+    int add_halo(const Node& node) {
+        const int producer = node.inputs[0];
+        const std::size_t rank = m_model.node(producer).output_shape.size() - 2;
+        HaloExchange exchange;
+        exchange.producer_node = local(producer);
+        exchange.layer = node.id;
+        exchange.carries_gradient = m_model.node(producer).kind != OpKind::Input;
+        exchange.transfers.resize(static_cast<std::size_t>(m_cores));
+        const int halo = on_every_core([&](std::int64_t core, graph::Graph& g) {
+            const NodeTile& tile = m_plan.tile(node.id, core);
+            const auto& own = m_plan.tile(producer, core).owned;
+            ops::HaloAttributes attributes;
+            ops::Extents extent;
+            for (std::size_t axis = 0; axis < rank; ++axis) {
+                const Interval& needed = tile.needed[axis];
+                TESSERA_ASSERT(needed.begin <= own[axis].begin || needed.end <= own[axis].begin, "a tile starts after the rows it needs");
+                const std::int64_t begin = std::max(needed.begin, own[axis].begin);
+                const std::int64_t end = std::min(needed.end, own[axis].end);
+                attributes.interior_offset.push_back(std::max<std::int64_t>(0, begin - needed.begin));
+                attributes.interior_extent.push_back(std::max<std::int64_t>(0, end - begin));
+                extent.push_back(needed.size());
+            }
+            exchange.transfers[static_cast<std::size_t>(core)] = incoming_halo(m_model, m_plan, node.id, core);
+            return g.halo(exchange.producer_node, extent, attributes, node.name + ".halo");
+        });
+        exchange.halo_node = halo;
+        m_result.halos.push_back(std::move(exchange));
+        return halo;
+    }
+
+    // A convolution or pooling over `source`, zero-padded only where the tile meets the volume's border.
+    int add_windowed(const Node& node, int source) {
+        return on_every_core([&](std::int64_t core, graph::Graph& g) {
+            const NodeTile& tile = m_plan.tile(node.id, core);
+            int made = -1;
+            if (node.kind == OpKind::Conv) {
+                ops::ConvAttributes attributes = node.conv;
+                attributes.pad_begin = tile.pad_before;
+                attributes.pad_end = tile.pad_after;
+                made = g.conv(source, node.out_channels, attributes, node.name);
+            } else {
+                ops::PoolAttributes attributes = node.pool;
+                attributes.pad_begin = tile.pad_before;
+                attributes.pad_end = tile.pad_after;
+                made = g.pool(source, attributes, node.name);
+            }
+            const Shape expected = tile_shape(node.output_shape, tile.owned);
+            TESSERA_ASSERT(g.node(made).output_shape == expected, "core " << core << " of '" << node.name << "' computes "
+                                                                           << shape_to_string(g.node(made).output_shape)
+                                                                           << ", its tile is " << shape_to_string(expected));
+            return made;
+        });
+    }
+
+    // A layer that needs no rows of other tiles: the model's node over the local inputs.
+    int add_local(const Node& node, graph::Graph& g) const {
+        switch (node.kind) {
+            case OpKind::ConvTranspose: return g.conv_transpose(local(node.inputs[0]), node.out_channels, node.conv_transpose, node.name);
+            case OpKind::Upsample: return g.upsample(local(node.inputs[0]), node.upsample_factor, node.name);
+            case OpKind::BatchNorm: {
+                // A zero-initialised scale is an initializer detail the model graph already recorded.
+                const bool zero_scale =
+                    m_model.parameters()[static_cast<std::size_t>(node.parameters[0])].initializer == graph::Initializer::Zeros;
+                return g.batch_norm(local(node.inputs[0]), node.batch_norm, node.name, zero_scale);
+            }
+            case OpKind::Relu: return g.relu(local(node.inputs[0]), node.name);
+            case OpKind::Add: return g.add(local(node.inputs[0]), local(node.inputs[1]), node.name);
+            case OpKind::Concat: {
+                std::vector<int> inputs;
+                for (int input : node.inputs) inputs.push_back(local(input));
+                return g.concat(inputs, node.name);
+            }
+            case OpKind::GlobalAvgPool: return g.global_average_pool(local(node.inputs[0]), node.name);
+            case OpKind::Dense: return g.dense(local(node.inputs[0]), node.out_channels, node.name);
+            case OpKind::Input:
+            case OpKind::Conv:
+            case OpKind::Pool:
+            case OpKind::Halo: break;
+        }
+        TESSERA_FAIL("layer '" << node.name << "' (" << graph::op_name(node.kind) << ") is not a local layer");
+    }
+
+    const graph::Graph& m_model;
+    const TilingPlan& m_plan;
+    std::int64_t m_cores = 1;
+    CoreGraphs m_result;
+};
+
+}  // namespace
+
+CoreGraphs build_core_graphs(const graph::Graph& model, const TilingPlan& plan) {
+    CoreGraphBuilder builder(model, plan);
+    for (const Node& node : model.nodes()) builder.add(node);
+    return builder.finish();
 }
 
 }  // namespace tessera::partition

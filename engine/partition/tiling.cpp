@@ -27,6 +27,113 @@ struct Window {
     std::int64_t stride = 1, reach = 1, pad_before = 0;
 };
 
+std::vector<Window> windows_of(const Node& node, std::size_t rank) {
+    std::vector<Window> windows(rank);
+    for (std::size_t axis = 0; axis < rank; ++axis) {
+        if (node.kind == OpKind::Conv) {
+            windows[axis] = {node.conv.stride[axis], node.conv.dilation[axis] * (node.conv.kernel[axis] - 1) + 1,
+                             node.conv.pad_begin[axis]};
+        } else {
+            windows[axis] = {node.pool.stride[axis], node.pool.kernel[axis], node.pool.pad_begin[axis]};
+        }
+    }
+    return windows;
+}
+
+// The grid's boundaries cover each axis of the input from 0 to its extent, in increasing order.
+void check_boundaries(const SpatialGrid& grid, const Shape& input_shape) {
+    const std::size_t rank = input_shape.size() - 2;
+    TESSERA_CHECK(rank >= 1 && grid.boundaries.size() == rank,
+                  "the grid cuts " << grid.boundaries.size() << " axes but the model's input "
+                                   << shape_to_string(input_shape) << " has " << rank << " spatial axes");
+    for (std::size_t axis = 0; axis < rank; ++axis) {
+        const auto& cuts = grid.boundaries[axis];
+        TESSERA_CHECK(cuts.size() >= 2 && cuts.front() == 0 && cuts.back() == input_shape[axis + 2],
+                      "tile boundaries along " << axis_name(axis, rank) << " must run from 0 to the extent "
+                                               << input_shape[axis + 2] << ", got " << shape_to_string(cuts));
+        for (std::size_t i = 1; i < cuts.size(); ++i) {
+            TESSERA_CHECK(cuts[i] > cuts[i - 1], "tile boundaries along " << axis_name(axis, rank)
+                                                                          << " must increase (every tile at least one row), got "
+                                                                          << shape_to_string(cuts));
+        }
+    }
+}
+
+// Neighbours along an axis: the cores one piece below and above (−1 at the border).
+struct GridNeighbours {
+    const std::vector<std::vector<std::int64_t>>& grid_indices;  // [core]
+    std::vector<std::int64_t> pieces;                            // per axis
+
+    std::int64_t operator()(std::int64_t core, std::size_t axis, int direction) const {
+        std::vector<std::int64_t> index = grid_indices[static_cast<std::size_t>(core)];
+        index[axis] += direction;
+        if (index[axis] < 0 || index[axis] >= pieces[axis]) return -1;
+        std::int64_t id = 0;
+        for (std::size_t a = 0; a < index.size(); ++a) id = id * pieces[a] + index[a];
+        return id;
+    }
+};
+
+// A local op whose output rows along each axis are its input rows times `factor` (1 for elementwise
+// ops; kernel = stride for a transposed convolution or an upsampling: each input row makes its own).
+void scale_tiles(const std::vector<NodeTile>& input_tiles, const std::vector<std::int64_t>& factor, std::vector<NodeTile>& tiles) {
+    for (std::size_t core = 0; core < tiles.size(); ++core) {
+        for (std::size_t axis = 0; axis < factor.size(); ++axis) {
+            const Interval in = input_tiles[core].owned[axis];
+            tiles[core].owned.push_back({in.begin * factor[axis], in.end * factor[axis]});
+        }
+    }
+}
+
+// A convolution's or pooling's tile along one axis, for one core: the outputs whose window centres
+// fall in its input rows, the input rows those windows read, and the halo each neighbour must send.
+void window_tile_axis(const Node& node, const Window& w, std::size_t axis, std::size_t rank, std::int64_t core,
+                      const std::vector<NodeTile>& input_tiles, std::int64_t extent, const GridNeighbours& neighbour,
+                      NodeTile& tile) {
+    const Interval in = input_tiles[static_cast<std::size_t>(core)].owned[axis];
+    const std::int64_t out_extent = node.output_shape[axis + 2];
+    TESSERA_CHECK(w.stride == 1 || in.begin % w.stride == 0,
+                  "layer '" << node.name << "' has stride " << w.stride << " along " << axis_name(axis, rank) << ", but core "
+                            << core << "'s tile starts at row " << in.begin << " there, not a multiple of " << w.stride
+                            << "; move that boundary to " << in.begin / w.stride * w.stride << " or "
+                            << (in.begin / w.stride + 1) * w.stride << " (every boundary before a stride-" << w.stride
+                            << " layer must be a multiple of " << w.stride << ")");
+    // Output o's window centre is o·s + q; its owner holds that input row.
+    const std::int64_t q = (w.reach - 1) / 2 - w.pad_before;
+    auto first_output_at = [&](std::int64_t row) {
+        if (row <= 0) return std::int64_t{0};
+        if (row >= extent) return out_extent;
+        return std::clamp<std::int64_t>(ceil_div(row - q, w.stride), 0, out_extent);
+    };
+    const Interval owned{first_output_at(in.begin), first_output_at(in.end)};
+    TESSERA_CHECK(owned.size() > 0, "layer '" << node.name << "': core " << core << "'s tile along " << axis_name(axis, rank)
+                                              << " is " << in.size() << " rows, too few to own any output of this stride-"
+                                              << w.stride << " layer; use fewer cores along " << axis_name(axis, rank)
+                                              << " or a larger input");
+    const std::int64_t start = owned.begin * w.stride - w.pad_before;
+    const std::int64_t stop = (owned.end - 1) * w.stride - w.pad_before + w.reach;
+    const Interval needed{std::max<std::int64_t>(start, 0), std::min(stop, extent)};
+    tile.owned.push_back(owned);
+    tile.needed.push_back(needed);
+    tile.pad_before.push_back(std::max<std::int64_t>(0, -start));
+    tile.pad_after.push_back(std::max<std::int64_t>(0, stop - extent));
+    tile.halo_before.push_back(std::max<std::int64_t>(0, in.begin - needed.begin));
+    tile.halo_after.push_back(std::max<std::int64_t>(0, needed.end - in.end));
+    // Halos come from the immediate neighbours only, as a device's halo exchange does.
+    for (int direction : {-1, 1}) {
+        const std::int64_t halo = direction < 0 ? tile.halo_before.back() : tile.halo_after.back();
+        if (halo == 0) continue;
+        const std::int64_t other = neighbour(core, axis, direction);
+        TESSERA_ASSERT(other >= 0, "a halo at the border of '" << node.name << "'");
+        const std::int64_t available = input_tiles[static_cast<std::size_t>(other)].owned[axis].size();
+        TESSERA_CHECK(halo <= available, "layer '" << node.name << "' needs a halo of " << halo << " rows along "
+                                                   << axis_name(axis, rank) << " for core " << core << ", but its "
+                                                   << (direction < 0 ? "lower" : "upper") << " neighbour (core " << other
+                                                   << ") holds only " << available << " rows there; use fewer cores along "
+                                                   << axis_name(axis, rank) << " or larger tiles");
+    }
+}
+
 }  // namespace
 
 // ---- grid -----------------------------------------------------------------------------------
@@ -129,55 +236,29 @@ std::vector<std::int64_t> SpatialGrid::grid_index(std::int64_t core) const {
 
 TilingPlan::TilingPlan(const graph::Graph& graph, SpatialGrid grid) : m_graph(&graph), m_grid(std::move(grid)) {
     const Shape& input_shape = graph.node(graph.input_node()).output_shape;
+    check_boundaries(m_grid, input_shape);
     const std::size_t rank = input_shape.size() - 2;
-    TESSERA_CHECK(rank >= 1 && m_grid.boundaries.size() == rank,
-                  "the grid cuts " << m_grid.boundaries.size() << " axes but the model's input "
-                                   << shape_to_string(input_shape) << " has " << rank << " spatial axes");
-    for (std::size_t axis = 0; axis < rank; ++axis) {
-        const auto& cuts = m_grid.boundaries[axis];
-        TESSERA_CHECK(cuts.size() >= 2 && cuts.front() == 0 && cuts.back() == input_shape[axis + 2],
-                      "tile boundaries along " << axis_name(axis, rank) << " must run from 0 to the extent "
-                                               << input_shape[axis + 2] << ", got " << shape_to_string(cuts));
-        for (std::size_t i = 1; i < cuts.size(); ++i) {
-            TESSERA_CHECK(cuts[i] > cuts[i - 1], "tile boundaries along " << axis_name(axis, rank)
-                                                                          << " must increase (every tile at least one row), got "
-                                                                          << shape_to_string(cuts));
-        }
-    }
     const std::int64_t cores = m_grid.num_cores();
-    const auto pieces = m_grid.pieces_per_axis();
     const auto& nodes = graph.nodes();
     m_tiles.assign(nodes.size(), std::vector<NodeTile>(static_cast<std::size_t>(cores)));
-
     // Grid positions, once: a planner builds thousands of plans.
     for (std::int64_t core = 0; core < cores; ++core) m_grid_indices.push_back(m_grid.grid_index(core));
-    const auto& grid_indices = m_grid_indices;
-    // Neighbours along an axis: the cores one piece below and above (−1 at the border).
-    auto neighbour = [&](std::int64_t core, std::size_t axis, int direction) -> std::int64_t {
-        std::vector<std::int64_t> index = grid_indices[static_cast<std::size_t>(core)];
-        index[axis] += direction;
-        if (index[axis] < 0 || index[axis] >= pieces[axis]) return -1;
-        std::int64_t id = 0;
-        for (std::size_t a = 0; a < index.size(); ++a) id = id * pieces[a] + index[a];
-        return id;
-    };
+    const GridNeighbours neighbour{m_grid_indices, m_grid.pieces_per_axis()};
 
     for (const Node& node : nodes) {
         auto& tiles = m_tiles[static_cast<std::size_t>(node.id)];
         if (node.kind == OpKind::Input) {
             for (std::int64_t core = 0; core < cores; ++core) {
-                const auto& index = grid_indices[static_cast<std::size_t>(core)];
-                NodeTile& tile = tiles[static_cast<std::size_t>(core)];
+                const auto& index = m_grid_indices[static_cast<std::size_t>(core)];
                 for (std::size_t axis = 0; axis < rank; ++axis) {
                     const auto& cuts = m_grid.boundaries[axis];
-                    tile.owned.push_back({cuts[static_cast<std::size_t>(index[axis])],
-                                          cuts[static_cast<std::size_t>(index[axis]) + 1]});
+                    tiles[static_cast<std::size_t>(core)].owned.push_back(
+                        {cuts[static_cast<std::size_t>(index[axis])], cuts[static_cast<std::size_t>(index[axis]) + 1]});
                 }
             }
             continue;
         }
         const auto& input_tiles = m_tiles[static_cast<std::size_t>(node.inputs[0])];
-        const Shape& input_node_shape = graph.node(node.inputs[0]).output_shape;
         if (input_tiles[0].replicated || node.kind == OpKind::GlobalAvgPool || node.kind == OpKind::Dense) {
             TESSERA_CHECK(node.kind == OpKind::GlobalAvgPool || node.kind == OpKind::Dense || node.output_shape.size() == 2,
                           "layer '" << node.name << "' (" << graph::op_name(node.kind)
@@ -187,21 +268,17 @@ TilingPlan::TilingPlan(const graph::Graph& graph, SpatialGrid grid) : m_graph(&g
         }
         switch (node.kind) {
             case OpKind::BatchNorm:
-            case OpKind::Relu:
-                for (std::int64_t core = 0; core < cores; ++core) {
-                    tiles[static_cast<std::size_t>(core)].owned = input_tiles[static_cast<std::size_t>(core)].owned;
-                }
-                break;
+            case OpKind::Relu: scale_tiles(input_tiles, std::vector<std::int64_t>(rank, 1), tiles); break;
             case OpKind::Add:
             case OpKind::Concat:
                 for (std::int64_t core = 0; core < cores; ++core) {
-                    const auto& owned = input_tiles[static_cast<std::size_t>(core)].owned;
                     for (int other : node.inputs) {
-                        TESSERA_ASSERT(m_tiles[static_cast<std::size_t>(other)][static_cast<std::size_t>(core)].owned == owned,
+                        TESSERA_ASSERT(m_tiles[static_cast<std::size_t>(other)][static_cast<std::size_t>(core)].owned ==
+                                           input_tiles[static_cast<std::size_t>(core)].owned,
                                        "inputs of '" << node.name << "' are tiled differently");
                     }
-                    tiles[static_cast<std::size_t>(core)].owned = owned;
                 }
+                scale_tiles(input_tiles, std::vector<std::int64_t>(rank, 1), tiles);
                 break;
             case OpKind::ConvTranspose: {
                 const auto& a = node.conv_transpose;
@@ -210,90 +287,18 @@ TilingPlan::TilingPlan(const graph::Graph& graph, SpatialGrid grid) : m_graph(&g
                                                               << "row then makes its own output rows); got kernel "
                                                               << shape_to_string(a.kernel) << ", stride "
                                                               << shape_to_string(a.stride));
-                for (std::int64_t core = 0; core < cores; ++core) {
-                    NodeTile& tile = tiles[static_cast<std::size_t>(core)];
-                    for (std::size_t axis = 0; axis < rank; ++axis) {
-                        const Interval in = input_tiles[static_cast<std::size_t>(core)].owned[axis];
-                        tile.owned.push_back({in.begin * a.stride[axis], in.end * a.stride[axis]});
-                    }
-                }
+                scale_tiles(input_tiles, a.stride, tiles);
                 break;
             }
-            case OpKind::Upsample:
-                // Local, as a transposed convolution with kernel = stride: each input row makes its own
-                // factor output rows.
-                for (std::int64_t core = 0; core < cores; ++core) {
-                    NodeTile& tile = tiles[static_cast<std::size_t>(core)];
-                    for (std::size_t axis = 0; axis < rank; ++axis) {
-                        const Interval in = input_tiles[static_cast<std::size_t>(core)].owned[axis];
-                        tile.owned.push_back({in.begin * node.upsample_factor[axis], in.end * node.upsample_factor[axis]});
-                    }
-                }
-                break;
+            case OpKind::Upsample: scale_tiles(input_tiles, node.upsample_factor, tiles); break;
             case OpKind::Conv:
             case OpKind::Pool: {
-                std::vector<Window> windows(rank);
-                for (std::size_t axis = 0; axis < rank; ++axis) {
-                    if (node.kind == OpKind::Conv) {
-                        windows[axis] = {node.conv.stride[axis], node.conv.dilation[axis] * (node.conv.kernel[axis] - 1) + 1,
-                                         node.conv.pad_begin[axis]};
-                    } else {
-                        windows[axis] = {node.pool.stride[axis], node.pool.kernel[axis], node.pool.pad_begin[axis]};
-                    }
-                }
+                const std::vector<Window> windows = windows_of(node, rank);
+                const Shape& input_node_shape = graph.node(node.inputs[0]).output_shape;
                 for (std::int64_t core = 0; core < cores; ++core) {
-                    NodeTile& tile = tiles[static_cast<std::size_t>(core)];
                     for (std::size_t axis = 0; axis < rank; ++axis) {
-                        const Window& w = windows[axis];
-                        const Interval in = input_tiles[static_cast<std::size_t>(core)].owned[axis];
-                        const std::int64_t extent = input_node_shape[axis + 2];
-                        const std::int64_t out_extent = node.output_shape[axis + 2];
-                        TESSERA_CHECK(w.stride == 1 || in.begin % w.stride == 0,
-                                      "layer '" << node.name << "' has stride " << w.stride << " along "
-                                                << axis_name(axis, rank) << ", but core " << core
-                                                << "'s tile starts at row " << in.begin << " there, not a multiple of "
-                                                << w.stride << "; move that boundary to " << in.begin / w.stride * w.stride
-                                                << " or " << (in.begin / w.stride + 1) * w.stride
-                                                << " (every boundary before a stride-" << w.stride
-                                                << " layer must be a multiple of " << w.stride << ")");
-                        // Output o's window centre is o·s + q; its owner holds that input row.
-                        const std::int64_t q = (w.reach - 1) / 2 - w.pad_before;
-                        auto first_output_at = [&](std::int64_t row) {
-                            if (row <= 0) return std::int64_t{0};
-                            if (row >= extent) return out_extent;
-                            return std::clamp<std::int64_t>(ceil_div(row - q, w.stride), 0, out_extent);
-                        };
-                        const Interval owned{first_output_at(in.begin), first_output_at(in.end)};
-                        TESSERA_CHECK(owned.size() > 0, "layer '" << node.name << "': core " << core << "'s tile along "
-                                                                  << axis_name(axis, rank) << " is " << in.size()
-                                                                  << " rows, too few to own any output of this stride-"
-                                                                  << w.stride << " layer; use fewer cores along "
-                                                                  << axis_name(axis, rank) << " or a larger input");
-                        const std::int64_t start = owned.begin * w.stride - w.pad_before;
-                        const std::int64_t stop = (owned.end - 1) * w.stride - w.pad_before + w.reach;
-                        const Interval needed{std::max<std::int64_t>(start, 0), std::min(stop, extent)};
-                        tile.owned.push_back(owned);
-                        tile.needed.push_back(needed);
-                        tile.pad_before.push_back(std::max<std::int64_t>(0, -start));
-                        tile.pad_after.push_back(std::max<std::int64_t>(0, stop - extent));
-                        tile.halo_before.push_back(std::max<std::int64_t>(0, in.begin - needed.begin));
-                        tile.halo_after.push_back(std::max<std::int64_t>(0, needed.end - in.end));
-                        // Halos come from the immediate neighbours only, as a device's halo exchange does.
-                        for (int direction : {-1, 1}) {
-                            const std::int64_t halo = direction < 0 ? tile.halo_before.back() : tile.halo_after.back();
-                            if (halo == 0) continue;
-                            const std::int64_t other = neighbour(core, axis, direction);
-                            TESSERA_ASSERT(other >= 0, "a halo at the border of '" << node.name << "'");
-                            const std::int64_t available =
-                                input_tiles[static_cast<std::size_t>(other)].owned[axis].size();
-                            TESSERA_CHECK(halo <= available,
-                                          "layer '" << node.name << "' needs a halo of " << halo << " rows along "
-                                                    << axis_name(axis, rank) << " for core " << core << ", but its "
-                                                    << (direction < 0 ? "lower" : "upper") << " neighbour (core "
-                                                    << other << ") holds only " << available
-                                                    << " rows there; use fewer cores along " << axis_name(axis, rank)
-                                                    << " or larger tiles");
-                        }
+                        window_tile_axis(node, windows[axis], axis, rank, core, input_tiles, input_node_shape[axis + 2],
+                                         neighbour, tiles[static_cast<std::size_t>(core)]);
                     }
                 }
                 break;
