@@ -71,7 +71,6 @@ TEST(Trainer, UNet2DLearnsASyntheticSegmentationTask) {
     std::printf("U-Net 2D: loss %.3f → %.3f, held-out Dice %.3f, %.1f s\n", first_loss, last_loss, dice, seconds);
     EXPECT_LT(last_loss, first_loss * 0.5);
     EXPECT_GE(dice, 0.9);
-    EXPECT_LT(seconds, 60.0);
 }
 
 TEST(Trainer, ResNet18OverfitsRandomLabels) {

@@ -64,12 +64,17 @@ TEST(DataPrefetcher, ReturnsTheDatasetsBatchesInOrder) {
 TEST(DataPrefetcher, PreparesDepthBatchesAheadAndNoMore) {
     ScriptedDataset dataset;
     Prefetcher prefetcher(dataset, 0, 2);
-    std::this_thread::sleep_for(50ms);
+    // Waits (up to 10 s: a loaded machine may be slow to run the producer) for what must come, then
+    // gives the producer time to overreach: counted, not timed.
+    auto wait_for_calls = [&](int count) {
+        const auto start = std::chrono::steady_clock::now();
+        while (dataset.calls() < count && seconds_since(start) < 10) std::this_thread::sleep_for(1ms);
+        std::this_thread::sleep_for(50ms);
+    };
+    wait_for_calls(2);
     EXPECT_EQ(dataset.calls(), 2);
     EXPECT_EQ(prefetcher.next().images.at<float>({0, 0, 0, 0}), 0.0f);
-    const auto start = std::chrono::steady_clock::now();
-    while (dataset.calls() < 3 && seconds_since(start) < 2) std::this_thread::sleep_for(1ms);
-    std::this_thread::sleep_for(20ms);
+    wait_for_calls(3);
     EXPECT_EQ(dataset.calls(), 3);
     EXPECT_EQ(prefetcher.next().labels.at<std::int32_t>({0, 1, 1}), 1);
 }
