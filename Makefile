@@ -128,7 +128,7 @@ ASAN_ENV := ASAN_OPTIONS=detect_leaks=1:check_initialization_order=1 \
 TSAN_ENV := OMP_NUM_THREADS=1 \
 	TSAN_OPTIONS=suppressions=$(SANITIZER_SUPPRESSIONS)/tsan.supp:second_deadlock_stack=1:history_size=7 \
 	QTEST_FUNCTION_TIMEOUT=2700000
-TSAN_TARGETS := test_engine_cores test_equivalence_report test_uneven_threads test_engine_trainer test_engine_run test_host_prediction \
+TSAN_TARGETS := test_engine_mesh test_equivalence_report test_uneven_threads test_engine_trainer test_engine_run test_host_prediction \
 	run_files_tool tst_gui_mailbox tst_training_studio tst_planner_panel tst_equivalence_view
 .PHONY: sanitize sanitize-build tsan tsan-build
 

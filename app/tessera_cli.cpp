@@ -16,8 +16,8 @@
 #include "cli_run.hpp"
 #include "core/error.hpp"
 #include "core/units.hpp"
-#include "cores/fidelity.hpp"
-#include "cores/host_calibration.hpp"
+#include "mesh/fidelity.hpp"
+#include "mesh/host_calibration.hpp"
 #include "cost/planner.hpp"
 #include "data/examples.hpp"
 #include "experiment/experiment.hpp"
@@ -121,19 +121,19 @@ void print_plan_table(const std::vector<tessera::cost::LayoutPlan>& plans) {
 // prediction against the fastest measured step; the residuals go into the preset ("check_*"), where
 // the studio reads its uncertainty band.
 void check_host_predictions(tessera::cost::Device& host) {
-    namespace cores = tessera::cores;
+    namespace mesh = tessera::mesh;
     const tessera::cost::CostModel model(host);
     std::vector<double> errors;
     std::printf("checking host predictions (cases no constant was fitted on; 5 steps each):\n");
-    for (const cores::FidelityCase& fidelity_case : cores::fidelity_cases()) {
+    for (const mesh::FidelityCase& fidelity_case : mesh::fidelity_cases()) {
         if (!fidelity_case.trust_check) continue;
-        const cores::FidelityResult result = cores::measure_fidelity(fidelity_case, model, {});
+        const mesh::FidelityResult result = mesh::measure_fidelity(fidelity_case, model, {});
         errors.push_back(result.error_percent());
         std::printf("  %-30s predicted %8.1f ms  measured %8.1f ms  error %+6.1f%%\n", fidelity_case.name.c_str(),
                     result.predicted_seconds * 1e3, result.measured_fastest() * 1e3, result.error_percent());
         std::fflush(stdout);
     }
-    const cores::FidelitySummary summary = cores::summarize_errors(errors);
+    const mesh::FidelitySummary summary = mesh::summarize_errors(errors);
     std::printf("  median |error| %.1f%%, bias %+.1f%%, rms %.1f%%: host predictions on this machine are good to about ±%.0f%%\n",
                 summary.median_abs_error_percent, summary.bias_percent, summary.rms_error_percent,
                 std::ceil(summary.rms_error_percent));
@@ -332,10 +332,10 @@ int run(int argc, char** argv) {
         if (*plan) {
             return run_plan(plan_experiment, plan_sweep, plan_json_out, plan_device, plan_overlap);
         } else if (*calibrate) {
-            tessera::cores::CalibrationOptions options;
+            tessera::mesh::CalibrationOptions options;
             options.threads = calibrate_threads;
             options.quick = calibrate_quick;
-            tessera::cost::Device host = tessera::cores::calibrate_host(options, [](const std::string& step) {
+            tessera::cost::Device host = tessera::mesh::calibrate_host(options, [](const std::string& step) {
                 std::printf("measuring %s\n", step.c_str());
                 std::fflush(stdout);
             });
@@ -348,7 +348,7 @@ int run(int argc, char** argv) {
             if (calibrate_check) check_host_predictions(host);
             const std::filesystem::path out =
                 calibrate_out.empty() ? tessera::cost::devices_directory() / "host.json" : std::filesystem::path(calibrate_out);
-            tessera::cores::write_device_file(host, out);
+            tessera::mesh::write_device_file(host, out);
             std::printf("wrote %s\n", out.string().c_str());
         } else if (*info) {
             const tessera::Volume volume = tessera::read_volume(info_image);

@@ -8,10 +8,10 @@
 // with the per-class model's prediction (what planner sweeps use) and the measured spread beside it;
 // then per set and model: median |error|, share within 15 %, bias (mean signed error); and the sweep
 // timing: the planner over ≥ 500 layouts of the 3D U-Net on 256³.
-#include "cores/fidelity.hpp"
-#include "cores/host_calibration.hpp"
+#include "mesh/fidelity.hpp"
+#include "mesh/host_calibration.hpp"
 #include "cost/planner.hpp"
-#include "model/models.hpp"
+#include "networks/models.hpp"
 #include "ops/dnnl_support.hpp"
 
 #include <algorithm>
@@ -27,7 +27,7 @@ namespace {
 
 void print_summary(const std::vector<double>& errors, const char* set, const char* model) {
     if (errors.empty()) return;
-    const cores::FidelitySummary s = cores::summarize_errors(errors);
+    const mesh::FidelitySummary s = mesh::summarize_errors(errors);
     std::printf("summary model=%s set=%s cases=%zu median_abs_error=%.1f%% within_15=%zu/%zu (%.0f%%) bias=%+.1f%%\n", model, set,
                 s.cases, s.median_abs_error_percent, s.within_15_percent, s.cases,
                 100.0 * static_cast<double>(s.within_15_percent) / static_cast<double>(s.cases), s.bias_percent);
@@ -55,7 +55,7 @@ int main(int argc, char** argv) {
         host = cost::load_device_file(host_path);
     } else {
         const auto start = std::chrono::steady_clock::now();
-        host = cores::calibrate_host({.threads = 2});
+        host = mesh::calibrate_host({.threads = 2});
         std::printf("calibrated in %.1f s (again before each run)\n",
                     std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     }
@@ -65,34 +65,34 @@ int main(int argc, char** argv) {
     cost::CostModel model(host);
 
     std::vector<double> errors[2], class_errors[2];  // [set]
-    for (const cores::FidelityCase& fidelity_case : cores::fidelity_cases()) {
+    for (const mesh::FidelityCase& fidelity_case : mesh::fidelity_cases()) {
         if (sweep_only) break;
-        const std::string set_name(cores::fidelity_set_name(fidelity_case.set));
+        const std::string set_name(mesh::fidelity_set_name(fidelity_case.set));
         if (!only_set.empty() && only_set != set_name) continue;
         if (!only_case.empty() && only_case != fidelity_case.name) continue;
         try {
-            if (recalibrate) model = cost::CostModel(cores::calibrate_host({.threads = 2}));
-            cores::FidelityOptions options;
+            if (recalibrate) model = cost::CostModel(mesh::calibrate_host({.threads = 2}));
+            mesh::FidelityOptions options;
             options.steps = steps;
             if (fidelity_case.name == detail) {  // the step's phases, then core 0's layers: measured against predicted
-                options.inspect = [&](cores::CoreMesh& mesh, const cost::StepPrediction& predicted, const cost::MeasuredLayers& profile) {
+                options.inspect = [&](mesh::CoreMesh& mesh, const cost::StepPrediction& predicted, const cost::MeasuredLayers& profile) {
                     std::printf("  predicted phases: forward %.2f ms, gradient all-reduce %.2f ms, step %.2f ms\n",
                                 predicted.forward_seconds * 1e3, predicted.gradient_all_reduce_seconds * 1e3,
                                 predicted.step_seconds * 1e3);
                     // The last step's events of core 0, summed by pass and kind.
-                    for (const cores::StepPhase phase : {cores::StepPhase::Forward, cores::StepPhase::Backward, cores::StepPhase::Update}) {
-                        for (const cores::EventKind kind : {cores::EventKind::Compute, cores::EventKind::Halo, cores::EventKind::AllReduce,
-                                                            cores::EventKind::Wait}) {
+                    for (const mesh::StepPhase phase : {mesh::StepPhase::Forward, mesh::StepPhase::Backward, mesh::StepPhase::Update}) {
+                        for (const mesh::EventKind kind : {mesh::EventKind::Compute, mesh::EventKind::Halo, mesh::EventKind::AllReduce,
+                                                            mesh::EventKind::Wait}) {
                             double seconds = 0;
                             int count = 0;
-                            for (const cores::CoreEvent& event : mesh.events()) {
+                            for (const mesh::CoreEvent& event : mesh.events()) {
                                 if (event.core != 0 || event.phase != phase || event.kind != kind) continue;
                                 seconds += event.end_seconds - event.start_seconds;
                                 ++count;
                             }
                             if (count > 0)
-                                std::printf("  core 0, %-8s %-10s %4d events %7.2f ms\n", std::string(cores::step_phase_name(phase)).c_str(),
-                                            std::string(cores::event_kind_name(kind)).c_str(), count, seconds * 1e3);
+                                std::printf("  core 0, %-8s %-10s %4d events %7.2f ms\n", std::string(mesh::step_phase_name(phase)).c_str(),
+                                            std::string(mesh::event_kind_name(kind)).c_str(), count, seconds * 1e3);
                         }
                     }
                     const auto& graphs = mesh.core_graphs();
@@ -123,7 +123,7 @@ int main(int argc, char** argv) {
                                 mesh_sum[0] * 1e3, mesh_sum[1] * 1e3, profile_sum[0] * 1e3, profile_sum[1] * 1e3);
                 };
             }
-            const cores::FidelityResult result = cores::measure_fidelity(fidelity_case, model, options);
+            const mesh::FidelityResult result = mesh::measure_fidelity(fidelity_case, model, options);
             if (fidelity_case.name == detail) {
                 const train::StepResult& step = result.fastest_step;
                 std::printf("  measured phases (fastest step): forward %.2f ms, backward %.2f ms, reduction and update %.2f ms\n",
@@ -135,7 +135,7 @@ int main(int argc, char** argv) {
                         result.error_percent(), result.class_predicted_seconds * 1e3, result.class_error_percent(),
                         result.measured_median() * 1e3);
             std::fflush(stdout);
-            const std::size_t set = fidelity_case.set == cores::FidelitySet::Tuning ? 0 : 1;
+            const std::size_t set = fidelity_case.set == mesh::FidelitySet::Tuning ? 0 : 1;
             errors[set].push_back(result.error_percent());
             class_errors[set].push_back(result.class_error_percent());
         } catch (const std::exception& error) {  // a case that cannot run is reported, not fatal
@@ -154,7 +154,7 @@ int main(int argc, char** argv) {
     cost::PlannerRequest request;
     request.global_input = {8, 1, 256, 256, 256};
     request.simulation.precision = graph::Precision::BF16;
-    const auto factory = [](const Shape& input) { return model::make_unet({.depth = 4, .base_width = 32, .num_classes = 3}, input); };
+    const auto factory = [](const Shape& input) { return networks::make_unet({.depth = 4, .base_width = 32, .num_classes = 3}, input); };
     std::vector<double> sweep_seconds;
     std::size_t layouts = 0, valid = 0;
     for (int round = 0; round < 3; ++round) {

@@ -36,7 +36,7 @@
 #include "loss/focal_loss.hpp"
 #include "loss/metrics.hpp"
 #include "loss/smooth_l1_loss.hpp"
-#include "model/models.hpp"
+#include "networks/models.hpp"
 #include "train/optimizer.hpp"
 
 #include <benchmark/benchmark.h>
@@ -429,7 +429,7 @@ std::vector<Parameter> make_parameters(const std::vector<Shape>& shapes) {
 }
 
 std::vector<Shape> unet2d_parameter_shapes() {
-    const Graph unet = model::make_unet({.depth = 4, .base_width = 16, .num_classes = 2}, {4, 1, 256, 256});
+    const Graph unet = networks::make_unet({.depth = 4, .base_width = 16, .num_classes = 2}, {4, 1, 256, 256});
     std::vector<Shape> shapes;
     for (const graph::ParameterSpec& spec : unet.parameters()) shapes.push_back(spec.shape);
     return shapes;

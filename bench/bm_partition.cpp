@@ -7,9 +7,9 @@
 // figures compare); the overhead is the median over rounds of partitioned / unpartitioned. Prints per-round medians, bytes exchanged against the tiling plan's halo volume,
 // per-core memory, and ends with one line per case:
 //   case=<name> unpartitioned_ms=<median> partitioned_ms=<median> overhead=<ratio>
-#include "cores/core_mesh.hpp"
+#include "mesh/core_mesh.hpp"
 #include "core/random.hpp"
-#include "model/models.hpp"
+#include "networks/models.hpp"
 #include "ops/dnnl_support.hpp"
 
 #include <algorithm>
@@ -25,7 +25,7 @@ namespace {
 
 struct BenchCase {
     std::string name;
-    model::UNetConfig unet;
+    networks::UNetConfig unet;
     Shape input;
     std::vector<std::int64_t> pieces;
 };
@@ -63,7 +63,7 @@ int main(int argc, char** argv) {
     std::vector<std::string> summary_lines;
     for (const BenchCase& c : cases) {
         if (!only.empty() && c.name.rfind(only, 0) != 0) continue;
-        const graph::Graph model = model::make_unet(c.unet, c.input);
+        const graph::Graph model = networks::make_unet(c.unet, c.input);
         train::TrainerConfig config;
         config.optimizer = {.kind = train::OptimizerKind::Sgd, .momentum = 0.9};
         config.schedule = {.kind = train::ScheduleKind::Constant, .learning_rate = 0.01};
@@ -76,10 +76,10 @@ int main(int argc, char** argv) {
         for (std::int64_t i = 0; i < labels.num_elements(); ++i) labels.data<std::int32_t>()[i] = random.uniform() > 0.5;
 
         train::Trainer unpartitioned(model, config);
-        cores::MeshConfig mesh;
+        mesh::MeshConfig mesh;
         mesh.grid = partition::SpatialGrid::even(c.input, c.pieces);
         mesh.host_threads = 2;
-        cores::CoreMesh partitioned(model, mesh, config);
+        mesh::CoreMesh partitioned(model, mesh, config);
         std::printf("%s: input %s, %lld cores, halo layers %zu\n", c.name.c_str(), shape_to_string(c.input).c_str(),
                     static_cast<long long>(partitioned.num_cores()), partitioned.core_graphs().halos.size());
         // Warm-up: first-touch of every buffer, oneDNN's lazily built kernels.
@@ -98,7 +98,7 @@ int main(int argc, char** argv) {
                         median(b) / median(a));
             std::fflush(stdout);
         }
-        const cores::StepSummary& summary = partitioned.summary();
+        const mesh::StepSummary& summary = partitioned.summary();
         std::printf("  halo bytes per step: exchanged %lld, tiling plan %lld (ratio %.3f); all-reduce bytes %lld\n",
                     static_cast<long long>(summary.halo_bytes), static_cast<long long>(summary.analytic_halo_bytes),
                     summary.analytic_halo_bytes ? static_cast<double>(summary.halo_bytes) / static_cast<double>(summary.analytic_halo_bytes) : 0.0,
@@ -106,7 +106,7 @@ int main(int argc, char** argv) {
         std::printf("  host time summed over cores: compute %.1f ms, halo copies %.1f ms (%.1f%% of compute), reductions %.1f ms\n",
                     summary.compute_seconds * 1e3, summary.halo_seconds * 1e3, 100 * summary.halo_fraction_of_compute,
                     summary.all_reduce_seconds * 1e3);
-        for (const cores::MemoryLedger& ledger : partitioned.memory()) {
+        for (const mesh::MemoryLedger& ledger : partitioned.memory()) {
             std::printf("  core %lld: peak %.1f MiB (activations %.1f, halo buffers %.1f, gradients %.1f, weights %.1f, workspace %.1f)\n",
                         static_cast<long long>(ledger.core), static_cast<double>(ledger.peak()) / 1048576.0,
                         static_cast<double>(ledger.activations) / 1048576.0, static_cast<double>(ledger.halo_buffers) / 1048576.0,

@@ -3,7 +3,7 @@
 // Usage: tessera_step --case unet2d|unet3d [--precision f32|bf16] [--steps N] [--warmup W] [--profile 1]
 // Prints `flops_per_step=<F>` once, then one `step_ms=<ms>` line per timed step.
 #include "core/random.hpp"
-#include "model/models.hpp"
+#include "networks/models.hpp"
 #include "ops/dnnl_support.hpp"
 #include "train/trainer.hpp"
 
@@ -27,7 +27,7 @@ int main(int argc, char** argv) {
         else if (!std::strcmp(argv[i], "--precision")) precision = argv[i + 1];
         else if (!std::strcmp(argv[i], "--profile")) profile = std::atoi(argv[i + 1]) != 0;
     }
-    model::UNetConfig unet;
+    networks::UNetConfig unet;
     Shape input;
     if (case_name == "unet2d") {
         unet = {.depth = 4, .base_width = 16, .num_classes = 2};
@@ -50,7 +50,7 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "tessera_step: --precision must be f32 or bf16, got '%s'\n", precision.c_str());
         return 2;
     }
-    const graph::Graph graph = model::make_unet(unet, input);
+    const graph::Graph graph = networks::make_unet(unet, input);
     double flops = 0;
     for (const graph::Node& node : graph.nodes()) {
         const graph::NodeCost cost = graph.cost(node.id);

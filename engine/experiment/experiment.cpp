@@ -4,8 +4,8 @@
 #include "core/json_support.hpp"
 #include "core/user_files.hpp"
 #include "cost/device.hpp"
-#include "model/models.hpp"
-#include "model/retinanet.hpp"
+#include "networks/models.hpp"
+#include "networks/retinanet.hpp"
 
 #include <algorithm>
 #include <fstream>
@@ -690,19 +690,19 @@ Shape replica_input_shape(const Experiment& e) {
 graph::Graph build_model(const Experiment& e, const Shape& input) {
     switch (e.model.kind) {
         case ModelKind::UNet:
-            return model::make_unet({.depth = e.model.depth, .base_width = e.model.base_width,
+            return networks::make_unet({.depth = e.model.depth, .base_width = e.model.base_width,
                                      .num_classes = e.model.num_classes, .batch_norm = e.model.batch_norm},
                                     input);
         case ModelKind::ResNet:
-            return model::make_resnet({.depth = e.model.depth, .num_classes = e.model.num_classes, .base_width = e.model.base_width},
+            return networks::make_resnet({.depth = e.model.depth, .num_classes = e.model.num_classes, .base_width = e.model.base_width},
                                       input);
         case ModelKind::RetinaNet: {
-            model::RetinaNetConfig config;
+            networks::RetinaNetConfig config;
             config.resnet_depth = e.model.depth;
             config.num_classes = e.model.num_classes;
             config.fpn_channels = e.model.fpn_channels;
             config.num_anchors = e.model.num_anchors;
-            return model::make_retinanet(config, input);
+            return networks::make_retinanet(config, input);
         }
     }
     TESSERA_FAIL("unknown model kind");

@@ -4,8 +4,8 @@
 #include "core/json_support.hpp"
 #include "core/user_files.hpp"
 #include "cost/device.hpp"
-#include "model/models.hpp"
-#include "model/retinanet.hpp"
+#include "networks/models.hpp"
+#include "networks/retinanet.hpp"
 #include "partition/tiling.hpp"
 
 #include <algorithm>
@@ -221,14 +221,14 @@ std::vector<PublishedCase> load_published_cases(const fs::path& folder) {
 }
 
 graph::Graph build_published_model(const PublishedCase& c, const Shape& replica_input) {
-    if (c.model_kind == "resnet") return model::make_resnet({.depth = c.depth, .num_classes = c.num_classes}, replica_input);
+    if (c.model_kind == "resnet") return networks::make_resnet({.depth = c.depth, .num_classes = c.num_classes}, replica_input);
     if (c.model_kind == "unet") {
-        return model::make_unet({.depth = c.depth, .base_width = c.base_width, .num_classes = c.num_classes, .batch_norm = c.batch_norm,
+        return networks::make_unet({.depth = c.depth, .base_width = c.base_width, .num_classes = c.num_classes, .batch_norm = c.batch_norm,
                                  .max_width = c.max_width},
                                 replica_input);
     }
     TESSERA_ASSERT(c.model_kind == "retinanet", "unknown published model kind " << c.model_kind);
-    return model::make_retinanet({.resnet_depth = c.depth, .num_classes = c.num_classes, .num_anchors = c.num_anchors,
+    return networks::make_retinanet({.resnet_depth = c.depth, .num_classes = c.num_classes, .num_anchors = c.num_anchors,
                                   .fpn_channels = c.fpn_channels},
                                  replica_input);
 }

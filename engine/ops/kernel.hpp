@@ -41,7 +41,7 @@ inline memory::dims dnnl_dilation(const Extents& dilation) {
 // primitives created on that thread and freed when that thread's count of them returns to zero — such
 // a primitive must run on the thread that created it. A simulated core's kernels are created on one
 // pool thread and run on whichever thread picks the core up next (a kernel reaching past another
-// thread's smaller buffer, or into a freed one: tests/engine/cores/test_uneven_threads.cpp). So every
+// thread's smaller buffer, or into a freed one: tests/engine/mesh/test_uneven_threads.cpp). So every
 // primitive here is created with a user scratchpad and runs with its executor's own buffer, sized for
 // the largest of them: an executor runs one primitive at a time, and the buffer goes where it goes.
 class Scratchpad {

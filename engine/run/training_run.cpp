@@ -8,7 +8,7 @@
 #include "cost/memory_model.hpp"
 #include "cost/device.hpp"
 #include "cost/step_simulation.hpp"
-#include "cores/layer_profile.hpp"
+#include "mesh/layer_profile.hpp"
 #include "data/phantom.hpp"
 #include "data/prefetcher.hpp"
 #include "data/sliding_window.hpp"
@@ -160,7 +160,7 @@ struct TrainingRun::Impl {
     experiment::Experiment experiment;
     RunOptions options;
     std::unique_ptr<data::Dataset> dataset;
-    std::unique_ptr<cores::CoreMesh> mesh;
+    std::unique_ptr<mesh::CoreMesh> mesh;
     std::unique_ptr<ModelDir> model_dir;
     cost::Device device;
     double predicted_step_seconds = 0;
@@ -188,7 +188,7 @@ struct TrainingRun::Impl {
                                 " (tessera-cli calibrate --threads " + std::to_string(options.host_threads) + ")");
                 return;
             }
-            const cores::ProfileOptions profile{.precision = experiment.precision,
+            const mesh::ProfileOptions profile{.precision = experiment.precision,
                                                 .repeats = 2,
                                                 .threads = threads,
                                                 .tasks = mesh->num_cores(),
@@ -196,7 +196,7 @@ struct TrainingRun::Impl {
             // The profile's executors, each about one simulated core's memory, live beside the mesh's.
             const std::int64_t run_bytes = estimate_host_bytes(experiment);
             const std::int64_t profile_bytes =
-                run_bytes / mesh->num_cores() * cores::profiled_executors(profile, mesh->cores_per_replica());
+                run_bytes / mesh->num_cores() * mesh::profiled_executors(profile, mesh->cores_per_replica());
             const auto budget = static_cast<std::int64_t>(host_memory_budget_bytes());
             if (run_bytes + profile_bytes > budget) {
                 notes.push_back("no prediction for this host: profiling the layers would need " + format_gib(profile_bytes) +
@@ -208,7 +208,7 @@ struct TrainingRun::Impl {
             simulation.optimizer_slots = experiment::optimizer_slots(experiment);
             simulation.record_timeline = false;
             simulation.measured_layers =
-                std::make_shared<cost::MeasuredLayers>(cores::profile_layers(mesh->model(), mesh->plan(), profile));
+                std::make_shared<cost::MeasuredLayers>(mesh::profile_layers(mesh->model(), mesh->plan(), profile));
             start.predicted_host_step_seconds =
                 cost::predict_host_step(mesh->model(), mesh->plan(), mesh->num_replicas(), cost::CostModel(host), simulation).step_seconds;
             const auto checked = host.measured.find("check_rms_error_percent");
@@ -393,13 +393,13 @@ TrainingRun::TrainingRun(experiment::Experiment e, RunOptions options) : m_impl(
     impl.dataset = data::make_dataset(*x.data, experiment::global_input_shape(x), x.model.num_classes);
 
     check_fits_host(x);  // before the cores allocate anything
-    cores::MeshConfig mesh;
+    mesh::MeshConfig mesh;
     mesh.num_replicas = x.partition.num_replicas;
     mesh.grid = experiment::tile_grid(x);  // tile_boundaries, or input_partition_dims' even pieces
     mesh.core_memory_bytes = impl.device.memory_per_core;
     mesh.host_threads = impl.options.host_threads;
     const graph::Graph model = experiment::build_model(x, experiment::replica_input_shape(x));
-    impl.mesh = std::make_unique<cores::CoreMesh>(model, mesh, experiment::trainer_config(x));
+    impl.mesh = std::make_unique<mesh::CoreMesh>(model, mesh, experiment::trainer_config(x));
     impl.mesh->check_memory();  // out of simulated memory: say so before any step
 
     cost::SimulationOptions simulation;
@@ -438,7 +438,7 @@ RunSummary TrainingRun::train(RunObserver* observer, const std::atomic<bool>* st
     start.device = impl.device.id;
     start.predicted_step_seconds = impl.predicted_step_seconds;
     impl.predict_on_host(start);
-    for (const cores::MemoryLedger& ledger : impl.mesh->memory()) start.core_memory_bytes.push_back(ledger.peak());
+    for (const mesh::MemoryLedger& ledger : impl.mesh->memory()) start.core_memory_bytes.push_back(ledger.peak());
     start.core_capacity_bytes = impl.device.memory_per_core;
     start.data = impl.dataset->describe();
     start.notes = impl.notes;
@@ -469,7 +469,7 @@ RunSummary TrainingRun::train(RunObserver* observer, const std::atomic<bool>* st
             record.predicted_seconds = impl.predicted_step_seconds;
             record.images_per_second = static_cast<double>(x.global_batch) / record.host_seconds;
             record.halo_bytes = impl.mesh->summary().halo_bytes;
-            for (const cores::MemoryLedger& ledger : impl.mesh->memory()) record.core_peak_bytes.push_back(ledger.peak());
+            for (const mesh::MemoryLedger& ledger : impl.mesh->memory()) record.core_peak_bytes.push_back(ledger.peak());
             record.wall_time = unix_time();
             TESSERA_CHECK(std::isfinite(record.loss),
                           "the loss became " << record.loss << " at step " << record.step
@@ -578,7 +578,7 @@ std::int64_t TrainingRun::load_checkpoint(bool need_trained_weights) { return m_
 const std::vector<std::string>& TrainingRun::notes() const { return m_impl->notes; }
 const experiment::Experiment& TrainingRun::experiment() const { return m_impl->experiment; }
 const data::Dataset& TrainingRun::dataset() const { return *m_impl->dataset; }
-cores::CoreMesh& TrainingRun::mesh() { return *m_impl->mesh; }
+mesh::CoreMesh& TrainingRun::mesh() { return *m_impl->mesh; }
 const ModelDir& TrainingRun::model_dir() const { return *m_impl->model_dir; }
 std::int64_t TrainingRun::total_steps() const { return m_impl->total_steps; }
 double TrainingRun::predicted_step_seconds() const { return m_impl->predicted_step_seconds; }

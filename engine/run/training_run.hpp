@@ -15,7 +15,7 @@
 //   EvalRecord eval = run.evaluate(&observer);          // the latest checkpoint on the held-out data
 #pragma once
 
-#include "cores/core_mesh.hpp"
+#include "mesh/core_mesh.hpp"
 #include "data/dataset.hpp"
 #include "experiment/experiment.hpp"
 #include "run/model_dir.hpp"
@@ -81,7 +81,7 @@ public:
 
     const experiment::Experiment& experiment() const;
     const data::Dataset& dataset() const;
-    cores::CoreMesh& mesh();
+    mesh::CoreMesh& mesh();
     const ModelDir& model_dir() const;
     std::int64_t total_steps() const;
     double predicted_step_seconds() const;  // on the experiment's device

@@ -1,5 +1,5 @@
 // The loss-scaling and update half of a training step, written once for one core (train::Trainer)
-// and for a mesh of simulated cores (cores::CoreMesh), so the two cannot drift apart.
+// and for a mesh of simulated cores (mesh::CoreMesh), so the two cannot drift apart.
 //
 // Before backward the loss gradient is multiplied by the scaler's scale. After backward — and, on a
 // mesh, after the gradients were reduced over cores and replicas so that every copy holds the same —

@@ -4,7 +4,7 @@
 //   TrainerConfig config;
 //   config.optimizer = {.kind = OptimizerKind::Sgd, .momentum = 0.9};
 //   config.schedule = {.kind = ScheduleKind::Constant, .learning_rate = 0.05};
-//   Trainer trainer(model::make_unet(unet, {4, 1, 64, 64}), config);
+//   Trainer trainer(networks::make_unet(unet, {4, 1, 64, 64}), config);
 //   StepResult step = trainer.train_step(images, labels);       // images [4, 1, 64, 64], labels [4, 64, 64]
 //   EvalResult eval = trainer.evaluate(images, labels);          // loss, Dice/IoU per class, accuracy
 #pragma once

@@ -1,15 +1,15 @@
 // The seeds' models as graphs: shapes, parameter counts against the published architectures, costs,
 // and the configuration errors.
 #include "graph/executor.hpp"
-#include "model/models.hpp"
-#include "model/retinanet.hpp"
+#include "networks/models.hpp"
+#include "networks/retinanet.hpp"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 
 using namespace tessera;
-using namespace tessera::model;
+using namespace tessera::networks;
 
 TEST(Models, ResNetParameterCountsMatchThePublishedArchitectures) {
     // torchvision's counts for 1000 classes (same v1.5 layout: stride on the 3×3, BN scale and shift).

@@ -1,7 +1,7 @@
 // Training on one core: a 2D U-Net learns a synthetic segmentation task, a ResNet-18 overfits random
 // labels, and the same seed gives the same losses bit for bit.
 #include "core/random.hpp"
-#include "model/models.hpp"
+#include "networks/models.hpp"
 #include "train/trainer.hpp"
 
 #include <gtest/gtest.h>
@@ -53,7 +53,7 @@ TEST(Trainer, UNet2DLearnsASyntheticSegmentationTask) {
     config.schedule.kind = ScheduleKind::Constant;
     config.schedule.learning_rate = 3e-3;
     config.seed = 5;
-    Trainer trainer(model::make_unet({.depth = 3, .base_width = 8, .num_classes = 2}, {8, 1, 32, 32}), config);
+    Trainer trainer(networks::make_unet({.depth = 3, .base_width = 8, .num_classes = 2}, {8, 1, 32, 32}), config);
     double first_loss = 0, last_loss = 0;
     for (int step = 0; step < 200; ++step) {
         const auto [images, labels] = disks_batch(8, 32, 1000 + static_cast<std::uint64_t>(step));
@@ -78,7 +78,7 @@ TEST(Trainer, ResNet18OverfitsRandomLabels) {
     config.optimizer.kind = OptimizerKind::Adam;
     config.schedule.kind = ScheduleKind::Constant;
     config.schedule.learning_rate = 1e-3;
-    Trainer trainer(model::make_resnet({.depth = 18, .num_classes = 10}, {8, 3, 32, 32}), config);
+    Trainer trainer(networks::make_resnet({.depth = 18, .num_classes = 10}, {8, 3, 32, 32}), config);
     SeededRandom random(3);
     Tensor images = Tensor::empty({8, 3, 32, 32}, DType::F32);
     for (std::int64_t i = 0; i < images.num_elements(); ++i) images.data<float>()[i] = static_cast<float>(random.normal());
@@ -107,7 +107,7 @@ TEST(Trainer, SameSeedGivesBitIdenticalLosses) {
         config.schedule.kind = ScheduleKind::Constant;
         config.schedule.learning_rate = 0.05;
         config.loss = LossKind::CrossEntropyAndDice;
-        Trainer trainer(model::make_unet({.depth = 2, .base_width = 4, .num_classes = 2}, {2, 1, 16, 16}), config);
+        Trainer trainer(networks::make_unet({.depth = 2, .base_width = 4, .num_classes = 2}, {2, 1, 16, 16}), config);
         std::vector<double> values;
         for (int step = 0; step < 5; ++step) {
             const auto [images, labels] = disks_batch(2, 16, static_cast<std::uint64_t>(step));
@@ -125,7 +125,7 @@ TEST(Trainer, UNet2DLearnsInBf16) {
     config.schedule.learning_rate = 3e-3;
     config.precision = graph::Precision::BF16;
     config.seed = 5;
-    Trainer trainer(model::make_unet({.depth = 3, .base_width = 8, .num_classes = 2}, {8, 1, 32, 32}), config);
+    Trainer trainer(networks::make_unet({.depth = 3, .base_width = 8, .num_classes = 2}, {8, 1, 32, 32}), config);
     for (int step = 0; step < 200; ++step) {
         const auto [images, labels] = disks_batch(8, 32, 1000 + static_cast<std::uint64_t>(step));
         trainer.train_step(images, labels);
@@ -151,7 +151,7 @@ TEST(Trainer, F16WithDynamicLossScalingSkipsOverflowsAndLearns) {
     config.loss_scale.dynamic.initial_scale = 1 << 24;  // far too large: the first steps must overflow
     config.loss_scale.dynamic.growth_interval = 50;
     config.seed = 5;
-    Trainer trainer(model::make_unet({.depth = 3, .base_width = 8, .num_classes = 2}, {8, 1, 32, 32}), config);
+    Trainer trainer(networks::make_unet({.depth = 3, .base_width = 8, .num_classes = 2}, {8, 1, 32, 32}), config);
     int skipped = 0;
     double previous_scale = 0;
     bool previous_skipped = false;

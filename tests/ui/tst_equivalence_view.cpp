@@ -86,7 +86,7 @@ private slots:
         QVERIFY(!view.isBusy());
         QVERIFY(!view.findChild<QProgressBar*>()->isVisible());
         QVERIFY2(view.errorText().isEmpty(), qPrintable(view.errorText()));
-        const cores::EquivalenceReport* report = view.report();
+        const mesh::EquivalenceReport* report = view.report();
         QVERIFY(report);
         const int layers = static_cast<int>(report->layers.size());
         QCOMPARE(layers, 27);  // a depth-3 U-Net's nodes but the input
@@ -157,7 +157,7 @@ private slots:
         QSignalSpy finished(&view, &EquivalenceView::finished);
         view.compare();
         QVERIFY(finished.wait(compare_timeout_ms));
-        const cores::EquivalenceReport* report = view.report();
+        const mesh::EquivalenceReport* report = view.report();
         QVERIFY(report);
         QVERIFY(report->has_baseline);
         QCOMPARE(report->tiles.size(), std::size_t{8});
@@ -209,7 +209,7 @@ private slots:
         QVERIFY(finished.wait(compare_timeout_ms));
         qInfo("the 256³ experiment, scaled down, compared in %lld ms", static_cast<long long>(timer.elapsed()));
         QVERIFY2(view.errorText().isEmpty(), qPrintable(view.errorText()));
-        const cores::EquivalenceReport* report = view.report();
+        const mesh::EquivalenceReport* report = view.report();
         QVERIFY(report);
         QCOMPARE(report->tiles.size(), std::size_t{16});
         std::int64_t voxels = 1;

@@ -9,7 +9,7 @@
 //   controller.requestStop();                // after the current step, with a checkpoint
 #pragma once
 
-#include "cores/core_mesh.hpp"
+#include "mesh/core_mesh.hpp"
 #include "experiment/experiment.hpp"
 #include "run/run_records.hpp"
 #include "run/training_run.hpp"
@@ -30,7 +30,7 @@ namespace tessera::ui {
 struct StepEvents {
     std::int64_t step = 0;
     std::int64_t cores = 0;
-    std::vector<cores::CoreEvent> events;
+    std::vector<mesh::CoreEvent> events;
     // Model node names, indexed by CoreEvent::layer: made once per run and shared by its steps.
     std::shared_ptr<const std::vector<std::string>> layer_names;
 };

@@ -3,7 +3,7 @@
 #include "core/error.hpp"
 #include "core/random.hpp"
 #include "model/gui_mailbox.hpp"
-#include "model/models.hpp"
+#include "networks/models.hpp"
 
 #include <QChart>
 #include <QChartView>
@@ -105,7 +105,7 @@ struct ComparisonJob {
 
 struct ComparisonSetup {
     graph::Graph model;
-    cores::MeshConfig mesh;
+    mesh::MeshConfig mesh;
     train::TrainerConfig config;
     Tensor images;  // [N, C, (D,) H, W]
     Tensor labels;  // [N, (D,) H, W] or [N]
@@ -142,11 +142,11 @@ ComparisonSetup prepareBuiltIn(const ComparisonJob& job) {
     Shape input;
     if (job.built_in == EquivalenceView::BuiltInModel::UNet2D) {
         input = {2, 1, 64, 64};
-        setup.model = model::make_unet({.depth = 3, .base_width = 8, .num_classes = 3}, input);
+        setup.model = networks::make_unet({.depth = 3, .base_width = 8, .num_classes = 3}, input);
         setup.source = QObject::tr("the built-in 2D U-Net (depth 3, width 8)");
     } else {
         input = {1, 1, 16, 16, 16};
-        setup.model = model::make_unet({.depth = 3, .base_width = 4, .num_classes = 2}, input);
+        setup.model = networks::make_unet({.depth = 3, .base_width = 4, .num_classes = 2}, input);
         setup.source = QObject::tr("the built-in 3D U-Net (depth 3, width 4)");
     }
     const std::size_t rank = input.size() - 2;
@@ -241,7 +241,7 @@ public:
     }
 
     struct Result {
-        cores::EquivalenceReport report;
+        mesh::EquivalenceReport report;
         QString source;
         QString note;
     };
@@ -278,7 +278,7 @@ private:
             try {
                 ComparisonSetup setup = job.experiment ? prepareExperiment(job) : prepareBuiltIn(job);
                 makeBatch(setup);
-                cores::EquivalenceOptions options;
+                mesh::EquivalenceOptions options;
                 options.steps = job.steps;
                 options.seed = setup.seed;
                 options.one_tile_baseline = job.baseline;
@@ -286,7 +286,7 @@ private:
                 const quint64 request = job.request;
                 options.on_progress = [this, request](int done, int total) { postProgress(request, done, total); };
                 postProgress(request, 0, (job.baseline ? 3 : 2) * job.steps + 1);
-                Result result{cores::compare_with_single_core(setup.model, setup.mesh, setup.config, setup.images, setup.labels, options),
+                Result result{mesh::compare_with_single_core(setup.model, setup.mesh, setup.config, setup.images, setup.labels, options),
                               setup.source, setup.notes.join(QStringLiteral("; "))};
                 {
                     const std::lock_guard lock(m_mutex);
@@ -325,7 +325,7 @@ EquivalenceTileMap::EquivalenceTileMap(QWidget* parent) : QWidget(parent) {
 QSize EquivalenceTileMap::sizeHint() const { return {460, 400}; }
 QSize EquivalenceTileMap::minimumSizeHint() const { return {240, 200}; }
 
-void EquivalenceTileMap::setReport(std::shared_ptr<const cores::EquivalenceReport> report) {
+void EquivalenceTileMap::setReport(std::shared_ptr<const mesh::EquivalenceReport> report) {
     m_report = std::move(report);
     if (m_report && (m_layer < -1 || m_layer >= static_cast<int>(m_report->layers.size()))) m_layer = -1;
     m_slab = slabCount() / 2;
@@ -355,7 +355,7 @@ void EquivalenceTileMap::setSlab(int slab) {
 int EquivalenceTileMap::slabCount() const {
     if (!m_report || m_report->input.size() != 5) return 1;
     std::set<std::int64_t> begins;
-    for (const cores::TileDifference& tile : m_report->tiles) begins.insert(tile.owned[0].begin);
+    for (const mesh::TileDifference& tile : m_report->tiles) begins.insert(tile.owned[0].begin);
     return static_cast<int>(begins.size());
 }
 
@@ -374,7 +374,7 @@ double EquivalenceTileMap::relativeOf(std::int64_t core, Quantity quantity, int 
     const auto c = static_cast<std::size_t>(core);
     const bool activation = quantity == Quantity::Activation;
     if (layer < 0) return activation ? m_report->tiles[c].max_rel_activation : m_report->tiles[c].max_rel_gradient;
-    const cores::LayerDifference& l = m_report->layers[static_cast<std::size_t>(layer)];
+    const mesh::LayerDifference& l = m_report->layers[static_cast<std::size_t>(layer)];
     if (l.replicated) return 0;
     const double abs = activation ? l.core_abs_activation[c] : l.core_abs_gradient[c];
     return abs == 0 ? 0.0 : abs / std::max(activation ? l.reference_scale : l.gradient_scale, tiny);
@@ -386,14 +386,14 @@ std::int64_t EquivalenceTileMap::tileFlips(std::int64_t core) const {
     if (!m_report || core < 0 || core >= static_cast<std::int64_t>(m_report->tiles.size())) return 0;
     const auto c = static_cast<std::size_t>(core);
     if (m_layer < 0) return m_report->tiles[c].relu_flips;
-    const cores::LayerDifference& layer = m_report->layers[static_cast<std::size_t>(m_layer)];
+    const mesh::LayerDifference& layer = m_report->layers[static_cast<std::size_t>(m_layer)];
     return layer.core_relu_flips.empty() ? 0 : layer.core_relu_flips[c];
 }
 
 void EquivalenceTileMap::updateScale() {
     double low = std::numeric_limits<double>::infinity(), high = 0;
     if (m_report) {
-        for (const cores::TileDifference& tile : m_report->tiles) {
+        for (const mesh::TileDifference& tile : m_report->tiles) {
             const double value = tileValue(tile.core);
             if (value > 0 && std::isfinite(value)) {
                 low = std::min(low, value);
@@ -446,10 +446,10 @@ void EquivalenceTileMap::layoutTiles() {
 
     std::set<std::int64_t> slab_begins;
     if (rank == 3) {
-        for (const cores::TileDifference& tile : m_report->tiles) slab_begins.insert(tile.owned[0].begin);
+        for (const mesh::TileDifference& tile : m_report->tiles) slab_begins.insert(tile.owned[0].begin);
     }
     const std::int64_t slab_begin = rank == 3 ? *std::next(slab_begins.begin(), std::clamp(m_slab, 0, static_cast<int>(slab_begins.size()) - 1)) : 0;
-    for (const cores::TileDifference& tile : m_report->tiles) {
+    for (const mesh::TileDifference& tile : m_report->tiles) {
         if (rank == 3 && tile.owned[0].begin != slab_begin) continue;
         const partition::Interval& rows = tile.owned[rank - 2];
         const partition::Interval& columns = tile.owned[rank - 1];
@@ -467,7 +467,7 @@ QString EquivalenceTileMap::caption() const {
     if (m_layer < 0) {
         text += tr("over all layers");
     } else {
-        const cores::LayerDifference& layer = m_report->layers[static_cast<std::size_t>(m_layer)];
+        const mesh::LayerDifference& layer = m_report->layers[static_cast<std::size_t>(m_layer)];
         text += tr("layer %1 (%2)").arg(QString::fromStdString(layer.name), QString::fromStdString(layer.op));
         if (layer.replicated) text += tr(" — replicated on every core, not tiled");
     }
@@ -480,7 +480,7 @@ QString EquivalenceTileMap::caption() const {
 
 QString EquivalenceTileMap::toolTipForCore(std::int64_t core) const {
     if (!m_report || core < 0 || core >= static_cast<std::int64_t>(m_report->tiles.size())) return {};
-    const cores::TileDifference& tile = m_report->tiles[static_cast<std::size_t>(core)];
+    const mesh::TileDifference& tile = m_report->tiles[static_cast<std::size_t>(core)];
     static const char* const axis_names[] = {"D", "H", "W"};
     const std::size_t rank = tile.owned.size();
     QStringList region;
@@ -489,7 +489,7 @@ QString EquivalenceTileMap::toolTipForCore(std::int64_t core) const {
     }
     QString text = tr("<b>core %1</b>: %2 of the input").arg(core).arg(region.join(QStringLiteral(", ")));
     auto name_of = [this](int node) {
-        for (const cores::LayerDifference& layer : m_report->layers) {
+        for (const mesh::LayerDifference& layer : m_report->layers) {
             if (layer.node == node) return QString::fromStdString(layer.name);
         }
         return QString();
@@ -504,7 +504,7 @@ QString EquivalenceTileMap::toolTipForCore(std::int64_t core) const {
                        nullptr, static_cast<int>(tile.relu_flips));
         }
     } else {
-        const cores::LayerDifference& layer = m_report->layers[static_cast<std::size_t>(m_layer)];
+        const mesh::LayerDifference& layer = m_report->layers[static_cast<std::size_t>(m_layer)];
         text += tr("<br>layer %1:").arg(QString::fromStdString(layer.name));
         if (layer.replicated) {
             text += tr(" replicated on every core");
@@ -585,7 +585,7 @@ void EquivalenceTileMap::paintEvent(QPaintEvent* /*event*/) {
         const std::size_t rank = input.size() - 2;
         std::set<std::int64_t> columns, rows;
         for (const std::int64_t core : m_drawn) {
-            const cores::TileDifference& tile = m_report->tiles[static_cast<std::size_t>(core)];
+            const mesh::TileDifference& tile = m_report->tiles[static_cast<std::size_t>(core)];
             columns.insert({tile.owned[rank - 1].begin, tile.owned[rank - 1].end});
             rows.insert({tile.owned[rank - 2].begin, tile.owned[rank - 2].end});
         }
@@ -887,7 +887,7 @@ void EquivalenceView::compare() {
     m_progress->show();
     m_summary->setText(tr("Comparing %1 on %2 tiles: %3 steps split over the cores and on one core…")
                            .arg(m_model->currentText())
-                           .arg(QString::fromStdString(cores::pieces_text(pieces())))
+                           .arg(QString::fromStdString(mesh::pieces_text(pieces())))
                            .arg(m_steps->value()));
 }
 
@@ -901,7 +901,7 @@ void EquivalenceView::onCompared(quint64 request) {
     if (request != m_request) return;
     std::optional<EquivalenceWorker::Result> result = m_worker->takeResult(request);
     if (!result) return;
-    m_report = std::make_shared<const cores::EquivalenceReport>(std::move(result->report));
+    m_report = std::make_shared<const mesh::EquivalenceReport>(std::move(result->report));
     m_source = result->source;
     m_note = result->note;
     m_busy = false;
@@ -939,7 +939,7 @@ void EquivalenceView::showSummary() {
                                .arg(m_model->currentText().toHtmlEscaped()));
         return;
     }
-    const cores::EquivalenceReport& r = *m_report;
+    const mesh::EquivalenceReport& r = *m_report;
     QString text = tr("<b>%1</b>, %2").arg(QString::fromStdString(r.layout).toHtmlEscaped(), m_source.toHtmlEscaped());
     if (!m_note.isEmpty()) text += tr(" — %1").arg(m_note.toHtmlEscaped());
     if (r.tiles.size() == 1) {
@@ -949,7 +949,7 @@ void EquivalenceView::showSummary() {
     text += QStringLiteral("<br>");
     const double worst = std::max(r.worst_activation, r.worst_gradient);
     double baseline = 0, norm = 0, flip_value = 0;
-    for (const cores::LayerDifference& layer : r.layers) {
+    for (const mesh::LayerDifference& layer : r.layers) {
         baseline = std::max({baseline, layer.baseline_rel_activation, layer.baseline_rel_gradient});
         norm = std::max({norm, layer.norm_rel_activation, layer.norm_rel_gradient});
         flip_value = std::max(flip_value, layer.max_flip_value);
@@ -995,7 +995,7 @@ void EquivalenceView::showSummary() {
 
 QString EquivalenceView::layerToolTip(int index) const {
     if (!m_report || index < 0 || index >= static_cast<int>(m_report->layers.size())) return {};
-    const cores::LayerDifference& layer = m_report->layers[static_cast<std::size_t>(index)];
+    const mesh::LayerDifference& layer = m_report->layers[static_cast<std::size_t>(index)];
     auto value = [](double relative, double absolute) {
         return relative == 0 ? tr("identical") : tr("%1 relative (%2 absolute)").arg(sci(relative), sci(absolute));
     };
@@ -1031,13 +1031,13 @@ void EquivalenceView::fillChart() {
         chart->setTitle(tr("Largest difference per layer, partitioned vs one core"));
         return;
     }
-    const cores::EquivalenceReport& r = *m_report;
+    const mesh::EquivalenceReport& r = *m_report;
     chart->setTitle(tr("Largest difference per layer: %1 vs one core").arg(QString::fromStdString(r.layout)));
 
     // The log axis' range: every value and the tolerance; zeros sit a decade below the smallest.
     double low = fp32_tolerance, high = fp32_tolerance;
     bool zeros = false;
-    for (const cores::LayerDifference& layer : r.layers) {
+    for (const mesh::LayerDifference& layer : r.layers) {
         std::vector<double> values{layer.max_rel_activation, layer.max_rel_gradient};
         if (r.has_baseline) values.insert(values.end(), {layer.baseline_rel_activation, layer.baseline_rel_gradient});
         for (double v : values) {
@@ -1137,7 +1137,7 @@ void EquivalenceView::fillTileControls() {
     m_tile_layer->setItemData(0, tr("Each tile shows its largest difference over every layer"), Qt::ToolTipRole);
     if (m_report) {
         for (std::size_t i = 0; i < m_report->layers.size(); ++i) {
-            const cores::LayerDifference& layer = m_report->layers[i];
+            const mesh::LayerDifference& layer = m_report->layers[i];
             m_tile_layer->addItem(QStringLiteral("%1 %2").arg(i).arg(QString::fromStdString(layer.name)));
             m_tile_layer->setItemData(static_cast<int>(i) + 1, tr("%1, output %2").arg(QString::fromStdString(layer.op), shapeText(layer.shape)),
                                       Qt::ToolTipRole);

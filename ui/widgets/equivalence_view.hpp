@@ -3,7 +3,7 @@
 //
 // "Compare" runs a short training of a small model (a built-in 2D or 3D U-Net, or the studio's current
 // design via setExperiment) twice from the same seed and batch — split over the simulated cores of the
-// chosen layout, and on one core — off the GUI thread (cores::compare_with_single_core), then shows:
+// chosen layout, and on one core — off the GUI thread (mesh::compare_with_single_core), then shows:
 //   a chart   per layer (model order), the largest relative difference of the forward values and of
 //             the gradients, on a log scale, with fp32's tolerance 1e-5 dashed; hovering a point names
 //             the layer, clicking it shows that layer on the tile map;
@@ -23,7 +23,7 @@
 //   view->compare();                             // finished() when the result is shown
 #pragma once
 
-#include "cores/equivalence.hpp"
+#include "mesh/equivalence.hpp"
 #include "experiment/experiment.hpp"
 
 #include <QString>
@@ -56,7 +56,7 @@ public:
     explicit EquivalenceTileMap(QWidget* parent = nullptr);
 
     // Shares the report (null: nothing to show). Keeps quantity and layer; the slab goes to the middle.
-    void setReport(std::shared_ptr<const cores::EquivalenceReport> report);
+    void setReport(std::shared_ptr<const mesh::EquivalenceReport> report);
     void setQuantity(Quantity quantity);
     // An index into report->layers, or −1 for every layer (each tile's worst).
     void setLayer(int layer);
@@ -96,7 +96,7 @@ private:
     double relativeOf(std::int64_t core, Quantity quantity, int layer) const;
     QString caption() const;
 
-    std::shared_ptr<const cores::EquivalenceReport> m_report;
+    std::shared_ptr<const mesh::EquivalenceReport> m_report;
     Quantity m_quantity = Quantity::Gradient;
     int m_layer = -1;
     int m_slab = 0;
@@ -135,7 +135,7 @@ public:
 
     bool isBusy() const { return m_busy; }
     // The last comparison shown (null before the first, and after one that failed).
-    const cores::EquivalenceReport* report() const { return m_report.get(); }
+    const mesh::EquivalenceReport* report() const { return m_report.get(); }
     QString errorText() const { return m_error; }
     QString summaryText() const;
 
@@ -181,7 +181,7 @@ private:
 
     EquivalenceWorker* m_worker = nullptr;
     std::optional<tessera::experiment::Experiment> m_experiment;
-    std::shared_ptr<const cores::EquivalenceReport> m_report;
+    std::shared_ptr<const mesh::EquivalenceReport> m_report;
     QString m_note;      // how the comparison was set up (scaled down, one replica, …)
     QString m_source;    // the model compared
     QString m_error;

@@ -33,12 +33,12 @@ QString duration_text(double seconds) { return QString::fromStdString(format_dur
 
 QString path_text(const std::filesystem::path& path) { return QString::fromStdString(path.string()); }
 
-TimelineBar::Kind bar_kind(cores::EventKind kind) {
+TimelineBar::Kind bar_kind(mesh::EventKind kind) {
     switch (kind) {
-        case cores::EventKind::Compute: return TimelineBar::Kind::Compute;
-        case cores::EventKind::Halo: return TimelineBar::Kind::Halo;
-        case cores::EventKind::AllReduce: return TimelineBar::Kind::AllReduce;
-        case cores::EventKind::Wait: return TimelineBar::Kind::Idle;
+        case mesh::EventKind::Compute: return TimelineBar::Kind::Compute;
+        case mesh::EventKind::Halo: return TimelineBar::Kind::Halo;
+        case mesh::EventKind::AllReduce: return TimelineBar::Kind::AllReduce;
+        case mesh::EventKind::Wait: return TimelineBar::Kind::Idle;
     }
     return TimelineBar::Kind::Other;
 }
@@ -286,18 +286,18 @@ void RunPanel::showStepTimeline(int chosen) {
     const StepEvents& step = it->second;
     std::vector<TimelineBar> bars;
     bars.reserve(step.events.size());
-    for (const cores::CoreEvent& event : step.events) {
+    for (const mesh::CoreEvent& event : step.events) {
         TimelineBar bar;
         bar.lane = static_cast<int>(event.core);
         bar.start_ms = event.start_seconds * 1e3;
         bar.end_ms = event.end_seconds * 1e3;
         bar.kind = bar_kind(event.kind);
-        bar.backward = event.phase == cores::StepPhase::Backward;
+        bar.backward = event.phase == mesh::StepPhase::Backward;
         bar.label = step.layer_names && event.layer >= 0 && static_cast<std::size_t>(event.layer) < step.layer_names->size()
                         ? QString::fromStdString((*step.layer_names)[static_cast<std::size_t>(event.layer)])
-                        : (event.phase == cores::StepPhase::Update ? tr("update") : tr("loss"));
-        QString detail = QString::fromUtf8(cores::step_phase_name(event.phase).data(),
-                                           static_cast<qsizetype>(cores::step_phase_name(event.phase).size()));
+                        : (event.phase == mesh::StepPhase::Update ? tr("update") : tr("loss"));
+        QString detail = QString::fromUtf8(mesh::step_phase_name(event.phase).data(),
+                                           static_cast<qsizetype>(mesh::step_phase_name(event.phase).size()));
         if (event.flops > 0) detail += tr(", %1 MFLOP").arg(event.flops / 1e6, 0, 'f', 1);
         if (event.bytes > 0) detail += tr(", %1 KiB").arg(static_cast<double>(event.bytes) / 1024.0, 0, 'f', 1);
         if (event.peer >= 0) detail += tr(", with core %1").arg(event.peer);

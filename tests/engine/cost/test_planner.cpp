@@ -1,7 +1,7 @@
 // The cost model's verdicts against the seeds, the step simulation's behaviour, and the planner.
 #include "cost/planner.hpp"
-#include "model/models.hpp"
-#include "model/retinanet.hpp"
+#include "networks/models.hpp"
+#include "networks/retinanet.hpp"
 
 #include <gtest/gtest.h>
 
@@ -14,8 +14,8 @@ namespace {
 
 // The seeds' models: the 3D U-Net of the spatial-partitioning example and RetinaNet with a ResNet-50
 // FPN backbone, both trained in bfloat16 with SGD and momentum on TPU v3 cores.
-graph::Graph unet3d(const Shape& input) { return model::make_unet({.depth = 4, .base_width = 32, .num_classes = 3}, input); }
-graph::Graph retinanet(const Shape& input) { return model::make_retinanet({}, input); }
+graph::Graph unet3d(const Shape& input) { return networks::make_unet({.depth = 4, .base_width = 32, .num_classes = 3}, input); }
+graph::Graph retinanet(const Shape& input) { return networks::make_retinanet({}, input); }
 
 SimulationOptions bf16() {
     SimulationOptions options;
@@ -88,7 +88,7 @@ TEST(StepSimulation, MoreCoresShortenTheStepAndHalosCostSomething) {
 TEST(StepSimulation, OverlappingTheGradientAllReduceNeverSlowsTheStep) {
     const CostModel v3(load_device_preset("tpu_v3"));
     const Shape input{8, 3, 224, 224};
-    const graph::Graph model = model::make_resnet({.depth = 50, .num_classes = 1000}, input);
+    const graph::Graph model = networks::make_resnet({.depth = 50, .num_classes = 1000}, input);
     const partition::TilingPlan plan(model, partition::SpatialGrid::even(input, {1, 1}));
     SimulationOptions options = bf16();
     const double serial = predict_step(model, plan, 32, v3, options).step_seconds;
@@ -100,7 +100,7 @@ TEST(StepSimulation, OverlappingTheGradientAllReduceNeverSlowsTheStep) {
 TEST(StepSimulation, FrozenStagesRunNoBackwardAndFrozenBatchNormsNoStatistics) {
     const CostModel a100(load_device_preset("a100_80gb"));
     const Shape input{16, 3, 256, 256};
-    const graph::Graph model = model::make_retinanet({.resnet_depth = 50, .num_classes = 8}, input);
+    const graph::Graph model = networks::make_retinanet({.resnet_depth = 50, .num_classes = 8}, input);
     const partition::TilingPlan plan(model, partition::SpatialGrid::even(input, {1, 1}));
     // The prefixes name real nodes: the stem and the first stage, and batch norms all through the backbone.
     int stem_and_stage1 = 0, backbone_batch_norms = 0;
@@ -344,7 +344,7 @@ TEST(StepBreakdown, ItsPartsAddUpToTheStepForEveryLayout) {
         expect_breakdown_adds_up(predict_step(model, plan, 1, v3, bf16()), "U-Net " + std::to_string(plan.num_cores()) + " cores");
     }
     const Shape images{8, 3, 224, 224};
-    const graph::Graph resnet = model::make_resnet({.depth = 50, .num_classes = 1000}, images);
+    const graph::Graph resnet = networks::make_resnet({.depth = 50, .num_classes = 1000}, images);
     const partition::TilingPlan whole(resnet, partition::SpatialGrid::even(images, {1, 1}));
     expect_breakdown_adds_up(predict_step(resnet, whole, 32, v3, bf16()), "ResNet-50, 32 replicas");
 }

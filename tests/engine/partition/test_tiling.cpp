@@ -1,8 +1,8 @@
 // Tiling plans: owned tiles, halos and border padding through real models, and the layouts that
 // cannot work, rejected with the layer named.
-#include "model/models.hpp"
+#include "networks/models.hpp"
 #include "support/error_of.hpp"
-#include "model/retinanet.hpp"
+#include "networks/retinanet.hpp"
 #include "partition/core_graph.hpp"
 #include "partition/tiling.hpp"
 
@@ -38,7 +38,7 @@ void expect_tiles_cover_outputs(const graph::Graph& graph, const TilingPlan& pla
 }  // namespace
 
 TEST(Tiling, UNetOnA2x2GridHasUnitHalosInsideAndPaddingAtTheBorder) {
-    const graph::Graph unet = model::make_unet({.depth = 3, .base_width = 8, .num_classes = 2}, {1, 1, 64, 64});
+    const graph::Graph unet = networks::make_unet({.depth = 3, .base_width = 8, .num_classes = 2}, {1, 1, 64, 64});
     const TilingPlan plan = plan_tiling(unet, SpatialGrid::even({1, 1, 64, 64}, {2, 2}));
     ASSERT_EQ(plan.num_cores(), 4);
     expect_tiles_cover_outputs(unet, plan);
@@ -106,7 +106,7 @@ TEST(Tiling, UpsampleIsLocalAndMultipliesTheOwnedRowsByItsFactor) {
 }
 
 TEST(Tiling, RetinaNetSplitsTwoWaysAndKeepsItsInitializers) {
-    const graph::Graph retinanet = model::make_retinanet(
+    const graph::Graph retinanet = networks::make_retinanet(
         {.resnet_depth = 18, .num_classes = 3, .fpn_channels = 8, .head_convs = 1}, {1, 3, 256, 256});
     const TilingPlan plan = plan_tiling(retinanet, SpatialGrid::even({1, 3, 256, 256}, {2, 1}));
     expect_tiles_cover_outputs(retinanet, plan);
@@ -122,7 +122,7 @@ TEST(Tiling, RetinaNetSplitsTwoWaysAndKeepsItsInitializers) {
 }
 
 TEST(Tiling, UnevenBoundariesThatRespectTheStridesWork) {
-    const graph::Graph unet = model::make_unet({.depth = 3, .base_width = 8, .num_classes = 2}, {2, 1, 64, 48, 48});
+    const graph::Graph unet = networks::make_unet({.depth = 3, .base_width = 8, .num_classes = 2}, {2, 1, 64, 48, 48});
     SpatialGrid grid;
     grid.boundaries = {{0, 24, 64}, {0, 48}, {0, 16, 48}};  // D split 24 | 40, W split 16 | 32
     const TilingPlan plan = plan_tiling(unet, grid);
@@ -133,7 +133,7 @@ TEST(Tiling, UnevenBoundariesThatRespectTheStridesWork) {
 }
 
 TEST(Tiling, ResNetSplitsFourWaysAndIsReplicatedAfterPooling) {
-    const graph::Graph resnet = model::make_resnet({.depth = 18, .num_classes = 10}, {2, 3, 128, 128});
+    const graph::Graph resnet = networks::make_resnet({.depth = 18, .num_classes = 10}, {2, 3, 128, 128});
     const TilingPlan plan = plan_tiling(resnet, SpatialGrid::even({2, 3, 128, 128}, {2, 2}));
     expect_tiles_cover_outputs(resnet, plan);
     EXPECT_TRUE(plan.tile(node_named(resnet, "head.pool"), 2).replicated);
@@ -145,7 +145,7 @@ TEST(Tiling, ResNetSplitsFourWaysAndIsReplicatedAfterPooling) {
 }
 
 TEST(Tiling, ABoundaryOffTheStrideIsRejectedNamingTheLayer) {
-    const graph::Graph unet = model::make_unet({.depth = 3, .base_width = 8, .num_classes = 2}, {1, 1, 64, 64});
+    const graph::Graph unet = networks::make_unet({.depth = 3, .base_width = 8, .num_classes = 2}, {1, 1, 64, 64});
     SpatialGrid grid;
     grid.boundaries = {{0, 37, 64}, {0, 64}};
     const std::string message = error_of([&] { plan_tiling(unet, grid); });
@@ -155,7 +155,7 @@ TEST(Tiling, ABoundaryOffTheStrideIsRejectedNamingTheLayer) {
 
 TEST(Tiling, TilesTooSmallForTheModelAreRejectedNamingTheLayer) {
     // 16 pieces of 2 rows: the second pooling leaves each core half a row.
-    const graph::Graph unet = model::make_unet({.depth = 4, .base_width = 4, .num_classes = 2}, {1, 1, 32, 32});
+    const graph::Graph unet = networks::make_unet({.depth = 4, .base_width = 4, .num_classes = 2}, {1, 1, 32, 32});
     const std::string message = error_of([&] { plan_tiling(unet, SpatialGrid::even({1, 1, 32, 32}, {16, 1})); });
     EXPECT_NE(message.find("layer 'down1.pool'"), std::string::npos) << message;
 
@@ -169,7 +169,7 @@ TEST(Tiling, TilesTooSmallForTheModelAreRejectedNamingTheLayer) {
 }
 
 TEST(Tiling, BadGridsAreRejected) {
-    const graph::Graph unet = model::make_unet({.depth = 2, .base_width = 4, .num_classes = 2}, {1, 1, 16, 16});
+    const graph::Graph unet = networks::make_unet({.depth = 2, .base_width = 4, .num_classes = 2}, {1, 1, 16, 16});
     SpatialGrid grid;
     grid.boundaries = {{0, 8, 8, 16}, {0, 16}};
     EXPECT_NE(error_of([&] { plan_tiling(unet, grid); }).find("must increase"), std::string::npos);

@@ -2,7 +2,7 @@
 // predictions), stop-and-resume equality, the last-K policy, and bad input before any step.
 #include "run/training_run.hpp"
 
-#include "cores/host_calibration.hpp"
+#include "mesh/host_calibration.hpp"
 #include "cost/device.hpp"
 #include "io/safetensors.hpp"
 #include "io/tensorboard_events.hpp"
@@ -289,9 +289,9 @@ TEST(TrainingRun, PredictsThisHostsStepWhenCalibratedWithTheCheckedBand) {
         training.train(&recorder);
         EXPECT_EQ(recorder.starts.at(0).predicted_host_step_seconds, 0);
     }
-    cost::Device host = cores::calibrate_host({.threads = options.host_threads, .repeats = 2, .quick = true});
+    cost::Device host = mesh::calibrate_host({.threads = options.host_threads, .repeats = 2, .quick = true});
     host.measured["check_rms_error_percent"] = 12.5;
-    cores::write_device_file(host, devices.path() / "host.json");
+    mesh::write_device_file(host, devices.path() / "host.json");
     options.model_dir = folder.path() / "second";
     run::TrainingRun training(test::small_em(2, 0, 0), options);
     Recorder recorder;
@@ -302,7 +302,7 @@ TEST(TrainingRun, PredictsThisHostsStepWhenCalibratedWithTheCheckedBand) {
 
     // A preset calibrated for other threads predicts nothing, and says why.
     host.measured["threads"] = options.host_threads + 1;
-    cores::write_device_file(host, devices.path() / "host.json");
+    mesh::write_device_file(host, devices.path() / "host.json");
     options.model_dir = folder.path() / "third";
     run::TrainingRun other(test::small_em(2, 0, 0), options);
     Recorder other_recorder;

@@ -27,7 +27,7 @@
 
 #include <memory>
 
-namespace tessera::cores {
+namespace tessera::mesh {
 
 struct ProfileOptions {
     graph::Precision precision = graph::Precision::F32;
@@ -61,4 +61,4 @@ std::int64_t profiled_executors(const ProfileOptions& options, std::int64_t core
 // A profiler's layers after options.repeats passes.
 cost::MeasuredLayers profile_layers(const graph::Graph& model, const partition::TilingPlan& plan, const ProfileOptions& options);
 
-}  // namespace tessera::cores
+}  // namespace tessera::mesh

@@ -15,10 +15,10 @@
 // 3D convolutions' backward-weights (and the ResNet stem's backward-data) run as gemm:jit, with an
 // im2col scratchpad that grows with the tile. This program caps oneDNN at AVX2 so those kernels run
 // here too, whatever the CPU (the other suites cover the native kernels).
-#include "cores/core_mesh.hpp"
+#include "mesh/core_mesh.hpp"
 #include "mesh_test_support.hpp"
 #include "core/random.hpp"
-#include "model/models.hpp"
+#include "networks/models.hpp"
 
 #include <gtest/gtest.h>
 #include <oneapi/dnnl/dnnl.hpp>
@@ -48,9 +48,9 @@ struct Case {
 
 graph::Graph make_model(Model kind, const Shape& input) {
     switch (kind) {
-        case Model::UNet2D: return model::make_unet({.depth = 3, .base_width = 8, .num_classes = 2}, input);
-        case Model::UNet3D: return model::make_unet({.depth = 3, .base_width = 4, .num_classes = 2}, input);
-        case Model::ResNet18: return model::make_resnet({.depth = 18, .num_classes = 4, .base_width = 8}, input);
+        case Model::UNet2D: return networks::make_unet({.depth = 3, .base_width = 8, .num_classes = 2}, input);
+        case Model::UNet3D: return networks::make_unet({.depth = 3, .base_width = 4, .num_classes = 2}, input);
+        case Model::ResNet18: return networks::make_resnet({.depth = 18, .num_classes = 4, .base_width = 8}, input);
     }
     return graph::Graph("unknown");
 }
@@ -75,8 +75,8 @@ train::TrainerConfig sgd() {
     return config;
 }
 
-cores::MeshConfig mesh_config(const Case& c, int host_threads) {
-    cores::MeshConfig mesh;
+mesh::MeshConfig mesh_config(const Case& c, int host_threads) {
+    mesh::MeshConfig mesh;
     mesh.grid.boundaries = c.boundaries;
     mesh.host_threads = host_threads;
     return mesh;
@@ -93,8 +93,8 @@ TEST_P(UnevenTiles, TrainOnSeveralThreadsExactlyAsOnOne) {
     const Case& c = GetParam();
     const bool classification = c.model == Model::ResNet18;
     const graph::Graph model = make_model(c.model, c.input);
-    cores::CoreMesh threaded(model, mesh_config(c, c.host_threads), sgd());
-    cores::CoreMesh single(model, mesh_config(c, 1), sgd());
+    mesh::CoreMesh threaded(model, mesh_config(c, c.host_threads), sgd());
+    mesh::CoreMesh single(model, mesh_config(c, 1), sgd());
     ASSERT_GE(threaded.num_cores(), 2);
     for (int step = 0; step < 3; ++step) {
         auto [images, labels] = make_batch(c.input, classification ? 4 : 2, classification, 100 + static_cast<std::uint64_t>(step));
@@ -112,11 +112,11 @@ TEST_P(UnevenTiles, MeshesComingAndGoingLeaveALivingMeshIntact) {
     const Case& c = GetParam();
     const bool classification = c.model == Model::ResNet18;
     const graph::Graph model = make_model(c.model, c.input);
-    cores::CoreMesh living(model, mesh_config(c, c.host_threads), sgd());
+    mesh::CoreMesh living(model, mesh_config(c, c.host_threads), sgd());
     std::vector<double> losses;
     for (int step = 0; step < 3; ++step) {
         {
-            cores::CoreMesh passing(model, mesh_config(c, c.host_threads + 1), sgd());
+            mesh::CoreMesh passing(model, mesh_config(c, c.host_threads + 1), sgd());
             auto [images, labels] = make_batch(c.input, classification ? 4 : 2, classification, 300 + static_cast<std::uint64_t>(step));
             passing.train_step(images, labels);
         }
@@ -124,7 +124,7 @@ TEST_P(UnevenTiles, MeshesComingAndGoingLeaveALivingMeshIntact) {
         losses.push_back(living.train_step(images, labels).loss);
         ASSERT_TRUE(std::isfinite(losses.back())) << "step " << step;
     }
-    cores::CoreMesh undisturbed(model, mesh_config(c, 1), sgd());
+    mesh::CoreMesh undisturbed(model, mesh_config(c, 1), sgd());
     for (int step = 0; step < 3; ++step) {
         auto [images, labels] = make_batch(c.input, classification ? 4 : 2, classification, 200 + static_cast<std::uint64_t>(step));
         const double reference = undisturbed.train_step(images, labels).loss;

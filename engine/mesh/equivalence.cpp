@@ -1,4 +1,4 @@
-#include "cores/equivalence.hpp"
+#include "mesh/equivalence.hpp"
 
 #include "core/error.hpp"
 
@@ -10,7 +10,7 @@
 #include <memory>
 #include <sstream>
 
-namespace tessera::cores {
+namespace tessera::mesh {
 
 namespace {
 
@@ -277,4 +277,4 @@ EquivalenceReport compare_with_single_core(const graph::Graph& model, const Mesh
     return report;
 }
 
-}  // namespace tessera::cores
+}  // namespace tessera::mesh

@@ -1,11 +1,11 @@
-#include "cores/thread_pool.hpp"
+#include "mesh/thread_pool.hpp"
 
 #include "core/error.hpp"
 #include "ops/dnnl_support.hpp"
 
 #include <chrono>
 
-namespace tessera::cores {
+namespace tessera::mesh {
 
 namespace {
 
@@ -127,4 +127,4 @@ void ThreadPool::work() {
     }
 }
 
-}  // namespace tessera::cores
+}  // namespace tessera::mesh

@@ -10,10 +10,10 @@
 // implementations and three SGD steps; ≤ 6.2e-6 measured on an AVX-512 Xeon), 2e-2 when ReLU inputs
 // flipped sides of the kink between the two runs (counted and printed). bf16 as stated on its cases.
 // Adding a layout or a model is one line in kCases.
-#include "cores/core_mesh.hpp"
+#include "mesh/core_mesh.hpp"
 #include "mesh_test_support.hpp"
 #include "core/random.hpp"
-#include "model/models.hpp"
+#include "networks/models.hpp"
 #include "train/trainer.hpp"
 
 #include <gtest/gtest.h>
@@ -22,6 +22,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <ostream>
 #include <map>
 #include <memory>
 #include <string_view>
@@ -48,12 +49,15 @@ struct Case {
     int steps = 3;
 };
 
+// gtest prints a failing case by its name.
+void PrintTo(const Case& c, std::ostream* out) { *out << c.name; }
+
 graph::Graph make_model(Model kind, const Shape& input) {
     switch (kind) {
-        case Model::UNet2D: return model::make_unet({.depth = 3, .base_width = 8, .num_classes = 3}, input);
-        case Model::UNet2DNoBN: return model::make_unet({.depth = 3, .base_width = 8, .num_classes = 3, .batch_norm = false}, input);
-        case Model::UNet3D: return model::make_unet({.depth = 3, .base_width = 4, .num_classes = 2}, input);
-        case Model::ResNet18: return model::make_resnet({.depth = 18, .num_classes = 5, .base_width = 8}, input);
+        case Model::UNet2D: return networks::make_unet({.depth = 3, .base_width = 8, .num_classes = 3}, input);
+        case Model::UNet2DNoBN: return networks::make_unet({.depth = 3, .base_width = 8, .num_classes = 3, .batch_norm = false}, input);
+        case Model::UNet3D: return networks::make_unet({.depth = 3, .base_width = 4, .num_classes = 2}, input);
+        case Model::ResNet18: return networks::make_resnet({.depth = 18, .num_classes = 5, .base_width = 8}, input);
     }
     return graph::Graph("unknown");
 }
@@ -164,8 +168,8 @@ train::TrainerConfig trainer_config(const Case& c, bool classification) {
     return config;
 }
 
-cores::MeshConfig mesh_config(const Case& c, const graph::Graph& model, bool partitioned) {
-    cores::MeshConfig mesh;
+mesh::MeshConfig mesh_config(const Case& c, const graph::Graph& model, bool partitioned) {
+    mesh::MeshConfig mesh;
     mesh.num_replicas = c.replicas;
     mesh.cross_replica_batch_norm = c.cross_replica_bn;
     const std::size_t rank = c.input.size() - 2;
@@ -232,7 +236,7 @@ Floors floors_of(const std::string& parameter, graph::Executor& reference, doubl
 // Every core's weight gradients, weights and BN statistics against the reference executor of its
 // replica. Optimizers leave the gradients in place, so the last step's gradients are compared after it.
 template <class ReferenceExecutor>
-void compare_state(cores::CoreMesh& mesh, ReferenceExecutor&& reference_executor, double learning_rate, int steps,
+void compare_state(mesh::CoreMesh& mesh, ReferenceExecutor&& reference_executor, double learning_rate, int steps,
                    Comparison& result) {
     const graph::Graph& model = mesh.model();
     for (std::int64_t core = 0; core < mesh.num_cores(); ++core) {
@@ -260,7 +264,7 @@ bool applies_relu(const graph::Node& node) {
 // kink landed on opposite sides. `reference_activation(node, replica)` gives the reference's value of
 // a model node for one replica's batch.
 template <class ReferenceActivation>
-void count_relu_flips(const cores::CoreMesh& mesh, ReferenceActivation&& reference_activation, Comparison& result) {
+void count_relu_flips(const mesh::CoreMesh& mesh, ReferenceActivation&& reference_activation, Comparison& result) {
     for (const graph::Node& node : mesh.model().nodes()) {
         if (!applies_relu(node)) continue;
         for (std::int64_t replica = 0; replica < mesh.num_replicas(); ++replica) {
@@ -393,7 +397,7 @@ TEST_P(Equivalence, PartitionedRunMatchesTheSingleCoreTrainer) {
     const bool classification = c.model == Model::ResNet18;
     const std::int64_t num_classes = model.node(model.output_node()).output_shape[1];
     const train::TrainerConfig config = trainer_config(c, classification);
-    cores::CoreMesh mesh(model, mesh_config(c, model, true), config);
+    mesh::CoreMesh mesh(model, mesh_config(c, model, true), config);
     Reference reference(c, config);
     Shape global_input = c.input;
     global_input[0] *= c.replicas;
@@ -430,9 +434,9 @@ TEST_P(Bf16Equivalence, PartitionedIsAsCloseToFp32AsUnpartitioned) {
     const std::int64_t num_classes = model.node(model.output_node()).output_shape[1];
     Case f32_case = c;
     f32_case.precision = graph::Precision::F32;
-    cores::CoreMesh partitioned(model, mesh_config(c, model, true), trainer_config(c, classification));
-    cores::CoreMesh unpartitioned(model, mesh_config(c, model, false), trainer_config(c, classification));
-    cores::CoreMesh fp32(model, mesh_config(c, model, false), trainer_config(f32_case, classification));
+    mesh::CoreMesh partitioned(model, mesh_config(c, model, true), trainer_config(c, classification));
+    mesh::CoreMesh unpartitioned(model, mesh_config(c, model, false), trainer_config(c, classification));
+    mesh::CoreMesh fp32(model, mesh_config(c, model, false), trainer_config(f32_case, classification));
     auto [images, labels] = make_batch(c.input, num_classes, classification, 100);
     const double partitioned_loss = partitioned.train_step(images, labels).loss;
     const double unpartitioned_loss = unpartitioned.train_step(images, labels).loss;

@@ -20,7 +20,7 @@
 #include <thread>
 #include <vector>
 
-namespace tessera::cores {
+namespace tessera::mesh {
 
 class ThreadPool {
 public:
@@ -51,4 +51,4 @@ private:
     std::exception_ptr m_error;
 };
 
-}  // namespace tessera::cores
+}  // namespace tessera::mesh

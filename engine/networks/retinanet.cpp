@@ -1,12 +1,12 @@
-#include "model/retinanet.hpp"
+#include "networks/retinanet.hpp"
 
-#include "model/models.hpp"
+#include "networks/models.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
-namespace tessera::model {
+namespace tessera::networks {
 
 using graph::Graph;
 
@@ -144,4 +144,4 @@ std::int64_t retinanet_shared_parameter_count(const RetinaNetConfig& config) {
     return count;
 }
 
-}  // namespace tessera::model
+}  // namespace tessera::networks

@@ -14,14 +14,14 @@
 //   }
 #pragma once
 
-#include "cores/core_mesh.hpp"
+#include "mesh/core_mesh.hpp"
 #include "cost/step_simulation.hpp"
 
 #include <functional>
 #include <string>
 #include <vector>
 
-namespace tessera::cores {
+namespace tessera::mesh {
 
 enum class FidelitySet { Tuning, Validation };
 std::string_view fidelity_set_name(FidelitySet set);
@@ -72,4 +72,4 @@ struct FidelitySummary {
 };
 FidelitySummary summarize_errors(const std::vector<double>& error_percents);
 
-}  // namespace tessera::cores
+}  // namespace tessera::mesh

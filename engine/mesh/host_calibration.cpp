@@ -1,9 +1,9 @@
-#include "cores/host_calibration.hpp"
+#include "mesh/host_calibration.hpp"
 
 #include "core/error.hpp"
-#include "cores/core_mesh.hpp"
-#include "cores/measurement_support.hpp"
-#include "cores/thread_pool.hpp"
+#include "mesh/core_mesh.hpp"
+#include "mesh/measurement_support.hpp"
+#include "mesh/thread_pool.hpp"
 #include "cost/cost_model.hpp"
 #include "loss/cross_entropy.hpp"
 #include "train/loss_scale.hpp"
@@ -20,7 +20,7 @@
 #include <memory>
 #include <thread>
 
-namespace tessera::cores {
+namespace tessera::mesh {
 
 namespace {
 
@@ -583,4 +583,4 @@ void write_device_file(const cost::Device& device, const std::filesystem::path& 
     std::filesystem::rename(temporary, path);
 }
 
-}  // namespace tessera::cores
+}  // namespace tessera::mesh

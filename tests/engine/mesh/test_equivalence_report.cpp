@@ -2,11 +2,11 @@
 // layer by layer and tile by tile. fp32 layouts must agree to 1e-5 relative in every layer's value and
 // gradient and 1e-6 in the loss; bf16 differs more, but finitely; the report's shapes (one row per
 // layer, one tile per core) and its refusals are checked too.
-#include "cores/equivalence.hpp"
+#include "mesh/equivalence.hpp"
 #include "mesh_test_support.hpp"
 #include "core/error.hpp"
 #include "core/random.hpp"
-#include "model/models.hpp"
+#include "networks/models.hpp"
 
 #include <gtest/gtest.h>
 
@@ -33,34 +33,34 @@ train::TrainerConfig trainer_config(graph::Precision precision) {
 
 struct Comparison {
     graph::Graph model;
-    cores::EquivalenceReport report;
+    mesh::EquivalenceReport report;
 };
 
-Comparison compare(const model::UNetConfig& unet, const Shape& input, const std::vector<std::int64_t>& pieces,
+Comparison compare(const networks::UNetConfig& unet, const Shape& input, const std::vector<std::int64_t>& pieces,
             graph::Precision precision = graph::Precision::F32, int steps = 2, bool baseline = false) {
-    Comparison run{model::make_unet(unet, input), {}};
-    cores::MeshConfig mesh;
+    Comparison run{networks::make_unet(unet, input), {}};
+    mesh::MeshConfig mesh;
     mesh.grid = partition::SpatialGrid::even(input, pieces);
     auto [images, labels] = make_batch(input, unet.num_classes, false, 100);
-    cores::EquivalenceOptions options;
+    mesh::EquivalenceOptions options;
     options.steps = steps;
     options.seed = 7;
     options.one_tile_baseline = baseline;
-    run.report = cores::compare_with_single_core(run.model, mesh, trainer_config(precision), images, labels, options);
-    const cores::EquivalenceReport& r = run.report;
+    run.report = mesh::compare_with_single_core(run.model, mesh, trainer_config(precision), images, labels, options);
+    const mesh::EquivalenceReport& r = run.report;
     std::printf("%s: activations %.2e (%s), gradients %.2e (%s), weights %.2e, loss %.8f vs %.8f, %.2f s\n", r.layout.c_str(),
                 r.worst_activation, r.worst_activation_layer.c_str(), r.worst_gradient, r.worst_gradient_layer.c_str(),
                 r.max_weight_difference, r.partitioned_losses.back(), r.reference_losses.back(), r.seconds);
     if (r.has_baseline) {
         double activation = 0, gradient = 0;
-        for (const cores::LayerDifference& layer : r.layers) {
+        for (const mesh::LayerDifference& layer : r.layers) {
             activation = std::max(activation, layer.baseline_rel_activation);
             gradient = std::max(gradient, layer.baseline_rel_gradient);
         }
         std::printf("  the same mesh code on one tile: activations %.2e, gradients %.2e\n", activation, gradient);
     }
     if (std::getenv("TESSERA_EQUIVALENCE_DETAIL")) {
-        for (const cores::LayerDifference& layer : r.layers) {
+        for (const mesh::LayerDifference& layer : r.layers) {
             std::printf("  %-18s %-14s value %.2e (norm %.1e, one tile %.1e)  gradient %.2e (norm %.1e, one tile %.1e)\n",
                         layer.name.c_str(), layer.op.c_str(), layer.max_rel_activation, layer.norm_rel_activation,
                         layer.baseline_rel_activation, layer.max_rel_gradient, layer.norm_rel_gradient, layer.baseline_rel_gradient);
@@ -71,10 +71,10 @@ Comparison compare(const model::UNetConfig& unet, const Shape& input, const std:
 
 // The report's shape: a row per layer (every node but the input), a tile per core covering the input.
 void expect_well_formed(const Comparison& run, std::int64_t num_cores, int steps) {
-    const cores::EquivalenceReport& r = run.report;
+    const mesh::EquivalenceReport& r = run.report;
     ASSERT_EQ(r.layers.size(), run.model.nodes().size() - 1);
     for (std::size_t i = 0; i < r.layers.size(); ++i) {
-        const cores::LayerDifference& layer = r.layers[i];
+        const mesh::LayerDifference& layer = r.layers[i];
         EXPECT_EQ(layer.node, run.model.nodes()[i + 1].id);
         EXPECT_EQ(layer.name, run.model.nodes()[i + 1].name);
         EXPECT_FALSE(layer.op.empty());
@@ -90,14 +90,14 @@ void expect_well_formed(const Comparison& run, std::int64_t num_cores, int steps
     const Shape& input = run.model.node(run.model.input_node()).output_shape;
     std::int64_t covered = 0;
     for (std::int64_t core = 0; core < num_cores; ++core) {
-        const cores::TileDifference& tile = r.tiles[static_cast<std::size_t>(core)];
+        const mesh::TileDifference& tile = r.tiles[static_cast<std::size_t>(core)];
         EXPECT_EQ(tile.core, core);
         ASSERT_EQ(tile.owned.size(), input.size() - 2);
         std::int64_t volume = 1;
         for (const partition::Interval& interval : tile.owned) volume *= interval.size();
         covered += volume;
         double activation = 0, gradient = 0;
-        for (const cores::LayerDifference& layer : r.layers) {
+        for (const mesh::LayerDifference& layer : r.layers) {
             if (layer.replicated) continue;
             activation = std::max(activation, layer.core_abs_activation[static_cast<std::size_t>(core)]);
             gradient = std::max(gradient, layer.core_abs_gradient[static_cast<std::size_t>(core)]);
@@ -114,8 +114,8 @@ void expect_well_formed(const Comparison& run, std::int64_t num_cores, int steps
     EXPECT_EQ(r.partitioned_losses.size(), static_cast<std::size_t>(steps));
 }
 
-void expect_equivalent(const cores::EquivalenceReport& r, double tolerance, double loss_tolerance) {
-    for (const cores::LayerDifference& layer : r.layers) {
+void expect_equivalent(const mesh::EquivalenceReport& r, double tolerance, double loss_tolerance) {
+    for (const mesh::LayerDifference& layer : r.layers) {
         EXPECT_LE(layer.max_rel_activation, tolerance) << layer.name << " (" << layer.op << ") value";
         EXPECT_LE(layer.max_rel_gradient, tolerance) << layer.name << " (" << layer.op << ") gradient";
     }
@@ -134,7 +134,7 @@ TEST(EquivalenceReport, UNet2DSplit2x2MatchesOneCoreInFp32) {
     // What remains is the mesh's kernels (its batch-norm statistics are summed in another order than
     // oneDNN's), not the partitioning: the same code on one tile is as far from the Trainer.
     double baseline_activation = 0, baseline_gradient = 0;
-    for (const cores::LayerDifference& layer : run.report.layers) {
+    for (const mesh::LayerDifference& layer : run.report.layers) {
         baseline_activation = std::max(baseline_activation, layer.baseline_rel_activation);
         baseline_gradient = std::max(baseline_gradient, layer.baseline_rel_gradient);
     }
@@ -156,21 +156,21 @@ TEST(EquivalenceReport, UNet3DSplit2x2x2MatchesOneCoreInFp32) {
 // they have a row but no place on the tile map.
 TEST(EquivalenceReport, ResNetKeepsReplicatedLayersOffTheTiles) {
     const Shape input{2, 3, 64, 64};
-    const graph::Graph model = model::make_resnet({.depth = 18, .num_classes = 5, .base_width = 8}, input);
-    cores::MeshConfig mesh;
+    const graph::Graph model = networks::make_resnet({.depth = 18, .num_classes = 5, .base_width = 8}, input);
+    mesh::MeshConfig mesh;
     mesh.grid = partition::SpatialGrid::even(input, {2, 2});
     auto [images, labels] = make_batch(input, 5, true, 100);
     train::TrainerConfig config = trainer_config(graph::Precision::F32);
     config.loss = train::LossKind::SoftmaxCrossEntropy;
-    cores::EquivalenceOptions options;
+    mesh::EquivalenceOptions options;
     options.seed = 7;
-    const Comparison run{model, cores::compare_with_single_core(model, mesh, config, images, labels, options)};
+    const Comparison run{model, mesh::compare_with_single_core(model, mesh, config, images, labels, options)};
     expect_well_formed(run, 4, 2);
-    const cores::EquivalenceReport& r = run.report;
+    const mesh::EquivalenceReport& r = run.report;
     std::printf("%s: values %.2e (%s), gradients %.2e (%s), %lld ReLU flips\n", r.layout.c_str(), r.worst_activation,
                 r.worst_activation_layer.c_str(), r.worst_gradient, r.worst_gradient_layer.c_str(), static_cast<long long>(r.relu_flips));
     int replicated = 0;
-    for (const cores::LayerDifference& layer : r.layers) {
+    for (const mesh::LayerDifference& layer : r.layers) {
         if (!layer.replicated) continue;
         ++replicated;
         EXPECT_TRUE(layer.core_abs_activation.empty()) << layer.name;
@@ -187,17 +187,17 @@ TEST(EquivalenceReport, ResNetKeepsReplicatedLayersOffTheTiles) {
 // bf16 one round differently. The one-tile baseline shows it is the kernels, not the partitioning:
 // the same mesh code with the whole input on one core is as far from the Trainer.
 TEST(EquivalenceReport, Bf16DiffersMoreButFinitely) {
-    const model::UNetConfig unet{.depth = 3, .base_width = 8, .num_classes = 3};
+    const networks::UNetConfig unet{.depth = 3, .base_width = 8, .num_classes = 3};
     const Comparison fp32 = compare(unet, {2, 1, 64, 64}, {2, 2}, graph::Precision::F32, 1);
     const Comparison bf16 = compare(unet, {2, 1, 64, 64}, {2, 2}, graph::Precision::BF16, 1, true);
     expect_well_formed(bf16, 4, 1);
-    const cores::EquivalenceReport& r = bf16.report;
+    const mesh::EquivalenceReport& r = bf16.report;
     ASSERT_TRUE(r.has_baseline);
     EXPECT_TRUE(std::isfinite(r.worst_activation) && std::isfinite(r.worst_gradient));
     EXPECT_GT(r.worst_activation, 100 * fp32.report.worst_activation);
     EXPECT_GT(r.worst_gradient, 100 * fp32.report.worst_gradient);
     double baseline_activation = 0, baseline_gradient = 0;
-    for (const cores::LayerDifference& layer : r.layers) {
+    for (const mesh::LayerDifference& layer : r.layers) {
         EXPECT_LE(layer.max_rel_activation, 0.05) << layer.name;
         EXPECT_LE(layer.norm_rel_gradient, 0.25) << layer.name;
         EXPECT_LE(layer.max_rel_gradient, 1.0) << layer.name;
@@ -207,7 +207,7 @@ TEST(EquivalenceReport, Bf16DiffersMoreButFinitely) {
     EXPECT_LE(r.worst_activation, 1.5 * baseline_activation);
     EXPECT_LE(r.worst_gradient, 1.5 * baseline_gradient);
     EXPECT_NEAR(r.partitioned_losses[0], r.reference_losses[0], 1e-4 * r.reference_losses[0]);
-    for (const cores::TileDifference& tile : r.tiles) {
+    for (const mesh::TileDifference& tile : r.tiles) {
         EXPECT_TRUE(std::isfinite(tile.max_rel_activation) && std::isfinite(tile.max_rel_gradient)) << "core " << tile.core;
     }
 }
@@ -217,22 +217,22 @@ TEST(EquivalenceReport, Bf16DiffersMoreButFinitely) {
 // depends on the kernels the CPU gets, so this holds the invariant over a few, whichever flip here.
 TEST(EquivalenceReport, LargeFp32DifferencesComeWithReluFlips) {
     const Shape input{2, 1, 64, 64};
-    const graph::Graph model = model::make_unet({.depth = 3, .base_width = 8, .num_classes = 3}, input);
-    cores::MeshConfig mesh;
+    const graph::Graph model = networks::make_unet({.depth = 3, .base_width = 8, .num_classes = 3}, input);
+    mesh::MeshConfig mesh;
     mesh.grid = partition::SpatialGrid::even(input, {2, 2});
     for (const auto& [seed, data] : {std::pair<std::uint64_t, std::uint64_t>{2, 100}, {3, 2}, {11, 1}, {11, 100}}) {
         auto [images, labels] = make_batch(input, 3, false, data);
-        cores::EquivalenceOptions options;
+        mesh::EquivalenceOptions options;
         options.seed = seed;
         options.steps = 1;
-        const cores::EquivalenceReport r = cores::compare_with_single_core(model, mesh, trainer_config(graph::Precision::F32), images, labels, options);
+        const mesh::EquivalenceReport r = mesh::compare_with_single_core(model, mesh, trainer_config(graph::Precision::F32), images, labels, options);
         double norm = 0;
-        for (const cores::LayerDifference& layer : r.layers) norm = std::max({norm, layer.norm_rel_activation, layer.norm_rel_gradient});
+        for (const mesh::LayerDifference& layer : r.layers) norm = std::max({norm, layer.norm_rel_activation, layer.norm_rel_gradient});
         std::printf("seed %llu, batch %llu: values %.2e, gradients %.2e, in norm %.2e; %lld ReLU flips (first in %s)\n",
                     static_cast<unsigned long long>(seed), static_cast<unsigned long long>(data), r.worst_activation, r.worst_gradient,
                     norm, static_cast<long long>(r.relu_flips), r.first_flip_layer.c_str());
         std::int64_t per_layer = 0, per_tile = 0;
-        for (const cores::LayerDifference& layer : r.layers) {
+        for (const mesh::LayerDifference& layer : r.layers) {
             per_layer += layer.relu_flips;
             std::int64_t in_cores = 0;
             for (std::int64_t flips : layer.core_relu_flips) in_cores += flips;
@@ -241,7 +241,7 @@ TEST(EquivalenceReport, LargeFp32DifferencesComeWithReluFlips) {
                 EXPECT_LT(layer.max_flip_value, 1e-4) << layer.name << ": a flip far from the kink";
             }
         }
-        for (const cores::TileDifference& tile : r.tiles) per_tile += tile.relu_flips;
+        for (const mesh::TileDifference& tile : r.tiles) per_tile += tile.relu_flips;
         EXPECT_EQ(per_layer, r.relu_flips);
         EXPECT_EQ(per_tile, r.relu_flips);
         if (r.relu_flips == 0) {
@@ -249,21 +249,21 @@ TEST(EquivalenceReport, LargeFp32DifferencesComeWithReluFlips) {
             EXPECT_LE(r.worst_gradient, 1e-5);
         }
         // In norm, a flip is a few elements of thousands.
-        for (const cores::LayerDifference& layer : r.layers) EXPECT_LE(layer.norm_rel_activation, 1e-3) << layer.name;
+        for (const mesh::LayerDifference& layer : r.layers) EXPECT_LE(layer.norm_rel_activation, 1e-3) << layer.name;
     }
 }
 
 TEST(EquivalenceReport, ReportsProgressAndStops) {
     const Shape input{1, 1, 32, 32};
-    const graph::Graph model = model::make_unet({.depth = 2, .base_width = 4, .num_classes = 2}, input);
-    cores::MeshConfig mesh;
+    const graph::Graph model = networks::make_unet({.depth = 2, .base_width = 4, .num_classes = 2}, input);
+    mesh::MeshConfig mesh;
     mesh.grid = partition::SpatialGrid::even(input, {1, 2});
     auto [images, labels] = make_batch(input, 2, false, 1);
     std::vector<std::pair<int, int>> calls;
-    cores::EquivalenceOptions options;
+    mesh::EquivalenceOptions options;
     options.steps = 3;
     options.on_progress = [&](int done, int total) { calls.emplace_back(done, total); };
-    cores::compare_with_single_core(model, mesh, trainer_config(graph::Precision::F32), images, labels, options);
+    mesh::compare_with_single_core(model, mesh, trainer_config(graph::Precision::F32), images, labels, options);
     ASSERT_EQ(calls.size(), 7u);  // two runs × three steps, then the comparison
     EXPECT_EQ(calls.front(), std::make_pair(1, 7));
     EXPECT_EQ(calls.back(), std::make_pair(7, 7));
@@ -271,7 +271,7 @@ TEST(EquivalenceReport, ReportsProgressAndStops) {
     std::atomic<bool> stop{true};
     options.stop = &stop;
     try {
-        cores::compare_with_single_core(model, mesh, trainer_config(graph::Precision::F32), images, labels, options);
+        mesh::compare_with_single_core(model, mesh, trainer_config(graph::Precision::F32), images, labels, options);
         FAIL() << "expected the comparison to stop";
     } catch (const Error& error) {
         EXPECT_NE(std::string(error.what()).find("stopped"), std::string::npos) << error.what();
@@ -280,20 +280,20 @@ TEST(EquivalenceReport, ReportsProgressAndStops) {
 
 TEST(EquivalenceReport, RefusesReplicasAndWrongShapes) {
     const Shape input{2, 1, 32, 32};
-    const graph::Graph model = model::make_unet({.depth = 2, .base_width = 4, .num_classes = 2}, input);
-    cores::MeshConfig mesh;
+    const graph::Graph model = networks::make_unet({.depth = 2, .base_width = 4, .num_classes = 2}, input);
+    mesh::MeshConfig mesh;
     mesh.grid = partition::SpatialGrid::even(input, {2, 1});
     mesh.num_replicas = 2;
     auto [images, labels] = make_batch({4, 1, 32, 32}, 2, false, 1);
     try {
-        cores::compare_with_single_core(model, mesh, trainer_config(graph::Precision::F32), images, labels);
+        mesh::compare_with_single_core(model, mesh, trainer_config(graph::Precision::F32), images, labels);
         FAIL() << "expected a refusal of two replicas";
     } catch (const Error& error) {
         EXPECT_NE(std::string(error.what()).find("num_replicas = 1"), std::string::npos) << error.what();
     }
     mesh.num_replicas = 1;
     try {
-        cores::compare_with_single_core(model, mesh, trainer_config(graph::Precision::F32), images, labels);
+        mesh::compare_with_single_core(model, mesh, trainer_config(graph::Precision::F32), images, labels);
         FAIL() << "expected a refusal of the batch's shape";
     } catch (const Error& error) {
         EXPECT_NE(std::string(error.what()).find("[2, 1, 32, 32]"), std::string::npos) << error.what();

@@ -1,11 +1,11 @@
 // The core mesh's bookkeeping: events and exchanged bytes, the memory ledger against what the process
 // really allocated, the out-of-memory refusal, bit-reproducibility, evaluation and bad input.
-#include "cores/core_mesh.hpp"
+#include "mesh/core_mesh.hpp"
 #include "mesh_test_support.hpp"
 #include "support/error_of.hpp"
-#include "cores/thread_pool.hpp"
+#include "mesh/thread_pool.hpp"
 #include "core/random.hpp"
-#include "model/models.hpp"
+#include "networks/models.hpp"
 
 #include <gtest/gtest.h>
 
@@ -40,44 +40,44 @@ train::TrainerConfig sgd() {
     return config;
 }
 
-cores::MeshConfig grid(const Shape& input, std::vector<std::int64_t> pieces) {
-    cores::MeshConfig mesh;
+mesh::MeshConfig grid(const Shape& input, std::vector<std::int64_t> pieces) {
+    mesh::MeshConfig mesh;
     mesh.grid = partition::SpatialGrid::even(input, pieces);
     return mesh;
 }
 
 const Shape kInput{2, 1, 64, 64};
-graph::Graph unet() { return model::make_unet({.depth = 3, .base_width = 8, .num_classes = 2}, kInput); }
+graph::Graph unet() { return networks::make_unet({.depth = 3, .base_width = 8, .num_classes = 2}, kInput); }
 
 }  // namespace
 
 TEST(CoreMesh, HaloBytesMatchTheTilingPlanAndEventsAreConsistent) {
     const graph::Graph model = unet();
-    cores::CoreMesh mesh(model, grid(kInput, {2, 2}), sgd());
+    mesh::CoreMesh mesh(model, grid(kInput, {2, 2}), sgd());
     auto [images, labels] = random_batch(kInput, 1);
     mesh.train_step(images, labels);
-    const cores::StepSummary& summary = mesh.summary();
+    const mesh::StepSummary& summary = mesh.summary();
     EXPECT_GT(summary.halo_bytes, 0);
     EXPECT_EQ(summary.halo_bytes, summary.analytic_halo_bytes);
 
     std::int64_t halo_bytes = 0, link_bytes = 0;
     double forward_flops = 0, backward_flops = 0;
     std::set<int> reduced_layers;
-    for (const cores::CoreEvent& event : mesh.events()) {
+    for (const mesh::CoreEvent& event : mesh.events()) {
         EXPECT_GE(event.core, 0);
         EXPECT_LT(event.core, 4);
         EXPECT_LE(event.start_seconds, event.end_seconds);
-        if (event.kind == cores::EventKind::Halo) {
+        if (event.kind == mesh::EventKind::Halo) {
             halo_bytes += event.bytes;
             EXPECT_NE(event.peer, event.core);
             EXPECT_GE(event.peer, 0);
         }
-        if (event.kind == cores::EventKind::AllReduce && event.layer >= 0) reduced_layers.insert(event.layer);
-        if (event.kind == cores::EventKind::Compute) {
-            (event.phase == cores::StepPhase::Forward ? forward_flops : backward_flops) += event.flops;
+        if (event.kind == mesh::EventKind::AllReduce && event.layer >= 0) reduced_layers.insert(event.layer);
+        if (event.kind == mesh::EventKind::Compute) {
+            (event.phase == mesh::StepPhase::Forward ? forward_flops : backward_flops) += event.flops;
         }
     }
-    for (const cores::LinkTraffic& link : summary.links) link_bytes += link.bytes;
+    for (const mesh::LinkTraffic& link : summary.links) link_bytes += link.bytes;
     EXPECT_EQ(halo_bytes, summary.halo_bytes);
     EXPECT_EQ(link_bytes, summary.halo_bytes);
     // Tiles partition every output exactly, so the cores' FLOPs add up to the model's.
@@ -96,10 +96,10 @@ TEST(CoreMesh, HaloBytesMatchTheTilingPlanAndEventsAreConsistent) {
 
 TEST(CoreMesh, RunsAreBitReproducibleForAGivenSeedAndLayout) {
     const graph::Graph model = unet();
-    cores::MeshConfig two_threads = grid(kInput, {2, 2});
-    cores::MeshConfig one_thread = two_threads;
+    mesh::MeshConfig two_threads = grid(kInput, {2, 2});
+    mesh::MeshConfig one_thread = two_threads;
     one_thread.host_threads = 1;
-    cores::CoreMesh a(model, two_threads, sgd()), b(model, one_thread, sgd());
+    mesh::CoreMesh a(model, two_threads, sgd()), b(model, one_thread, sgd());
     for (int step = 0; step < 2; ++step) {
         auto [images, labels] = random_batch(kInput, 10 + static_cast<std::uint64_t>(step));
         const double loss_a = a.train_step(images, labels).loss;
@@ -111,7 +111,7 @@ TEST(CoreMesh, RunsAreBitReproducibleForAGivenSeedAndLayout) {
 
 TEST(CoreMesh, EveryCoreHoldsTheSameWeightsAfterAStep) {
     const graph::Graph model = unet();
-    cores::CoreMesh mesh(model, grid(kInput, {1, 4}), sgd());
+    mesh::CoreMesh mesh(model, grid(kInput, {1, 4}), sgd());
     auto [images, labels] = random_batch(kInput, 3);
     mesh.train_step(images, labels);
     for (std::int64_t core = 1; core < 4; ++core) {
@@ -127,18 +127,18 @@ TEST(CoreMesh, LedgerMatchesWhatTheProcessAllocatedWithinTenPercent) {
     // A model whose activations dominate, as in real use; the mesh is built and stepped inside the
     // measured window, so every allocation it made for its cores is counted.
     const Shape input{2, 1, 128, 128};
-    const graph::Graph model = model::make_unet({.depth = 3, .base_width = 16, .num_classes = 2}, input);
+    const graph::Graph model = networks::make_unet({.depth = 3, .base_width = 16, .num_classes = 2}, input);
     auto [images, labels] = random_batch(input, 4);
     malloc_trim(0);
     const struct mallinfo2 before = mallinfo2();
     std::int64_t ledger_total = 0;
     double allocated = 0;
     {
-        cores::CoreMesh mesh(model, grid(input, {2, 2}), sgd());
+        mesh::CoreMesh mesh(model, grid(input, {2, 2}), sgd());
         mesh.train_step(images, labels);
         const struct mallinfo2 after = mallinfo2();
         allocated = static_cast<double>(after.uordblks + after.hblkhd) - static_cast<double>(before.uordblks + before.hblkhd);
-        for (const cores::MemoryLedger& ledger : mesh.memory()) {
+        for (const mesh::MemoryLedger& ledger : mesh.memory()) {
             ledger_total += ledger.peak();
             EXPECT_GT(ledger.activations, 0);
             EXPECT_GT(ledger.halo_buffers, 0);
@@ -157,9 +157,9 @@ TEST(CoreMesh, LedgerMatchesWhatTheProcessAllocatedWithinTenPercent) {
 
 TEST(CoreMesh, ARunThatCannotFitFailsBeforeAnyWorkAndSaysWhatWouldFit) {
     const graph::Graph model = unet();
-    cores::MeshConfig mesh_config = grid(kInput, {2, 1});
+    mesh::MeshConfig mesh_config = grid(kInput, {2, 1});
     mesh_config.core_memory_bytes = 6LL << 20;  // 6 MiB per core; the step needs about 9
-    cores::CoreMesh mesh(model, mesh_config, sgd());
+    mesh::CoreMesh mesh(model, mesh_config, sgd());
     const Tensor before = mesh.executor(0).parameters()[0].value.clone();
     auto [images, labels] = random_batch(kInput, 5);
     const std::string message = error_of([&] { mesh.train_step(images, labels); });
@@ -178,7 +178,7 @@ TEST(CoreMesh, ARunThatCannotFitFailsBeforeAnyWorkAndSaysWhatWouldFit) {
 
 TEST(CoreMesh, EvaluationGathersTheTilesIntoTheWholeLogits) {
     const graph::Graph model = unet();
-    cores::CoreMesh mesh(model, grid(kInput, {2, 2}), sgd());
+    mesh::CoreMesh mesh(model, grid(kInput, {2, 2}), sgd());
     train::Trainer trainer(model, sgd());
     auto [images, labels] = random_batch(kInput, 6);
     const train::EvalResult a = mesh.evaluate(images, labels);
@@ -197,25 +197,25 @@ TEST(CoreMesh, EvaluationGathersTheTilesIntoTheWholeLogits) {
 
 TEST(CoreMesh, BadInputsAreRejectedWithWhatWasExpected) {
     const graph::Graph model = unet();
-    cores::MeshConfig two_replicas = grid(kInput, {2, 1});
+    mesh::MeshConfig two_replicas = grid(kInput, {2, 1});
     two_replicas.num_replicas = 2;
-    cores::CoreMesh mesh(model, two_replicas, sgd());
+    mesh::CoreMesh mesh(model, two_replicas, sgd());
     auto [images, labels] = random_batch(kInput, 7);  // one replica's batch, not two
     const std::string message = error_of([&] { mesh.train_step(images, labels); });
     EXPECT_NE(message.find("expects f32 images [4, 1, 64, 64]"), std::string::npos) << message;
     EXPECT_NE(message.find("batch of 2 per replica"), std::string::npos) << message;
 
-    cores::MeshConfig no_replicas = grid(kInput, {2, 1});
+    mesh::MeshConfig no_replicas = grid(kInput, {2, 1});
     no_replicas.num_replicas = 0;
-    EXPECT_NE(error_of([&] { cores::CoreMesh bad(model, no_replicas, sgd()); }).find("at least one replica"), std::string::npos);
+    EXPECT_NE(error_of([&] { mesh::CoreMesh bad(model, no_replicas, sgd()); }).find("at least one replica"), std::string::npos);
 
     // A layout whose halo is wider than the neighbour's tile is refused before any core exists.
-    const std::string halo = error_of([&] { cores::CoreMesh bad(model, grid(kInput, {1, 32}), sgd()); });
+    const std::string halo = error_of([&] { mesh::CoreMesh bad(model, grid(kInput, {1, 32}), sgd()); });
     EXPECT_NE(halo.find("layer '"), std::string::npos) << halo;
 }
 
 TEST(CoreMesh, AlignedGridsPlaceBoundariesOnTheModelsStrides) {
-    const graph::Graph model = model::make_unet({.depth = 4, .base_width = 4, .num_classes = 2}, {1, 1, 56, 64});
+    const graph::Graph model = networks::make_unet({.depth = 4, .base_width = 4, .num_classes = 2}, {1, 1, 56, 64});
     const auto alignment = partition::boundary_alignment(model);
     EXPECT_EQ(alignment, (std::vector<std::int64_t>{8, 8}));
     const auto aligned = partition::SpatialGrid::aligned({1, 1, 56, 64}, {4, 1}, alignment);
@@ -239,7 +239,7 @@ TEST(CoreMesh, GridsComeFromTheSeedsInputPartitionDims) {
 
 TEST(ThreadPool, EveryTaskRunsExactlyOnceAcrossManyShortPhases) {
     // Short phases back to back are where a thread leaving one phase meets the next.
-    cores::ThreadPool pool(2);
+    mesh::ThreadPool pool(2);
     std::vector<std::atomic<int>> runs(16);
     std::int64_t expected = 0;
     for (int phase = 0; phase < 20000; ++phase) {
@@ -254,7 +254,7 @@ TEST(ThreadPool, EveryTaskRunsExactlyOnceAcrossManyShortPhases) {
 }
 
 TEST(ThreadPool, AnExceptionReachesTheCallerAfterThePhase) {
-    cores::ThreadPool pool(2);
+    mesh::ThreadPool pool(2);
     std::atomic<int> finished{0};
     EXPECT_THROW(pool.run(6,
                           [&](std::int64_t task) {

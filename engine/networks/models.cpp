@@ -1,11 +1,11 @@
-#include "model/models.hpp"
+#include "networks/models.hpp"
 
 #include <algorithm>
 
 #include <iomanip>
 #include <sstream>
 
-namespace tessera::model {
+namespace tessera::networks {
 
 using graph::Graph;
 
@@ -189,4 +189,4 @@ std::string summary(const Graph& graph) {
     return out.str();
 }
 
-}  // namespace tessera::model
+}  // namespace tessera::networks

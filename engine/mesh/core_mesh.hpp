@@ -15,7 +15,7 @@
 //
 //   MeshConfig mesh;
 //   mesh.grid = partition::SpatialGrid::even({4, 1, 256, 256}, {2, 2});   // 4 cores per replica
-//   CoreMesh cores(model::make_unet(unet, {4, 1, 256, 256}), mesh, trainer_config);
+//   CoreMesh cores(networks::make_unet(unet, {4, 1, 256, 256}), mesh, trainer_config);
 //   train::StepResult step = cores.train_step(images, labels);           // images [4, 1, 256, 256]
 //   cores.events();  cores.summary().halo_bytes;  cores.memory()[3].peak();
 #pragma once
@@ -29,7 +29,7 @@
 #include <string>
 #include <vector>
 
-namespace tessera::cores {
+namespace tessera::mesh {
 
 struct MeshConfig {
     std::int64_t num_replicas = 1;
@@ -151,4 +151,4 @@ private:
     std::unique_ptr<Impl> m_impl;
 };
 
-}  // namespace tessera::cores
+}  // namespace tessera::mesh

@@ -1,14 +1,14 @@
-#include "cores/layer_profile.hpp"
+#include "mesh/layer_profile.hpp"
 
 #include "core/error.hpp"
-#include "cores/measurement_support.hpp"
-#include "cores/thread_pool.hpp"
+#include "mesh/measurement_support.hpp"
+#include "mesh/thread_pool.hpp"
 #include "partition/core_graph.hpp"
 
 #include <algorithm>
 #include <chrono>
 
-namespace tessera::cores {
+namespace tessera::mesh {
 
 struct LayerProfiler::Impl {
     partition::CoreGraphs core_graphs;
@@ -123,4 +123,4 @@ cost::MeasuredLayers profile_layers(const graph::Graph& model, const partition::
     return profiler.layers();
 }
 
-}  // namespace tessera::cores
+}  // namespace tessera::mesh

@@ -21,7 +21,7 @@
 //
 //   MeshConfig mesh;
 //   mesh.grid = partition::SpatialGrid::even({2, 1, 64, 64}, {2, 2});
-//   EquivalenceReport r = compare_with_single_core(model::make_unet(unet, {2, 1, 64, 64}), mesh, config,
+//   EquivalenceReport r = compare_with_single_core(networks::make_unet(unet, {2, 1, 64, 64}), mesh, config,
 //                                                  images, labels);      // images [2, 1, 64, 64]
 //   r.worst_activation, r.worst_gradient    // relative, see below
 //   r.tiles[3].max_rel_gradient             // core 3's largest relative gradient difference
@@ -39,7 +39,7 @@
 // the replica is the whole batch, so num_replicas > 1 is refused (compare one replica of the layout).
 #pragma once
 
-#include "cores/core_mesh.hpp"
+#include "mesh/core_mesh.hpp"
 
 #include <atomic>
 #include <cstdint>
@@ -47,7 +47,7 @@
 #include <string>
 #include <vector>
 
-namespace tessera::cores {
+namespace tessera::mesh {
 
 struct EquivalenceOptions {
     int steps = 2;            // steps trained before comparing; the comparison is of the last step
@@ -130,4 +130,4 @@ EquivalenceReport compare_with_single_core(const graph::Graph& model, const Mesh
 // "2×2×2": the layout's pieces per spatial axis.
 std::string pieces_text(const std::vector<std::int64_t>& pieces);
 
-}  // namespace tessera::cores
+}  // namespace tessera::mesh

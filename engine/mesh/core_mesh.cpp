@@ -1,6 +1,6 @@
-#include "cores/core_mesh.hpp"
+#include "mesh/core_mesh.hpp"
 
-#include "cores/thread_pool.hpp"
+#include "mesh/thread_pool.hpp"
 #include "loss/dice_loss.hpp"
 #include "train/step_end.hpp"
 
@@ -10,7 +10,7 @@
 #include <map>
 #include <sstream>
 
-namespace tessera::cores {
+namespace tessera::mesh {
 
 namespace {
 
@@ -821,4 +821,4 @@ Tensor CoreMesh::gather_tiles(int model_node, std::int64_t replica, bool gradien
     return gather(*this, tiles, model_node);
 }
 
-}  // namespace tessera::cores
+}  // namespace tessera::mesh

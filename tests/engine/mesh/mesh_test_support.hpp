@@ -2,7 +2,7 @@
 // bitwise comparison of two meshes' weights.
 #pragma once
 
-#include "cores/core_mesh.hpp"
+#include "mesh/core_mesh.hpp"
 #include "core/random.hpp"
 #include "graph/graph.hpp"
 
@@ -38,7 +38,7 @@ inline std::pair<Tensor, Tensor> make_batch(const Shape& image_shape, std::int64
 }
 
 // Every parameter of every core of `a` equals `b`'s bit for bit.
-inline void expect_identical_weights(cores::CoreMesh& a, cores::CoreMesh& b, const graph::Graph& model) {
+inline void expect_identical_weights(mesh::CoreMesh& a, mesh::CoreMesh& b, const graph::Graph& model) {
     ASSERT_EQ(a.num_cores(), b.num_cores());
     for (std::int64_t core = 0; core < a.num_cores(); ++core) {
         for (std::size_t p = 0; p < model.parameters().size(); ++p) {

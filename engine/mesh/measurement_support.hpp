@@ -8,7 +8,7 @@
 #include <algorithm>
 #include <vector>
 
-namespace tessera::cores {
+namespace tessera::mesh {
 
 // f32 values drawn from N(0, 1), seeded: inputs and output gradients for timing runs.
 inline Tensor normal_tensor(const Shape& shape, std::uint64_t seed) {
@@ -31,4 +31,4 @@ inline train::TrainerConfig timing_trainer_config(double learning_rate) {
     return config;
 }
 
-}  // namespace tessera::cores
+}  // namespace tessera::mesh

@@ -1,11 +1,11 @@
 // The host step prediction's measured parts: layer profiles, the end-of-step constants calibration
 // measures, and the fidelity summaries. Accuracy against measured steps is bm_cost_fidelity's job
 // (timing in unit tests would be noise); here each part is checked against arithmetic done by hand.
-#include "cores/fidelity.hpp"
-#include "cores/host_calibration.hpp"
-#include "cores/layer_profile.hpp"
+#include "mesh/fidelity.hpp"
+#include "mesh/host_calibration.hpp"
+#include "mesh/layer_profile.hpp"
 #include "cost/step_simulation.hpp"
-#include "model/models.hpp"
+#include "networks/models.hpp"
 #include "partition/tiling.hpp"
 
 #include <gtest/gtest.h>
@@ -17,7 +17,7 @@ using namespace tessera;
 namespace {
 
 graph::Graph small_unet(const Shape& input) {
-    return model::make_unet({.depth = 2, .base_width = 8, .num_classes = 2, .batch_norm = true}, input);
+    return networks::make_unet({.depth = 2, .base_width = 8, .num_classes = 2, .batch_norm = true}, input);
 }
 
 // A host preset with one thread and no barrier or slowdown, so a phase's wall time is the sum of its tasks.
@@ -42,7 +42,7 @@ TEST(LayerProfile, EveryComputingLayerOfEveryCoreIsTimed) {
     const Shape input{1, 1, 32, 32};
     const graph::Graph model = small_unet(input);
     const partition::TilingPlan plan(model, partition::SpatialGrid::even(input, {2, 1}));
-    const cost::MeasuredLayers layers = cores::profile_layers(model, plan, {.repeats = 1});
+    const cost::MeasuredLayers layers = mesh::profile_layers(model, plan, {.repeats = 1});
     ASSERT_EQ(layers.size(), 2u);
     for (const auto& core : layers) {
         ASSERT_EQ(core.size(), model.nodes().size());
@@ -106,7 +106,7 @@ TEST(HostStepPrediction, GradientReductionAndUpdateFollowTheMeasuredConstants) {
 }
 
 TEST(HostCalibration, MeasuresTheEndOfAStepAndItsOwnNoise) {
-    const cost::Device host = cores::calibrate_host({.threads = 2, .repeats = 2, .quick = true});
+    const cost::Device host = mesh::calibrate_host({.threads = 2, .repeats = 2, .quick = true});
     // Differences of measured times may come out at zero on a noisy machine, never below.
     for (const char* key : {"gradient_reduce_us_per_tensor", "gradient_reduce_us_per_tensor_core", "gradient_reduce_us_per_tensor_replica",
                             "gradient_reduce_ns_per_parameter", "gradient_reduce_ns_per_parameter_core",
@@ -121,30 +121,30 @@ TEST(HostCalibration, MeasuresTheEndOfAStepAndItsOwnNoise) {
 }
 
 TEST(Fidelity, SummaryOfErrors) {
-    const cores::FidelitySummary summary = cores::summarize_errors({-10, 5, 20, -30});
+    const mesh::FidelitySummary summary = mesh::summarize_errors({-10, 5, 20, -30});
     EXPECT_EQ(summary.cases, 4u);
     EXPECT_DOUBLE_EQ(summary.median_abs_error_percent, 15);  // |errors| 5 10 20 30
     EXPECT_EQ(summary.within_15_percent, 2u);
     EXPECT_DOUBLE_EQ(summary.bias_percent, -3.75);
     EXPECT_NEAR(summary.rms_error_percent, std::sqrt((100.0 + 25 + 400 + 900) / 4), 1e-12);
-    EXPECT_EQ(cores::summarize_errors({}).cases, 0u);
+    EXPECT_EQ(mesh::summarize_errors({}).cases, 0u);
 }
 
 TEST(Fidelity, TrustCheckCasesAreValidationCasesAndRun) {
     std::size_t checked = 0;
-    for (const cores::FidelityCase& fidelity_case : cores::fidelity_cases()) {
+    for (const mesh::FidelityCase& fidelity_case : mesh::fidelity_cases()) {
         if (!fidelity_case.trust_check) continue;
         ++checked;
-        EXPECT_EQ(fidelity_case.set, cores::FidelitySet::Validation) << fidelity_case.name;  // never tuned on
+        EXPECT_EQ(fidelity_case.set, mesh::FidelitySet::Validation) << fidelity_case.name;  // never tuned on
     }
     EXPECT_GE(checked, 4u);
     // A tiny case end to end: every step timed, both predictions made.
-    cores::FidelityCase tiny{cores::FidelitySet::Validation, "tiny", small_unet, {1, 1, 32, 32}, {2, 1}};
+    mesh::FidelityCase tiny{mesh::FidelitySet::Validation, "tiny", small_unet, {1, 1, 32, 32}, {2, 1}};
     cost::Device host = hand_made_host();
-    cores::FidelityOptions options;
+    mesh::FidelityOptions options;
     options.steps = 2;
     options.profile_repeats = 1;
-    const cores::FidelityResult result = cores::measure_fidelity(tiny, cost::CostModel(host), options);
+    const mesh::FidelityResult result = mesh::measure_fidelity(tiny, cost::CostModel(host), options);
     EXPECT_EQ(result.measured_seconds.size(), 2u);
     EXPECT_GT(result.predicted_seconds, 0);
     EXPECT_GT(result.class_predicted_seconds, 0);

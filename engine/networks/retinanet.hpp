@@ -48,7 +48,7 @@
 #include <cstdint>
 #include <string>
 
-namespace tessera::model {
+namespace tessera::networks {
 
 struct RetinaNetConfig {
     int resnet_depth = 50;  // 18, 34, 50, 101, 152 or 200 (as make_resnet)
@@ -75,4 +75,4 @@ std::int64_t retinanet_shared_parameter_count(const RetinaNetConfig& config);
 std::string retinanet_feature_name(int level);
 std::string retinanet_output_name(const std::string& subnet, int level);
 
-}  // namespace tessera::model
+}  // namespace tessera::networks

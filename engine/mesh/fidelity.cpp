@@ -1,27 +1,27 @@
-#include "cores/fidelity.hpp"
+#include "mesh/fidelity.hpp"
 
 #include "core/error.hpp"
-#include "cores/layer_profile.hpp"
-#include "cores/measurement_support.hpp"
+#include "mesh/layer_profile.hpp"
+#include "mesh/measurement_support.hpp"
 #include "core/random.hpp"
-#include "model/models.hpp"
+#include "networks/models.hpp"
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 
-namespace tessera::cores {
+namespace tessera::mesh {
 
 std::string_view fidelity_set_name(FidelitySet set) { return set == FidelitySet::Tuning ? "tuning" : "validation"; }
 
 std::vector<FidelityCase> fidelity_cases() {
     auto unet = [](int depth, std::int64_t width, bool norm) {
         return [=](const Shape& input) {
-            return model::make_unet({.depth = depth, .base_width = width, .num_classes = 2, .batch_norm = norm}, input);
+            return networks::make_unet({.depth = depth, .base_width = width, .num_classes = 2, .batch_norm = norm}, input);
         };
     };
     auto resnet = [](int depth, std::int64_t width) {
-        return [=](const Shape& input) { return model::make_resnet({.depth = depth, .num_classes = 10, .base_width = width}, input); };
+        return [=](const Shape& input) { return networks::make_resnet({.depth = depth, .num_classes = 10, .base_width = width}, input); };
     };
     constexpr auto T = FidelitySet::Tuning;
     constexpr auto V = FidelitySet::Validation;
@@ -134,4 +134,4 @@ FidelitySummary summarize_errors(const std::vector<double>& error_percents) {
     return summary;
 }
 
-}  // namespace tessera::cores
+}  // namespace tessera::mesh

@@ -17,7 +17,7 @@
 #include <functional>
 #include <string>
 
-namespace tessera::cores {
+namespace tessera::mesh {
 
 struct CalibrationOptions {
     int threads = 2;              // host threads the simulated cores will run on
@@ -30,4 +30,4 @@ cost::Device calibrate_host(const CalibrationOptions& options, const std::functi
 // Writes a device file in the preset format (every figure with value, unit and source).
 void write_device_file(const cost::Device& device, const std::filesystem::path& path);
 
-}  // namespace tessera::cores
+}  // namespace tessera::mesh

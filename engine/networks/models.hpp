@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-namespace tessera::model {
+namespace tessera::networks {
 
 struct UNetConfig {
     int depth = 5;                 // levels including the bottleneck: 5 → 4 poolings
@@ -44,4 +44,4 @@ std::vector<int> add_resnet_body(graph::Graph& graph, int x, const ResNetConfig&
 // A table of the model, one line per node: name, op, output shape, parameters, GFLOPs, saved MB.
 std::string summary(const graph::Graph& graph);
 
-}  // namespace tessera::model
+}  // namespace tessera::networks
