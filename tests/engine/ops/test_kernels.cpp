@@ -46,20 +46,31 @@ struct Ran {
     std::vector<Tensor> input_gradients;  // plain, one per input
 };
 
-// Compiles a kernel for plain f32 inputs, runs forward (training) and backward with `output_gradient`.
+// Compiles a kernel for f32 inputs, runs forward (training) and backward with `output_gradient`. The
+// inputs arrive plain, or in `input_layout` (nChw16c: what a convolution hands the next op), and their
+// gradients are written in the same layout.
 Ran run_kernel(const std::vector<Tensor>& inputs, const Tensor& output_gradient,
-               const std::function<std::unique_ptr<ops::Kernel>(const ops::KernelInputs&)>& make) {
+               const std::function<std::unique_ptr<ops::Kernel>(const ops::KernelInputs&)>& make,
+               memory::format_tag input_layout = memory::format_tag::undef) {
     ops::Scratchpad scratchpad;
     ops::KernelInputs in;
     in.scratchpad = &scratchpad;
     for (const Tensor& input : inputs) {
-        in.descs.push_back(ops::plain_desc(input.shape()));
+        in.descs.push_back(input_layout == memory::format_tag::undef
+                               ? ops::plain_desc(input.shape())
+                               : memory::desc(memory::dims(input.shape().begin(), input.shape().end()), memory::data_type::f32,
+                                              input_layout));
         in.needs_gradient.push_back(true);
     }
     std::unique_ptr<ops::Kernel> kernel = make(in);
     scratchpad.allocate();
     std::vector<memory> input_memories;
-    for (const Tensor& input : inputs) input_memories.push_back(ops::wrap(input));
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+        memory plain = ops::wrap(inputs[i]);
+        memory arrived(in.descs[i], ops::cpu_engine());
+        dnnl::reorder(plain, arrived).execute(ops::cpu_stream(), plain, arrived);
+        input_memories.push_back(arrived);
+    }
     memory output(kernel->output_desc(), ops::cpu_engine());
     kernel->forward(input_memories, output, ops::Mode::Train);
     Ran ran{ops::to_plain_tensor(output), {}};
@@ -68,7 +79,7 @@ Ran run_kernel(const std::vector<Tensor>& inputs, const Tensor& output_gradient,
     memory plain_gradient = ops::wrap(output_gradient);
     dnnl::reorder(plain_gradient, diff_output).execute(ops::cpu_stream(), plain_gradient, diff_output);
     std::vector<memory> diff_inputs;
-    for (const Tensor& input : inputs) diff_inputs.emplace_back(ops::plain_desc(input.shape()), ops::cpu_engine());
+    for (const memory::desc& desc : in.descs) diff_inputs.emplace_back(desc, ops::cpu_engine());
     kernel->backward(input_memories, output, diff_output, diff_inputs);
     ops::cpu_stream().wait();
     for (const memory& diff : diff_inputs) ran.input_gradients.push_back(ops::to_plain_tensor(diff));
@@ -214,6 +225,15 @@ TEST(Kernels, GlobalPoolingAndDenseMatchTheReference) {
     });
     EXPECT_LE(relative_difference(pooled.output, reference::global_average_pool(x)), tolerance);
     EXPECT_LE(relative_difference(pooled.input_gradients[0], reference::global_average_pool_backward(dy, x.shape())), tolerance);
+    // From a convolution's blocked layout (the pooled value then comes in oneDNN's layout and is reordered).
+    const Tensor wide = random_tensor({2, 32, 7, 7}, 30);
+    const Tensor dwide = random_tensor({2, 32}, 31);
+    const Ran blocked = run_kernel(
+        {wide}, dwide, [&](const ops::KernelInputs& in) { return ops::make_global_avg_pool_kernel(wide.shape(), in, false); },
+        memory::format_tag::nChw16c);
+    EXPECT_LE(relative_difference(blocked.output, reference::global_average_pool(wide)), tolerance);
+    EXPECT_LE(relative_difference(blocked.input_gradients[0], reference::global_average_pool_backward(dwide, wide.shape())),
+              tolerance);
 
     const Tensor features = random_tensor({3, 6}, 26);
     Parameter weight = parameter("w", random_tensor({4, 6}, 27));
