@@ -1,8 +1,11 @@
 #!/usr/bin/python3
 """PyTorch side of the peer benchmark: the same U-Net training steps Tessera runs, timed per step.
 
-Usage: pytorch_step.py --case unet2d|unet3d [--precision f32|bf16] [--steps N] [--warmup W]
-Prints one line per timed step: `step_ms=<ms>`. Same block design as Tessera's U-Net: [3×3 conv (no
+Usage: pytorch_step.py --case unet2d|unet3d [--precision f32|bf16] [--steps N] [--warmup W] [--precision-map 1]
+Prints one line per timed step: `step_ms=<ms>`. With --precision-map, then one line per convolution and
+transposed convolution in forward order, `precision layer=<i> name=<module> channels=<in>to<out>
+compute=<f32|bf16>`: the dtype of the layer's output in the first step, which under autocast is the
+type the op ran in. Same block design as Tessera's U-Net: [3×3 conv (no
 bias) → BN → ReLU] × 2, 2× max-pool, 2×2 stride-2 transposed conv (bias), skip concatenation, 1×1 head;
 softmax cross-entropy; SGD momentum 0.9.
 """
@@ -66,6 +69,7 @@ def main():
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--precision-map", type=int, default=0)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(1)
@@ -73,6 +77,14 @@ def main():
     model = UNet(spec["rank"], spec["widths"])
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
+    computed = []  # (module name, in, out, dtype) per convolution, first forward only
+    hooks = []
+    for name, module in model.named_modules():
+        if isinstance(module, (nn.Conv2d, nn.Conv3d, nn.ConvTranspose2d, nn.ConvTranspose3d)):
+            def record(module, _inputs, output, name=name):
+                if len(computed) < len(hooks):
+                    computed.append((name, module.in_channels, module.out_channels, output.dtype))
+            hooks.append(module.register_forward_hook(record))
     images = torch.randn(*spec["input"])
     labels = (torch.rand(spec["input"][0], *spec["input"][2:]) > 0.5).long()
     for step in range(args.warmup + args.steps):
@@ -86,6 +98,10 @@ def main():
         elapsed_ms = (time.perf_counter() - start) * 1e3
         if step >= args.warmup:
             print(f"step_ms={elapsed_ms:.3f}", flush=True)
+    if args.precision_map:
+        for layer, (name, c_in, c_out, dtype) in enumerate(computed):
+            compute = "bf16" if dtype == torch.bfloat16 else "f32"
+            print(f"precision layer={layer} name={name} channels={c_in}to{c_out} compute={compute}")
 
 
 if __name__ == "__main__":

@@ -2,7 +2,10 @@
 # Peer benchmark: Tessera's training step against PyTorch's (Debian's python3-torch, oneDNN inside),
 # same machine, same 2 threads, runs interleaved so both see the same load. Ends with one line per case:
 #   case=<name> tessera_ms=<median> pytorch_ms=<median> ratio=<pytorch/tessera>
-# Cases: the 2D and 3D U-Nets of the engine issue, in f32 and in bf16 (PyTorch: bf16 autocast).
+# Cases: the 2D and 3D U-Nets of the engine issue, in f32 and in bf16 (PyTorch: bf16 autocast). For
+# the bf16 cases both sides also print which convolutions ran in bf16 (their precision maps: Tessera
+# keeps layers narrower than 16 channels in f32, autocast runs every convolution in bf16), so a ratio
+# is read knowing whether the same layers were in bf16 on both sides.
 # Usage: bench/peer/run.sh [build-dir] [rounds]     (make peer-bench installs python3-torch and runs it)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -34,5 +37,18 @@ for run in unet2d:f32 unet3d:f32 unet2d:bf16 unet3d:bf16; do
   gflops=$(awk -v f="$flops" -v ms="$t_ms" 'BEGIN {printf "%.1f", f / ms / 1e6}')
   echo "$case: tessera $t_ms ms (spread $t_spread), pytorch $p_ms ms (spread $p_spread), tessera $gflops GFLOP/s of $peak peak"
   summary+=("case=${case} tessera_ms=$t_ms pytorch_ms=$p_ms ratio=$(awk -v a="$p_ms" -v b="$t_ms" 'BEGIN {printf "%.2f", a / b}')")
+  if [ "$precision" = bf16 ]; then
+    "$tessera" --case "$model" --precision bf16 --steps 1 --warmup 0 --precision-map 1 | grep '^precision ' >"$work/tmap"
+    "$python" "$root/bench/peer/pytorch_step.py" --case "$model" --precision bf16 --steps 1 --warmup 0 --precision-map 1 \
+      | grep '^precision ' >"$work/pmap"
+    echo "$case precision map (convolutions in forward order: tessera / pytorch):"
+    paste -d' ' "$work/tmap" "$work/pmap" | awk '{
+      split($3, tn, "="); split($4, tc, "="); split($5, tp, "="); split($10, pp, "=");
+      mark = tp[2] == pp[2] ? "" : "   <- differs";
+      printf "  %-18s %-12s %-4s / %-4s%s\n", tn[2], tc[2], tp[2], pp[2], mark;
+      tb += tp[2] == "bf16"; pb += pp[2] == "bf16"; n++; misaligned += $4 != $9
+    } END { printf "  in bf16: tessera %d of %d convolutions, pytorch %d of %d\n", tb, n, pb, n;
+            if (misaligned) printf "  WARNING: %d rows pair layers of different channels: the maps do not align\n", misaligned }'
+  fi
 done
 printf '%s\n' "${summary[@]}"

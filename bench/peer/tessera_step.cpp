@@ -1,7 +1,12 @@
 // Tessera side of the peer benchmark: the U-Net training steps of pytorch_step.py, timed per step.
 //
 // Usage: tessera_step --case unet2d|unet3d [--precision f32|bf16] [--steps N] [--warmup W] [--profile 1]
-// Prints `flops_per_step=<F>` once, then one `step_ms=<ms>` line per timed step.
+//                     [--precision-map 1]
+// Prints `flops_per_step=<F>` once, then one `step_ms=<ms>` line per timed step. With --precision-map,
+// then one `precision layer=<i> name=<name> channels=<in>to<out> compute=<f32|bf16>` line per convolution
+// and transposed convolution in forward order, read from the compiled graph (the type of the layer's
+// output, which is the type it computes in: only the output layer writes f32 from bf16 arithmetic, and
+// in these U-Nets it is narrower than 16 channels, so f32 anyway); pytorch_step.py prints the same.
 #include "core/random.hpp"
 #include "networks/models.hpp"
 #include "ops/dnnl_support.hpp"
@@ -17,7 +22,7 @@ using namespace tessera;
 int main(int argc, char** argv) {
     std::string case_name;
     int steps = 10, warmup = 3, threads = 2;
-    bool profile = false;
+    bool profile = false, precision_map = false;
     std::string precision = "f32";
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!std::strcmp(argv[i], "--case")) case_name = argv[i + 1];
@@ -26,6 +31,7 @@ int main(int argc, char** argv) {
         else if (!std::strcmp(argv[i], "--threads")) threads = std::atoi(argv[i + 1]);
         else if (!std::strcmp(argv[i], "--precision")) precision = argv[i + 1];
         else if (!std::strcmp(argv[i], "--profile")) profile = std::atoi(argv[i + 1]) != 0;
+        else if (!std::strcmp(argv[i], "--precision-map")) precision_map = std::atoi(argv[i + 1]) != 0;
     }
     networks::UNetConfig unet;
     Shape input;
@@ -82,6 +88,16 @@ int main(int argc, char** argv) {
                         t.forward_seconds > 0 ? cost.forward_flops / t.forward_seconds / 1e9 : 0.0,
                         t.backward_seconds * 1e3,
                         t.backward_seconds > 0 ? cost.backward_flops / t.backward_seconds / 1e9 : 0.0);
+        }
+    }
+    if (precision_map) {
+        int layer = 0;
+        for (const graph::Node& node : graph.nodes()) {
+            if (node.kind != graph::OpKind::Conv && node.kind != graph::OpKind::ConvTranspose) continue;
+            const DType computed = trainer.executor().value_buffer(node.id).dtype;
+            std::printf("precision layer=%d name=%s channels=%lldto%lld compute=%s\n", layer++, node.name.c_str(),
+                        static_cast<long long>(graph.node(node.inputs[0]).output_shape[1]),
+                        static_cast<long long>(node.output_shape[1]), computed == DType::BF16 ? "bf16" : "f32");
         }
     }
     return 0;
