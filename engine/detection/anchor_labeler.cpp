@@ -16,8 +16,8 @@ void check_ground_truth(const PaddedGroundTruth& gt, std::int64_t num_classes) {
     const std::int64_t rows = gt.boxes.dim(0);
     TESSERA_CHECK(gt.classes.is_defined() && gt.classes.rank() == 1 && gt.classes.dim(0) == rows &&
                       gt.classes.dtype() == DType::I32 && gt.classes.is_contiguous(),
-                  "label_anchors: expected ground-truth classes as contiguous [" << rows << "] i32, got "
-                                                                               << shape_to_string(gt.classes.shape()));
+                  "label_anchors: expected ground-truth classes as contiguous ["
+                      << rows << "] i32, got " << shape_to_string(gt.classes.shape()));
     TESSERA_CHECK(gt.num_valid >= 0 && gt.num_valid <= rows,
                   "label_anchors: expected 0 ≤ num_valid ≤ " << rows << " (G), got " << gt.num_valid);
     for (std::int64_t row = 0; row < gt.num_valid; ++row) {
@@ -30,8 +30,8 @@ void check_ground_truth(const PaddedGroundTruth& gt, std::int64_t num_classes) {
                                                   << "] (drop empty boxes, or count them as padding)");
         const std::int32_t class_id = gt.classes.data<std::int32_t>()[row];
         TESSERA_CHECK(class_id >= 0 && class_id < num_classes, "label_anchors: expected ground-truth classes in [0, "
-                                                                   << num_classes << "), got " << class_id
-                                                                   << " at row " << row);
+                                                                   << num_classes << "), got " << class_id << " at row "
+                                                                   << row);
     }
 }
 
@@ -84,8 +84,9 @@ AnchorTargets targets_from_matches(std::vector<std::int32_t> matches, const Padd
                                    std::span<const Box> anchor_boxes, const LabelerOptions& options) {
     check_ground_truth(ground_truth, options.num_classes);
     const auto num_anchors = static_cast<std::int64_t>(anchor_boxes.size());
-    TESSERA_CHECK(static_cast<std::int64_t>(matches.size()) == num_anchors,
-                  "targets_from_matches: expected one match per anchor (" << num_anchors << "), got " << matches.size());
+    TESSERA_CHECK(
+        static_cast<std::int64_t>(matches.size()) == num_anchors,
+        "targets_from_matches: expected one match per anchor (" << num_anchors << "), got " << matches.size());
     const Tensor gathered = gather_by_one_hot(matches, gatherable_rows(ground_truth));  // [M, 5]
     AnchorTargets targets;
     targets.class_targets = Tensor::zeros({num_anchors, options.num_classes}, DType::F32);
@@ -102,8 +103,8 @@ AnchorTargets targets_from_matches(std::vector<std::int32_t> matches, const Padd
         const float* row = gathered.data<float>() + 5 * i;
         const auto class_id = static_cast<std::int64_t>(row[4]);
         targets.class_targets.data<float>()[i * options.num_classes + class_id] = 1.0f;
-        const BoxCode code = encode_box({row[0], row[1], row[2], row[3]}, anchor_boxes[static_cast<std::size_t>(i)],
-                                        options.box_coder);
+        const BoxCode code =
+            encode_box({row[0], row[1], row[2], row[3]}, anchor_boxes[static_cast<std::size_t>(i)], options.box_coder);
         float* box_out = targets.box_targets.data<float>() + 4 * i;
         box_out[0] = code.dx;
         box_out[1] = code.dy;
@@ -157,8 +158,9 @@ HeadTargets to_head_layout(std::span<const AnchorTargets> images, const AnchorSe
     for (const AnchorTargets& image : images) {
         TESSERA_CHECK(image.class_targets.rank() == 2 && image.class_targets.dim(0) == anchors.count() &&
                           image.class_targets.dim(1) == num_classes,
-                      "to_head_layout: expected every image's targets over the " << anchors.count() << " anchors with "
-                          << num_classes << " classes, got " << shape_to_string(image.class_targets.shape()));
+                      "to_head_layout: expected every image's targets over the "
+                          << anchors.count() << " anchors with " << num_classes << " classes, got "
+                          << shape_to_string(image.class_targets.shape()));
     }
     HeadTargets head;
     for (const LevelAnchors& level : anchors.levels) {

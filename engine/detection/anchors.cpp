@@ -22,9 +22,9 @@ void check_options(std::int64_t image_height, std::int64_t image_width, const An
     }
     if (!options.sizes_per_level.empty()) {
         const std::size_t num_levels = static_cast<std::size_t>(options.max_level - options.min_level + 1);
-        TESSERA_CHECK(options.sizes_per_level.size() == num_levels,
-                      k_name << ": expected one size list per level (" << num_levels << "), got "
-                             << options.sizes_per_level.size());
+        TESSERA_CHECK(options.sizes_per_level.size() == num_levels, k_name << ": expected one size list per level ("
+                                                                           << num_levels << "), got "
+                                                                           << options.sizes_per_level.size());
         for (const std::vector<double>& sizes : options.sizes_per_level) {
             TESSERA_CHECK(!sizes.empty() && sizes.size() == options.sizes_per_level.front().size(),
                           k_name << ": expected size lists of one common, non-zero length (the heads share A), got "

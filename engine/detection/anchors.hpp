@@ -32,9 +32,9 @@ namespace tessera::detection {
 struct AnchorOptions {
     int min_level = 3;
     int max_level = 7;
-    int num_scales = 3;                              // octaves per level: 2^(0/S) .. 2^((S−1)/S)
+    int num_scales = 3;                                // octaves per level: 2^(0/S) .. 2^((S−1)/S)
     std::vector<double> aspect_ratios{1.0, 2.0, 0.5};  // width / height
-    double anchor_scale = 4.0;                       // base size = anchor_scale · stride
+    double anchor_scale = 4.0;                         // base size = anchor_scale · stride
     // Optional explicit sizes (pixels), one list per level, replacing anchor_scale·stride·2^(o/S), e.g.
     // torchvision's {32, 40.3, 50.8}, {64, ...}. All lists have the same length, which then plays the
     // role of num_scales. Centres, order and the meaning of the ratios stay this convention's.
@@ -43,11 +43,11 @@ struct AnchorOptions {
 
 struct LevelAnchors {
     int level = 0;
-    std::int64_t stride = 0;                 // pixels
-    std::int64_t height = 0, width = 0;      // feature-map cells
-    std::int64_t first_index = 0;            // global index of this level's first anchor
-    std::vector<double> anchor_widths;       // [A] pixels, in anchor-index order
-    std::vector<double> anchor_heights;      // [A] pixels
+    std::int64_t stride = 0;             // pixels
+    std::int64_t height = 0, width = 0;  // feature-map cells
+    std::int64_t first_index = 0;        // global index of this level's first anchor
+    std::vector<double> anchor_widths;   // [A] pixels, in anchor-index order
+    std::vector<double> anchor_heights;  // [A] pixels
 
     std::int64_t anchors_per_cell() const { return static_cast<std::int64_t>(anchor_widths.size()); }
     std::int64_t count() const { return height * width * anchors_per_cell(); }

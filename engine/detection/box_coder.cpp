@@ -13,8 +13,7 @@ struct CentreSize {
 CentreSize centre_size_of(const Box& box) {
     const double width = static_cast<double>(box.x_max) - static_cast<double>(box.x_min);
     const double height = static_cast<double>(box.y_max) - static_cast<double>(box.y_min);
-    return {static_cast<double>(box.x_min) + 0.5 * width, static_cast<double>(box.y_min) + 0.5 * height, width,
-            height};
+    return {static_cast<double>(box.x_min) + 0.5 * width, static_cast<double>(box.y_min) + 0.5 * height, width, height};
 }
 
 void check_weights(const BoxCoderWeights& weights) {
@@ -26,11 +25,13 @@ void check_weights(const BoxCoderWeights& weights) {
 void check_box_tensor(const Tensor& boxes, const char* what, std::int64_t count) {
     TESSERA_CHECK(boxes.is_defined() && boxes.rank() == 2 && boxes.dim(1) == 4 && boxes.dtype() == DType::F32,
                   "box coder: expected " << what << " as [M, 4] f32, got " << shape_to_string(boxes.shape()));
-    TESSERA_CHECK(count < 0 || boxes.dim(0) == count, "box coder: expected " << count << " " << what << " rows, got "
-                                                                             << boxes.dim(0));
+    TESSERA_CHECK(count < 0 || boxes.dim(0) == count,
+                  "box coder: expected " << count << " " << what << " rows, got " << boxes.dim(0));
 }
 
-Box box_from(const float* row) { return {row[0], row[1], row[2], row[3]}; }
+Box box_from(const float* row) {
+    return {row[0], row[1], row[2], row[3]};
+}
 
 }  // namespace
 
@@ -67,8 +68,8 @@ Tensor encode_boxes(const Tensor& targets, const Tensor& anchors, const BoxCoder
     const Tensor anchor_rows = anchors.contiguous();
     Tensor codes = Tensor::empty({targets.dim(0), 4}, DType::F32);
     for (std::int64_t i = 0; i < targets.dim(0); ++i) {
-        const BoxCode code =
-            encode_box(box_from(target_rows.data<float>() + 4 * i), box_from(anchor_rows.data<float>() + 4 * i), weights);
+        const BoxCode code = encode_box(box_from(target_rows.data<float>() + 4 * i),
+                                        box_from(anchor_rows.data<float>() + 4 * i), weights);
         float* out = codes.data<float>() + 4 * i;
         out[0] = code.dx;
         out[1] = code.dy;

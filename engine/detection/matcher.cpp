@@ -59,7 +59,8 @@ void validate(const MatcherOptions& options) {
     TESSERA_CHECK(options.negatives_lower_than_unmatched || options.unmatched_threshold < options.matched_threshold,
                   "matcher: with negatives between the thresholds (negatives_lower_than_unmatched false) the "
                   "thresholds cannot be equal, got both "
-                      << options.matched_threshold << "; lower unmatched_threshold or set negatives_lower_than_unmatched");
+                      << options.matched_threshold
+                      << "; lower unmatched_threshold or set negatives_lower_than_unmatched");
 }
 
 Tensor iou_matrix(std::span<const Box> ground_truth, std::span<const Box> anchors, std::int64_t num_valid_rows) {

@@ -55,7 +55,7 @@ Tensor iou_matrix(std::span<const Box> ground_truth, std::span<const Box> anchor
 
 // Per ground-truth row: the best IoU seen and its global anchor index (−1 before any anchor).
 struct RowBestPartial {
-    std::vector<float> best_iou;          // [G]
+    std::vector<float> best_iou;            // [G]
     std::vector<std::int64_t> best_anchor;  // [G] global anchor index
 };
 // iou: [G, M_sub] over anchors with global indices global_anchor_index [M_sub].
