@@ -25,15 +25,17 @@ constexpr std::array<AreaRange, 4> k_area_ranges = {
     {{0, 1e10}, {0, 32.0 * 32.0}, {32.0 * 32.0, 96.0 * 96.0}, {96.0 * 96.0, 1e10}}};
 constexpr std::size_t k_area_count = k_area_ranges.size();
 
-bool outside(const AreaRange& range, double area) { return area < range.min_area || area > range.max_area; }
+bool outside(const AreaRange& range, double area) {
+    return area < range.min_area || area > range.max_area;
+}
 
 // Per detection and threshold, what it counts as in the precision–recall curve.
 enum class Outcome : std::uint8_t { FalsePositive, TruePositive, Ignored };
 
 // One class at one area range: its detections over all images, in evaluation order.
 struct ClassAccumulator {
-    std::vector<float> scores;        // [D]
-    std::vector<Outcome> outcomes;    // [D, T]
+    std::vector<float> scores;                  // [D]
+    std::vector<Outcome> outcomes;              // [D, T]
     std::int64_t num_counted_ground_truth = 0;  // ground truth in the area range (pycocotools' npig)
 };
 
@@ -41,7 +43,7 @@ struct ClassAccumulator {
 struct ClassCurves {
     bool has_ground_truth = false;
     std::array<std::array<double, k_point_count>, k_threshold_count> precision{};  // [T, R]
-    std::array<double, k_threshold_count> final_recall{};                           // [T]
+    std::array<double, k_threshold_count> final_recall{};                          // [T]
 };
 
 // A detection or ground truth of one class in one image, in double as pycocotools computes.
@@ -50,8 +52,12 @@ struct EvaluatedBox {
     double area = 0;  // pixels²
 };
 
-double width_of(const Box& box) { return std::max(0.0, static_cast<double>(box.x_max) - box.x_min); }
-double height_of(const Box& box) { return std::max(0.0, static_cast<double>(box.y_max) - box.y_min); }
+double width_of(const Box& box) {
+    return std::max(0.0, static_cast<double>(box.x_max) - box.x_min);
+}
+double height_of(const Box& box) {
+    return std::max(0.0, static_cast<double>(box.y_max) - box.y_min);
+}
 
 // pycocotools' bbIou (maskApi.c) for a non-crowd ground truth, in double.
 double box_iou(const EvaluatedBox& detection, const EvaluatedBox& truth) {
@@ -65,11 +71,12 @@ double box_iou(const EvaluatedBox& detection, const EvaluatedBox& truth) {
     return intersection / (detection.area + truth.area - intersection);
 }
 
-EvaluatedBox evaluated(const Box& box) { return {box, width_of(box) * height_of(box)}; }
+EvaluatedBox evaluated(const Box& box) {
+    return {box, width_of(box) * height_of(box)};
+}
 
 bool is_finite(const Box& box) {
-    return std::isfinite(box.x_min) && std::isfinite(box.y_min) && std::isfinite(box.x_max) &&
-           std::isfinite(box.y_max);
+    return std::isfinite(box.x_min) && std::isfinite(box.y_min) && std::isfinite(box.x_max) && std::isfinite(box.y_max);
 }
 
 void check_box(const Box& box, std::int32_t class_id, std::int32_t num_classes, std::size_t image_index,
@@ -86,8 +93,7 @@ void check_box(const Box& box, std::int32_t class_id, std::int32_t num_classes, 
 void check_inputs(const std::vector<EvaluationImage>& images, std::int32_t num_classes,
                   const CocoEvaluationOptions& options) {
     TESSERA_CHECK(num_classes > 0, "evaluate_coco: expected at least one class, got num_classes " << num_classes);
-    TESSERA_CHECK(options.max_detections_per_image > 0,
-                  "evaluate_coco: expected max_detections_per_image ≥ 1, got 0");
+    TESSERA_CHECK(options.max_detections_per_image > 0, "evaluate_coco: expected max_detections_per_image ≥ 1, got 0");
     for (std::size_t image_index = 0; image_index < images.size(); ++image_index) {
         const EvaluationImage& image = images[image_index];
         for (std::size_t i = 0; i < image.ground_truth.size(); ++i) {
@@ -98,9 +104,9 @@ void check_inputs(const std::vector<EvaluationImage>& images, std::int32_t num_c
             const ScoredBox& detection = image.detections[i];
             check_box(detection.box, detection.class_id, num_classes, image_index, "detection", i);
             TESSERA_CHECK(!std::isnan(detection.score), "evaluate_coco: image " << image_index << ", detection " << i
-                                                                                 << " has a NaN score; expected a "
-                                                                                    "number (check the detector's "
-                                                                                    "output for NaN)");
+                                                                                << " has a NaN score; expected a "
+                                                                                   "number (check the detector's "
+                                                                                   "output for NaN)");
         }
     }
 }
@@ -196,9 +202,8 @@ ClassCurves accumulate(const ClassAccumulator& accumulator, const std::array<dou
     if (!curves.has_ground_truth) return curves;
     std::vector<std::size_t> order(accumulator.scores.size());
     std::iota(order.begin(), order.end(), std::size_t{0});
-    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-        return accumulator.scores[a] > accumulator.scores[b];
-    });
+    std::stable_sort(order.begin(), order.end(),
+                     [&](std::size_t a, std::size_t b) { return accumulator.scores[a] > accumulator.scores[b]; });
     const double counted = static_cast<double>(accumulator.num_counted_ground_truth);
     std::vector<double> recall(order.size());     // [D], non-decreasing
     std::vector<double> precision(order.size());  // [D]
@@ -217,7 +222,8 @@ ClassCurves accumulate(const ClassAccumulator& accumulator, const std::array<dou
         for (std::size_t i = precision.size(); i-- > 1;) precision[i - 1] = std::max(precision[i - 1], precision[i]);
         for (std::size_t r = 0; r < k_point_count; ++r) {
             const auto reached = std::lower_bound(recall.begin(), recall.end(), points[r]);
-            curves.precision[t][r] = reached == recall.end() ? 0 : precision[static_cast<std::size_t>(reached - recall.begin())];
+            curves.precision[t][r] =
+                reached == recall.end() ? 0 : precision[static_cast<std::size_t>(reached - recall.begin())];
         }
     }
     return curves;

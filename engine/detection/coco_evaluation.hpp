@@ -9,6 +9,9 @@
 // final recall. Class means cover only classes with ground truth (pycocotools reports -1 for the rest;
 // so do these fields). AP_small/medium/large count only ground truth whose box area is < 32², in
 // [32², 96²], > 96² pixels²; a detection that matches nothing and has an area out of range is not counted.
+// IoUs and areas are computed in double, as pycocotools does. An empty box (box.hpp: x_max ≤ x_min or
+// y_max ≤ y_min) has area 0 and IoU 0, so an empty detection is a false positive (pycocotools would give
+// a box of negative width a negative area and ignore it).
 //
 //   std::vector<EvaluationImage> images = ...;     // per image: ground truth and detections
 //   CocoEvaluation result = evaluate_coco(images, /*num_classes*/ 20);
@@ -46,7 +49,7 @@ struct CocoClassResult {
     std::int32_t class_id = 0;
     std::int64_t num_ground_truth = 0;
     // -1 (as pycocotools) when the class has no ground truth.
-    double ap = -1;      // mean of ap_per_threshold
+    double ap = -1;  // mean of ap_per_threshold
     double ap50 = -1;
     double ap75 = -1;
     double recall = -1;  // final recall at max_detections_per_image, mean over the thresholds (AR)

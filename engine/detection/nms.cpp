@@ -12,8 +12,7 @@ namespace tessera::detection {
 namespace {
 
 bool is_finite(const Box& box) {
-    return std::isfinite(box.x_min) && std::isfinite(box.y_min) && std::isfinite(box.x_max) &&
-           std::isfinite(box.y_max);
+    return std::isfinite(box.x_min) && std::isfinite(box.y_min) && std::isfinite(box.x_max) && std::isfinite(box.y_max);
 }
 
 void check_inputs(const char* name, const std::vector<ScoredBox>& boxes, const NmsOptions& options) {
@@ -23,9 +22,9 @@ void check_inputs(const char* name, const std::vector<ScoredBox>& boxes, const N
         const ScoredBox& box = boxes[index];
         TESSERA_CHECK(!std::isnan(box.score), name << ": box " << index << " has a NaN score; scores must be "
                                                    << "numbers (check the classifier's output for NaN)");
-        TESSERA_CHECK(is_finite(box.box), name << ": box " << index << " has a non-finite corner ["
-                                               << box.box.x_min << ", " << box.box.y_min << ", " << box.box.x_max
-                                               << ", " << box.box.y_max << "]; expected finite pixels");
+        TESSERA_CHECK(is_finite(box.box), name << ": box " << index << " has a non-finite corner [" << box.box.x_min
+                                               << ", " << box.box.y_min << ", " << box.box.x_max << ", "
+                                               << box.box.y_max << "]; expected finite pixels");
     }
 }
 

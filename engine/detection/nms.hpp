@@ -21,7 +21,7 @@
 namespace tessera::detection {
 
 struct NmsOptions {
-    float iou_threshold = 0.5f;  // suppress when IoU > this; in [0, 1]
+    float iou_threshold = 0.5f;                                            // suppress when IoU > this; in [0, 1]
     std::size_t max_detections = std::numeric_limits<std::size_t>::max();  // keep at most this many
 };
 

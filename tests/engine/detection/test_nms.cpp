@@ -28,16 +28,18 @@ NmsFixture load_fixture() {
     const auto& boxes = json.at("boxes");
     for (std::size_t i = 0; i < boxes.size(); ++i) {
         const auto& corners = boxes[i];
-        fixture.boxes.push_back({{corners[0].get<float>(), corners[1].get<float>(), corners[2].get<float>(),
-                                  corners[3].get<float>()},
-                                 json.at("classes")[i].get<std::int32_t>(),
-                                 json.at("scores")[i].get<float>()});
+        fixture.boxes.push_back(
+            {{corners[0].get<float>(), corners[1].get<float>(), corners[2].get<float>(), corners[3].get<float>()},
+             json.at("classes")[i].get<std::int32_t>(),
+             json.at("scores")[i].get<float>()});
     }
     fixture.cases = json.at("cases");
     return fixture;
 }
 
-Indices indices_of(const nlohmann::json& list) { return list.get<Indices>(); }
+Indices indices_of(const nlohmann::json& list) {
+    return list.get<Indices>();
+}
 
 TEST(NonMaximumSuppression, MatchesTorchvisionNms) {
     const NmsFixture fixture = load_fixture();
@@ -45,8 +47,7 @@ TEST(NonMaximumSuppression, MatchesTorchvisionNms) {
     ASSERT_EQ(fixture.cases.size(), 3u);
     for (const auto& reference : fixture.cases) {
         const float threshold = reference.at("iou_threshold").get<float>();
-        EXPECT_EQ(non_maximum_suppression(fixture.boxes, {.iou_threshold = threshold}),
-                  indices_of(reference.at("nms")))
+        EXPECT_EQ(non_maximum_suppression(fixture.boxes, {.iou_threshold = threshold}), indices_of(reference.at("nms")))
             << "IoU threshold " << threshold;
     }
 }
@@ -68,9 +69,11 @@ TEST(NonMaximumSuppression, MaxDetectionsKeepsTheTopOfTheSuppressedList) {
         const float threshold = reference.at("iou_threshold").get<float>();
         const Indices full = indices_of(reference.at("batched_nms"));
         for (std::size_t limit : {std::size_t{0}, std::size_t{1}, std::size_t{20}, full.size(), full.size() + 5}) {
-            const Indices expected(full.begin(), full.begin() + static_cast<std::ptrdiff_t>(std::min(limit, full.size())));
-            EXPECT_EQ(batched_non_maximum_suppression(fixture.boxes, {.iou_threshold = threshold, .max_detections = limit}),
-                      expected)
+            const Indices expected(full.begin(),
+                                   full.begin() + static_cast<std::ptrdiff_t>(std::min(limit, full.size())));
+            EXPECT_EQ(
+                batched_non_maximum_suppression(fixture.boxes, {.iou_threshold = threshold, .max_detections = limit}),
+                expected)
                 << "IoU threshold " << threshold << ", max_detections " << limit;
         }
     }
@@ -81,8 +84,8 @@ TEST(NonMaximumSuppression, EqualScoresVisitLowerIndexFirst) {
     // kept, box 2 has IoU 1 with it and goes. Box 3 (score 0.9, disjoint) is kept after box 1. Box 0 is
     // the same box again at 0.5 and goes. Kept in visiting order: 1, 3.
     const Box square{0, 0, 10, 10};
-    const std::vector<ScoredBox> boxes = {{square, 0, 0.5f}, {square, 0, 0.9f}, {square, 0, 0.9f},
-                                          {{20, 20, 30, 30}, 0, 0.9f}};
+    const std::vector<ScoredBox> boxes = {
+        {square, 0, 0.5f}, {square, 0, 0.9f}, {square, 0, 0.9f}, {{20, 20, 30, 30}, 0, 0.9f}};
     EXPECT_EQ(non_maximum_suppression(boxes, {.iou_threshold = 0.5f}), (Indices{1, 3}));
     EXPECT_EQ(batched_non_maximum_suppression(boxes, {.iou_threshold = 0.5f}), (Indices{1, 3}));
 }
@@ -90,15 +93,15 @@ TEST(NonMaximumSuppression, EqualScoresVisitLowerIndexFirst) {
 TEST(NonMaximumSuppression, IouEqualToTheThresholdKeepsBoth) {
     // [0,0,10,10] and [0,0,10,5]: intersection 50, union 100, IoU exactly 0.5 (exact in f32).
     const std::vector<ScoredBox> boxes = {{{0, 0, 10, 10}, 0, 0.9f}, {{0, 0, 10, 5}, 0, 0.8f}};
-    EXPECT_EQ(non_maximum_suppression(boxes, {.iou_threshold = 0.5f}), (Indices{0, 1}));     // 0.5 > 0.5 is false
+    EXPECT_EQ(non_maximum_suppression(boxes, {.iou_threshold = 0.5f}), (Indices{0, 1}));  // 0.5 > 0.5 is false
     EXPECT_EQ(non_maximum_suppression(boxes, {.iou_threshold = 0.49f}), (Indices{0}));
 }
 
 TEST(NonMaximumSuppression, SuppressedBoxesSuppressNothing) {
     // A = [0,0,10,10] (0.9), B = [4,0,14,10] (0.8), C = [8,0,18,10] (0.7), threshold 0.3.
     // IoU(A,B) = 60/140 = 0.43 → B goes. IoU(B,C) = 0.43 but B is gone; IoU(A,C) = 20/180 = 0.11 → C stays.
-    const std::vector<ScoredBox> boxes = {{{8, 0, 18, 10}, 0, 0.7f}, {{0, 0, 10, 10}, 0, 0.9f},
-                                          {{4, 0, 14, 10}, 0, 0.8f}};
+    const std::vector<ScoredBox> boxes = {
+        {{8, 0, 18, 10}, 0, 0.7f}, {{0, 0, 10, 10}, 0, 0.9f}, {{4, 0, 14, 10}, 0, 0.8f}};
     EXPECT_EQ(non_maximum_suppression(boxes, {.iou_threshold = 0.3f}), (Indices{1, 0}));
 }
 
@@ -123,8 +126,7 @@ TEST(NonMaximumSuppression, RejectsNanScoresAndBadThresholds) {
     const std::vector<ScoredBox> boxes = {{{0, 0, 10, 10}, 0, 0.9f}, {{0, 0, 10, 10}, 0, std::nanf("")}};
     const std::string nan_error = test::error_of([&] { batched_non_maximum_suppression(boxes); });
     EXPECT_NE(nan_error.find("box 1 has a NaN score"), std::string::npos) << nan_error;
-    const std::string threshold_error =
-        test::error_of([&] { non_maximum_suppression({}, {.iou_threshold = 1.5f}); });
+    const std::string threshold_error = test::error_of([&] { non_maximum_suppression({}, {.iou_threshold = 1.5f}); });
     EXPECT_NE(threshold_error.find("expected an IoU threshold in [0, 1], got 1.5"), std::string::npos)
         << threshold_error;
     const std::vector<ScoredBox> infinite = {{{0, 0, INFINITY, 10}, 0, 0.9f}};
