@@ -233,6 +233,51 @@ TEST(SyntheticShapes, OverlappingObjectsStillReachTheirBoxEdges) {
     EXPECT_GT(overlapping, 5) << "the default layout lets boxes overlap";
 }
 
+TEST(SyntheticShapes, LaterObjectsHideAtMostThirtyPercent) {
+    // Flat objects on flat grey, overlap allowed, 12 objects of ≥ 32 px per image. Every shape contains its
+    // box's centre pixel, so where no later box covers that pixel its colour is the object's own (random
+    // colours do not repeat); the pixels of that colour in the box are the object's visible pixels. Its full
+    // mask is fill × box area (fill per class as in FillRatioTellsTheShape, within 5 % for ≥ 32 px), so the
+    // visible fraction must be ≥ 0.7 less that 5 %.
+    const double expected_fill[num_shape_classes] = {std::numbers::pi / 4, 1.0, 0.5, 0.64};
+    int measured = 0, partly_hidden = 0;
+    double least_visible = 1;
+    for (std::uint64_t seed = 1; seed <= 20; ++seed) {
+        ShapesOptions options = flat_options(seed);
+        options.allow_overlap = true;
+        options.min_objects = options.max_objects = 12;
+        options.min_object_size = 32;
+        const ShapesImage sample = make_shapes_image(options);
+        const float* image = sample.image.data<float>();
+        const std::int64_t plane = 512 * 512;
+        for (std::size_t k = 0; k < sample.objects.size(); ++k) {
+            const detection::Box& box = sample.objects[k].box;
+            const auto centre_x = static_cast<std::int64_t>((box.x_min + box.x_max) / 2);
+            const auto centre_y = static_cast<std::int64_t>((box.y_min + box.y_max) / 2);
+            bool covered_later = false;
+            for (std::size_t j = k + 1; j < sample.objects.size(); ++j) covered_later = covered_later || inside(sample.objects[j].box, centre_x, centre_y);
+            if (covered_later) continue;
+            const std::int64_t centre = centre_y * 512 + centre_x;
+            std::int64_t visible = 0;
+            for (auto y = static_cast<std::int64_t>(box.y_min); y < static_cast<std::int64_t>(box.y_max); ++y) {
+                for (auto x = static_cast<std::int64_t>(box.x_min); x < static_cast<std::int64_t>(box.x_max); ++x) {
+                    bool same = true;
+                    for (std::int64_t c = 0; c < 3; ++c) same = same && image[c * plane + y * 512 + x] == image[c * plane + centre];
+                    visible += same ? 1 : 0;
+                }
+            }
+            const double fraction = static_cast<double>(visible) / (expected_fill[sample.objects[k].class_id] * box.area());
+            EXPECT_GE(fraction, 0.7 * 0.95) << shape_class_name(sample.objects[k].class_id) << " " << k << ", seed " << seed;
+            least_visible = std::min(least_visible, fraction);
+            partly_hidden += fraction < 0.95 ? 1 : 0;
+            ++measured;
+        }
+    }
+    std::printf("%d objects measured, %d partly hidden, least visible %.3f\n", measured, partly_hidden, least_visible);
+    EXPECT_GT(measured, 100);
+    EXPECT_GT(partly_hidden, 10) << "the layouts must overlap for this to test anything";
+}
+
 TEST(SyntheticShapes, FillRatioTellsTheShape) {
     // The fraction of its box an upright shape fills: disc π/4, square 1, triangle 1/2, cross with bars of
     // 0.4 of its extent 2·0.4 − 0.4² = 0.64. Rasterising at pixel centres makes each row's run of a
