@@ -39,8 +39,8 @@ public:
     explicit JsonFields(const fs::path& file) : m_file(file) {}
 
     const Json& member(const Json& object, const std::string& path, const char* key) const {
-        TESSERA_CHECK(object.is_object(), quoted(m_file) << ": expected " << where(path) << " to be an object, got "
-                                                         << described(object));
+        TESSERA_CHECK(object.is_object(),
+                      quoted(m_file) << ": expected " << where(path) << " to be an object, got " << described(object));
         const auto found = object.find(key);
         TESSERA_CHECK(found != object.end(), quoted(m_file) << ": " << where(path) << " has no \"" << key
                                                             << "\" field; a COCO instances file needs it");
@@ -52,8 +52,8 @@ public:
     }
 
     const Json& array(const Json& value, const std::string& path) const {
-        TESSERA_CHECK(value.is_array(), quoted(m_file) << ": expected " << path << " to be an array, got "
-                                                       << described(value));
+        TESSERA_CHECK(value.is_array(), quoted(m_file)
+                                            << ": expected " << path << " to be an array, got " << described(value));
         return value;
     }
 
@@ -76,14 +76,14 @@ public:
     }
 
     double number(const Json& value, const std::string& path) const {
-        TESSERA_CHECK(value.is_number(), quoted(m_file) << ": expected " << path << " to be a number, got "
-                                                        << described(value));
+        TESSERA_CHECK(value.is_number(), quoted(m_file)
+                                             << ": expected " << path << " to be a number, got " << described(value));
         return value.get<double>();
     }
 
     std::string string(const Json& value, const std::string& path) const {
-        TESSERA_CHECK(value.is_string(), quoted(m_file) << ": expected " << path << " to be a string, got "
-                                                        << described(value));
+        TESSERA_CHECK(value.is_string(), quoted(m_file)
+                                             << ": expected " << path << " to be a string, got " << described(value));
         return value.get<std::string>();
     }
 
@@ -92,7 +92,9 @@ private:
     static std::string described(const Json& value) {
         const std::string text = value.dump();
         std::ostringstream out;
-        out << "a " << value.type_name() << " (" << (text.size() > 40 ? text.substr(0, 37) + "..." : text) << ")";
+        const bool vowel = value.is_object() || value.is_array();
+        out << (vowel ? "an " : "a ") << value.type_name() << " ("
+            << (text.size() > 40 ? text.substr(0, 37) + "..." : text) << ")";
         return out.str();
     }
 
@@ -100,8 +102,8 @@ private:
 };
 
 Json parse_json_file(const fs::path& file) {
-    TESSERA_CHECK(fs::is_regular_file(file), "COCO annotations file " << quoted(file)
-                                                                      << " does not exist or is not a file");
+    TESSERA_CHECK(fs::is_regular_file(file),
+                  "COCO annotations file " << quoted(file) << " does not exist or is not a file");
     std::ifstream in(file, std::ios::binary);
     TESSERA_CHECK(in.good(), "COCO annotations file " << quoted(file) << " cannot be opened for reading");
     try {
@@ -235,14 +237,15 @@ void copy_to_rgb(const cv::Mat& decoded, float scale, Tensor& image) {
 Tensor read_rgb_image(const fs::path& path, std::array<std::int64_t, 2> expected_size) {
     const ImageHeader header = read_image_header(path);
     const char* kind = kind_name(header.kind);
-    TESSERA_CHECK(header.size.has_value(), "image " << quoted(path) << " is damaged: its " << kind
-                                                    << " header does not give the image size");
+    TESSERA_CHECK(header.size.has_value(),
+                  "image " << quoted(path) << " is damaged: its " << kind << " header does not give the image size");
     const auto [height, width] = *header.size;
     const bool check_size = expected_size[0] != 0 || expected_size[1] != 0;
-    TESSERA_CHECK(!check_size || (height == expected_size[0] && width == expected_size[1]),
-                  "image " << quoted(path) << " is " << width << "×" << height << " pixels (width × height) but the "
-                           << "annotations say " << expected_size[1] << "×" << expected_size[0]
-                           << ": the boxes would not fit it. Is it the right file, or was it resized after annotating?");
+    TESSERA_CHECK(
+        !check_size || (height == expected_size[0] && width == expected_size[1]),
+        "image " << quoted(path) << " is " << width << "×" << height << " pixels (width × height) but the "
+                 << "annotations say " << expected_size[1] << "×" << expected_size[0]
+                 << ": the boxes would not fit it. Is it the right file, or was it resized after annotating?");
     TESSERA_CHECK(height >= 1 && width >= 1 && height * width <= max_image_pixels,
                   "image " << quoted(path) << " declares " << width << "×" << height
                            << " pixels: expected at least 1 and at most " << max_image_pixels << " pixels");
@@ -334,8 +337,8 @@ CocoDataset::CocoDataset(const CocoOptions& options) : m_options(options) {
         const fs::path image_file = options.images_dir / image.file_name;
         TESSERA_CHECK(fs::is_regular_file(image_file),
                       "image \"" << image.file_name << "\" (" << path << " of " << quoted(file)
-                                 << ") is not in the images folder " << quoted(options.images_dir)
-                                 << ": no file " << quoted(image_file) << ". Is images_dir the right folder?");
+                                 << ") is not in the images folder " << quoted(options.images_dir) << ": no file "
+                                 << quoted(image_file) << ". Is images_dir the right folder?");
         m_images.push_back(std::move(image));
     }
 
@@ -349,23 +352,26 @@ CocoDataset::CocoDataset(const CocoOptions& options) : m_options(options) {
         const std::int64_t category_id =
             fields.integer(fields.member(annotation, path, "category_id"), path + ".category_id");
         const Json& bbox = fields.member(annotation, path, "bbox");
-        TESSERA_CHECK(bbox.is_array() && bbox.size() == 4,
-                      quoted(file) << ": expected " << path << ".bbox to be [x, y, width, height], got " << bbox.dump());
+        TESSERA_CHECK(bbox.is_array() && bbox.size() == 4, quoted(file) << ": expected " << path
+                                                                        << ".bbox to be [x, y, width, height], got "
+                                                                        << bbox.dump());
         std::array<double, 4> xywh{};
         for (std::size_t k = 0; k < 4; ++k) xywh[k] = fields.number(bbox[k], path + ".bbox[" + std::to_string(k) + "]");
         std::int64_t is_crowd = 0;
         if (const Json* crowd = fields.optional_member(annotation, "iscrowd")) {
-            is_crowd = crowd->is_boolean() ? std::int64_t{crowd->get<bool>()} : fields.integer(*crowd, path + ".iscrowd");
+            is_crowd =
+                crowd->is_boolean() ? std::int64_t{crowd->get<bool>()} : fields.integer(*crowd, path + ".iscrowd");
             TESSERA_CHECK(is_crowd == 0 || is_crowd == 1,
                           quoted(file) << ": expected " << path << ".iscrowd to be 0 or 1, got " << is_crowd);
         }
         double area = xywh[2] * xywh[3];
-        if (const Json* given = fields.optional_member(annotation, "area")) area = fields.number(*given, path + ".area");
+        if (const Json* given = fields.optional_member(annotation, "area"))
+            area = fields.number(*given, path + ".area");
 
         const auto image_index = index_of_image_id.find(image_id);
-        TESSERA_CHECK(image_index != index_of_image_id.end(),
-                      quoted(file) << ": " << path << ".image_id = " << image_id
-                                   << " names no image (no images[].id has that value)");
+        TESSERA_CHECK(image_index != index_of_image_id.end(), quoted(file)
+                                                                  << ": " << path << ".image_id = " << image_id
+                                                                  << " names no image (no images[].id has that value)");
         TESSERA_CHECK(names_by_id.contains(category_id),
                       quoted(file) << ": " << path << ".category_id = " << category_id
                                    << " names no category (no categories[].id has that value)");
@@ -396,8 +402,8 @@ CocoDataset::CocoDataset(const CocoOptions& options) : m_options(options) {
         image.areas.push_back(static_cast<float>(area));
         ++m_counts.kept;
     }
-    m_counts.images_without_objects = std::count_if(m_images.begin(), m_images.end(),
-                                                    [](const CocoImage& image) { return image.objects.empty(); });
+    m_counts.images_without_objects =
+        std::count_if(m_images.begin(), m_images.end(), [](const CocoImage& image) { return image.objects.empty(); });
 }
 
 const CocoImage& CocoDataset::image(std::int64_t index) const {
@@ -406,7 +412,9 @@ const CocoImage& CocoDataset::image(std::int64_t index) const {
     return m_images[static_cast<std::size_t>(index)];
 }
 
-fs::path CocoDataset::image_path(std::int64_t index) const { return m_options.images_dir / image(index).file_name; }
+fs::path CocoDataset::image_path(std::int64_t index) const {
+    return m_options.images_dir / image(index).file_name;
+}
 
 DetectionSample CocoDataset::load(std::int64_t index) const {
     const CocoImage& record = image(index);

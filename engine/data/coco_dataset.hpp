@@ -42,11 +42,11 @@
 namespace tessera::data {
 
 struct CocoOptions {
-    std::filesystem::path annotations_file;  // instances.json
-    std::filesystem::path images_dir;        // file_name is relative to it
+    std::filesystem::path annotations_file{};  // instances.json
+    std::filesystem::path images_dir{};        // file_name is relative to it
     // Keep only these categories (by COCO id, by name, or both); both empty: keep all. Unknown ones throw.
-    std::vector<std::int64_t> keep_category_ids;
-    std::vector<std::string> keep_category_names;
+    std::vector<std::int64_t> keep_category_ids{};
+    std::vector<std::string> keep_category_names{};
 };
 
 struct CocoCategory {
@@ -65,12 +65,12 @@ struct CocoImage {
 
 // Annotations read, and what became of them.
 struct CocoCounts {
-    std::int64_t annotations = 0;         // in the file
-    std::int64_t kept = 0;                // in CocoImage::objects
-    std::int64_t crowd_ignored = 0;       // iscrowd = 1
-    std::int64_t other_category = 0;      // category not kept by CocoOptions
-    std::int64_t degenerate = 0;          // w ≤ 0 or h ≤ 0
-    std::int64_t outside_image = 0;       // nothing left after clipping to the image
+    std::int64_t annotations = 0;     // in the file
+    std::int64_t kept = 0;            // in CocoImage::objects
+    std::int64_t crowd_ignored = 0;   // iscrowd = 1
+    std::int64_t other_category = 0;  // category not kept by CocoOptions
+    std::int64_t degenerate = 0;      // w ≤ 0 or h ≤ 0
+    std::int64_t outside_image = 0;   // nothing left after clipping to the image
     std::int64_t images_without_objects = 0;
 };
 

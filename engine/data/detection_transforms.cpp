@@ -13,7 +13,9 @@ using detection::Box;
 using detection::LabeledBox;
 
 // Python's round and tf.round: halves go to the even neighbour (the default floating-point rounding mode).
-std::int64_t round_half_even(double value) { return static_cast<std::int64_t>(std::nearbyint(value)); }
+std::int64_t round_half_even(double value) {
+    return static_cast<std::int64_t>(std::nearbyint(value));
+}
 
 void check_image(const Tensor& image, const char* caller) {
     TESSERA_CHECK(image.rank() == 3 && image.dtype() == DType::F32 && image.dim(1) >= 1 && image.dim(2) >= 1,
@@ -48,8 +50,8 @@ Taps axis_taps(std::int64_t in, std::int64_t scaled, std::int64_t begin, std::in
     Taps taps;
     const double ratio = static_cast<double>(in) / static_cast<double>(scaled);
     for (std::int64_t o = begin; o < begin + extent && o < scaled; ++o) {
-        const double position = std::clamp((static_cast<double>(o) + 0.5) * ratio - 0.5, 0.0,
-                                           static_cast<double>(in - 1));
+        const double position =
+            std::clamp((static_cast<double>(o) + 0.5) * ratio - 0.5, 0.0, static_cast<double>(in - 1));
         const auto low = static_cast<std::int64_t>(position);  // ≥ 0: floor
         taps.low.push_back(low);
         taps.high.push_back(std::min(low + 1, in - 1));
@@ -142,11 +144,11 @@ std::array<std::int64_t, 2> keep_aspect_ratio_size(std::array<std::int64_t, 2> s
                                                    const KeepAspectRatioOptions& options) {
     TESSERA_CHECK(size[0] >= 1 && size[1] >= 1,
                   "keep_aspect_ratio_size: expected an image size ≥ 1, got [" << size[0] << ", " << size[1] << "]");
-    TESSERA_CHECK(options.min_dimension >= 1 &&
-                      (options.max_dimension == 0 || options.max_dimension >= options.min_dimension),
-                  "keep_aspect_ratio_resizer: expected 1 ≤ min_dimension ≤ max_dimension (or max_dimension 0 for "
-                  "no limit), got min_dimension "
-                      << options.min_dimension << ", max_dimension " << options.max_dimension);
+    TESSERA_CHECK(
+        options.min_dimension >= 1 && (options.max_dimension == 0 || options.max_dimension >= options.min_dimension),
+        "keep_aspect_ratio_resizer: expected 1 ≤ min_dimension ≤ max_dimension (or max_dimension 0 for "
+        "no limit), got min_dimension "
+            << options.min_dimension << ", max_dimension " << options.max_dimension);
     const auto sides_at = [&](double scale) -> std::array<std::int64_t, 2> {
         return {std::max<std::int64_t>(1, round_half_even(static_cast<double>(size[0]) * scale)),
                 std::max<std::int64_t>(1, round_half_even(static_cast<double>(size[1]) * scale))};
@@ -215,7 +217,7 @@ DetectionSample scale_and_crop(const DetectionSample& sample, std::array<std::in
         const std::int64_t slack = std::max<std::int64_t>(0, scaled[axis] - output_size[axis]);
         TESSERA_CHECK(crop_offset[axis] >= 0 && crop_offset[axis] <= slack,
                       "scale jitter: expected the crop offset along " << (axis == 0 ? "y" : "x") << " in [0, " << slack
-                                                                       << "], got " << crop_offset[axis]);
+                                                                      << "], got " << crop_offset[axis]);
     }
 
     DetectionSample result;
@@ -252,7 +254,7 @@ DetectionSample random_scale_jitter(const DetectionSample& sample, const ScaleJi
                       << options.min_scale << ", max_scale " << options.max_scale);
     TESSERA_CHECK(options.output_size[0] >= 1 && options.output_size[1] >= 1,
                   "random_scale_jitter: expected an output size ≥ 1, got [" << options.output_size[0] << ", "
-                                                                             << options.output_size[1] << "]");
+                                                                            << options.output_size[1] << "]");
     const double scale = options.min_scale + (options.max_scale - options.min_scale) * random.uniform();
     // The same scaled size scale_and_crop computes, for the offsets' ranges.
     const auto [height, width] = sample.content_size;
@@ -277,8 +279,8 @@ detection::PaddedGroundTruth pad_sample_ground_truth(std::span<const detection::
     const auto count = static_cast<std::int64_t>(objects.size());
     if (count <= options.max_number_of_boxes) return detection::pad_ground_truth(objects, options.max_number_of_boxes);
     TESSERA_CHECK(options.excess_boxes != ExcessBoxes::Error,
-                  "image '" << image_name << "' has " << count << " objects, more than max_number_of_boxes = "
-                            << options.max_number_of_boxes
+                  "image '" << image_name << "' has " << count
+                            << " objects, more than max_number_of_boxes = " << options.max_number_of_boxes
                             << ": raise max_number_of_boxes, or choose to keep the largest or the first ones");
     std::vector<std::size_t> kept(objects.size());
     std::iota(kept.begin(), kept.end(), std::size_t{0});
