@@ -115,7 +115,7 @@ TEST(Experiment, TrainingFieldsAreRead) {
     EXPECT_TRUE(plan_only.model.fpn_batch_norm && plan_only.model.head_batch_norm);  // the TPU layout by default
     // torchvision's layout: no batch norm after the pyramid or in the heads.
     const experiment::Experiment torchvision = experiment::parse_experiment(
-        R"({"model": {"kind": "retinanet", "depth": 50, "num_classes": 90, "fpn_batch_norm": false, "head_batch_norm": false},
+        R"({"version": 1, "model": {"kind": "retinanet", "depth": 50, "num_classes": 90, "fpn_batch_norm": false, "head_batch_norm": false},
             "input": {"channels": 3, "size": [256, 256]}, "global_batch": 1})",
         "torchvision.json");
     EXPECT_EQ(experiment::build_model(torchvision, experiment::replica_input_shape(torchvision)).parameter_count(), 34047374);
