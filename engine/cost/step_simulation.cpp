@@ -296,6 +296,7 @@ private:
     void count_trained_parameters() {
         for (const Node& node : m_model.nodes()) {
             if (!trains(node)) continue;
+            if (node.shares_parameters_of >= 0) continue;  // counted at the owner
             for (int p : node.parameters) m_parameter_count += num_elements_of(m_model.parameters()[static_cast<std::size_t>(p)].shape);
         }
     }
@@ -329,7 +330,8 @@ private:
         if (m_has_halo[n] && m_model.node(node.inputs[0]).kind != OpKind::Input) send_halo_gradients(node, tasks);
         // Weight gradients, all-reduced while backward goes on (when overlapped) in buckets of at least
         // 25 MiB, as data-parallel frameworks do: one all-reduce per layer would pay the latency per layer.
-        if (m_options.overlap_gradient_all_reduce && !node.parameters.empty() && trains(node)) {
+        // A shared parameter's gradient is complete at its first user (the last to run backward).
+        if (m_options.overlap_gradient_all_reduce && !node.parameters.empty() && node.shares_parameters_of < 0 && trains(node)) {
             for (int p : node.parameters) m_bucket_bytes += 4 * num_elements_of(m_model.parameters()[static_cast<std::size_t>(p)].shape);
             m_bucket_tasks.insert(m_bucket_tasks.end(), tasks.begin(), tasks.end());
             if (m_bucket_bytes >= kBucketBytes) flush_bucket(id);

@@ -35,7 +35,7 @@ void check_ground_truth(const PaddedGroundTruth& gt, std::int64_t num_classes) {
     }
 }
 
-std::vector<Box> boxes_of(const PaddedGroundTruth& gt) {
+std::vector<Box> boxes_of_rows(const PaddedGroundTruth& gt) {
     std::vector<Box> boxes(static_cast<std::size_t>(gt.boxes.dim(0)));
     const float* c = gt.boxes.data<float>();
     for (Box& box : boxes) {
@@ -58,6 +58,8 @@ Tensor gatherable_rows(const PaddedGroundTruth& gt) {
 }
 
 }  // namespace
+
+std::vector<Box> ground_truth_boxes(const PaddedGroundTruth& ground_truth) { return boxes_of_rows(ground_truth); }
 
 PaddedGroundTruth pad_ground_truth(std::span<const LabeledBox> objects, std::int64_t max_number_of_boxes) {
     const auto count = static_cast<std::int64_t>(objects.size());
@@ -120,63 +122,109 @@ AnchorTargets targets_from_matches(std::vector<std::int32_t> matches, const Padd
 AnchorTargets label_anchors(const PaddedGroundTruth& ground_truth, const AnchorSet& anchors,
                             const LabelerOptions& options) {
     check_ground_truth(ground_truth, options.num_classes);
-    const Tensor iou = iou_matrix(boxes_of(ground_truth), anchors.boxes, ground_truth.num_valid);  // [G, M]
+    const Tensor iou = iou_matrix(ground_truth_boxes(ground_truth), anchors.boxes, ground_truth.num_valid);  // [G, M]
     std::vector<std::int32_t> matches = match_anchors(iou, ground_truth.num_valid, options.matcher);
     return targets_from_matches(std::move(matches), ground_truth, anchors.boxes, options);
 }
 
 namespace {
 
-// Writes one image's flat per-anchor values [M, C] (C = K or 4) of one level into [N, A·C, H, W] at image n;
-// a flat [M] (a weight) is repeated over the C channels of its anchor.
-void scatter_level(const LevelAnchors& level, std::int64_t n, const Tensor& flat, std::int64_t channels_per_anchor,
-                   Tensor& out) {
+// Writes one image's flat per-anchor values (C = K or 4 per anchor, or one weight per anchor repeated over
+// its C channels) of one level's cells into [N, A·C, rows, columns] at image n. `first` is the position
+// of the cells' first anchor in `flat`.
+void scatter_level(const LevelAnchors& level, const CellRange& cells, std::int64_t first, std::int64_t n,
+                   const Tensor& flat, std::int64_t channels_per_anchor, Tensor& out) {
     const std::int64_t anchors_per_cell = level.anchors_per_cell();
-    const std::int64_t plane = level.height * level.width;
+    const std::int64_t rows = cells.row_end - cells.row_begin, columns = cells.column_end - cells.column_begin;
+    const std::int64_t plane = rows * columns;
     const bool per_anchor_weight = flat.rank() == 1;
     float* image_out = out.data<float>() + n * anchors_per_cell * channels_per_anchor * plane;
-    for (std::int64_t row = 0; row < level.height; ++row) {
-        for (std::int64_t column = 0; column < level.width; ++column) {
-            for (std::int64_t anchor = 0; anchor < anchors_per_cell; ++anchor) {
-                const std::int64_t index = level.index_of(row, column, anchor);
+    std::int64_t index = first;
+    for (std::int64_t row = 0; row < rows; ++row) {
+        for (std::int64_t column = 0; column < columns; ++column) {
+            for (std::int64_t anchor = 0; anchor < anchors_per_cell; ++anchor, ++index) {
                 for (std::int64_t c = 0; c < channels_per_anchor; ++c) {
                     const float value = per_anchor_weight ? flat.data<float>()[index]
                                                           : flat.data<float>()[index * channels_per_anchor + c];
-                    image_out[(anchor * channels_per_anchor + c) * plane + row * level.width + column] = value;
+                    image_out[(anchor * channels_per_anchor + c) * plane + row * columns + column] = value;
                 }
             }
         }
     }
 }
 
+std::vector<CellRange> whole_levels(const AnchorSet& anchors) {
+    std::vector<CellRange> cells;
+    for (const LevelAnchors& level : anchors.levels) cells.push_back({0, level.height, 0, level.width});
+    return cells;
+}
+
 }  // namespace
 
 HeadTargets to_head_layout(std::span<const AnchorTargets> images, const AnchorSet& anchors) {
+    const std::vector<CellRange> cells = whole_levels(anchors);
+    return to_head_layout(images, anchors, cells);
+}
+
+std::vector<std::int64_t> anchor_indices_of_cells(const AnchorSet& anchors, std::span<const CellRange> cells) {
+    TESSERA_CHECK(cells.size() == anchors.levels.size(), "anchor_indices_of_cells: expected a cell range for each of the "
+                                                             << anchors.levels.size() << " levels, got " << cells.size());
+    std::vector<std::int64_t> indices;
+    for (std::size_t l = 0; l < cells.size(); ++l) {
+        const LevelAnchors& level = anchors.levels[l];
+        const CellRange& range = cells[l];
+        TESSERA_CHECK(0 <= range.row_begin && range.row_begin <= range.row_end && range.row_end <= level.height &&
+                          0 <= range.column_begin && range.column_begin <= range.column_end && range.column_end <= level.width,
+                      "anchor_indices_of_cells: level " << level.level << " has " << level.height << " × " << level.width
+                                                        << " cells; got rows [" << range.row_begin << ", " << range.row_end
+                                                        << ") and columns [" << range.column_begin << ", "
+                                                        << range.column_end << ")");
+        for (std::int64_t row = range.row_begin; row < range.row_end; ++row) {
+            for (std::int64_t column = range.column_begin; column < range.column_end; ++column) {
+                for (std::int64_t anchor = 0; anchor < level.anchors_per_cell(); ++anchor) {
+                    indices.push_back(level.index_of(row, column, anchor));
+                }
+            }
+        }
+    }
+    return indices;
+}
+
+HeadTargets to_head_layout(std::span<const AnchorTargets> images, const AnchorSet& anchors,
+                           std::span<const CellRange> cells) {
     TESSERA_CHECK(!images.empty(), "to_head_layout: expected at least one image's targets, got none");
+    TESSERA_CHECK(cells.size() == anchors.levels.size(), "to_head_layout: expected a cell range for each of the "
+                                                             << anchors.levels.size() << " levels, got " << cells.size());
+    std::int64_t count = 0;
+    for (std::size_t l = 0; l < cells.size(); ++l) count += cells[l].num_cells() * anchors.levels[l].anchors_per_cell();
     const auto batch = static_cast<std::int64_t>(images.size());
     const std::int64_t num_classes = images.front().class_targets.dim(1);
     for (const AnchorTargets& image : images) {
-        TESSERA_CHECK(image.class_targets.rank() == 2 && image.class_targets.dim(0) == anchors.count() &&
+        TESSERA_CHECK(image.class_targets.rank() == 2 && image.class_targets.dim(0) == count &&
                           image.class_targets.dim(1) == num_classes,
                       "to_head_layout: expected every image's targets over the "
-                          << anchors.count() << " anchors with " << num_classes << " classes, got "
+                          << count << " anchors of the cells with " << num_classes << " classes, got "
                           << shape_to_string(image.class_targets.shape()));
     }
     HeadTargets head;
-    for (const LevelAnchors& level : anchors.levels) {
+    std::int64_t first = 0;
+    for (std::size_t l = 0; l < cells.size(); ++l) {
+        const LevelAnchors& level = anchors.levels[l];
         const std::int64_t a = level.anchors_per_cell();
+        const std::int64_t rows = cells[l].row_end - cells[l].row_begin, columns = cells[l].column_end - cells[l].column_begin;
         LevelTargets out;
-        out.class_targets = Tensor::empty({batch, a * num_classes, level.height, level.width}, DType::F32);
+        out.class_targets = Tensor::empty({batch, a * num_classes, rows, columns}, DType::F32);
         out.class_weights = Tensor::empty(out.class_targets.shape(), DType::F32);
-        out.box_targets = Tensor::empty({batch, a * 4, level.height, level.width}, DType::F32);
+        out.box_targets = Tensor::empty({batch, a * 4, rows, columns}, DType::F32);
         out.box_weights = Tensor::empty(out.box_targets.shape(), DType::F32);
         for (std::int64_t n = 0; n < batch; ++n) {
             const AnchorTargets& image = images[static_cast<std::size_t>(n)];
-            scatter_level(level, n, image.class_targets, num_classes, out.class_targets);
-            scatter_level(level, n, image.class_weights, num_classes, out.class_weights);
-            scatter_level(level, n, image.box_targets, 4, out.box_targets);
-            scatter_level(level, n, image.box_weights, 4, out.box_weights);
+            scatter_level(level, cells[l], first, n, image.class_targets, num_classes, out.class_targets);
+            scatter_level(level, cells[l], first, n, image.class_weights, num_classes, out.class_weights);
+            scatter_level(level, cells[l], first, n, image.box_targets, 4, out.box_targets);
+            scatter_level(level, cells[l], first, n, image.box_weights, 4, out.box_weights);
         }
+        first += cells[l].num_cells() * a;
         head.levels.push_back(std::move(out));
     }
     for (const AnchorTargets& image : images) head.num_positive += image.num_positive;

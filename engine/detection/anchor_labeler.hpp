@@ -40,6 +40,8 @@ struct PaddedGroundTruth {
 };
 // Throws when there are more objects than max_number_of_boxes.
 PaddedGroundTruth pad_ground_truth(std::span<const LabeledBox> objects, std::int64_t max_number_of_boxes);
+// The G rows as boxes, padding included (for iou_matrix with num_valid).
+std::vector<Box> ground_truth_boxes(const PaddedGroundTruth& ground_truth);
 
 struct LabelerOptions {
     std::int64_t num_classes = 90;  // K
@@ -75,5 +77,12 @@ struct HeadTargets {
 };
 // images: the N images' targets over all of `anchors`.
 HeadTargets to_head_layout(std::span<const AnchorTargets> images, const AnchorSet& anchors);
+
+// A tile's part: cells[l] are the cells of level l it holds (a core's tile of that level's outputs).
+// Its anchors, in global order (level, row, column, anchor), are anchor_indices_of_cells; images[n]
+// holds the targets of exactly those anchors, and the levels come out [N, A·K, rows, columns].
+std::vector<std::int64_t> anchor_indices_of_cells(const AnchorSet& anchors, std::span<const CellRange> cells);
+HeadTargets to_head_layout(std::span<const AnchorTargets> images, const AnchorSet& anchors,
+                           std::span<const CellRange> cells);
 
 }  // namespace tessera::detection

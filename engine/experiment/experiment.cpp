@@ -544,12 +544,15 @@ Experiment parse_experiment(const std::string& json_text, const std::string& ori
         e.model.base_width = read.integer(model, "model", "base_width", 1, 1024, 64);
         e.model.num_classes = read.integer(model, "model", "num_classes", 2, 100000, 1000);
     } else {
-        read.check_fields(model, "model", {"kind", "depth", "num_classes", "fpn_channels", "num_anchors"});
+        read.check_fields(model, "model",
+                          {"kind", "depth", "num_classes", "fpn_channels", "num_anchors", "fpn_batch_norm", "head_batch_norm"});
         e.model.kind = ModelKind::RetinaNet;
         e.model.depth = static_cast<int>(read.integer(model, "model", "depth", 18, 200, 50));
         e.model.num_classes = read.integer(model, "model", "num_classes", 1, 100000, 90);
         e.model.fpn_channels = read.integer(model, "model", "fpn_channels", 1, 4096, 256);
         e.model.num_anchors = read.integer(model, "model", "num_anchors", 1, 100, 9);
+        e.model.fpn_batch_norm = read.boolean(model, "model", "fpn_batch_norm", true);
+        e.model.head_batch_norm = read.boolean(model, "model", "head_batch_norm", true);
     }
 
     // input
@@ -702,6 +705,8 @@ graph::Graph build_model(const Experiment& e, const Shape& input) {
             config.num_classes = e.model.num_classes;
             config.fpn_channels = e.model.fpn_channels;
             config.num_anchors = e.model.num_anchors;
+            config.fpn_batch_norm = e.model.fpn_batch_norm;
+            config.head_batch_norm = e.model.head_batch_norm;
             return networks::make_retinanet(config, input);
         }
     }

@@ -55,6 +55,8 @@ struct ModelSpec {
     bool batch_norm = true;           // U-Net
     std::int64_t fpn_channels = 256;  // RetinaNet
     std::int64_t num_anchors = 9;     // RetinaNet
+    bool fpn_batch_norm = true;       // RetinaNet: BN on P3..P7 (TPU); false as torchvision
+    bool head_batch_norm = true;      // RetinaNet: BN after each head conv, per level (TPU); false as torchvision
 };
 
 // How a run trains: the parts of TPUEstimator's params that are not the model or the layout.

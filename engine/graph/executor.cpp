@@ -5,6 +5,7 @@
 #include "ops/kernels.hpp"
 #include "ops/tile_rows.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -37,15 +38,24 @@ struct Executor::Impl {
     std::vector<std::vector<bool>> diff_is_scratch;
     std::vector<dnnl::binary> accumulate;  // per node: gradient += scratch
 
-    Copy output_to_plain;
-    Copy plain_to_output_gradient;
+    // Per graph output (Graph::output_nodes()): copies between its kernel layout and a plain tensor.
+    std::vector<Copy> output_to_plain;
+    std::vector<Copy> plain_to_output_gradient;
     Copy plain_to_input;
+    // Weight sharing (Graph::conv's share_parameters_of). Backward runs in reverse, so a shared
+    // parameter's last user writes its gradient directly; every earlier user computes into a gradient
+    // of its own, added once that user's backward has run (as activation gradients accumulate).
+    struct SharedUse {
+        std::size_t parameter;            // index into parameters
+        std::unique_ptr<Parameter> copy;  // the value's storage shared, a gradient of its own
+    };
+    std::vector<std::vector<SharedUse>> shared_uses;  // per node
     bool ran_forward_training = false;
     Mode mode = Mode::Eval;
     std::vector<memory> node_inputs;  // scratch: the current node's input memories
     std::vector<NodeTiming> timings;
-    // Nodes nothing consumes other than the output (a detector's other heads): no gradient arrives
-    // there, so backward starts them at zero.
+    // Nodes nothing consumes that are not outputs: no gradient arrives there, so backward starts
+    // them at zero.
     std::vector<std::size_t> unconsumed;
 
     const std::vector<memory>& inputs_of(const Node& node) {
@@ -56,6 +66,13 @@ struct Executor::Impl {
 
 
     Impl(const Graph& g, ExecutorOptions o) : graph(g), options(o) {}
+
+    // A shared parameter's users read the parameter's current storage (a driver may have replaced it).
+    void sync_shared_values() {
+        for (auto& uses : shared_uses) {
+            for (SharedUse& use : uses) use.copy->value = parameters[use.parameter].value;
+        }
+    }
 
     // Rounds a node's value (or its gradient) to f16 and back, in place; any layout (padding included).
     static void round_through_half(std::size_t, const memory& value) {
@@ -69,6 +86,12 @@ Executor::Executor(const Graph& graph, ExecutorOptions options) : m_impl(std::ma
     Impl& impl = *m_impl;
     TESSERA_CHECK(graph.input_node() >= 0, "graph '" << graph.name() << "' has no input");
     TESSERA_CHECK(graph.output_node() != graph.input_node(), "graph '" << graph.name() << "' has no output op");
+    const std::vector<std::vector<int>> consumers = graph.consumers();
+    for (int output : graph.output_nodes()) {
+        TESSERA_CHECK(output != graph.input_node() && consumers[static_cast<std::size_t>(output)].empty(),
+                      "graph '" << graph.name() << "': output '" << graph.node(output).name
+                                << "' must be computed and feed no other node (its gradient comes from the loss alone)");
+    }
 
     for (const ParameterSpec& spec : graph.parameters()) {
         impl.parameters.push_back({spec.name, Tensor::zeros(spec.shape, DType::F32), Tensor::zeros(spec.shape, DType::F32),
@@ -85,14 +108,29 @@ Executor::Executor(const Graph& graph, ExecutorOptions options) : m_impl(std::ma
     impl.diff_targets.resize(count);
     impl.diff_is_scratch.resize(count);
     impl.accumulate.resize(count);
+    impl.shared_uses.resize(count);
 
     const auto input_id = static_cast<std::size_t>(graph.input_node());
     const memory::desc input_desc = ops::plain_desc(nodes[input_id].output_shape);
     impl.outputs[input_id] = memory(input_desc, cpu_engine());
 
+    std::vector<int> last_user(graph.parameters().size(), -1);
+    for (const Node& node : nodes) {
+        for (int p : node.parameters) last_user[static_cast<std::size_t>(p)] = node.id;
+    }
     auto parameter = [&](const Node& node, std::size_t i) -> Parameter* {
-        return i < node.parameters.size() ? &impl.parameters[static_cast<std::size_t>(node.parameters[i])] : nullptr;
+        if (i >= node.parameters.size()) return nullptr;
+        const auto p = static_cast<std::size_t>(node.parameters[i]);
+        Parameter& shared = impl.parameters[p];
+        if (last_user[p] == node.id) return &shared;
+        auto copy = std::make_unique<Parameter>(
+            Parameter{shared.name, shared.value, Tensor::zeros(shared.value.shape(), DType::F32), shared.apply_weight_decay});
+        Parameter* result = copy.get();
+        impl.shared_uses[static_cast<std::size_t>(node.id)].push_back({p, std::move(copy)});
+        return result;
     };
+    std::vector<bool> is_output(count, false);
+    for (int output : graph.output_nodes()) is_output[static_cast<std::size_t>(output)] = true;
     // Data: the graph input, or a simulated core's halo buffer around it. No gradient flows to data, and
     // the first layer reading it keeps f32 in BF16 mode.
     std::vector<bool> is_data(count, false);
@@ -120,7 +158,7 @@ Executor::Executor(const Graph& graph, ExecutorOptions options) : m_impl(std::ma
         const memory::data_type compute =
             impl.options.precision == Precision::BF16 && !reads_graph_input && !narrow ? memory::data_type::bf16
                                                                                        : memory::data_type::f32;
-        const memory::data_type output_type = node.id == graph.output_node() ? memory::data_type::f32 : compute;
+        const memory::data_type output_type = is_output[static_cast<std::size_t>(node.id)] ? memory::data_type::f32 : compute;
         std::unique_ptr<Kernel> kernel;
         try {
             switch (node.kind) {
@@ -188,15 +226,16 @@ Executor::Executor(const Graph& graph, ExecutorOptions options) : m_impl(std::ma
         }
     }
 
-    const std::vector<std::vector<int>> consumers = graph.consumers();
     for (std::size_t n = 0; n < count; ++n) {
-        if (!is_data[n] && consumers[n].empty() && static_cast<int>(n) != graph.output_node()) impl.unconsumed.push_back(n);
+        if (!is_data[n] && consumers[n].empty() && !is_output[n]) impl.unconsumed.push_back(n);
     }
 
-    const auto output_id = static_cast<std::size_t>(graph.output_node());
-    const memory::desc output_plain = ops::plain_desc(nodes[output_id].output_shape);
-    impl.output_to_plain = Copy(impl.scratchpad, impl.outputs[output_id].get_desc(), output_plain);
-    impl.plain_to_output_gradient = Copy(impl.scratchpad, output_plain, impl.gradients[output_id].get_desc());
+    for (int output : graph.output_nodes()) {
+        const auto output_id = static_cast<std::size_t>(output);
+        const memory::desc output_plain = ops::plain_desc(nodes[output_id].output_shape);
+        impl.output_to_plain.emplace_back(impl.scratchpad, impl.outputs[output_id].get_desc(), output_plain);
+        impl.plain_to_output_gradient.emplace_back(impl.scratchpad, output_plain, impl.gradients[output_id].get_desc());
+    }
     impl.plain_to_input = Copy(impl.scratchpad, input_desc, input_desc);
     impl.scratchpad.allocate();
 }
@@ -250,7 +289,11 @@ Tensor Executor::forward(const Tensor& input, Mode mode) {
 }
 
 void Executor::backward(const Tensor& output_gradient) {
-    begin_backward(output_gradient);
+    backward(std::span<const Tensor>(&output_gradient, 1));
+}
+
+void Executor::backward(std::span<const Tensor> output_gradients) {
+    begin_backward(output_gradients);
     const auto& nodes = m_impl->graph.nodes();
     for (std::size_t n = nodes.size(); n-- > 0;) {
         const int id = nodes[n].id;
@@ -273,6 +316,7 @@ void Executor::begin_forward(const Tensor& input, Mode mode) {
                             << " " << shape_to_string(input.shape()));
     const Tensor dense_input = input.contiguous();
     impl.plain_to_input(ops::wrap(dense_input), impl.outputs[input_id]);
+    impl.sync_shared_values();
     impl.mode = mode;
     impl.ran_forward_training = false;
     for (NodeTiming& timing : impl.timings) timing.forward_seconds = 0;
@@ -288,32 +332,58 @@ void Executor::forward_node(int id) {
     impl.kernels[n]->forward(impl.inputs_of(node), impl.outputs[n], impl.mode);
     if (impl.options.precision == Precision::F16) impl.round_through_half(n, impl.outputs[n]);
     impl.timings[n].forward_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (id == impl.graph.output_node()) impl.ran_forward_training = impl.mode == Mode::Train;
+    const std::vector<int>& outputs = impl.graph.output_nodes();
+    if (id == *std::max_element(outputs.begin(), outputs.end())) impl.ran_forward_training = impl.mode == Mode::Train;
 }
 
-Tensor Executor::output() const {
+Tensor Executor::output(std::size_t index) const {
     Impl& impl = *m_impl;
-    const auto output_id = static_cast<std::size_t>(impl.graph.output_node());
+    const std::vector<int>& outputs = impl.graph.output_nodes();
+    TESSERA_CHECK(index < outputs.size(), "graph '" << impl.graph.name() << "' has " << outputs.size()
+                                                    << " outputs, asked for output " << index);
+    const auto output_id = static_cast<std::size_t>(outputs[index]);
     Tensor result = Tensor::empty(impl.graph.nodes()[output_id].output_shape, DType::F32);
-    impl.output_to_plain(impl.outputs[output_id], ops::wrap(result));
+    impl.output_to_plain[index](impl.outputs[output_id], ops::wrap(result));
     cpu_stream().wait();
     return result;
 }
 
+std::vector<Tensor> Executor::outputs() const {
+    std::vector<Tensor> result;
+    for (std::size_t i = 0; i < m_impl->graph.output_nodes().size(); ++i) result.push_back(output(i));
+    return result;
+}
+
 void Executor::begin_backward(const Tensor& output_gradient) {
+    begin_backward(std::span<const Tensor>(&output_gradient, 1));
+}
+
+void Executor::begin_backward(std::span<const Tensor> output_gradients) {
     Impl& impl = *m_impl;
     TESSERA_CHECK(impl.ran_forward_training, "backward needs a forward pass in Mode::Train first");
     const std::vector<Node>& nodes = impl.graph.nodes();
-    const auto output_id = static_cast<std::size_t>(impl.graph.output_node());
-    TESSERA_CHECK(output_gradient.shape() == nodes[output_id].output_shape,
-                  "backward expects a gradient of shape " << shape_to_string(nodes[output_id].output_shape) << ", got "
-                                                          << shape_to_string(output_gradient.shape()));
+    const std::vector<int>& outputs = impl.graph.output_nodes();
+    TESSERA_CHECK(output_gradients.size() == 1 || output_gradients.size() == outputs.size(),
+                  "graph '" << impl.graph.name() << "' has " << outputs.size() << " outputs; backward needs a gradient for "
+                            << "each (or for the first alone), got " << output_gradients.size());
     for (std::size_t n : impl.unconsumed) {
         std::memset(impl.gradients[n].get_data_handle(), 0, impl.gradients[n].get_desc().get_size());
     }
-    const Tensor dense_gradient = output_gradient.contiguous();
-    impl.plain_to_output_gradient(ops::wrap(dense_gradient), impl.gradients[output_id]);
-    if (impl.options.precision == Precision::F16) impl.round_through_half(output_id, impl.gradients[output_id]);
+    for (std::size_t i = 0; i < outputs.size(); ++i) {
+        const auto output_id = static_cast<std::size_t>(outputs[i]);
+        if (i >= output_gradients.size()) {  // outputs without a gradient given start at zero
+            std::memset(impl.gradients[output_id].get_data_handle(), 0, impl.gradients[output_id].get_desc().get_size());
+            continue;
+        }
+        TESSERA_CHECK(output_gradients[i].shape() == nodes[output_id].output_shape,
+                      "backward expects a gradient of shape " << shape_to_string(nodes[output_id].output_shape) << " for '"
+                                                              << nodes[output_id].name << "', got "
+                                                              << shape_to_string(output_gradients[i].shape()));
+        const Tensor dense_gradient = output_gradients[i].contiguous();
+        impl.plain_to_output_gradient[i](ops::wrap(dense_gradient), impl.gradients[output_id]);
+        if (impl.options.precision == Precision::F16) impl.round_through_half(output_id, impl.gradients[output_id]);
+    }
+    impl.sync_shared_values();
     for (NodeTiming& timing : impl.timings) timing.backward_seconds = 0;
 }
 
@@ -331,6 +401,12 @@ void Executor::backward_node(int id) {
         impl.scratchpad.execute(impl.accumulate[producer], {{DNNL_ARG_SRC_0, impl.gradients[producer]},
                                                             {DNNL_ARG_SRC_1, impl.diff_targets[n][slot]},
                                                             {DNNL_ARG_DST, impl.gradients[producer]}});
+    }
+    for (const Impl::SharedUse& use : impl.shared_uses[n]) {
+        Tensor& total = impl.parameters[use.parameter].gradient;
+        float* sum = total.data<float>();
+        const float* part = use.copy->gradient.data<float>();
+        for (std::int64_t i = 0; i < total.num_elements(); ++i) sum[i] += part[i];
     }
     if (impl.options.precision == Precision::F16) {  // every gradient this node produced, once complete
         for (int input : node.inputs) {
@@ -422,6 +498,9 @@ MemoryReport Executor::memory_report() const {
     for (const Parameter& p : impl.parameters) {
         report.weights += p.value.num_elements() * 4;
         report.weight_gradients += p.gradient.num_elements() * 4;
+    }
+    for (const auto& uses : impl.shared_uses) {  // a shared parameter's earlier users' own gradients
+        for (const Impl::SharedUse& use : uses) report.weight_gradients += use.copy->gradient.num_elements() * 4;
     }
     for (const Tensor& buffer : impl.buffers) report.weights += buffer.num_elements() * 4;
     report.workspace = impl.scratchpad.bytes();  // the kernels' shared scratchpad (no node's alone)

@@ -79,10 +79,14 @@ public:
     // BN running statistics, in graph.buffers() order.
     std::span<Tensor> buffers();
 
-    // input: [N, C, (D,) H, W] f32 contiguous, the graph input's shape. Returns the output node's value.
+    // input: [N, C, (D,) H, W] f32 contiguous, the graph input's shape. Returns the (first) output's
+    // value; outputs() has all of them.
     Tensor forward(const Tensor& input, Mode mode);
-    // output_gradient: d loss / d output, the output's shape. Sets every parameter's gradient.
+    // output_gradient: d loss / d output, the output's shape. Sets every parameter's gradient (a
+    // shared parameter's: the sum over its users). With one gradient for a graph of several outputs,
+    // the others start at zero.
     void backward(const Tensor& output_gradient);
+    void backward(std::span<const Tensor> output_gradients);  // one per output, in Graph::output_nodes() order
 
     // ---- stepping, for a driver that runs several executors in lockstep (the core mesh) ----
     // forward() is begin_forward, forward_node for every node in order, then output(); backward()
@@ -90,8 +94,10 @@ public:
     // forward_node / backward_node, each phase's partial from every executor summed and handed back.
     void begin_forward(const Tensor& input, Mode mode);
     void forward_node(int node);
-    Tensor output() const;  // plain copy of the output node's value
+    Tensor output(std::size_t index = 0) const;  // plain copy of an output's value
+    std::vector<Tensor> outputs() const;          // every output, in Graph::output_nodes() order
     void begin_backward(const Tensor& output_gradient);
+    void begin_backward(std::span<const Tensor> output_gradients);
     void backward_node(int node);
     int reduction_phases(int node, Pass pass) const;
     std::vector<double> reduction_partial(int node, Pass pass, int phase);

@@ -1,5 +1,7 @@
 #include "graph/graph.hpp"
 
+#include <algorithm>
+
 namespace tessera::graph {
 
 std::string_view op_name(OpKind kind) {
@@ -43,6 +45,13 @@ int Graph::add_node(Node node) {
     return m_nodes.back().id;
 }
 
+int Graph::checked_parameter(int parameter) const {
+    TESSERA_CHECK(parameter >= 0 && parameter < static_cast<int>(m_parameters.size()),
+                  "graph '" << m_name << "' has parameters 0.." << static_cast<int>(m_parameters.size()) - 1 << ", got "
+                            << parameter);
+    return parameter;
+}
+
 int Graph::add_parameter(ParameterSpec spec) {
     m_parameters.push_back(std::move(spec));
     return static_cast<int>(m_parameters.size()) - 1;
@@ -60,11 +69,11 @@ int Graph::input(Shape shape, std::string name) {
     node.name = std::move(name);
     node.output_shape = std::move(shape);
     m_input = add_node(std::move(node));
-    m_output = m_input;
     return m_input;
 }
 
-int Graph::conv(int x, std::int64_t out_channels, ops::ConvAttributes attributes, std::string name) {
+int Graph::conv(int x, std::int64_t out_channels, ops::ConvAttributes attributes, std::string name,
+                int share_parameters_of) {
     const Node& source = checked(x, "conv");
     Node node;
     node.kind = OpKind::Conv;
@@ -73,10 +82,26 @@ int Graph::conv(int x, std::int64_t out_channels, ops::ConvAttributes attributes
     node.out_channels = out_channels;
     node.output_shape = ops::conv_output_shape(source.output_shape, out_channels, attributes);
     const std::int64_t in_channels = source.output_shape[1];
+    const Shape weight_shape = ops::conv_weight_shape(in_channels, out_channels, attributes);
+    if (share_parameters_of >= 0) {
+        const Node& owner = checked(share_parameters_of, "conv sharing parameters");
+        TESSERA_CHECK(owner.kind == OpKind::Conv && owner.shares_parameters_of < 0,
+                      "conv '" << node.name << "' can share the parameters of a conv that owns its own, not of '"
+                               << owner.name << "' (" << op_name(owner.kind) << ")");
+        const Shape& owner_weight = m_parameters[static_cast<std::size_t>(owner.parameters[0])].shape;
+        TESSERA_CHECK(owner_weight == weight_shape && owner.conv.has_bias == attributes.has_bias,
+                      "conv '" << node.name << "' shares the parameters of '" << owner.name << "', so it needs its weight "
+                               << shape_to_string(owner_weight) << (owner.conv.has_bias ? " with" : " without")
+                               << " a bias; got " << shape_to_string(weight_shape)
+                               << (attributes.has_bias ? " with" : " without") << " a bias");
+        node.parameters = owner.parameters;
+        node.shares_parameters_of = share_parameters_of;
+        node.conv = std::move(attributes);
+        return add_node(std::move(node));
+    }
     std::int64_t taps = 1;
     for (std::int64_t k : attributes.kernel) taps *= k;
-    node.parameters.push_back(add_parameter({node.name + ".weight", ops::conv_weight_shape(in_channels, out_channels, attributes),
-                                             Initializer::HeNormal, in_channels * taps, true}));
+    node.parameters.push_back(add_parameter({node.name + ".weight", weight_shape, Initializer::HeNormal, in_channels * taps, true}));
     if (attributes.has_bias) {
         node.parameters.push_back(add_parameter({node.name + ".bias", {out_channels}, Initializer::Zeros, 1, false}));
     }
@@ -261,16 +286,29 @@ int Graph::upsample(int x, ops::Extents factor, std::string name) {
 
 void Graph::set_output(int node) {
     checked(node, "set_output");
-    m_output = node;
+    m_outputs = {node};
+}
+
+void Graph::add_output(int node) {
+    checked(node, "add_output");
+    TESSERA_CHECK(!m_outputs.empty(), "graph '" << m_name << "': set_output names the first output, add_output the others");
+    TESSERA_CHECK(std::find(m_outputs.begin(), m_outputs.end(), node) == m_outputs.end(),
+                  "graph '" << m_name << "': '" << m_nodes[static_cast<std::size_t>(node)].name << "' is already an output");
+    m_outputs.push_back(node);
 }
 
 void Graph::set_initializer(int parameter, Initializer initializer, double constant) {
-    TESSERA_CHECK(parameter >= 0 && parameter < static_cast<int>(m_parameters.size()),
-                  "graph '" << m_name << "' has parameters 0.." << static_cast<int>(m_parameters.size()) - 1 << ", got "
-                            << parameter);
-    ParameterSpec& spec = m_parameters[static_cast<std::size_t>(parameter)];
+    ParameterSpec& spec = m_parameters[static_cast<std::size_t>(checked_parameter(parameter))];
     spec.initializer = initializer;
     spec.constant = constant;
+}
+
+void Graph::set_parameter_name(int parameter, std::string name) {
+    checked_parameter(parameter);
+    for (const ParameterSpec& spec : m_parameters) {
+        TESSERA_CHECK(spec.name != name, "graph '" << m_name << "' already has a parameter named '" << name << "'");
+    }
+    m_parameters[static_cast<std::size_t>(parameter)].name = std::move(name);
 }
 
 int Graph::spatial_rank() const {
@@ -297,7 +335,9 @@ NodeCost Graph::cost(int id) const {
     NodeCost cost;
     const auto output_elements = num_elements_of(n.output_shape);
     cost.output_bytes = output_elements * 4;
-    for (int p : n.parameters) cost.parameter_count += num_elements_of(m_parameters[static_cast<std::size_t>(p)].shape);
+    if (n.shares_parameters_of < 0) {
+        for (int p : n.parameters) cost.parameter_count += num_elements_of(m_parameters[static_cast<std::size_t>(p)].shape);
+    }
     const auto input_elements = [&](std::size_t i) {
         return num_elements_of(m_nodes[static_cast<std::size_t>(n.inputs[i])].output_shape);
     };

@@ -10,6 +10,15 @@
 //   x = graph.batch_norm(x, {.fuse_relu = true}, "bn1");
 //   x = graph.pool(x, ops::PoolAttributes::max_down(2), "pool1");                 // [2, 16, 32, 32]
 //   graph.set_output(graph.conv(x, 2, ops::ConvAttributes::same(2, 1), "head"));  // logits
+//
+// Weight sharing: a convolution may use an earlier convolution's weight and bias (a detector's heads,
+// applied to every pyramid level). The parameter exists once; backward sums its gradient over uses.
+//
+//   int level3 = graph.conv(p3, 256, ops::ConvAttributes::same(2, 3), "head.l3");
+//   int level4 = graph.conv(p4, 256, ops::ConvAttributes::same(2, 3), "head.l4", /*share_parameters_of*/ level3);
+//
+// Several outputs: add_output after set_output (a detector's class and box logits of every level);
+// output_node() is the first.
 #pragma once
 
 #include "ops/attributes.hpp"
@@ -57,6 +66,7 @@ struct Node {
     ops::Extents upsample_factor;  // upsample: output rows per input row, per spatial axis (≥ 1)
     std::vector<int> parameters;   // indices into Graph::parameters(): weight first, then bias / scale, shift
     std::vector<int> buffers;      // indices into Graph::buffers(): BN running mean, running variance
+    int shares_parameters_of = -1; // conv: the earlier conv whose parameters this one uses; -1 owns its own
 };
 
 // What one node costs; read by the cost model and the studio.
@@ -73,7 +83,10 @@ public:
     explicit Graph(std::string name = "model") : m_name(std::move(name)) {}
 
     int input(Shape shape, std::string name = "input");
-    int conv(int x, std::int64_t out_channels, ops::ConvAttributes attributes, std::string name);
+    // share_parameters_of: an earlier conv with the same weight shape and bias whose parameters this
+    // one uses (its attributes, padding and strides included, may differ).
+    int conv(int x, std::int64_t out_channels, ops::ConvAttributes attributes, std::string name,
+             int share_parameters_of = -1);
     int conv_transpose(int x, std::int64_t out_channels, ops::ConvTransposeAttributes attributes, std::string name);
     int pool(int x, ops::PoolAttributes attributes, std::string name);
     // zero_init_scale: the last BN of a residual block starts at γ = 0 (the seeds' ResNet).
@@ -88,10 +101,15 @@ public:
     // Nearest-neighbour upsampling: every input element repeated factor[axis] times along each spatial
     // axis (output extent = input extent × factor). factor has one entry ≥ 1 per spatial axis.
     int upsample(int x, ops::Extents factor, std::string name);
+    // The graph's outputs: set_output makes `node` the only one, add_output appends another. An output
+    // must not feed another node (its gradient comes from the loss alone).
     void set_output(int node);
+    void add_output(int node);
     // Changes how parameter `parameter` (an index into parameters()) starts, e.g. a classifier's bias
     // at the prior −log((1 − π) / π) (RetinaNet).
     void set_initializer(int parameter, Initializer initializer, double constant = 0);
+    // A shared parameter's name says what it is rather than which node made it ("class.conv0.weight").
+    void set_parameter_name(int parameter, std::string name);
 
     const std::string& name() const { return m_name; }
     const std::vector<Node>& nodes() const { return m_nodes; }
@@ -99,10 +117,12 @@ public:
     const std::vector<ParameterSpec>& parameters() const { return m_parameters; }
     const std::vector<ParameterSpec>& buffers() const { return m_buffers; }  // non-trainable state
     int input_node() const { return m_input; }
-    int output_node() const { return m_output; }
+    int output_node() const { return m_outputs.empty() ? m_input : m_outputs.front(); }
+    const std::vector<int>& output_nodes() const { return m_outputs; }
     int spatial_rank() const;  // 2 or 3 for images, taken from the input
-    std::int64_t parameter_count() const;
+    std::int64_t parameter_count() const;  // every parameter once, shared or not
 
+    // A node that shares another's parameters counts none of them (they are the owner's).
     NodeCost cost(int node) const;
     // Consumers of each node (for gradient accumulation and liveness).
     std::vector<std::vector<int>> consumers() const;
@@ -111,13 +131,14 @@ private:
     int add_node(Node node);
     int add_parameter(ParameterSpec spec);
     const Node& checked(int id, const char* op) const;
+    int checked_parameter(int parameter) const;
 
     std::string m_name;
     std::vector<Node> m_nodes;
     std::vector<ParameterSpec> m_parameters;
     std::vector<ParameterSpec> m_buffers;
     int m_input = -1;
-    int m_output = -1;
+    std::vector<int> m_outputs;
 };
 
 }  // namespace tessera::graph

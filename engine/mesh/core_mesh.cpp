@@ -2,6 +2,7 @@
 
 #include "mesh/thread_pool.hpp"
 #include "loss/dice_loss.hpp"
+#include "detection/matcher.hpp"
 #include "train/step_end.hpp"
 
 #include <algorithm>
@@ -75,7 +76,17 @@ struct CoreMesh::Impl {
         std::unique_ptr<train::Optimizer> optimizer;
         std::vector<CoreEvent> events;
         Tensor images, labels;  // this step's tiles
+        std::vector<detection::PaddedGroundTruth> ground_truth;  // detection: its replica's images
     };
+    // Detection: the whole input's anchors, and per core of a replica the cells of every level it holds
+    // (its tiles of the head outputs) with their anchors, in the order its targets are laid out.
+    struct DetectionTile {
+        std::vector<detection::CellRange> cells;   // per level
+        std::vector<std::int64_t> anchor_indices;  // global
+        std::vector<detection::Box> anchor_boxes;
+    };
+    std::unique_ptr<detection::Detector> detector;
+    std::vector<DetectionTile> detection_tiles;
     std::vector<Core> cores;
     std::unique_ptr<ThreadPool> pool;
     std::unique_ptr<train::LearningRateSchedule> schedule;
@@ -378,6 +389,160 @@ struct CoreMesh::Impl {
         return loss_sum / static_cast<double>(mesh.num_replicas);
     }
 
+    void check_detection_batch(const Tensor& images, std::span<const detection::PaddedGroundTruth> ground_truth) const {
+        TESSERA_CHECK(detector, "this mesh was not configured for detection (TrainerConfig::detection); step it on labels");
+        const Shape& input_shape = model.node(model.input_node()).output_shape;
+        Shape expected = input_shape;
+        expected[0] *= mesh.num_replicas;
+        TESSERA_CHECK(images.shape() == expected && images.dtype() == DType::F32,
+                      "the mesh of " << mesh.num_replicas << " replica(s) expects f32 images " << shape_to_string(expected)
+                                     << ", got " << dtype_name(images.dtype()) << " " << shape_to_string(images.shape()));
+        TESSERA_CHECK(static_cast<std::int64_t>(ground_truth.size()) == expected[0],
+                      "expected one ground truth per image (" << expected[0] << "), got " << ground_truth.size());
+    }
+
+    void scatter_detection_batch(const Tensor& images, std::span<const detection::PaddedGroundTruth> ground_truth) {
+        const std::int64_t batch = model.node(model.input_node()).output_shape[0];
+        each_core(StepPhase::Forward, -1, [&](Core& core) {
+            core.images = tile_of(images, core.replica, core.index, true);
+            const auto first = ground_truth.begin() + core.replica * batch;
+            core.ground_truth.assign(first, first + batch);
+            core.executor->begin_forward(core.images, graph::Mode::Train);
+        });
+    }
+
+    // The detection loss, averaged over replicas, and each core's gradients of its head-output tiles
+    // (class levels, then box levels). Two reductions over the replica, in core order: every box's best
+    // anchor (for force-matching), then the loss sums with the positive count.
+    double detection_loss_and_gradients(std::vector<std::vector<Tensor>>& gradients) {
+        const detection::DetectorConfig& settings = detector->config();
+        const std::size_t levels = detector->num_levels();
+        const std::int64_t batch = model.node(model.input_node()).output_shape[0];
+        std::vector<std::vector<Tensor>> outputs(cores.size()), ious(cores.size());
+        std::vector<std::vector<detection::RowBestPartial>> best(cores.size());
+        each_core(StepPhase::Forward, -1, [&](Core& core) {
+            const std::size_t c = static_cast<std::size_t>(mesh_core(core.replica, core.index));
+            const DetectionTile& tile = detection_tiles[static_cast<std::size_t>(core.index)];
+            const double start = now();
+            outputs[c] = core.executor->outputs();
+            for (const detection::PaddedGroundTruth& image : core.ground_truth) {
+                ious[c].push_back(detection::iou_matrix(detection::ground_truth_boxes(image), tile.anchor_boxes, image.num_valid));
+                best[c].push_back(detection::row_best_partial(ious[c].back(), tile.anchor_indices));
+            }
+            core.events.push_back({static_cast<std::int64_t>(c), -1, EventKind::Compute, StepPhase::Forward, start, now(), 0, 0, -1});
+        });
+        std::vector<std::vector<detection::RowBestPartial>> replica_best(static_cast<std::size_t>(mesh.num_replicas));
+        for (std::int64_t r = 0; r < mesh.num_replicas; ++r) {
+            for (std::int64_t n = 0; n < batch; ++n) {
+                detection::RowBestPartial combined = best[static_cast<std::size_t>(mesh_core(r, 0))][static_cast<std::size_t>(n)];
+                for (std::int64_t i = 1; i < per_replica; ++i) {
+                    combined = detection::combine(combined, best[static_cast<std::size_t>(mesh_core(r, i))][static_cast<std::size_t>(n)]);
+                }
+                replica_best[static_cast<std::size_t>(r)].push_back(std::move(combined));
+            }
+        }
+        std::vector<detection::HeadTargets> targets(cores.size());
+        std::vector<detection::DetectionLossPartial> partials(cores.size());
+        const auto split = [&](std::size_t c) {
+            const std::span<const Tensor> all(outputs[c]);
+            return std::pair{all.subspan(0, levels), all.subspan(levels, levels)};
+        };
+        each_core(StepPhase::Forward, -1, [&](Core& core) {
+            const std::size_t c = static_cast<std::size_t>(mesh_core(core.replica, core.index));
+            const DetectionTile& tile = detection_tiles[static_cast<std::size_t>(core.index)];
+            const double start = now();
+            std::vector<detection::AnchorTargets> images;
+            for (std::size_t n = 0; n < core.ground_truth.size(); ++n) {
+                const detection::PaddedGroundTruth& image = core.ground_truth[n];
+                std::vector<std::int32_t> matches = detection::match_anchor_subset(
+                    ious[c][n], tile.anchor_indices, replica_best[static_cast<std::size_t>(core.replica)][n], image.num_valid,
+                    settings.labeler.matcher);
+                images.push_back(detection::targets_from_matches(std::move(matches), image, tile.anchor_boxes, settings.labeler));
+            }
+            targets[c] = detection::to_head_layout(images, detector->anchors(), tile.cells);
+            const auto [class_outputs, box_outputs] = split(c);
+            partials[c] = detection::detection_loss_partial(class_outputs, box_outputs, targets[c], settings.loss);
+            core.events.push_back({static_cast<std::int64_t>(c), -1, EventKind::Compute, StepPhase::Forward, start, now(), 0, 0, -1});
+        });
+        std::vector<detection::DetectionLossPartial> totals(static_cast<std::size_t>(mesh.num_replicas));
+        for (std::int64_t r = 0; r < mesh.num_replicas; ++r) {
+            for (std::int64_t i = 0; i < per_replica; ++i) totals[static_cast<std::size_t>(r)] += partials[static_cast<std::size_t>(mesh_core(r, i))];
+        }
+        std::vector<double> replica_loss(static_cast<std::size_t>(mesh.num_replicas), 0.0);
+        gradients.assign(cores.size(), {});
+        each_core(StepPhase::Forward, -1, [&](Core& core) {
+            const std::size_t c = static_cast<std::size_t>(mesh_core(core.replica, core.index));
+            const auto [class_outputs, box_outputs] = split(c);
+            detection::DetectionLossResult result = detection::finish_detection_loss(
+                totals[static_cast<std::size_t>(core.replica)], class_outputs, box_outputs, targets[c], settings.loss);
+            if (core.index == 0) replica_loss[static_cast<std::size_t>(core.replica)] = result.value;
+            gradients[c] = std::move(result.class_gradients);
+            for (Tensor& gradient : result.box_gradients) gradients[c].push_back(std::move(gradient));
+        });
+        double loss_sum = 0;
+        for (double value : replica_loss) loss_sum += value;
+        return loss_sum / static_cast<double>(mesh.num_replicas);
+    }
+
+    // The cells of every level each core holds: its tiles of the class outputs (the box outputs' are the same).
+    void plan_detection_tiles() {
+        const std::size_t levels = detector->num_levels();
+        const std::vector<int>& output_nodes = model.output_nodes();
+        std::vector<Tensor> outputs;
+        for (int output : output_nodes) outputs.push_back(Tensor::zeros(model.node(output).output_shape, DType::F32));
+        detector->check_outputs(outputs, model.node(model.input_node()).output_shape[0]);
+        detection_tiles.resize(static_cast<std::size_t>(per_replica));
+        for (std::int64_t index = 0; index < per_replica; ++index) {
+            DetectionTile& tile = detection_tiles[static_cast<std::size_t>(index)];
+            for (std::size_t l = 0; l < levels; ++l) {
+                const auto& owned = plan.tile(output_nodes[l], index).owned;
+                TESSERA_ASSERT(owned.size() == 2 && plan.tile(output_nodes[levels + l], index).owned == owned,
+                               "a core's tiles of a level's class and box outputs must be the same cells");
+                tile.cells.push_back({owned[0].begin, owned[0].end, owned[1].begin, owned[1].end});
+            }
+            tile.anchor_indices = detection::anchor_indices_of_cells(detector->anchors(), tile.cells);
+            for (std::int64_t anchor : tile.anchor_indices) {
+                tile.anchor_boxes.push_back(detector->anchors().boxes[static_cast<std::size_t>(anchor)]);
+            }
+        }
+    }
+
+    // One training step around a loss stage: scatter (the batch's tiles), forward, loss(gradients per
+    // core, one per graph output), backward on scale × d loss, all-reduce and update.
+    template <class Scatter, class Loss>
+    train::StepResult run_step(Scatter&& scatter, Loss&& loss_stage) {
+        train::StepResult result;
+        result.step = step;
+        result.learning_rate = schedule->value(step);
+        result.loss_scale = loss_scaler->scale();
+        step_start = Clock::now();
+        for (Core& core : cores) core.events.clear();
+
+        scatter();
+        forward(graph::Mode::Train);
+        std::vector<std::vector<Tensor>> output_gradients;  // per mesh core: d loss / d (its tiles of the outputs)
+        result.loss = loss_stage(output_gradients);
+        result.forward_seconds = now();
+        TESSERA_CHECK(std::isfinite(result.loss), "step " << step + 1 << ": the loss is " << result.loss << ": "
+                                                          << locate_non_finite_forward() << ". Nothing of this step was saved.");
+        // Backward, on scale × d loss (loss scaling); unscaled before the update.
+        each_core(StepPhase::Backward, -1, [&](Core& core) {
+            std::vector<Tensor>& gradients = output_gradients[static_cast<std::size_t>(mesh_core(core.replica, core.index))];
+            for (Tensor& gradient : gradients) train::scale_loss_gradient(gradient, result.loss_scale);
+            core.executor->begin_backward(gradients);
+        });
+        backward();
+        const double backward_end = now();
+        result.backward_seconds = backward_end - result.forward_seconds;
+
+        const std::vector<std::int64_t> non_finite_core = all_reduce_weight_gradients();
+        result.applied = update(result, non_finite_core);
+        result.update_seconds = now() - backward_end;
+        ++step;
+        summarize_step();
+        return result;
+    }
+
     // Weight gradients: summed over each replica's cores in core order (core 0's alone for replicated
     // layers), then averaged over replicas; every core receives the result. Returns, per parameter, the
     // first core whose own gradient is not finite (-1 when all are).
@@ -515,6 +680,12 @@ CoreMesh::CoreMesh(graph::Graph model, MeshConfig mesh, train::TrainerConfig con
     impl.schedule = train::make_schedule(impl.config.schedule);
     impl.loss_scaler = train::make_loss_scaler(impl.config.loss_scale);
     impl.output_replicated = impl.plan.tile(impl.model.output_node(), 0).replicated;
+    if (impl.config.detection) {
+        const Shape& input = impl.model.node(impl.model.input_node()).output_shape;
+        TESSERA_CHECK(input.size() == 4, "a detection mesh needs a 2D image input [N, C, H, W], got " << shape_to_string(input));
+        impl.detector = std::make_unique<detection::Detector>(*impl.config.detection, input[2], input[3]);
+        impl.plan_detection_tiles();
+    }
 
     // Parameters of layers after global pooling see the same values on every core: summing them over
     // the replica would count them once per core.
@@ -711,44 +882,32 @@ void CoreMesh::check_memory() const {
 
 train::StepResult CoreMesh::train_step(const Tensor& images, const Tensor& labels) {
     Impl& impl = *m_impl;
+    TESSERA_CHECK(!impl.detector, "a detection mesh steps on boxes: train_step(images, ground_truth)");
     check_memory();
     impl.check_batch(images, labels);
+    return impl.run_step([&] { impl.scatter_batch(images, labels); },
+                         [&](std::vector<std::vector<Tensor>>& output_gradients) {
+                             std::vector<Tensor> logit_gradients;
+                             const double loss = impl.loss_and_gradients(logit_gradients);
+                             output_gradients.clear();
+                             for (Tensor& gradient : logit_gradients) output_gradients.push_back({std::move(gradient)});
+                             return loss;
+                         });
+}
 
-    train::StepResult result;
-    result.step = impl.step;
-    result.learning_rate = impl.schedule->value(impl.step);
-    result.loss_scale = impl.loss_scaler->scale();
-    impl.step_start = Clock::now();
-    for (Impl::Core& core : impl.cores) core.events.clear();
-
-    impl.scatter_batch(images, labels);
-    impl.forward(graph::Mode::Train);
-    std::vector<Tensor> logit_gradients;  // per mesh core: d loss / d (its tile of the logits)
-    result.loss = impl.loss_and_gradients(logit_gradients);
-    result.forward_seconds = impl.now();
-    TESSERA_CHECK(std::isfinite(result.loss), "step " << impl.step + 1 << ": the loss is " << result.loss << ": "
-                                                      << impl.locate_non_finite_forward() << ". Nothing of this step was saved.");
-
-    // Backward, on scale × d loss (loss scaling); unscaled before the update.
-    impl.each_core(StepPhase::Backward, -1, [&](Impl::Core& core) {
-        Tensor& gradient = logit_gradients[static_cast<std::size_t>(impl.mesh_core(core.replica, core.index))];
-        train::scale_loss_gradient(gradient, result.loss_scale);
-        core.executor->begin_backward(gradient);
-    });
-    impl.backward();
-    const double backward_end = impl.now();
-    result.backward_seconds = backward_end - result.forward_seconds;
-
-    const std::vector<std::int64_t> non_finite_core = impl.all_reduce_weight_gradients();
-    result.applied = impl.update(result, non_finite_core);
-    result.update_seconds = impl.now() - backward_end;
-    ++impl.step;
-    impl.summarize_step();
-    return result;
+train::StepResult CoreMesh::train_step(const Tensor& images, std::span<const detection::PaddedGroundTruth> ground_truth) {
+    Impl& impl = *m_impl;
+    impl.check_detection_batch(images, ground_truth);
+    check_memory();
+    return impl.run_step([&] { impl.scatter_detection_batch(images, ground_truth); },
+                         [&](std::vector<std::vector<Tensor>>& output_gradients) {
+                             return impl.detection_loss_and_gradients(output_gradients);
+                         });
 }
 
 train::EvalResult CoreMesh::evaluate(const Tensor& images, const Tensor& labels) {
     Impl& impl = *m_impl;
+    TESSERA_CHECK(!impl.detector, "a detection mesh is evaluated on boxes (mAP), not on labels");
     impl.check_batch(images, labels);
     impl.step_start = Clock::now();
     for (Impl::Core& core : impl.cores) core.events.clear();

@@ -26,6 +26,7 @@
 #include "train/trainer.hpp"
 
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -106,6 +107,12 @@ public:
     // replica r takes rows r·n … (r+1)·n − 1, each core its tile. Throws before any work when a core's
     // memory would exceed its capacity.
     train::StepResult train_step(const Tensor& images, const Tensor& labels);
+    // Detection (config.detection set, a RetinaNet model): one padded ground truth per image, replica r
+    // taking images r·n … (r+1)·n − 1. Every core labels the anchors of its own cells of every level
+    // (the cells of its tiles of the head outputs) against its replica's boxes: each box's best anchor
+    // (force-matching) and the loss sums, positives included, are reduced over the replica, so the
+    // targets and the loss are the whole images' (detection/detection_loss.hpp, the tile contract).
+    train::StepResult train_step(const Tensor& images, std::span<const detection::PaddedGroundTruth> ground_truth);
     // Forward in evaluation mode; logits gathered from the tiles, loss and metrics over all replicas.
     train::EvalResult evaluate(const Tensor& images, const Tensor& labels);
 

@@ -39,23 +39,47 @@ void check_config(const RetinaNetConfig& config) {
                   "RetinaNet max_level must be 5..10 (P5 is the top of the top-down path), got " << config.max_level);
 }
 
-// head_convs × [3×3 conv → BN + ReLU], then the 3×3 output convolution; returns the output node.
+// head_convs × [3×3 conv → BN + ReLU (or ReLU)], then the 3×3 output convolution; returns the output
+// node. `owners`: the min_level nodes whose parameters this level's convolutions share (empty: this
+// level owns them, and they are appended).
 int add_head(Graph& g, int x, const RetinaNetConfig& config, const std::string& subnet, int level,
-             std::int64_t outputs) {
+             std::int64_t outputs, std::vector<int>& owners) {
+    const bool owns = owners.empty();
     const std::string prefix = subnet + ".l" + std::to_string(level);
+    const auto conv = [&](int source, std::int64_t channels, const std::string& suffix, std::size_t slot) {
+        const int made = g.conv(source, channels, same_with_bias(3, 1), prefix + "." + suffix, owns ? -1 : owners[slot]);
+        if (owns) {
+            owners.push_back(made);
+            const std::vector<int>& parameters = g.node(made).parameters;
+            g.set_parameter_name(parameters[0], subnet + "." + suffix + ".weight");
+            g.set_parameter_name(parameters[1], subnet + "." + suffix + ".bias");
+        }
+        return made;
+    };
     for (int i = 0; i < config.head_convs; ++i) {
-        x = g.conv(x, config.fpn_channels, same_with_bias(3, 1), prefix + ".conv" + std::to_string(i));
-        x = g.batch_norm(x, {.fuse_relu = true}, prefix + ".bn" + std::to_string(i));
+        x = conv(x, config.fpn_channels, "conv" + std::to_string(i), static_cast<std::size_t>(i));
+        x = config.head_batch_norm ? g.batch_norm(x, {.fuse_relu = true}, prefix + ".bn" + std::to_string(i))
+                                   : g.relu(x, prefix + ".relu" + std::to_string(i));
     }
-    return g.conv(x, outputs, same_with_bias(3, 1), prefix + ".out");
+    return conv(x, outputs, "out", static_cast<std::size_t>(config.head_convs));
 }
 
 }  // namespace
 
-std::string retinanet_feature_name(int level) { return "fpn.p" + std::to_string(level) + ".bn"; }
+std::string retinanet_feature_name(const RetinaNetConfig& config, int level) {
+    return "fpn.p" + std::to_string(level) + (config.fpn_batch_norm ? ".bn" : "");
+}
 
 std::string retinanet_output_name(const std::string& subnet, int level) {
     return subnet + ".l" + std::to_string(level) + ".out";
+}
+
+std::size_t retinanet_output_index(const RetinaNetConfig& config, const std::string& subnet, int level) {
+    TESSERA_CHECK(subnet == "class" || subnet == "box", "RetinaNet's subnets are 'class' and 'box', got '" << subnet << "'");
+    TESSERA_CHECK(level >= config.min_level && level <= config.max_level,
+                  "RetinaNet has levels " << config.min_level << ".." << config.max_level << ", got " << level);
+    const int levels = config.max_level - config.min_level + 1;
+    return static_cast<std::size_t>((subnet == "box" ? levels : 0) + level - config.min_level);
 }
 
 Graph make_retinanet(const RetinaNetConfig& config, const Shape& input) {
@@ -106,42 +130,29 @@ Graph make_retinanet(const RetinaNetConfig& config, const Shape& input) {
             g.conv(source, config.fpn_channels, same_with_bias(3, 2), level_name("fpn.p", level));
     }
     // Batch norm on every level (the TPU model's "p<l>-bn"); the heads read these.
-    std::vector<int> feature(p.size(), -1);
-    for (int level = config.min_level; level <= config.max_level; ++level) {
-        feature[static_cast<std::size_t>(level)] =
-            g.batch_norm(p[static_cast<std::size_t>(level)], {}, retinanet_feature_name(level));
+    std::vector<int> feature(p);
+    if (config.fpn_batch_norm) {
+        for (int level = config.min_level; level <= config.max_level; ++level) {
+            feature[static_cast<std::size_t>(level)] =
+                g.batch_norm(p[static_cast<std::size_t>(level)], {}, retinanet_feature_name(config, level));
+        }
     }
 
-    // Heads: the class subnet on every level, then the box subnet (the TPU model's order).
+    // Heads: the class subnet on every level, then the box subnet (the TPU model's order); each
+    // subnet's convolutions are min_level's, shared by the levels above.
     const double prior_bias = -std::log((1 - retinanet_prior_probability) / retinanet_prior_probability);
-    int output = -1;
-    for (int level = config.min_level; level <= config.max_level; ++level) {
-        const int logits = add_head(g, feature[static_cast<std::size_t>(level)], config, "class", level,
-                                    config.num_anchors * config.num_classes);
-        g.set_initializer(g.node(logits).parameters[1], graph::Initializer::Constant, prior_bias);
-        if (level == config.min_level) output = logits;
+    std::vector<int> outputs;
+    for (const std::string subnet : {"class", "box"}) {
+        const std::int64_t channels = config.num_anchors * (subnet == "class" ? config.num_classes : 4);
+        std::vector<int> owners;
+        for (int level = config.min_level; level <= config.max_level; ++level) {
+            outputs.push_back(add_head(g, feature[static_cast<std::size_t>(level)], config, subnet, level, channels, owners));
+        }
+        if (subnet == "class") g.set_initializer(g.node(owners.back()).parameters[1], graph::Initializer::Constant, prior_bias);
     }
-    for (int level = config.min_level; level <= config.max_level; ++level) {
-        add_head(g, feature[static_cast<std::size_t>(level)], config, "box", level, config.num_anchors * 4);
-    }
-    g.set_output(output);
+    g.set_output(outputs.front());
+    for (std::size_t i = 1; i < outputs.size(); ++i) g.add_output(outputs[i]);
     return g;
-}
-
-std::int64_t retinanet_shared_parameter_count(const RetinaNetConfig& config) {
-    check_config(config);
-    const std::int64_t extent = std::int64_t{1} << config.max_level;  // the smallest valid input
-    const Graph g = make_retinanet(config, {1, 3, extent, extent});
-    // Every parameter once, except the head convolutions of levels above min_level: the model shares
-    // those with min_level's (their batch norms stay per level).
-    const std::string shared_level = ".l" + std::to_string(config.min_level) + ".";
-    std::int64_t count = 0;
-    for (const graph::Node& node : g.nodes()) {
-        const bool head = node.name.starts_with("class.l") || node.name.starts_with("box.l");
-        if (head && node.kind == graph::OpKind::Conv && node.name.find(shared_level) == std::string::npos) continue;
-        count += g.cost(node.id).parameter_count;
-    }
-    return count;
 }
 
 }  // namespace tessera::networks

@@ -3,7 +3,8 @@
 //
 //   RetinaNetConfig config;                                          // R50-FPN, 90 classes, 9 anchors
 //   Graph g = make_retinanet(config, {8, 3, 1280, 1280});            // P3 .. P7: 160² .. 10²
-//   retinanet_shared_parameter_count(config)                         // 34,070,414 (heads counted once)
+//   g.parameter_count()                                              // 34,070,414 (heads shared)
+//   g.output_nodes()          // class P3..P7, then box P3..P7: [8, 9·90, 160, 160] .. [8, 9·4, 10, 10]
 //
 // Architecture (levels min_level..max_level, default 3..7; C_l and P_l have stride 2^l):
 //   backbone  ResNet (make_resnet's body: post-activation v1, BN + ReLU, no classifier) → C2..C5.
@@ -13,28 +14,32 @@
 //             "fpn.p<l>": 3×3 conv with bias on every merged level min_level..5;
 //             "fpn.p6": 3×3 stride-2 conv with bias on P5 (see below); "fpn.p7.relu" then "fpn.p7":
 //             3×3 stride-2 conv on ReLU(P6); levels above 7 repeat that;
-//             "fpn.p<l>.bn": batch norm (no ReLU) on every level, as the TPU model's "p<l>-bn".
+//             "fpn.p<l>.bn": batch norm (no ReLU) on every level, as the TPU model's "p<l>-bn"
+//             (fpn_batch_norm; without it the heads read "fpn.p<l>" itself).
 //   heads     per level l and subnet s ∈ {class, box}: head_convs × ["<s>.l<l>.conv<i>": 3×3 conv with
-//             bias to fpn_channels → "<s>.l<l>.bn<i>": BN + ReLU], then "<s>.l<l>.out": 3×3 conv with
-//             bias to num_anchors·num_classes (class) or num_anchors·4 (box) channels.
+//             bias to fpn_channels → "<s>.l<l>.bn<i>": BN + ReLU (or "<s>.l<l>.relu<i>" without
+//             head_batch_norm)], then "<s>.l<l>.out": 3×3 conv with bias to num_anchors·num_classes
+//             (class) or num_anchors·4 (box) channels. Anchor a's class k is channel a·K + k, its box
+//             code channel a·4 + c (detection/anchors.hpp).
+//   sharing   each subnet's convolutions are one set of parameters for every level (the TPU model's
+//             variable scope with AUTO_REUSE, torchvision's one head module): level min_level's nodes
+//             own them, named "<s>.conv<i>.weight" / "<s>.out.bias"; the other levels' nodes share them
+//             (Graph::conv's share_parameters_of), and backward sums their gradients. The heads' batch
+//             norms stay per level ("class-<i>-bn-<level>" on TPU).
 //
 // Choices, and where this graph differs from the model it describes:
-//   - P6 is computed from P5 (the FPN output), as the current TPU code does (resnet_fpn: feats[5] →
-//     'p6'). The paper, the TPU's first RetinaNet (retinanet_50: u5 → 'd6') and Detectron compute it
-//     from C5; set p6_from_c5 for that (a 2048-channel input: +4,128,768 parameters with ResNet-50).
-//   - Shared heads. The real model shares each subnet's convolutions across levels (the TPU model:
-//     one variable scope with AUTO_REUSE); its batch norms are per level ("class-<i>-bn-<level>").
-//     A Graph has one parameter set per node and no weight sharing, so every level has its own head
-//     convolutions here: Graph::parameter_count() counts the head convolutions once PER LEVEL
-//     (60,753,094 for the default config). retinanet_shared_parameter_count() gives the real model's
-//     count, heads once. Costs (FLOPs, activations, saved bytes) are per level in the real model too,
-//     so they are right as built; only the weights (and their gradients and optimizer slots) are
-//     counted (max_level − min_level + 1) times for the head convolutions.
-//   - One output. A Graph has one output node: it is the P<min_level> class logits ("class.l3.out").
-//     Every level's class and box heads are nodes of the graph and forward runs them all; backward
-//     starts the other heads from a zero gradient. This graph is primarily a cost and memory
-//     description of the whole network (what a training step computes and keeps), not a detector a
-//     loss can be attached to level by level.
+//   - P6 is computed from P5 (the FPN output), as the current TPU code (resnet_fpn: feats[5] → 'p6')
+//     and torchvision's LastLevelP6P7(256, 256) do. The paper, the TPU's first RetinaNet and
+//     Detectron compute it from C5; set p6_from_c5 for that (+4,128,768 parameters with ResNet-50).
+//   - Parameter counts (ResNet-50, 9 anchors): the TPU layout (BN in the FPN and heads) has 34,070,414
+//     parameters with 90 classes. torchvision's retinanet_resnet50_fpn (no BN after the FPN nor in the
+//     heads) has 34,047,374 with 90 classes and 34,068,119 with its default 91 (BN trainable, as
+//     without pretrained weights); the 23,040 between the layouts are the FPN's 5 × 2 × 256 BN
+//     parameters and the heads' 2 subnets × 4 convs × 5 levels × 2 × 256. fpn_batch_norm = false and
+//     head_batch_norm = false build torchvision's count exactly.
+//   - Outputs. Every level's class logits, then every level's box codes, are the graph's outputs
+//     (output_node() is P<min_level>'s class logits). A segmentation-style driver that takes one
+//     output trains only that one; the detector's loss gives all of them a gradient.
 //   - Initialisation: the class outputs' bias starts at −log((1 − π)/π) with π = 0.01 (the paper's
 //     prior, Initializer::Constant); every other bias at zero. Weights are He-normal (the TPU model
 //     draws the head weights from N(0, 0.01²)).
@@ -59,6 +64,8 @@ struct RetinaNetConfig {
     int max_level = 7;  // 5..10
     int head_convs = 4;
     bool p6_from_c5 = false;  // false: P6 from P5 (the TPU code); true: from C5 (the paper, Detectron)
+    bool fpn_batch_norm = true;   // BN on every pyramid level (TPU); false: none (torchvision)
+    bool head_batch_norm = true;  // BN + ReLU after each head conv, per level (TPU); false: ReLU (torchvision)
 };
 
 inline constexpr double retinanet_prior_probability = 0.01;
@@ -66,13 +73,11 @@ inline constexpr double retinanet_prior_probability = 0.01;
 // input: [N, C, H, W] (C = 3 for images), H and W divisible by 2^max_level (128 by default).
 graph::Graph make_retinanet(const RetinaNetConfig& config, const Shape& input);
 
-// The real model's parameter count, each subnet's convolutions counted once (they are shared across
-// levels); the per-level batch norms of the heads count once per level, as in the model.
-std::int64_t retinanet_shared_parameter_count(const RetinaNetConfig& config);
-
-// Nodes of the graph make_retinanet builds: "fpn.p<level>.bn" (the feature map P<level> the heads
-// read) and "<subnet>.l<level>.out" (subnet "class" or "box").
-std::string retinanet_feature_name(int level);
+// Nodes of the graph make_retinanet builds: the feature map P<level> the heads read ("fpn.p<level>.bn",
+// or "fpn.p<level>" without fpn_batch_norm) and "<subnet>.l<level>.out" (subnet "class" or "box").
+std::string retinanet_feature_name(const RetinaNetConfig& config, int level);
 std::string retinanet_output_name(const std::string& subnet, int level);
+// Position of a level's class or box output in Graph::output_nodes().
+std::size_t retinanet_output_index(const RetinaNetConfig& config, const std::string& subnet, int level);
 
 }  // namespace tessera::networks

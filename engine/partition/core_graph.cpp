@@ -115,12 +115,17 @@ public:
     }
 
     CoreGraphs finish() {
-        for (graph::Graph& g : m_result.graphs) g.set_output(local(m_model.output_node()));
-        // Initializers the model set after building a node (a prior-probability bias) carry over.
+        for (graph::Graph& g : m_result.graphs) {
+            g.set_output(local(m_model.output_node()));
+            for (std::size_t i = 1; i < m_model.output_nodes().size(); ++i) g.add_output(local(m_model.output_nodes()[i]));
+        }
+        // Initializers and names the model set after building a node (a prior-probability bias, a
+        // shared head's weights) carry over.
         for (graph::Graph& g : m_result.graphs) {
             for (std::size_t p = 0; p < std::min(g.parameters().size(), m_model.parameters().size()); ++p) {
                 const graph::ParameterSpec& spec = m_model.parameters()[p];
                 g.set_initializer(static_cast<int>(p), spec.initializer, spec.constant);
+                if (g.parameters()[p].name != spec.name) g.set_parameter_name(static_cast<int>(p), spec.name);
             }
         }
         // Same parameters in the same order as the model: index p is one weight everywhere.
@@ -188,7 +193,8 @@ private:
                 ops::ConvAttributes attributes = node.conv;
                 attributes.pad_begin = tile.pad_before;
                 attributes.pad_end = tile.pad_after;
-                made = g.conv(source, node.out_channels, attributes, node.name);
+                made = g.conv(source, node.out_channels, attributes, node.name,
+                              node.shares_parameters_of >= 0 ? local(node.shares_parameters_of) : -1);
             } else {
                 ops::PoolAttributes attributes = node.pool;
                 attributes.pad_begin = tile.pad_before;

@@ -23,6 +23,19 @@ Trainer::Trainer(graph::Graph graph, TrainerConfig config)
     m_optimizer = make_optimizer(m_config.optimizer);
     m_schedule = make_schedule(m_config.schedule);
     m_loss_scaler = make_loss_scaler(m_config.loss_scale);
+    if (m_config.detection) {
+        const Shape& input = m_graph.node(m_graph.input_node()).output_shape;
+        TESSERA_CHECK(input.size() == 4, "a detection trainer needs a 2D image input [N, C, H, W], got " << shape_to_string(input));
+        m_detector = std::make_unique<detection::Detector>(*m_config.detection, input[2], input[3]);
+        std::vector<Tensor> outputs;
+        for (int output : m_graph.output_nodes()) outputs.push_back(Tensor::zeros(m_graph.node(output).output_shape, DType::F32));
+        m_detector->check_outputs(outputs, input[0]);
+    }
+}
+
+const detection::Detector& Trainer::detector() const {
+    TESSERA_CHECK(m_detector, "this trainer was not configured for detection (TrainerConfig::detection)");
+    return *m_detector;
 }
 
 std::pair<double, Tensor> Trainer::loss_and_gradient(const Tensor& logits, const Tensor& labels) const {
@@ -48,27 +61,58 @@ std::pair<double, Tensor> Trainer::loss_and_gradient(const Tensor& logits, const
     TESSERA_FAIL("unknown loss kind");
 }
 
-StepResult Trainer::train_step(const Tensor& images, const Tensor& labels) {
-    StepResult result;
-    result.step = m_step;
-    result.learning_rate = m_schedule->value(m_step);
-    auto start = std::chrono::steady_clock::now();
-    const Tensor logits = m_executor->forward(images, graph::Mode::Train);
-    auto [value, gradient] = loss_and_gradient(logits, labels);
-    result.loss = value;
-    TESSERA_CHECK(std::isfinite(value), "step " << m_step + 1 << ": the loss is " << value << (tensor_is_finite(images)
+namespace {
+
+void check_finite_loss(double value, std::int64_t step, const Tensor& images) {
+    TESSERA_CHECK(std::isfinite(value), "step " << step + 1 << ": the loss is " << value << (tensor_is_finite(images)
                                             ? ": the model's output holds NaN or infinite values. Lower the learning rate, or "
                                               "use loss scaling in reduced precision"
                                             : ": the input images hold NaN or infinite values. Clean the data (data.non_finite)"));
+}
+
+}  // namespace
+
+StepResult Trainer::train_step(const Tensor& images, const Tensor& labels) {
+    TESSERA_CHECK(!m_detector, "a detection trainer steps on boxes: train_step(images, ground_truth)");
+    StepResult result;
+    result.step = m_step;
+    result.learning_rate = m_schedule->value(m_step);
+    const auto start = std::chrono::steady_clock::now();
+    const Tensor logits = m_executor->forward(images, graph::Mode::Train);
+    auto [value, gradient] = loss_and_gradient(logits, labels);
+    result.loss = value;
+    check_finite_loss(value, m_step, images);
     result.forward_seconds = seconds_since(start);
-    start = std::chrono::steady_clock::now();
+    std::vector<Tensor> gradients;
+    gradients.push_back(std::move(gradient));
+    backward_and_update(result, std::move(gradients));
+    return result;
+}
+
+StepResult Trainer::train_step(const Tensor& images, std::span<const detection::PaddedGroundTruth> ground_truth) {
+    TESSERA_CHECK(m_detector, "this trainer was not configured for detection (TrainerConfig::detection); step it on labels");
+    StepResult result;
+    result.step = m_step;
+    result.learning_rate = m_schedule->value(m_step);
+    const auto start = std::chrono::steady_clock::now();
+    m_executor->forward(images, graph::Mode::Train);
+    detection::DetectorStep step = m_detector->loss_and_gradients(m_executor->outputs(), ground_truth);
+    result.loss = step.loss.value;
+    check_finite_loss(result.loss, m_step, images);
+    result.forward_seconds = seconds_since(start);
+    backward_and_update(result, std::move(step.output_gradients));
+    return result;
+}
+
+void Trainer::backward_and_update(StepResult& result, std::vector<Tensor> output_gradients) {
+    auto start = std::chrono::steady_clock::now();
     // Loss scaling: the backward pass runs on scale × d loss, so small gradients survive low precision.
     result.loss_scale = m_loss_scaler->scale();
-    scale_loss_gradient(gradient, result.loss_scale);
-    m_executor->backward(gradient);
+    for (Tensor& gradient : output_gradients) scale_loss_gradient(gradient, result.loss_scale);
+    m_executor->backward(output_gradients);
     result.backward_seconds = seconds_since(start);
     start = std::chrono::steady_clock::now();
-    const StepContext context{.step = m_step, .loss = value, .locate = {}, .aftermath = ""};
+    const StepContext context{.step = m_step, .loss = result.loss, .locate = {}, .aftermath = ""};
     const std::span<Parameter> copies[] = {m_executor->parameters()};
     result.applied = finish_update(
         *m_loss_scaler, result.loss_scale, copies,
@@ -76,10 +120,10 @@ StepResult Trainer::train_step(const Tensor& images, const Tensor& labels) {
     check_statistics(m_executor->buffers(), m_executor->graph(), context);
     result.update_seconds = seconds_since(start);
     ++m_step;
-    return result;
 }
 
 EvalResult Trainer::evaluate(const Tensor& images, const Tensor& labels) {
+    TESSERA_CHECK(!m_detector, "a detection trainer is evaluated on boxes (mAP), not on labels");
     EvalResult result;
     result.logits = m_executor->forward(images, graph::Mode::Eval);
     result.loss = loss_and_gradient(result.logits, labels).first;

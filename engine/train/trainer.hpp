@@ -7,8 +7,17 @@
 //   Trainer trainer(networks::make_unet(unet, {4, 1, 64, 64}), config);
 //   StepResult step = trainer.train_step(images, labels);       // images [4, 1, 64, 64], labels [4, 64, 64]
 //   EvalResult eval = trainer.evaluate(images, labels);          // loss, Dice/IoU per class, accuracy
+//
+// Detection: with config.detection set, the graph is a RetinaNet (networks/retinanet.hpp) and a step
+// takes each image's padded ground truth; targets and the focal and box losses are computed on the
+// core after the forward pass (detection/detector.hpp), every head output gets its gradient.
+//
+//   config.detection = detection::DetectorConfig{.labeler = {.num_classes = 4}};
+//   Trainer trainer(networks::make_retinanet(retinanet, {2, 3, 512, 512}), config);
+//   StepResult step = trainer.train_step(images, ground_truth);  // span of 2 PaddedGroundTruth
 #pragma once
 
+#include "detection/detector.hpp"
 #include "graph/executor.hpp"
 #include "loss/cross_entropy.hpp"
 #include "loss/metrics.hpp"
@@ -17,6 +26,8 @@
 #include "train/schedule.hpp"
 
 #include <memory>
+#include <optional>
+#include <span>
 
 namespace tessera::train {
 
@@ -36,6 +47,7 @@ struct TrainerConfig {
     // F16 needs it (tiny gradients flush to zero in half precision); Dynamic is the usual choice.
     LossScaleConfig loss_scale;
     std::uint64_t seed = 1;  // weight initialisation
+    std::optional<detection::DetectorConfig> detection;  // set: a RetinaNet trained on boxes (loss unused)
 };
 
 struct StepResult {
@@ -61,6 +73,10 @@ public:
     Trainer(graph::Graph graph, TrainerConfig config);
 
     StepResult train_step(const Tensor& images, const Tensor& labels);
+    // Detection: images [N, C, H, W], one ground truth per image.
+    StepResult train_step(const Tensor& images, std::span<const detection::PaddedGroundTruth> ground_truth);
+    // The detector of a detection trainer (its anchors, targets and loss); throws for other trainers.
+    const detection::Detector& detector() const;
     EvalResult evaluate(const Tensor& images, const Tensor& labels);
 
     std::int64_t step() const { return m_step; }
@@ -74,12 +90,16 @@ public:
     std::pair<double, Tensor> loss_and_gradient(const Tensor& logits, const Tensor& labels) const;
 
 private:
+    // Loss scaling, backward from every output's gradient, the optimizer update and the step count.
+    void backward_and_update(StepResult& result, std::vector<Tensor> output_gradients);
+
     graph::Graph m_graph;
     TrainerConfig m_config;
     std::unique_ptr<graph::Executor> m_executor;
     std::unique_ptr<Optimizer> m_optimizer;
     std::unique_ptr<LearningRateSchedule> m_schedule;
     std::unique_ptr<LossScaler> m_loss_scaler;
+    std::unique_ptr<detection::Detector> m_detector;
     std::int64_t m_step = 0;
 };
 

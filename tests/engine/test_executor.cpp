@@ -404,6 +404,97 @@ TEST(Executor, UnconsumedNodesStartBackwardFromZero) {
     }
 }
 
+namespace {
+
+// input [2, 3, 8, 8] → conv "head.l0" (3×3, bias) and, on the 2×-average-pooled input, "head.l1":
+// the same convolution on a coarser level, sharing head.l0's parameters or with its own.
+Graph two_level_head(bool shared) {
+    Graph graph(shared ? "shared_head" : "separate_heads");
+    const int x = graph.input({2, 3, 8, 8});
+    ops::PoolAttributes average = ops::PoolAttributes::max_down(2);
+    average.kind = ops::PoolKind::Average;
+    const int coarse = graph.pool(x, average, "coarse");
+    ops::ConvAttributes conv = ops::ConvAttributes::same(2, 3);
+    conv.has_bias = true;
+    const int fine_head = graph.conv(x, 4, conv, "head.l0");
+    const int coarse_head = graph.conv(coarse, 4, conv, "head.l1", shared ? fine_head : -1);
+    graph.set_output(fine_head);
+    graph.add_output(coarse_head);
+    return graph;
+}
+
+}  // namespace
+
+TEST(Executor, SharedConvolutionGradientIsTheSumOfItsUses) {
+    Graph shared_graph = two_level_head(true);
+    ASSERT_EQ(shared_graph.parameters().size(), 2u);  // one weight, one bias
+    EXPECT_EQ(shared_graph.parameter_count(), 4 * 3 * 9 + 4);
+    EXPECT_EQ(shared_graph.cost(shared_graph.output_nodes()[1]).parameter_count, 0);
+    Executor shared(shared_graph);
+    Executor separate(two_level_head(false));
+    shared.initialize_parameters(5);
+    for (std::size_t p = 0; p < 4; ++p) {  // separate: l0's weight and bias, then l1's, both the shared values
+        separate.parameters()[p].value = shared.parameters()[p % 2].value.clone();
+    }
+    const Tensor input = reference::random_uniform({2, 3, 8, 8}, 41);
+    const std::vector<Tensor> dy = {reference::random_uniform({2, 4, 8, 8}, 42), reference::random_uniform({2, 4, 4, 4}, 43)};
+    for (int step = 0; step < 2; ++step) {  // twice: the gradient is set, not accumulated across steps
+        shared.forward(input, Mode::Train);
+        separate.forward(input, Mode::Train);
+        shared.backward(dy);
+        separate.backward(dy);
+        for (std::size_t p = 0; p < 2; ++p) {
+            Tensor sum = separate.parameters()[p].gradient.clone();
+            for (std::int64_t i = 0; i < sum.num_elements(); ++i) sum.data<float>()[i] += separate.parameters()[p + 2].gradient.data<float>()[i];
+            EXPECT_LE(relative_difference(shared.parameters()[p].gradient, sum), 1e-6) << shared.parameters()[p].name;
+        }
+        const std::vector<Tensor> shared_outputs = shared.outputs(), separate_outputs = separate.outputs();
+        for (std::size_t o = 0; o < 2; ++o) EXPECT_EQ(relative_difference(shared_outputs[o], separate_outputs[o]), 0.0);
+    }
+    // And against central differences of L = <dy0, head.l0> + <dy1, head.l1> in the shared weight and bias.
+    auto loss = [&](const std::vector<Tensor>& parameters) {
+        Executor probe(shared_graph);
+        for (std::size_t p = 0; p < 2; ++p) probe.parameters()[p].value = parameters[p].clone();
+        probe.forward(input, Mode::Train);
+        const std::vector<Tensor> outputs = probe.outputs();
+        return reference::inner_product(dy[0], outputs[0]) + reference::inner_product(dy[1], outputs[1]);
+    };
+    const reference::GradientCheckReport report = reference::check_gradients(
+        loss, {shared.parameters()[0].value, shared.parameters()[1].value},
+        {shared.parameters()[0].gradient, shared.parameters()[1].gradient});
+    EXPECT_LE(report.max_relative_error, 1e-2) << report.describe();
+}
+
+TEST(Executor, SeveralOutputsTakeOneGradientEach) {
+    const Graph graph = two_level_head(false);
+    Executor executor(graph);
+    executor.initialize_parameters(6);
+    const Tensor input = reference::random_uniform({2, 3, 8, 8}, 51);
+    executor.forward(input, Mode::Train);
+    const std::vector<Tensor> outputs = executor.outputs();
+    ASSERT_EQ(outputs.size(), 2u);
+    EXPECT_EQ(outputs[1].shape(), (Shape{2, 4, 4, 4}));
+    EXPECT_EQ(relative_difference(executor.output(0), outputs[0]), 0.0);
+    // One gradient for two outputs: the second output's parameters get none.
+    executor.backward(reference::random_uniform({2, 4, 8, 8}, 52));
+    for (std::int64_t i = 0; i < executor.parameters()[2].gradient.num_elements(); ++i) {
+        ASSERT_EQ(executor.parameters()[2].gradient.data<float>()[i], 0.0f);
+    }
+    const std::vector<Tensor> wrong_count(3, reference::random_uniform({2, 4, 8, 8}, 53));
+    EXPECT_THROW(executor.backward(wrong_count), Error);
+    EXPECT_THROW(executor.output(2), Error);
+    // An output must end a path; sharing needs a conv of the same weight shape.
+    Graph consumed("consumed");
+    const int x = consumed.input({1, 3, 8, 8});
+    const int a = consumed.conv(x, 4, ops::ConvAttributes::same(2, 3), "a");
+    consumed.set_output(a);
+    consumed.add_output(consumed.relu(a, "after"));
+    EXPECT_THROW(Executor{consumed}, Error);
+    EXPECT_THROW(consumed.add_output(a), Error);
+    EXPECT_THROW(consumed.conv(x, 8, ops::ConvAttributes::same(2, 3), "wider", a), Error);
+    EXPECT_THROW(consumed.conv(x, 4, ops::ConvAttributes::same(2, 3), "on_relu", consumed.output_nodes()[1]), Error);
+}
+
 TEST(Executor, BatchNormUpdatesRunningStatistics) {
     Graph graph("bn");
     const int x = graph.input({4, 3, 5, 5});

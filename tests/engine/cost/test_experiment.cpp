@@ -112,6 +112,13 @@ TEST(Experiment, TrainingFieldsAreRead) {
 
     const experiment::Experiment plan_only = experiment::load_experiment(kPresets / "retinanet_2560_8cores.json");
     EXPECT_FALSE(plan_only.is_trainable());
+    EXPECT_TRUE(plan_only.model.fpn_batch_norm && plan_only.model.head_batch_norm);  // the TPU layout by default
+    // torchvision's layout: no batch norm after the pyramid or in the heads.
+    const experiment::Experiment torchvision = experiment::parse_experiment(
+        R"({"version": 1, "model": {"kind": "retinanet", "depth": 50, "num_classes": 90, "fpn_batch_norm": false, "head_batch_norm": false},
+            "input": {"channels": 3, "size": [256, 256]}, "global_batch": 1})",
+        "torchvision.json");
+    EXPECT_EQ(experiment::build_model(torchvision, experiment::replica_input_shape(torchvision)).parameter_count(), 34047374);
     // f16 gets the U-Net seed's dynamic loss scaling unless told otherwise.
     const experiment::Experiment half = experiment::parse_experiment(with(R"("precision": "f16")"), "half.json");
     EXPECT_EQ(half.training.loss_scale.kind, train::LossScaleKind::Dynamic);

@@ -118,6 +118,13 @@ TEST(Tiling, RetinaNetSplitsTwoWaysAndKeepsItsInitializers) {
     for (const graph::Graph& core : cores.graphs) {
         EXPECT_EQ(core.parameters()[bias].initializer, graph::Initializer::Constant);
         EXPECT_EQ(core.parameters()[bias].constant, retinanet.parameters()[bias].constant);
+        // Shared heads stay shared, under the model's names; every level's outputs are outputs.
+        EXPECT_EQ(core.parameter_count(), retinanet.parameter_count());
+        EXPECT_EQ(core.output_nodes().size(), retinanet.output_nodes().size());
+        const auto local = [&](const char* name) { return cores.local_node[static_cast<std::size_t>(node_named(retinanet, name))]; };
+        const graph::Node& shared = core.node(local("box.l6.conv0"));
+        EXPECT_EQ(shared.shares_parameters_of, local("box.l3.conv0"));
+        EXPECT_EQ(core.parameters()[static_cast<std::size_t>(shared.parameters[0])].name, "box.conv0.weight");
     }
 }
 
