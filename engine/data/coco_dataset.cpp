@@ -1,18 +1,15 @@
 #include "data/coco_dataset.hpp"
 
 #include "core/error.hpp"
+#include "io/color_image.hpp"
 
 #include <nlohmann/json.hpp>
-#include <opencv2/core.hpp>
-#include <opencv2/imgcodecs.hpp>
 
 #include <algorithm>
 #include <array>
 #include <cmath>
-#include <cstring>
 #include <fstream>
 #include <map>
-#include <optional>
 #include <set>
 #include <sstream>
 #include <unordered_map>
@@ -22,9 +19,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using Json = nlohmann::json;
-
-// The largest image load() accepts: 2^27 pixels (1.5 GiB as f32 RGB), far beyond any COCO image.
-constexpr std::int64_t max_image_pixels = std::int64_t{1} << 27;
 
 // Appended, not "'" + ... + "'": GCC 12 warns (-Wrestrict) on that operator+ by mistake.
 std::string quoted(const fs::path& path) {
@@ -102,10 +96,13 @@ private:
 };
 
 Json parse_json_file(const fs::path& file) {
-    TESSERA_CHECK(fs::is_regular_file(file),
-                  "COCO annotations file " << quoted(file) << " does not exist or is not a file");
+    TESSERA_CHECK(fs::is_regular_file(file), "COCO annotations file "
+                                                 << quoted(file)
+                                                 << " does not exist or is not a file: check annotations_file");
     std::ifstream in(file, std::ios::binary);
-    TESSERA_CHECK(in.good(), "COCO annotations file " << quoted(file) << " cannot be opened for reading");
+    TESSERA_CHECK(in.good(), "COCO annotations file " << quoted(file)
+                                                      << " cannot be opened for reading: check that this user may "
+                                                         "read it");
     try {
         return Json::parse(in);
     } catch (const Json::parse_error& error) {
@@ -113,168 +110,7 @@ Json parse_json_file(const fs::path& file) {
     }
 }
 
-// ---- image headers --------------------------------------------------------------------------------
-
-enum class ImageKind { Png, Jpeg, Bmp };
-
-struct ImageHeader {
-    ImageKind kind = ImageKind::Png;
-    std::optional<std::array<std::int64_t, 2>> size;  // [H, W]; empty when the header could not be read
-};
-
-std::int64_t big_endian(const unsigned char* bytes, int count) {
-    std::int64_t value = 0;
-    for (int i = 0; i < count; ++i) value = (value << 8) | bytes[i];
-    return value;
-}
-
-std::int64_t little_endian(const unsigned char* bytes, int count) {
-    std::int64_t value = 0;
-    for (int i = count - 1; i >= 0; --i) value = (value << 8) | bytes[i];
-    return value;
-}
-
-// A JPEG's size is in its first start-of-frame segment; the markers before it are skipped by length.
-std::optional<std::array<std::int64_t, 2>> jpeg_size(std::ifstream& in) {
-    in.seekg(2);
-    unsigned char byte = 0;
-    const auto read_byte = [&]() { return static_cast<bool>(in.read(reinterpret_cast<char*>(&byte), 1)); };
-    for (int segment = 0; segment < 10000; ++segment) {
-        if (!read_byte() || byte != 0xFF) return std::nullopt;
-        while (byte == 0xFF) {  // fill bytes
-            if (!read_byte()) return std::nullopt;
-        }
-        const unsigned char marker = byte;
-        if (marker == 0xD8 || marker == 0x01 || (marker >= 0xD0 && marker <= 0xD7)) continue;  // no length
-        if (marker == 0xDA || marker == 0xD9) return std::nullopt;  // scan data or the end before any frame
-        unsigned char length_bytes[2];
-        if (!in.read(reinterpret_cast<char*>(length_bytes), 2)) return std::nullopt;
-        const std::int64_t length = big_endian(length_bytes, 2);
-        if (length < 2) return std::nullopt;
-        const bool start_of_frame =
-            marker >= 0xC0 && marker <= 0xCF && marker != 0xC4 && marker != 0xC8 && marker != 0xCC;
-        if (start_of_frame) {
-            unsigned char frame[5];  // precision, height, width
-            if (length < 7 || !in.read(reinterpret_cast<char*>(frame), 5)) return std::nullopt;
-            return std::array{big_endian(frame + 1, 2), big_endian(frame + 3, 2)};
-        }
-        in.seekg(length - 2, std::ios::cur);
-    }
-    return std::nullopt;
-}
-
-ImageHeader read_image_header(const fs::path& path) {
-    std::ifstream in(path, std::ios::binary);
-    TESSERA_CHECK(in.good(), "image " << quoted(path) << " cannot be opened for reading");
-    unsigned char bytes[26] = {};
-    in.read(reinterpret_cast<char*>(bytes), sizeof bytes);
-    const auto count = in.gcount();
-    ImageHeader header;
-    if (count >= 8 && std::memcmp(bytes, "\x89PNG\r\n\x1a\n", 8) == 0) {
-        header.kind = ImageKind::Png;
-        if (count >= 24 && std::memcmp(bytes + 12, "IHDR", 4) == 0) {
-            header.size = std::array{big_endian(bytes + 20, 4), big_endian(bytes + 16, 4)};
-        }
-    } else if (count >= 3 && bytes[0] == 0xFF && bytes[1] == 0xD8 && bytes[2] == 0xFF) {
-        header.kind = ImageKind::Jpeg;
-        in.clear();
-        header.size = jpeg_size(in);
-    } else if (count >= 2 && bytes[0] == 'B' && bytes[1] == 'M') {
-        header.kind = ImageKind::Bmp;
-        if (count >= 26) {
-            if (little_endian(bytes + 14, 4) == 12) {  // OS/2 BITMAPCOREHEADER: 16-bit sizes
-                header.size = std::array{little_endian(bytes + 20, 2), little_endian(bytes + 18, 2)};
-            } else {
-                // Signed 32-bit; a negative height means rows stored top-down.
-                const auto width = static_cast<std::int32_t>(little_endian(bytes + 18, 4));
-                const auto height = static_cast<std::int32_t>(little_endian(bytes + 22, 4));
-                header.size = std::array{std::abs(static_cast<std::int64_t>(height)), static_cast<std::int64_t>(width)};
-            }
-        }
-    } else {
-        TESSERA_REJECT("image " << quoted(path)
-                                << " is not a PNG, JPEG or BMP file (it does not start with any of their "
-                                   "signatures); convert it to one of them");
-    }
-    return header;
-}
-
-const char* kind_name(ImageKind kind) {
-    switch (kind) {
-        case ImageKind::Png:
-            return "PNG";
-        case ImageKind::Jpeg:
-            return "JPEG";
-        case ImageKind::Bmp:
-            return "BMP";
-    }
-    return "?";
-}
-
-template <class Sample>
-void copy_to_rgb(const cv::Mat& decoded, float scale, Tensor& image) {
-    const std::int64_t height = decoded.rows, width = decoded.cols, plane = height * width;
-    const int channels = decoded.channels();
-    float* out = image.data<float>();
-    for (std::int64_t y = 0; y < height; ++y) {
-        const Sample* row = decoded.ptr<Sample>(static_cast<int>(y));
-        for (std::int64_t x = 0; x < width; ++x) {
-            const Sample* pixel = row + x * channels;
-            const std::int64_t at = y * width + x;
-            if (channels == 1) {
-                out[at] = out[plane + at] = out[2 * plane + at] = static_cast<float>(pixel[0]) * scale;
-            } else {  // OpenCV's B, G, R(, A)
-                out[at] = static_cast<float>(pixel[2]) * scale;
-                out[plane + at] = static_cast<float>(pixel[1]) * scale;
-                out[2 * plane + at] = static_cast<float>(pixel[0]) * scale;
-            }
-        }
-    }
-}
-
 }  // namespace
-
-Tensor read_rgb_image(const fs::path& path, std::array<std::int64_t, 2> expected_size) {
-    const ImageHeader header = read_image_header(path);
-    const char* kind = kind_name(header.kind);
-    TESSERA_CHECK(header.size.has_value(),
-                  "image " << quoted(path) << " is damaged: its " << kind << " header does not give the image size");
-    const auto [height, width] = *header.size;
-    const bool check_size = expected_size[0] != 0 || expected_size[1] != 0;
-    TESSERA_CHECK(
-        !check_size || (height == expected_size[0] && width == expected_size[1]),
-        "image " << quoted(path) << " is " << width << "×" << height << " pixels (width × height) but the "
-                 << "annotations say " << expected_size[1] << "×" << expected_size[0]
-                 << ": the boxes would not fit it. Is it the right file, or was it resized after annotating?");
-    TESSERA_CHECK(height >= 1 && width >= 1 && height * width <= max_image_pixels,
-                  "image " << quoted(path) << " declares " << width << "×" << height
-                           << " pixels: expected at least 1 and at most " << max_image_pixels << " pixels");
-
-    cv::Mat decoded;
-    try {
-        decoded = cv::imread(path.string(), cv::IMREAD_ANYDEPTH | cv::IMREAD_ANYCOLOR | cv::IMREAD_IGNORE_ORIENTATION);
-    } catch (const cv::Exception& error) {
-        TESSERA_REJECT("image " << quoted(path) << " could not be decoded as " << kind << ": " << error.err);
-    }
-    TESSERA_CHECK(!decoded.empty(), "image " << quoted(path) << " could not be decoded as " << kind
-                                             << ": the file is damaged or uses a variant OpenCV cannot read");
-    TESSERA_CHECK(decoded.rows == height && decoded.cols == width,
-                  "image " << quoted(path) << " decodes to " << decoded.cols << "×" << decoded.rows
-                           << " pixels but its header says " << width << "×" << height << ": the file is damaged");
-    const int channels = decoded.channels();
-    TESSERA_CHECK(channels == 1 || channels == 3 || channels == 4,
-                  "image " << quoted(path) << " has " << channels << " channels: expected grey, RGB or RGBA");
-    Tensor image = Tensor::empty({3, height, width}, DType::F32);
-    if (decoded.depth() == CV_8U) {
-        copy_to_rgb<std::uint8_t>(decoded, 1.0f / 255.0f, image);
-    } else if (decoded.depth() == CV_16U) {
-        copy_to_rgb<std::uint16_t>(decoded, 1.0f / 65535.0f, image);
-    } else {
-        TESSERA_REJECT("image " << quoted(path) << " has samples of OpenCV depth " << decoded.depth()
-                                << ": expected 8 or 16 bits unsigned");
-    }
-    return image;
-}
 
 CocoDataset::CocoDataset(const CocoOptions& options) : m_options(options) {
     const fs::path& file = options.annotations_file;
@@ -289,22 +125,24 @@ CocoDataset::CocoDataset(const CocoOptions& options) : m_options(options) {
         const std::int64_t id = fields.integer(fields.member(categories[i], path, "id"), path + ".id");
         const std::string name = fields.string(fields.member(categories[i], path, "name"), path + ".name");
         TESSERA_CHECK(names_by_id.emplace(id, name).second,
-                      quoted(file) << ": " << path << ".id = " << id << " is given to two categories");
+                      quoted(file) << ": " << path << ".id = " << id
+                                   << " is given to two categories; give each category its own id");
     }
     std::set<std::int64_t> kept_ids;
     const bool keep_all = options.keep_category_ids.empty() && options.keep_category_names.empty();
     for (const std::int64_t id : options.keep_category_ids) {
         TESSERA_CHECK(names_by_id.contains(id), "category id " << id << " asked to keep is not among the "
                                                                << names_by_id.size() << " categories of "
-                                                               << quoted(file));
+                                                               << quoted(file) << "; keep only ids it lists");
         kept_ids.insert(id);
     }
     for (const std::string& name : options.keep_category_names) {
         const auto found = std::find_if(names_by_id.begin(), names_by_id.end(),
                                         [&](const auto& entry) { return entry.second == name; });
-        TESSERA_CHECK(found != names_by_id.end(), "category \"" << name << "\" asked to keep is not among the "
-                                                                << names_by_id.size() << " categories of "
-                                                                << quoted(file) << " (names are case-sensitive)");
+        TESSERA_CHECK(found != names_by_id.end(), "category \""
+                                                      << name << "\" asked to keep is not among the "
+                                                      << names_by_id.size() << " categories of " << quoted(file)
+                                                      << "; keep only names it lists (they are case-sensitive)");
         kept_ids.insert(found->first);
     }
     std::unordered_map<std::int64_t, std::int32_t> class_of_id;  // kept COCO id -> class id
@@ -328,12 +166,13 @@ CocoDataset::CocoDataset(const CocoOptions& options) : m_options(options) {
         image.file_name = fields.string(fields.member(images[i], path, "file_name"), path + ".file_name");
         image.width = fields.integer(fields.member(images[i], path, "width"), path + ".width");
         image.height = fields.integer(fields.member(images[i], path, "height"), path + ".height");
-        TESSERA_CHECK(image.width >= 1 && image.height >= 1 && image.width <= max_image_pixels / image.height,
+        TESSERA_CHECK(image.width >= 1 && image.height >= 1 && image.width <= max_color_image_pixels / image.height,
                       quoted(file) << ": " << path << " (\"" << image.file_name << "\") is " << image.width << "×"
-                                   << image.height << " pixels: expected at least 1 and at most " << max_image_pixels
-                                   << " pixels");
+                                   << image.height << " pixels: expected at least 1 and at most "
+                                   << max_color_image_pixels << " pixels");
         TESSERA_CHECK(index_of_image_id.emplace(image.coco_id, i).second,
-                      quoted(file) << ": " << path << ".id = " << image.coco_id << " is given to two images");
+                      quoted(file) << ": " << path << ".id = " << image.coco_id
+                                   << " is given to two images; give each image its own id");
         const fs::path image_file = options.images_dir / image.file_name;
         TESSERA_CHECK(fs::is_regular_file(image_file),
                       "image \"" << image.file_name << "\" (" << path << " of " << quoted(file)
@@ -407,8 +246,9 @@ CocoDataset::CocoDataset(const CocoOptions& options) : m_options(options) {
 }
 
 const CocoImage& CocoDataset::image(std::int64_t index) const {
-    TESSERA_CHECK(index >= 0 && index < size(),
-                  "COCO image index " << index << " is out of range: the dataset has " << size() << " images");
+    TESSERA_CHECK(index >= 0 && index < size(), "COCO image index " << index << " is out of range: the dataset has "
+                                                                    << size() << " images (read from "
+                                                                    << quoted(m_options.annotations_file) << ")");
     return m_images[static_cast<std::size_t>(index)];
 }
 
@@ -418,7 +258,16 @@ fs::path CocoDataset::image_path(std::int64_t index) const {
 
 DetectionSample CocoDataset::load(std::int64_t index) const {
     const CocoImage& record = image(index);
-    return make_detection_sample(read_rgb_image(image_path(index), {record.height, record.width}), record.objects);
+    const fs::path path = image_path(index);
+    // Checked here, not only by read_color_image, so the message can name the JSON entry to correct.
+    const auto [height, width] = read_color_image_size(path);
+    TESSERA_CHECK(height == record.height && width == record.width,
+                  "image " << quoted(path) << " is " << width << "×" << height
+                           << " pixels (width × height) but the annotations say " << record.width << "×"
+                           << record.height << " (images[" << index << "] of " << quoted(m_options.annotations_file)
+                           << "): the boxes would not fit it. If the file is the one annotated, correct that entry's "
+                              "width and height; otherwise put back the image that was annotated");
+    return make_detection_sample(read_color_image(path, {record.height, record.width}), record.objects);
 }
 
 }  // namespace tessera::data

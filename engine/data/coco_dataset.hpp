@@ -20,15 +20,15 @@
 // nothing left after clipping is outside: both are dropped and counted. Images with no annotation left
 // stay in the dataset (negatives). Images keep the file's order.
 //
-// Images: PNG, JPEG or BMP, decoded by OpenCV as stored (EXIF orientation is ignored, as COCO's boxes
-// refer to the stored pixels). 8-bit samples are divided by 255, 16-bit by 65535; grey images are
-// replicated to 3 channels, an alpha channel is dropped; channels are R, G, B. The size in the file's
-// header must match the JSON's width and height (checked before decoding, so a wrong entry cannot make
-// the decoder allocate a huge image).
+// Images: PNG, JPEG or BMP, decoded by read_color_image (io/color_image.hpp; engine/io holds all image
+// decoding) as stored: EXIF orientation is ignored, as COCO's boxes refer to the stored pixels. 8-bit
+// samples are divided by 255, 16-bit by 65535; grey images are replicated to 3 channels, an alpha channel
+// is dropped; channels are R, G, B. The size in the file's header must match the JSON's width and height
+// (checked by load() before decoding, so a wrong entry cannot make the decoder allocate a huge image).
 //
-// Every problem throws tessera::Error naming the file and, for the JSON, the path of the bad value
-// ("annotations[12].bbox[2]"). The JSON and every image file's existence are checked by the constructor;
-// decoding errors come from load().
+// Every problem throws tessera::Error naming the file, what to fix and, for the JSON, the path of the bad
+// value ("annotations[12].bbox[2]"). The JSON and every image file's existence are checked by the
+// constructor; the size check and decoding errors come from load().
 #pragma once
 
 #include "data/detection_transforms.hpp"
@@ -85,7 +85,8 @@ public:
     const CocoCounts& counts() const { return m_counts; }
     std::filesystem::path image_path(std::int64_t index) const;
 
-    // Decodes image `index`: [3, H, W] f32 in [0, 1] and its objects (copied from image(index)).
+    // Decodes image `index`: [3, H, W] f32 in [0, 1] and its objects (copied from image(index)). Throws
+    // when the file's size differs from the JSON's width and height.
     DetectionSample load(std::int64_t index) const;
 
 private:
@@ -94,9 +95,5 @@ private:
     std::vector<CocoImage> m_images;
     CocoCounts m_counts;
 };
-
-// Decodes a PNG, JPEG or BMP as [3, H, W] f32 in [0, 1] (see above); when expected_size [H, W] is not
-// {0, 0}, the header's size must equal it.
-Tensor read_rgb_image(const std::filesystem::path& path, std::array<std::int64_t, 2> expected_size = {0, 0});
 
 }  // namespace tessera::data
