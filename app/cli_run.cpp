@@ -35,7 +35,22 @@ void install_stop_handlers() {
 
 std::string eval_line(const run::EvalRecord& e) {
     std::string line = std::string("eval  step ").append(std::to_string(e.step));
-    char text[160];
+    char text[200];
+    if (e.is_detection) {
+        const run::DetectionEvalRecord& d = e.detection;
+        std::snprintf(text, sizeof text, "  loss %.4f  AP %.4f  AP50 %.4f  AP75 %.4f  AR100 %.4f  (%lld images, %lld boxes, %lld detections, %s)",
+                      e.loss, d.ap, d.ap50, d.ap75, d.ar100, static_cast<long long>(e.num_examples),
+                      static_cast<long long>(d.num_ground_truth), static_cast<long long>(d.num_detections), format_duration(e.seconds).c_str());
+        line += text;
+        for (const run::DetectionClassRecord& c : d.classes) {
+            if (c.ap < 0) continue;  // no ground truth of this class held out
+            std::snprintf(text, sizeof text, "\n      %-14s AP %.4f  AP50 %.4f  (%lld boxes)", c.name.c_str(), c.ap, c.ap50,
+                          static_cast<long long>(c.num_ground_truth));
+            line += text;
+        }
+        if (!d.detections_file.empty()) line += "\n      boxes: " + d.detections_file.string();
+        return line;
+    }
     if (e.classes.empty()) {  // classification: Dice and IoU mean nothing here
         std::snprintf(text, sizeof text, "  loss %.4f  accuracy %.4f  (%lld examples, %s)", e.loss, e.accuracy,
                       static_cast<long long>(e.num_examples), format_duration(e.seconds).c_str());
@@ -135,7 +150,9 @@ public:
             }
             std::printf("            peak memory per core: %s\n", peaks.c_str());
         }
-        if (s.has_eval && s.last_eval.classes.empty()) std::printf("            last eval: accuracy %.4f\n", s.last_eval.accuracy);
+        if (s.has_eval && s.last_eval.is_detection) {
+            std::printf("            last eval: AP %.4f, AP50 %.4f\n", s.last_eval.detection.ap, s.last_eval.detection.ap50);
+        } else if (s.has_eval && s.last_eval.classes.empty()) std::printf("            last eval: accuracy %.4f\n", s.last_eval.accuracy);
         else if (s.has_eval) std::printf("            last eval: mean Dice %.4f, accuracy %.4f\n", s.last_eval.mean_dice, s.last_eval.accuracy);
         std::fflush(stdout);
     }

@@ -16,9 +16,12 @@ std::string_view source_kind_name(SourceKind kind) {
         case SourceKind::FakeImages: return "FakeImages";
         case SourceKind::Folder: return "Folder";
         case SourceKind::ExampleMri: return "ExampleMri";
+        case SourceKind::SyntheticShapes: return "SyntheticShapes";
     }
     return "?";
 }
+
+bool is_detection_source(SourceKind kind) { return kind == SourceKind::SyntheticShapes; }
 
 std::string_view static_shape_name(StaticShape shape) {
     switch (shape) {
@@ -41,7 +44,7 @@ std::string_view normalization_name(Normalization normalization) {
 void validate(const DataConfig& config) {
     TESSERA_CHECK(source_kind_name(config.source) != "?",
                   "data.source " << static_cast<int>(config.source)
-                                 << " is not a source: use SyntheticEm, SyntheticCt, FakeImages, Folder or ExampleMri");
+                                 << " is not a source: use SyntheticEm, SyntheticCt, FakeImages, Folder, ExampleMri or SyntheticShapes");
     TESSERA_CHECK(static_shape_name(config.static_shape) != "?",
                   "data.static_shape " << static_cast<int>(config.static_shape) << " is not one: use Crop, Resize or PadToMax");
     TESSERA_CHECK(normalization_name(config.normalization) != "?",
@@ -84,6 +87,15 @@ void validate(const DataConfig& config) {
                   "data.augment.intensity_shift must be ≥ 0, got " << config.augment.intensity_shift);
     TESSERA_CHECK(config.holdout_fraction >= 0 && config.holdout_fraction < 1,
                   "data.holdout_fraction must be in [0, 1), got " << config.holdout_fraction);
+    TESSERA_CHECK(config.max_number_of_boxes >= 1 && config.max_number_of_boxes <= 10000,
+                  "data.max_number_of_boxes must be in 1..10000, got " << config.max_number_of_boxes);
+    const auto [min_objects, max_objects] = config.object_count;
+    TESSERA_CHECK((min_objects == -1 && max_objects == -1) || (min_objects >= 0 && max_objects >= min_objects),
+                  "data.objects must be [min, max] with 0 ≤ min ≤ max (or absent: automatic), got [" << min_objects << ", "
+                                                                                                   << max_objects << "]");
+    const auto [min_size, max_size] = config.object_size;
+    TESSERA_CHECK(min_size >= 4 && max_size >= min_size && std::isfinite(max_size),
+                  "data.object_size must be [min, max] pixels with 4 ≤ min ≤ max, got [" << min_size << ", " << max_size << "]");
 }
 
 std::unique_ptr<Dataset> make_dataset(const DataConfig& config, const Shape& batch_shape, std::int64_t num_classes) {
@@ -103,6 +115,7 @@ std::unique_ptr<Dataset> make_dataset(const DataConfig& config, const Shape& bat
     detail::VolumePlan plan;
     switch (config.source) {
         case SourceKind::FakeImages: return detail::make_fake_images(config, batch_shape, num_classes);
+        case SourceKind::SyntheticShapes: return detail::make_synthetic_shapes(config, batch_shape, num_classes);
         case SourceKind::SyntheticEm: plan = detail::synthetic_em_plan(config, batch_shape, num_classes); break;
         case SourceKind::SyntheticCt: plan = detail::synthetic_ct_plan(config, batch_shape, num_classes); break;
         case SourceKind::Folder: plan = detail::folder_plan(config, batch_shape, num_classes); break;

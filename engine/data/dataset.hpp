@@ -12,16 +12,21 @@
 //   Example held_out = dataset->eval_example(0);         // the whole 512×512 section, for sliding_window_predict
 //
 // Sources: synthetic EM sections (synthetic_em.hpp), synthetic CT phantoms (phantom.hpp), fake images
-// for classification, image/label pairs from folders, and the example head MRI (examples.hpp).
+// for classification, image/label pairs from folders, the example head MRI (examples.hpp), and for
+// detection synthetic shapes (synthetic_shapes.hpp): their batches carry boxes instead of label maps.
 // Internally every image is [C, D, H, W] with D = 1 for 2D, so one sampler serves 2D and 3D models.
 //
 // Every random draw comes from tessera::SeededRandom streams derived from (seed, what, index), never
 // from std:: distributions, so batches are bit-identical on every machine.
 #pragma once
 
+#include "data/detection_transforms.hpp"
+#include "detection/anchor_labeler.hpp"
+#include "detection/box.hpp"
 #include "io/volume.hpp"
 #include "tensor/tensor.hpp"
 
+#include <array>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -34,18 +39,23 @@ namespace tessera::data {
 
 struct Batch {
     Tensor images;  // [N, C, (D,) H, W] f32
-    Tensor labels;  // [N, (D,) H, W] i32 (segmentation) or [N] i32 (classification)
+    Tensor labels;  // [N, (D,) H, W] i32 (segmentation) or [N] i32 (classification); empty for detection
+    // Detection: each image's boxes (pixels of `images`) padded to max_number_of_boxes, N entries.
+    std::vector<detection::PaddedGroundTruth> ground_truth{};
 };
 
 // A whole held-out image or volume for evaluation and prediction (not a patch).
 struct Example {
     std::string name;        // "em_eval_0", the file stem, "head_mri slices 47-61"
     Tensor image;            // [C, (D,) H, W] f32, normalised like the training batches
-    Tensor labels;           // [(D,) H, W] i32, or [1] i32 for classification
+    Tensor labels;           // [(D,) H, W] i32, or [1] i32 for classification; empty for detection
     ImageGeometry geometry;  // of image/labels, so predictions can be written as label volumes
+    std::vector<detection::LabeledBox> objects{};  // detection: the image's boxes, pixels, class ids
 };
 
-enum class SourceKind { SyntheticEm, SyntheticCt, FakeImages, Folder, ExampleMri };
+enum class SourceKind { SyntheticEm, SyntheticCt, FakeImages, Folder, ExampleMri, SyntheticShapes };
+// True for the sources whose examples are boxes (detection) rather than label maps or labels.
+bool is_detection_source(SourceKind kind);
 // Crop: patches sampled from larger images (default). Resize: the whole image resampled to the model
 // input. PadToMax: aspect ratio kept, the longest side scaled to the input, the rest padded at the end
 // (the detection seed's static shapes).
@@ -97,6 +107,15 @@ struct DataConfig {
     // pairs (at least one). 0 holds out nothing.
     double holdout_fraction = 0.25;
     NonFinitePolicy non_finite = NonFinitePolicy::Error;  // data.non_finite: "error" | "zero"
+    // Detection sources.
+    std::int64_t max_number_of_boxes = 100;  // G: every image's ground truth padded to [G, 4] (static shapes)
+    // What an image with more than G objects does: stop with an error naming it (default), or keep the G
+    // largest or the first G (data.excess_boxes).
+    ExcessBoxes excess_boxes = ExcessBoxes::Error;
+    // Synthetic shapes: objects per image ([-1, -1]: automatic, the density of synthetic_shapes.hpp) and
+    // the larger box side's range in pixels.
+    std::array<std::int64_t, 2> object_count{-1, -1};
+    std::array<double, 2> object_size{8, 400};
 };
 
 // Checks the config on its own (throws tessera::Error naming the field, the value and what is allowed).
@@ -116,6 +135,9 @@ public:
     virtual Example eval_example(std::int64_t i) const = 0;
     virtual std::int64_t num_classes() const = 0;
     virtual std::string describe() const = 0;  // one line: "synthetic EM sections 512×512, 8 training + 2 held out, ..."
+    // Names of the classes, by id ("disc", …); empty when the source does not name them.
+    virtual std::vector<std::string> class_names() const { return {}; }
+    virtual bool is_detection() const { return false; }
     const Shape& batch_shape() const { return m_batch_shape; }  // [N, C, (D,) H, W] of training_batch(i).images
 
 protected:

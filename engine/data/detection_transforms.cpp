@@ -281,7 +281,8 @@ detection::PaddedGroundTruth pad_sample_ground_truth(std::span<const detection::
     TESSERA_CHECK(options.excess_boxes != ExcessBoxes::Error,
                   "image '" << image_name << "' has " << count
                             << " objects, more than max_number_of_boxes = " << options.max_number_of_boxes
-                            << ": raise max_number_of_boxes, or choose to keep the largest or the first ones");
+                            << ": raise max_number_of_boxes, or keep the largest or the first ones (data.excess_boxes: "
+                               "\"keep_largest\" or \"keep_first\")");
     std::vector<std::size_t> kept(objects.size());
     std::iota(kept.begin(), kept.end(), std::size_t{0});
     if (options.excess_boxes == ExcessBoxes::KeepLargest) {

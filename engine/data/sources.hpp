@@ -17,5 +17,7 @@ VolumePlan folder_plan(const DataConfig& config, const Shape& batch_shape, std::
 VolumePlan example_mri_plan(const DataConfig& config, const Shape& batch_shape, std::int64_t num_classes);
 
 std::unique_ptr<Dataset> make_fake_images(const DataConfig& config, const Shape& batch_shape, std::int64_t num_classes);
+std::unique_ptr<Dataset> make_synthetic_shapes(const DataConfig& config, const Shape& batch_shape, std::int64_t num_classes);
+
 
 }  // namespace tessera::data::detail

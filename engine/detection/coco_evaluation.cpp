@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <numeric>
 
 namespace tessera::detection {
@@ -324,6 +325,36 @@ CocoEvaluation evaluate_coco(const std::vector<EvaluationImage>& images, std::in
     result.ap_medium = mean_over_classes(class_count, [&](std::size_t k) { return sized_ap(curves[k][2]); });
     result.ap_large = mean_over_classes(class_count, [&](std::size_t k) { return sized_ap(curves[k][3]); });
     return result;
+}
+
+std::vector<DetectionMatch> match_detections(const EvaluationImage& image, double iou_threshold,
+                                             std::size_t max_detections_per_image) {
+    std::vector<DetectionMatch> matches(image.detections.size());
+    std::vector<std::size_t> order(image.detections.size());
+    std::iota(order.begin(), order.end(), std::size_t{0});
+    std::stable_sort(order.begin(), order.end(),
+                     [&](std::size_t a, std::size_t b) { return image.detections[a].score > image.detections[b].score; });
+    std::vector<std::uint8_t> taken(image.ground_truth.size(), 0);
+    std::map<std::int32_t, std::size_t> used_per_class;
+    for (std::size_t d : order) {
+        const ScoredBox& detection = image.detections[d];
+        if (used_per_class[detection.class_id]++ >= max_detections_per_image) continue;
+        const EvaluatedBox candidate = evaluated(detection.box);
+        double best_iou = std::min(iou_threshold, 1 - 1e-10);
+        std::int32_t best = -1;
+        for (std::size_t g = 0; g < image.ground_truth.size(); ++g) {
+            if (taken[g] || image.ground_truth[g].class_id != detection.class_id) continue;
+            const double iou = box_iou(candidate, evaluated(image.ground_truth[g].box));
+            if (iou < best_iou) continue;
+            best_iou = iou;
+            best = static_cast<std::int32_t>(g);
+        }
+        if (best >= 0) {
+            taken[static_cast<std::size_t>(best)] = 1;
+            matches[d] = {best, best_iou};
+        }
+    }
+    return matches;
 }
 
 }  // namespace tessera::detection

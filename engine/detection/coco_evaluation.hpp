@@ -73,4 +73,17 @@ struct CocoEvaluation {
 CocoEvaluation evaluate_coco(const std::vector<EvaluationImage>& images, std::int32_t num_classes,
                              const CocoEvaluationOptions& options = {});
 
+// One detection's outcome at a single IoU threshold, for drawing matched / false-positive / missed boxes:
+// the ground truth it matched (an index into EvaluationImage::ground_truth) or -1, and their IoU.
+struct DetectionMatch {
+    std::int32_t ground_truth = -1;
+    double iou = 0;
+};
+// The matching evaluate_coco does at one threshold, on one image: per class, detections by score (highest
+// first, ties in list order), each taking the unmatched ground truth of the same class with the highest IoU
+// ≥ iou_threshold (equal IoUs: the later one, as pycocotools). Only each class's max_detections_per_image
+// highest-scoring detections take part. Returns one entry per detection, in the detections' order.
+std::vector<DetectionMatch> match_detections(const EvaluationImage& image, double iou_threshold = 0.5,
+                                             std::size_t max_detections_per_image = 100);
+
 }  // namespace tessera::detection

@@ -301,22 +301,53 @@ data::DataConfig parse_data(const Reader& read, const Json& root, const Experime
     const Json* object = read.optional_object(
         root, "", "data", R"({"source": "synthetic_em"})",
         {"source", "seed", "image_size", "num_train_images", "num_eval_images", "noise", "images", "labels", "label_mapping",
-         "normalization", "static_shape", "foreground_fraction", "augment", "holdout_fraction", "non_finite"});
+         "normalization", "static_shape", "foreground_fraction", "augment", "holdout_fraction", "non_finite",
+         "max_number_of_boxes", "excess_boxes", "objects", "object_size"});
     const Json& d = *object;
     data::DataConfig config;
-    const std::string source =
-        read.choice(d, "data", "source", {"synthetic_em", "synthetic_ct", "fake_images", "folder", "example_mri"}, std::nullopt);
-    config.source = source == "synthetic_em"   ? data::SourceKind::SyntheticEm
-                    : source == "synthetic_ct" ? data::SourceKind::SyntheticCt
-                    : source == "fake_images"  ? data::SourceKind::FakeImages
-                    : source == "folder"       ? data::SourceKind::Folder
-                                               : data::SourceKind::ExampleMri;
-    const bool classification = e.model.kind != ModelKind::UNet;
-    if (classification != (config.source == data::SourceKind::FakeImages)) {
-        read.fail("data.source", classification ? "a " + std::string(e.model.kind == ModelKind::ResNet ? "ResNet" : "RetinaNet") +
-                                                      " classifies whole images: use \"fake_images\", got " + in_quotes(source)
-                                                : "a U-Net segments: use \"synthetic_em\", \"synthetic_ct\", \"folder\" or "
-                                                  "\"example_mri\", got \"fake_images\"");
+    const std::string source = read.choice(
+        d, "data", "source", {"synthetic_em", "synthetic_ct", "fake_images", "folder", "example_mri", "synthetic_shapes"}, std::nullopt);
+    config.source = source == "synthetic_em"     ? data::SourceKind::SyntheticEm
+                    : source == "synthetic_ct"   ? data::SourceKind::SyntheticCt
+                    : source == "fake_images"    ? data::SourceKind::FakeImages
+                    : source == "folder"         ? data::SourceKind::Folder
+                    : source == "synthetic_shapes" ? data::SourceKind::SyntheticShapes
+                                                 : data::SourceKind::ExampleMri;
+    const bool detection = data::is_detection_source(config.source);
+    if (e.model.kind == ModelKind::RetinaNet && !detection) {
+        read.fail("data.source", "a RetinaNet detects boxes: use \"synthetic_shapes\", got " + in_quotes(source));
+    } else if (e.model.kind == ModelKind::ResNet && config.source != data::SourceKind::FakeImages) {
+        read.fail("data.source", "a ResNet classifies whole images: use \"fake_images\", got " + in_quotes(source));
+    } else if (e.model.kind == ModelKind::UNet && (config.source == data::SourceKind::FakeImages || detection)) {
+        read.fail("data.source", "a U-Net segments: use \"synthetic_em\", \"synthetic_ct\", \"folder\" or \"example_mri\", got " +
+                                     in_quotes(source));
+    }
+    if (!detection) {
+        for (std::string_view key : {"max_number_of_boxes", "excess_boxes", "objects", "object_size"}) {
+            if (read.find(d, key)) read.fail(join_path("data", key), "only a detection source has boxes; this source is " + in_quotes(source));
+        }
+    }
+    config.max_number_of_boxes = read.integer(d, "data", "max_number_of_boxes", 1, 10000, config.max_number_of_boxes);
+    const std::string excess = read.choice(d, "data", "excess_boxes", {"error", "keep_largest", "keep_first"}, "error");
+    config.excess_boxes = excess == "error" ? data::ExcessBoxes::Error
+                          : excess == "keep_largest" ? data::ExcessBoxes::KeepLargest : data::ExcessBoxes::KeepFirst;
+    if (read.find(d, "objects") || read.find(d, "object_size")) {
+        if (config.source != data::SourceKind::SyntheticShapes) read.fail("data.objects", "only \"synthetic_shapes\" draws objects");
+    }
+    if (const Json* objects = read.find(d, "objects")) {
+        const std::vector<std::int64_t> count = integer_list(read, d, "data", "objects", 0, "[4, 12]");
+        if (count.size() != 2 || count[0] > count[1]) {
+            read.fail("data.objects", "expected [min, max] objects per image with min ≤ max, e.g. [4, 12], got " + shown(*objects));
+        }
+        config.object_count = {count[0], count[1]};
+    }
+    if (const Json* size = read.find(d, "object_size")) {
+        if (!size->is_array() || size->size() != 2 || !(*size)[0].is_number() || !(*size)[1].is_number() ||
+            !((*size)[0].get<double>() >= 4) || !((*size)[0].get<double>() <= (*size)[1].get<double>())) {
+            read.fail("data.object_size", "expected [min, max] pixels of an object's larger side with 4 ≤ min ≤ max, e.g. [8, 400], got " +
+                                              shown(*size));
+        }
+        config.object_size = {(*size)[0].get<double>(), (*size)[1].get<double>()};
     }
     config.seed = static_cast<std::uint64_t>(read.integer(d, "data", "seed", 0, std::numeric_limits<std::int64_t>::max(),
                                                           static_cast<std::int64_t>(seed)));
@@ -404,6 +435,101 @@ data::DataConfig parse_data(const Reader& read, const Json& root, const Experime
         read.fail("data", error.what());
     }
     return config;
+}
+
+// The "detection" section (RetinaNet only): anchors, matcher, losses, inference.
+void parse_detection(const Reader& read, const Json& root, Experiment& e) {
+    DetectionSpec& spec = e.detection;
+    detection::DetectorConfig& detector = spec.detector;
+    const Json* section = read.optional_object(root, "", "detection", R"({"matcher": {"matched_threshold": 0.5}})",
+                                               {"anchors", "matcher", "loss", "box_coder_weights", "inference", "hard_example_mining"});
+    if (e.model.kind != ModelKind::RetinaNet) {
+        if (section) read.fail("detection", "only a RetinaNet has detection settings; this model is a " +
+                                                std::string(e.model.kind == ModelKind::UNet ? "U-Net" : "ResNet"));
+        return;
+    }
+    detector.labeler.num_classes = e.model.num_classes;
+    if (section) {
+        const Json& d = *section;
+        if (const Json* anchors = read.optional_object(d, "detection", "anchors", R"({"num_scales": 3, "aspect_ratios": [1, 2, 0.5]})",
+                                                       {"num_scales", "aspect_ratios", "anchor_scale"})) {
+            const std::string here = "detection.anchors";
+            detector.anchors.num_scales = static_cast<int>(read.integer(*anchors, here, "num_scales", 1, 16, 3));
+            detector.anchors.anchor_scale = read.number(*anchors, here, "anchor_scale", 0.1, 1000.0, 4.0);
+            if (const Json* ratios = read.find(*anchors, "aspect_ratios")) {
+                if (!ratios->is_array() || ratios->empty()) {
+                    read.fail(here + ".aspect_ratios", "expected a list of widths over heights such as [1, 2, 0.5], got " + shown(*ratios));
+                }
+                detector.anchors.aspect_ratios.clear();
+                for (std::size_t i = 0; i < ratios->size(); ++i) {
+                    const Json& ratio = (*ratios)[i];
+                    if (!ratio.is_number() || !(ratio.get<double>() > 0 && ratio.get<double>() <= 100)) {
+                        read.fail(here + ".aspect_ratios[" + std::to_string(i) + "]", "expected a width / height ratio in (0, 100], got " + shown(ratio));
+                    }
+                    detector.anchors.aspect_ratios.push_back(ratio.get<double>());
+                }
+            }
+        }
+        if (const Json* matcher = read.optional_object(d, "detection", "matcher", R"({"matched_threshold": 0.5, "unmatched_threshold": 0.4})",
+                                                       {"kind", "matched_threshold", "unmatched_threshold", "negatives_lower_than_unmatched",
+                                                        "force_match_for_each_row"})) {
+            const std::string here = "detection.matcher";
+            spec.matcher = read.choice(*matcher, here, "kind", {"argmax", "bipartite"}, "argmax") == "argmax" ? MatcherKind::Argmax
+                                                                                                            : MatcherKind::Bipartite;
+            detection::MatcherOptions& m = detector.labeler.matcher;
+            m.matched_threshold = static_cast<float>(read.number(*matcher, here, "matched_threshold", 0.0, 1.0, m.matched_threshold));
+            m.unmatched_threshold = static_cast<float>(read.number(*matcher, here, "unmatched_threshold", 0.0, 1.0, m.unmatched_threshold));
+            if (m.unmatched_threshold > m.matched_threshold) {
+                read.fail(here + ".unmatched_threshold", "expected at most matched_threshold (" + std::to_string(m.matched_threshold) +
+                                                             "): anchors between the two are ignored, got " + std::to_string(m.unmatched_threshold));
+            }
+            m.negatives_lower_than_unmatched = read.boolean(*matcher, here, "negatives_lower_than_unmatched", m.negatives_lower_than_unmatched);
+            m.force_match_for_each_row = read.boolean(*matcher, here, "force_match_for_each_row", m.force_match_for_each_row);
+        }
+        if (const Json* loss = read.optional_object(d, "detection", "loss", R"({"focal_alpha": 0.25, "focal_gamma": 2, "box_loss_weight": 50})",
+                                                    {"focal_alpha", "focal_gamma", "huber_delta", "box_loss_weight"})) {
+            const std::string here = "detection.loss";
+            detector.loss.focal.alpha = read.number(*loss, here, "focal_alpha", 0.0, 1.0, detector.loss.focal.alpha);
+            detector.loss.focal.gamma = read.number(*loss, here, "focal_gamma", 0.0, 10.0, detector.loss.focal.gamma);
+            detector.loss.box.delta = read.number(*loss, here, "huber_delta", 1e-6, 100.0, detector.loss.box.delta);
+            detector.loss.box_loss_weight = read.number(*loss, here, "box_loss_weight", 0.0, 1e6, detector.loss.box_loss_weight);
+        }
+        if (const Json* weights = read.find(d, "box_coder_weights")) {
+            if (!weights->is_array() || weights->size() != 4) {
+                read.fail("detection.box_coder_weights", "expected [x, y, width, height] such as [10, 10, 5, 5], got " + shown(*weights));
+            }
+            std::array<double, 4> values{};
+            for (std::size_t i = 0; i < 4; ++i) {
+                const Json& w = (*weights)[i];
+                if (!w.is_number() || !(w.get<double>() > 0 && w.get<double>() <= 1000)) {
+                    read.fail("detection.box_coder_weights[" + std::to_string(i) + "]", "expected a weight in (0, 1000], got " + shown(w));
+                }
+                values[i] = w.get<double>();
+            }
+            detector.labeler.box_coder = {values[0], values[1], values[2], values[3]};
+        }
+        if (const Json* inference = read.optional_object(d, "detection", "inference", R"({"score_threshold": 0.05, "max_detections": 100})",
+                                                         {"score_threshold", "top_k_per_level", "nms_iou_threshold", "max_detections"})) {
+            const std::string here = "detection.inference";
+            detection::PostprocessOptions& p = spec.postprocess;
+            p.score_threshold = static_cast<float>(read.number(*inference, here, "score_threshold", 0.0, 1.0, p.score_threshold));
+            p.top_k_per_level = static_cast<std::size_t>(
+                read.integer(*inference, here, "top_k_per_level", 1, 1000000, static_cast<std::int64_t>(p.top_k_per_level)));
+            p.nms_iou_threshold = static_cast<float>(read.number(*inference, here, "nms_iou_threshold", 0.0, 1.0, p.nms_iou_threshold));
+            p.max_detections = static_cast<std::size_t>(
+                read.integer(*inference, here, "max_detections", 1, 100000, static_cast<std::int64_t>(p.max_detections)));
+        }
+        spec.hard_example_mining = read.boolean(d, "detection", "hard_example_mining", false);
+    }
+    spec.postprocess.box_coder_weights = detector.labeler.box_coder;  // inference decodes as the targets were encoded
+    const std::int64_t anchors_per_cell =
+        static_cast<std::int64_t>(detector.anchors.num_scales) * static_cast<std::int64_t>(detector.anchors.aspect_ratios.size());
+    if (anchors_per_cell != e.model.num_anchors) {
+        read.fail(section ? "detection.anchors" : "model.num_anchors",
+                  "the heads predict model.num_anchors = " + std::to_string(e.model.num_anchors) + " anchors per cell, the anchors are " +
+                      std::to_string(detector.anchors.num_scales) + " scales × " + std::to_string(detector.anchors.aspect_ratios.size()) +
+                      " aspect ratios = " + std::to_string(anchors_per_cell) + "; make them equal");
+    }
 }
 
 void parse_training(const Reader& read, const Json& root, Experiment& e) {
@@ -517,7 +643,7 @@ Experiment parse_experiment(const std::string& json_text, const std::string& ori
     read.check_fields(root, "", {"version", "name", "notes", "model", "input", "global_batch", "num_cores_per_replica",
                                  "num_replicas", "input_partition_dims", "tile_boundaries", "per_host_input_for_training", "device",
                                  "precision", "optimizer", "data", "steps", "steps_per_eval", "steps_per_checkpoint",
-                                 "keep_checkpoints", "model_dir", "seed", "schedule", "loss", "loss_scale", "evaluation"});
+                                 "keep_checkpoints", "model_dir", "seed", "schedule", "loss", "loss_scale", "evaluation", "detection"});
     Experiment e;
     e.origin = origin;
     e.text = json_text;
@@ -647,6 +773,7 @@ Experiment parse_experiment(const std::string& json_text, const std::string& ori
             read.fail("optimizer", error.what());
         }
     }
+    parse_detection(read, root, e);
     parse_training(read, root, e);
     // The model must build for this input (a U-Net needs extents divisible by 2^(depth−1), …).
     std::optional<graph::Graph> model_graph;
@@ -722,15 +849,22 @@ train::TrainerConfig trainer_config(const Experiment& e) {
     config.precision = e.precision;
     config.loss_scale = e.training.loss_scale;
     config.seed = e.training.seed;
+    if (e.model.kind == ModelKind::RetinaNet) config.detection = e.detection.detector;
     return config;
 }
 
 void check_trainable(const Experiment& e) {
-    TESSERA_CHECK(e.model.kind != ModelKind::RetinaNet,
-                  e.origin << ": RetinaNet experiments are plan-only: the simulated cores train U-Nets (segmentation) and ResNets "
-                              "(classification); use tessera-cli plan for this one");
+    const std::string example_source = e.model.kind == ModelKind::RetinaNet ? "synthetic_shapes"
+                                       : e.model.kind == ModelKind::ResNet  ? "fake_images"
+                                                                            : "synthetic_em";
     TESSERA_CHECK(e.data.has_value(), e.origin << ": this experiment has no \"data\" section, so it is plan-only; add one, e.g. "
-                                                  "\"data\": {\"source\": \"synthetic_em\"}, with \"steps\" to train it");
+                                                  "\"data\": {\"source\": \"" << example_source << "\"}, with \"steps\" to train it");
+    TESSERA_CHECK(e.detection.matcher == MatcherKind::Argmax,
+                  e.origin << ": detection.matcher.kind is \"bipartite\": Tessera trains the TPU pipeline, whose argmax matcher "
+                              "keeps shapes static (a bipartite matcher's Hungarian assignment does not); set it to \"argmax\"");
+    TESSERA_CHECK(!e.detection.hard_example_mining,
+                  e.origin << ": detection.hard_example_mining is on: Tessera trains the TPU pipeline, where the focal loss "
+                              "replaces hard-example mining (which sorts losses and gathers a dynamic subset); remove it");
 }
 
 std::vector<std::int64_t> spatial_pieces(const Experiment& e) {

@@ -33,6 +33,8 @@
 
 #include "data/dataset.hpp"
 #include "data/sliding_window.hpp"
+#include "detection/detector.hpp"
+#include "detection/postprocess.hpp"
 #include "graph/executor.hpp"
 #include "partition/partition_spec.hpp"
 #include "partition/tiling.hpp"
@@ -77,6 +79,17 @@ struct TrainingSpec {
     std::int64_t max_eval_examples = 0;      // 0: all held-out examples
 };
 
+// Detection (RetinaNet): the file's "detection" section. Targets, loss and inference as the TPU RetinaNet
+// does them; the two GPU-pipeline choices below can be written (e.g. when porting a config) so that
+// `tessera-cli validate` can say why they do not suit a TPU, but they are not trained.
+enum class MatcherKind { Argmax, Bipartite };
+struct DetectionSpec {
+    detection::DetectorConfig detector;          // anchors, matcher, box coder, focal and box losses (num_classes: the model's)
+    detection::PostprocessOptions postprocess;   // score threshold, top-k per level, NMS, max_detections
+    MatcherKind matcher = MatcherKind::Argmax;   // detection.matcher.kind
+    bool hard_example_mining = false;            // detection.hard_example_mining
+};
+
 struct Experiment {
     int version = 1;
     std::string name;
@@ -96,6 +109,7 @@ struct Experiment {
     train::OptimizerConfig optimizer;
     // What the run trains on; absent for a plan-only experiment (e.g. RetinaNet at 2560²).
     std::optional<data::DataConfig> data;
+    DetectionSpec detection;                 // RetinaNet only
     TrainingSpec training;
     std::filesystem::path directory;         // of the experiment file: data paths are relative to it
     bool is_trainable() const { return data.has_value() && training.steps > 0; }
@@ -124,7 +138,8 @@ std::string tile_boundaries_text(const partition::SpatialGrid& grid);
 std::string_view precision_name(graph::Precision precision);
 // The trainer's settings (optimizer, schedule, loss, precision, loss scaling, seed).
 train::TrainerConfig trainer_config(const Experiment& experiment);
-// Throws a message naming what is missing when the experiment cannot be trained (plan-only, RetinaNet).
+// Throws a message naming what is missing when the experiment cannot be trained (plan-only, or a
+// detection pipeline that is not the TPU's: bipartite matching, hard-example mining).
 void check_trainable(const Experiment& experiment);
 
 // Per-parameter slots its optimizer keeps (SGD: momentum or none; Adam/AdamW: two moments): what the

@@ -40,6 +40,7 @@ enum class Initializer {
     Zeros,
     Ones,
     Constant,  // every element ParameterSpec::constant (a detector's prior-probability bias)
+    Normal,    // N(0, constant²): a fixed standard deviation (RetinaNet's heads, σ = 0.01)
 };
 
 struct ParameterSpec {
@@ -48,7 +49,7 @@ struct ParameterSpec {
     Initializer initializer = Initializer::HeNormal;
     std::int64_t fan_in = 1;
     bool apply_weight_decay = true;
-    double constant = 0;   // the value of Initializer::Constant
+    double constant = 0;   // the value of Initializer::Constant, the standard deviation of Initializer::Normal
 };
 
 struct Node {

@@ -35,4 +35,9 @@ std::array<std::int64_t, 2> read_color_image_size(const std::filesystem::path& p
 // header's size must equal it.
 Tensor read_color_image(const std::filesystem::path& path, std::array<std::int64_t, 2> expected_size = {0, 0});
 
+// Writes image [3, H, W] (RGB) or [1, H, W] (grey) f32 as an 8-bit PNG: values clamped to [0, 1], times 255,
+// rounded. Replaces `path` atomically (a reader never sees half a file). Throws naming the file when it
+// cannot be written.
+void write_color_png(const Tensor& image, const std::filesystem::path& path);
+
 }  // namespace tessera

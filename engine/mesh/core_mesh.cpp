@@ -940,6 +940,38 @@ train::EvalResult CoreMesh::evaluate(const Tensor& images, const Tensor& labels)
     return result;
 }
 
+std::vector<Tensor> CoreMesh::predict_outputs(const Tensor& images) {
+    Impl& impl = *m_impl;
+    const Shape& input_shape = impl.model.node(impl.model.input_node()).output_shape;
+    Shape expected = input_shape;
+    expected[0] *= impl.mesh.num_replicas;
+    TESSERA_CHECK(images.shape() == expected && images.dtype() == DType::F32,
+                  "the mesh of " << impl.mesh.num_replicas << " replica(s) predicts on f32 images " << shape_to_string(expected)
+                                 << " (the model's batch of " << input_shape[0] << " per replica), got "
+                                 << dtype_name(images.dtype()) << " " << shape_to_string(images.shape()));
+    impl.step_start = Clock::now();
+    for (Impl::Core& core : impl.cores) core.events.clear();
+    impl.each_core(StepPhase::Forward, -1, [&](Impl::Core& core) {
+        core.executor->begin_forward(impl.tile_of(images, core.replica, core.index, true), graph::Mode::Eval);
+    });
+    impl.forward(graph::Mode::Eval);
+    std::vector<Tensor> outputs;
+    for (const int node : impl.model.output_nodes()) {
+        Shape shape = impl.model.node(node).output_shape;
+        const std::int64_t batch = shape[0];
+        shape[0] *= impl.mesh.num_replicas;
+        Tensor whole = Tensor::zeros(shape, DType::F32);
+        for (std::int64_t r = 0; r < impl.mesh.num_replicas; ++r) {
+            std::vector<std::int64_t> begin(shape.size(), 0), extent(shape.begin(), shape.end());
+            begin[0] = r * batch;
+            extent[0] = batch;
+            whole.view_box(begin, extent).copy_from(gather_activation(node, r));
+        }
+        outputs.push_back(std::move(whole));
+    }
+    return outputs;
+}
+
 namespace {
 // A model node's tiles on one replica's cores, placed into the whole tensor.
 Tensor gather(const CoreMesh& mesh, const std::vector<Tensor>& tiles, int model_node) {

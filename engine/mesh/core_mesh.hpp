@@ -115,6 +115,9 @@ public:
     train::StepResult train_step(const Tensor& images, std::span<const detection::PaddedGroundTruth> ground_truth);
     // Forward in evaluation mode; logits gathered from the tiles, loss and metrics over all replicas.
     train::EvalResult evaluate(const Tensor& images, const Tensor& labels);
+    // Forward in evaluation mode on images [R·n, C, (D,) H, W]: every model output (Graph::output_nodes()
+    // order) gathered from the tiles, replica r's rows r·n … (r+1)·n − 1. A detector's heads for inference.
+    std::vector<Tensor> predict_outputs(const Tensor& images);
 
     std::int64_t num_cores() const;
     std::int64_t cores_per_replica() const;

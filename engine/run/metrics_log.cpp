@@ -158,24 +158,67 @@ void MetricsLog::write(const StepRecord& s) {
     m_train_events->add_scalar("memory/peak_core_gib", static_cast<double>(peak) / static_cast<double>(1LL << 30), s.step, s.wall_time);
 }
 
+namespace {
+
+// -1 (no ground truth) is written as an empty CSV cell.
+std::string score_cell(double value) { return value < 0 ? std::string() : number(value); }
+
+Json detection_json(const DetectionEvalRecord& d) {
+    Json classes = Json::array();
+    for (const DetectionClassRecord& c : d.classes) {
+        classes.push_back({{"name", c.name}, {"num_ground_truth", c.num_ground_truth}, {"ap", c.ap}, {"ap50", c.ap50}, {"ap75", c.ap75},
+                           {"recall", c.recall}, {"precision_at_iou_50", c.precision_at_iou_50}});
+    }
+    return {{"ap", d.ap}, {"ap50", d.ap50}, {"ap75", d.ap75}, {"ar100", d.ar100}, {"ap_small", d.ap_small},
+            {"ap_medium", d.ap_medium}, {"ap_large", d.ap_large}, {"num_ground_truth", d.num_ground_truth},
+            {"num_detections", d.num_detections}, {"num_true_positives", d.num_true_positives}, {"classes", classes},
+            {"detections_file", d.detections_file.string()}};
+}
+
+}  // namespace
+
 void MetricsLog::write(const EvalRecord& e) {
     Json classes = Json::array();
     for (const ClassRecord& c : e.classes) classes.push_back({{"name", c.name}, {"present", c.is_present}, {"dice", c.dice}, {"iou", c.iou}});
     Json predictions = Json::array();
     for (const fs::path& p : e.predictions) predictions.push_back(p.string());
-    const Json record = {{"kind", "eval"},       {"step", e.step},         {"loss", e.loss},
-                         {"mean_dice", e.mean_dice}, {"mean_iou", e.mean_iou}, {"accuracy", e.accuracy},
-                         {"classes", classes},   {"num_examples", e.num_examples}, {"seconds", e.seconds},
-                         {"predictions", predictions}, {"wall_time", e.wall_time}};
+    Json record = {{"kind", "eval"},       {"step", e.step},         {"loss", e.loss},
+                   {"mean_dice", e.mean_dice}, {"mean_iou", e.mean_iou}, {"accuracy", e.accuracy},
+                   {"classes", classes},   {"num_examples", e.num_examples}, {"seconds", e.seconds},
+                   {"predictions", predictions}, {"wall_time", e.wall_time}};
+    if (e.is_detection) {
+        record.erase("mean_dice");
+        record.erase("mean_iou");
+        record.erase("accuracy");
+        record["detection"] = detection_json(e.detection);
+    }
     append_line(m_dir / jsonl_name, record.dump());
 
-    std::vector<std::string> columns = {"step", "loss", "mean_dice", "mean_iou", "accuracy"};
-    std::vector<std::string> values = {std::to_string(e.step), number(e.loss), number(e.mean_dice), number(e.mean_iou), number(e.accuracy)};
-    for (const ClassRecord& c : e.classes) {
-        columns.push_back("dice_" + csv_safe(c.name));
-        values.push_back(c.is_present ? number(c.dice) : "");
-        columns.push_back("iou_" + csv_safe(c.name));
-        values.push_back(c.is_present ? number(c.iou) : "");
+    std::vector<std::string> columns = {"step", "loss"};
+    std::vector<std::string> values = {std::to_string(e.step), number(e.loss)};
+    if (e.is_detection) {
+        const DetectionEvalRecord& d = e.detection;
+        columns.insert(columns.end(), {"ap", "ap50", "ap75", "ar100", "ap_small", "ap_medium", "ap_large", "num_ground_truth",
+                                       "num_detections", "num_true_positives"});
+        values.insert(values.end(), {score_cell(d.ap), score_cell(d.ap50), score_cell(d.ap75), score_cell(d.ar100),
+                                     score_cell(d.ap_small), score_cell(d.ap_medium), score_cell(d.ap_large),
+                                     std::to_string(d.num_ground_truth), std::to_string(d.num_detections),
+                                     std::to_string(d.num_true_positives)});
+        for (const DetectionClassRecord& c : d.classes) {
+            columns.push_back("ap_" + csv_safe(c.name));
+            values.push_back(score_cell(c.ap));
+            columns.push_back("ap50_" + csv_safe(c.name));
+            values.push_back(score_cell(c.ap50));
+        }
+    } else {
+        columns.insert(columns.end(), {"mean_dice", "mean_iou", "accuracy"});
+        values.insert(values.end(), {number(e.mean_dice), number(e.mean_iou), number(e.accuracy)});
+        for (const ClassRecord& c : e.classes) {
+            columns.push_back("dice_" + csv_safe(c.name));
+            values.push_back(c.is_present ? number(c.dice) : "");
+            columns.push_back("iou_" + csv_safe(c.name));
+            values.push_back(c.is_present ? number(c.iou) : "");
+        }
     }
     columns.insert(columns.end(), {"num_examples", "seconds", "wall_time"});
     values.insert(values.end(), {std::to_string(e.num_examples), number(e.seconds), unix_seconds(e.wall_time)});
@@ -193,6 +236,24 @@ void MetricsLog::write(const EvalRecord& e) {
     append_line(csv, row);
 
     m_eval_events->add_scalar("loss", e.loss, e.step, e.wall_time);
+    if (e.is_detection) {
+        const DetectionEvalRecord& d = e.detection;
+        // TensorBoard's names for COCO scores, as the TF Object Detection API writes them.
+        const std::pair<const char*, double> scores[] = {
+            {"DetectionBoxes_Precision/mAP", d.ap},          {"DetectionBoxes_Precision/mAP@.50IOU", d.ap50},
+            {"DetectionBoxes_Precision/mAP@.75IOU", d.ap75}, {"DetectionBoxes_Precision/mAP (small)", d.ap_small},
+            {"DetectionBoxes_Precision/mAP (medium)", d.ap_medium}, {"DetectionBoxes_Precision/mAP (large)", d.ap_large},
+            {"DetectionBoxes_Recall/AR@100", d.ar100}};
+        for (const auto& [name, value] : scores) {
+            if (value >= 0) m_eval_events->add_scalar(name, value, e.step, e.wall_time);
+        }
+        m_eval_events->add_scalar("detections/count", static_cast<double>(d.num_detections), e.step, e.wall_time);
+        m_eval_events->add_scalar("detections/true_positives", static_cast<double>(d.num_true_positives), e.step, e.wall_time);
+        for (const DetectionClassRecord& c : d.classes) {
+            if (c.ap >= 0) m_eval_events->add_scalar("DetectionBoxes_PerformanceByCategory/mAP/" + c.name, c.ap, e.step, e.wall_time);
+        }
+        return;
+    }
     m_eval_events->add_scalar("mean_dice", e.mean_dice, e.step, e.wall_time);
     m_eval_events->add_scalar("mean_iou", e.mean_iou, e.step, e.wall_time);
     m_eval_events->add_scalar("accuracy", e.accuracy, e.step, e.wall_time);
@@ -244,6 +305,35 @@ void read_record(const Json& record, MetricsHistory& history) {
         }
         if (record.contains("predictions")) {
             for (const Json& p : record["predictions"]) e.predictions.emplace_back(p.get<std::string>());
+        }
+        if (record.contains("detection")) {
+            const Json& d = record["detection"];
+            e.is_detection = true;
+            DetectionEvalRecord& r = e.detection;
+            r.ap = d.value("ap", -1.0);
+            r.ap50 = d.value("ap50", -1.0);
+            r.ap75 = d.value("ap75", -1.0);
+            r.ar100 = d.value("ar100", -1.0);
+            r.ap_small = d.value("ap_small", -1.0);
+            r.ap_medium = d.value("ap_medium", -1.0);
+            r.ap_large = d.value("ap_large", -1.0);
+            r.num_ground_truth = d.value("num_ground_truth", std::int64_t{0});
+            r.num_detections = d.value("num_detections", std::int64_t{0});
+            r.num_true_positives = d.value("num_true_positives", std::int64_t{0});
+            r.detections_file = d.value("detections_file", std::string());
+            if (d.contains("classes")) {
+                for (const Json& c : d["classes"]) {
+                    DetectionClassRecord cls;
+                    cls.name = c.value("name", "");
+                    cls.num_ground_truth = c.value("num_ground_truth", std::int64_t{0});
+                    cls.ap = c.value("ap", -1.0);
+                    cls.ap50 = c.value("ap50", -1.0);
+                    cls.ap75 = c.value("ap75", -1.0);
+                    cls.recall = c.value("recall", -1.0);
+                    if (c.contains("precision_at_iou_50")) cls.precision_at_iou_50 = c["precision_at_iou_50"].get<std::vector<double>>();
+                    r.classes.push_back(std::move(cls));
+                }
+            }
         }
         history.evals.push_back(std::move(e));
     }

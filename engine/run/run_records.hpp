@@ -56,11 +56,32 @@ struct ClassRecord {
     double dice = 0, iou = 0;
 };
 
+// One class of a detection evaluation (COCO style, detection/coco_evaluation.hpp); -1: no ground truth.
+struct DetectionClassRecord {
+    std::string name;                         // "disc", "class 3"
+    std::int64_t num_ground_truth = 0;
+    double ap = -1, ap50 = -1, ap75 = -1;     // AP@[.5:.95], at IoU 0.5, at 0.75
+    double recall = -1;                       // AR at max_detections, mean over the IoU thresholds
+    std::vector<double> precision_at_iou_50;  // [101] at recall 0, 0.01, …, 1: the precision–recall curve
+};
+
+struct DetectionEvalRecord {
+    double ap = -1, ap50 = -1, ap75 = -1, ar100 = -1;  // means over the classes with ground truth
+    double ap_small = -1, ap_medium = -1, ap_large = -1;
+    std::int64_t num_ground_truth = 0;                 // boxes in the held-out images
+    std::int64_t num_detections = 0;                   // after NMS and the score threshold
+    std::int64_t num_true_positives = 0;               // detections matched at IoU ≥ 0.5
+    std::vector<DetectionClassRecord> classes;
+    std::filesystem::path detections_file;             // boxes per image: ground truth, detections, matches
+};
+
 struct EvalRecord {
     std::int64_t step = 0;          // completed training steps
-    double loss = 0;                // cross-entropy over the held-out voxels (images)
+    double loss = 0;                // cross-entropy over the held-out voxels (images); a detector's focal + box loss
     double mean_dice = 0, mean_iou = 0, accuracy = 0;
     std::vector<ClassRecord> classes;
+    bool is_detection = false;      // then `detection` holds the scores (Dice, IoU and accuracy do not apply)
+    DetectionEvalRecord detection;
     std::int64_t num_examples = 0;
     double seconds = 0;             // host time of the evaluation
     std::vector<std::filesystem::path> predictions;  // label volumes written

@@ -14,7 +14,10 @@
 #include "data/sliding_window.hpp"
 #include "data/folder_pairs.hpp"
 #include "data/transforms.hpp"
+#include "detection/coco_evaluation.hpp"
+#include "detection/postprocess.hpp"
 #include "io/atomic_file.hpp"
+#include "io/color_image.hpp"
 #include "io/volume_io.hpp"
 #include "loss/cross_entropy.hpp"
 #include "loss/metrics.hpp"
@@ -81,6 +84,17 @@ Tensor argmax_labels(const Tensor& logits) {
     return labels;
 }
 
+// A normalised image [C, H, W] rescaled to [0, 1] over all its channels together (colours keep their
+// balance), for writing as a picture.
+Tensor display_image(const Tensor& image) {
+    Tensor shown = image.contiguous().clone();
+    float* values = shown.data<float>();
+    const auto [low, high] = std::minmax_element(values, values + shown.num_elements());
+    const float lowest = *low, range = *high - *low;
+    for (std::int64_t i = 0; i < shown.num_elements(); ++i) values[i] = range > 0 ? (values[i] - lowest) / range : 0.0f;
+    return shown;
+}
+
 std::string safe_file_name(std::string name) {
     for (char& c : name) {
         const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_' || c == '.';
@@ -106,8 +120,17 @@ void write_summary(const fs::path& path, const RunSummary& s) {
         for (const ClassRecord& c : s.last_eval.classes) {
             if (c.is_present) classes[c.name] = {{"dice", c.dice}, {"iou", c.iou}};
         }
-        eval = {{"step", s.last_eval.step}, {"loss", s.last_eval.loss}, {"mean_dice", s.last_eval.mean_dice},
-                {"mean_iou", s.last_eval.mean_iou}, {"accuracy", s.last_eval.accuracy}, {"classes", classes}};
+        if (s.last_eval.is_detection) {
+            const DetectionEvalRecord& d = s.last_eval.detection;
+            for (const DetectionClassRecord& c : d.classes) {
+                if (c.ap >= 0) classes[c.name] = {{"ap", c.ap}, {"ap50", c.ap50}, {"ap75", c.ap75}, {"recall", c.recall}};
+            }
+            eval = {{"step", s.last_eval.step}, {"loss", s.last_eval.loss}, {"ap", d.ap},       {"ap50", d.ap50},
+                    {"ap75", d.ap75},           {"ar100", d.ar100},         {"classes", classes}};
+        } else {
+            eval = {{"step", s.last_eval.step}, {"loss", s.last_eval.loss}, {"mean_dice", s.last_eval.mean_dice},
+                    {"mean_iou", s.last_eval.mean_iou}, {"accuracy", s.last_eval.accuracy}, {"classes", classes}};
+        }
     }
     const json::Json root = {{"first_step", s.first_step},
                              {"last_step", s.last_step},
@@ -170,7 +193,138 @@ struct TrainingRun::Impl {
     bool has_checkpoint = false;
     std::vector<std::string> notes;
 
+    std::unique_ptr<detection::Detector> detector;  // a RetinaNet's anchors and loss, for evaluation
+
     bool is_segmentation() const { return experiment.model.kind == experiment::ModelKind::UNet; }
+    bool is_detection() const { return experiment.model.kind == experiment::ModelKind::RetinaNet; }
+
+    // A detector's held-out images, a global batch at a time on the cores: the heads' outputs, their
+    // loss against the padded ground truth, detections after post-processing (on the host, as the seed
+    // does), then COCO scores over all images. Writes each image once (PNG) and this evaluation's boxes
+    // (predictions/detections_step_<N>.json) when the options ask for predictions.
+    EvalRecord evaluate_detection(std::int64_t step, std::int64_t count, Clock::time_point start) {
+        EvalRecord record;
+        record.step = step;
+        record.is_detection = true;
+        const Shape batch_shape = experiment::global_input_shape(experiment);
+        const std::size_t num_levels = detector->num_levels();
+        const data::DataConfig& data_config = *experiment.data;
+        std::vector<detection::EvaluationImage> evaluated;
+        std::vector<data::Example> examples;
+        double loss_sum = 0;
+        for (std::int64_t first = 0; first < count; first += batch_shape[0]) {
+            const std::int64_t n = std::min(batch_shape[0], count - first);
+            // The last batch is padded with blank images (the cores' static shape); their outputs are dropped.
+            Tensor images = Tensor::zeros(batch_shape, DType::F32);
+            std::vector<detection::PaddedGroundTruth> ground_truth;
+            for (std::int64_t i = 0; i < batch_shape[0]; ++i) {
+                std::vector<detection::LabeledBox> objects;
+                if (i < n) {
+                    data::Example example = dataset->eval_example(first + i);
+                    std::vector<std::int64_t> begin(batch_shape.size(), 0), extent(batch_shape.begin(), batch_shape.end());
+                    begin[0] = i;
+                    extent[0] = 1;
+                    images.view_box(begin, extent).copy_from(with_batch_axis(example.image));
+                    objects = example.objects;
+                    examples.push_back(std::move(example));
+                }
+                ground_truth.push_back(data::pad_sample_ground_truth(
+                    objects, {.max_number_of_boxes = data_config.max_number_of_boxes, .excess_boxes = data_config.excess_boxes},
+                    i < n ? examples.back().name : "padding"));
+            }
+            const std::vector<Tensor> outputs = mesh->predict_outputs(images);
+            const detection::DetectorStep scored = detector->loss_and_gradients(outputs, ground_truth);
+            loss_sum += scored.loss.value * static_cast<double>(n);
+            const std::vector<Tensor> class_outputs(outputs.begin(), outputs.begin() + static_cast<std::ptrdiff_t>(num_levels));
+            const std::vector<Tensor> box_outputs(outputs.begin() + static_cast<std::ptrdiff_t>(num_levels), outputs.end());
+            std::vector<std::vector<detection::ScoredBox>> detections =
+                detection::postprocess_detections(class_outputs, box_outputs, detector->anchors(), experiment.detection.postprocess);
+            for (std::int64_t i = 0; i < n; ++i) {
+                evaluated.push_back({examples[static_cast<std::size_t>(first + i)].objects, std::move(detections[static_cast<std::size_t>(i)])});
+            }
+        }
+        const auto num_classes = static_cast<std::int32_t>(experiment.model.num_classes);
+        detection::CocoEvaluationOptions coco_options;
+        coco_options.max_detections_per_image = experiment.detection.postprocess.max_detections;
+        const detection::CocoEvaluation coco = detection::evaluate_coco(evaluated, num_classes, coco_options);
+        DetectionEvalRecord& d = record.detection;
+        d.ap = coco.ap;
+        d.ap50 = coco.ap50;
+        d.ap75 = coco.ap75;
+        d.ar100 = coco.ar100;
+        d.ap_small = coco.ap_small;
+        d.ap_medium = coco.ap_medium;
+        d.ap_large = coco.ap_large;
+        for (const detection::CocoClassResult& c : coco.per_class) {
+            DetectionClassRecord cls;
+            cls.name = static_cast<std::size_t>(c.class_id) < classes.size() ? classes[static_cast<std::size_t>(c.class_id)]
+                                                                             : "class " + std::to_string(c.class_id);
+            cls.num_ground_truth = c.num_ground_truth;
+            cls.ap = c.ap;
+            cls.ap50 = c.ap50;
+            cls.ap75 = c.ap75;
+            cls.recall = c.recall;
+            cls.precision_at_iou_50 = c.precision_at_iou_50;
+            d.classes.push_back(std::move(cls));
+        }
+        json::Json images_json = json::Json::array();
+        const fs::path folder = model_dir->path() / "predictions";
+        if (options.write_predictions) fs::create_directories(folder);
+        for (std::size_t i = 0; i < evaluated.size(); ++i) {
+            const detection::EvaluationImage& image = evaluated[i];
+            const std::vector<detection::DetectionMatch> matches =
+                detection::match_detections(image, 0.5, experiment.detection.postprocess.max_detections);
+            d.num_ground_truth += static_cast<std::int64_t>(image.ground_truth.size());
+            d.num_detections += static_cast<std::int64_t>(image.detections.size());
+            std::vector<bool> found(image.ground_truth.size(), false);
+            json::Json detections_json = json::Json::array();
+            for (std::size_t k = 0; k < image.detections.size(); ++k) {
+                const detection::ScoredBox& box = image.detections[k];
+                const bool matched = matches[k].ground_truth >= 0;
+                if (matched) found[static_cast<std::size_t>(matches[k].ground_truth)] = true;
+                d.num_true_positives += matched ? 1 : 0;
+                detections_json.push_back({{"box", {box.box.x_min, box.box.y_min, box.box.x_max, box.box.y_max}},
+                                           {"class", box.class_id},
+                                           {"score", box.score},
+                                           {"ground_truth", matches[k].ground_truth},
+                                           {"iou", matches[k].iou}});
+            }
+            json::Json truth_json = json::Json::array();
+            for (std::size_t g = 0; g < image.ground_truth.size(); ++g) {
+                const detection::LabeledBox& box = image.ground_truth[g];
+                truth_json.push_back({{"box", {box.box.x_min, box.box.y_min, box.box.x_max, box.box.y_max}},
+                                      {"class", box.class_id},
+                                      {"found", static_cast<bool>(found[g])}});
+            }
+            const data::Example& example = examples[i];
+            const std::string stem = safe_file_name(example.name);
+            if (options.write_predictions) {
+                const fs::path image_file = folder / (stem + "_image.png");
+                if (!fs::exists(image_file)) write_color_png(display_image(example.image), image_file);
+            }
+            images_json.push_back({{"name", example.name},
+                                   {"image", stem + "_image.png"},
+                                   {"width", example.image.dim(2)},
+                                   {"height", example.image.dim(1)},
+                                   {"ground_truth", truth_json},
+                                   {"detections", detections_json}});
+        }
+        if (options.write_predictions) {
+            const json::Json document = {{"step", step},
+                                         {"classes", classes},
+                                         {"match_iou_threshold", 0.5},
+                                         {"score_threshold", experiment.detection.postprocess.score_threshold},
+                                         {"images", images_json}};
+            d.detections_file = folder / ("detections_step_" + std::to_string(step) + ".json");
+            const std::string text = document.dump(1) + "\n";
+            io::write_file_atomically(d.detections_file, std::as_bytes(std::span(text.data(), text.size())));
+        }
+        record.loss = loss_sum / static_cast<double>(count);
+        record.num_examples = count;
+        record.seconds = seconds_since(start);
+        record.wall_time = unix_time();
+        return record;
+    }
 
     // This host's predicted step, when `tessera-cli calibrate` has written a host preset for as many
     // threads as the run uses: the plan's layers profiled with the cores' kernels, the rest modelled.
@@ -282,6 +436,7 @@ struct TrainingRun::Impl {
         if (experiment.training.max_eval_examples > 0) count = std::min(count, experiment.training.max_eval_examples);
         TESSERA_CHECK(count > 0, experiment.origin << ": the dataset holds no example out for evaluation; raise data.holdout_fraction "
                                                       "or data.num_eval_images");
+        if (is_detection()) return evaluate_detection(step, count, start);
         loss::ConfusionMatrix confusion;
         double nll_sum = 0, weight_sum = 0;
         if (is_segmentation()) {
@@ -391,6 +546,11 @@ TrainingRun::TrainingRun(experiment::Experiment e, RunOptions options) : m_impl(
     impl.device = cost::load_device_preset(x.device);
 
     impl.dataset = data::make_dataset(*x.data, experiment::global_input_shape(x), x.model.num_classes);
+    if (!impl.dataset->class_names().empty()) impl.classes = impl.dataset->class_names();
+    if (impl.is_detection()) {
+        const Shape input = experiment::replica_input_shape(x);
+        impl.detector = std::make_unique<detection::Detector>(*experiment::trainer_config(x).detection, input[2], input[3]);
+    }
 
     check_fits_host(x);  // before the cores allocate anything
     mesh::MeshConfig mesh;
@@ -458,7 +618,8 @@ RunSummary TrainingRun::train(RunObserver* observer, const std::atomic<bool>* st
         for (std::int64_t step = first_step; step < impl.total_steps; ++step) {
             const data::Batch batch = batches.next();
             const auto step_start = Clock::now();
-            const train::StepResult result = impl.mesh->train_step(batch.images, batch.labels);
+            const train::StepResult result = impl.is_detection() ? impl.mesh->train_step(batch.images, batch.ground_truth)
+                                                                 : impl.mesh->train_step(batch.images, batch.labels);
             StepRecord record;
             record.host_seconds = seconds_since(step_start);
             record.step = step + 1;
@@ -529,7 +690,8 @@ EvalRecord TrainingRun::evaluate(RunObserver* observer) {
 
 std::vector<fs::path> TrainingRun::predict(const std::vector<fs::path>& inputs, const fs::path& output_dir) {
     Impl& impl = *m_impl;
-    TESSERA_CHECK(impl.is_segmentation(), impl.experiment.origin << ": predict writes label volumes, so it needs a segmentation model (a U-Net)");
+    TESSERA_CHECK(impl.is_segmentation(), impl.experiment.origin << ": predict writes label volumes, so it needs a segmentation model (a U-Net); "
+                                                                   "a detector's boxes on its held-out images come from eval (predictions/detections_step_<N>.json)");
     impl.restore(true);
     TESSERA_CHECK(file_kind(output_dir) == FileKind::Missing || file_kind(output_dir) == FileKind::Folder,
                   "cannot write predictions into '" << output_dir.string() << "': it is " << file_kind_name(file_kind(output_dir))

@@ -38,7 +38,7 @@ void RunSeries::addEval(const run::EvalRecord& eval) {
     if (!m_evals.empty() && eval.step <= m_evals.back().step) {
         std::erase_if(m_evals, [&](const EvalPoint& point) { return point.step >= eval.step; });
     }
-    m_evals.push_back({eval.step, eval.wall_time, eval.loss, eval.mean_dice});
+    m_evals.push_back({eval.step, eval.wall_time, eval.loss, eval.mean_dice, eval.is_detection});
 }
 
 void RunSeries::setCoreMemory(std::vector<std::int64_t> peak_bytes, std::int64_t capacity_bytes) {

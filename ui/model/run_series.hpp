@@ -38,6 +38,7 @@ public:
         double wall_time = 0;  // seconds since the Unix epoch
         double loss = 0;
         double mean_dice = 0;
+        bool is_detection = false;  // a detector's evaluation: no Dice (its AP is in the Run dock's table)
     };
 
     // Appends a step. A step at or before the last one (a run resumed from an earlier checkpoint) first

@@ -955,21 +955,27 @@ void RunCharts::updateCurves(RunState& state) {
 
     // Evaluations: at their step, or their time since the run's first point.
     const std::vector<RunSeries::EvalPoint>& evals = run.evals();
-    std::vector<double> eval_x(evals.size()), eval_loss(evals.size()), eval_dice(evals.size());
+    std::vector<double> eval_x(evals.size()), eval_loss(evals.size()), dice_x, eval_dice;
     const double start = run.startWallTime();
     for (std::size_t i = 0; i < evals.size(); ++i) {
         eval_x[i] = m_x_axis == XAxis::Step ? static_cast<double>(evals[i].step) : (evals[i].wall_time - start) * m_x_scale;
         eval_loss[i] = evals[i].loss;
-        eval_dice[i] = evals[i].mean_dice;
+        if (evals[i].is_detection) continue;  // a detector has no Dice
+        dice_x.push_back(eval_x[i]);
+        eval_dice.push_back(evals[i].mean_dice);
     }
     state.curves[index(Curve::EvalLoss)]->replace(decimateMinMax(eval_x, eval_loss, max_display_points, m_log_scale));
-    state.curves[index(Curve::EvalDice)]->replace(decimateMinMax(eval_x, eval_dice, max_display_points, false));
+    state.curves[index(Curve::EvalDice)]->replace(decimateMinMax(dice_x, eval_dice, max_display_points, false));
 
     QString tip = QStringLiteral("<b>%1</b><br>").arg(state.name.toHtmlEscaped());
     if (run.size() > 0) {
         tip += tr("%1 steps, the last %2 with loss %3").arg(run.size()).arg(run.lastStep()).arg(loss.back(), 0, 'g', 4);
     }
-    if (!evals.empty()) tip += tr("<br>%1 evaluations, the last: mean Dice %2").arg(evals.size()).arg(evals.back().mean_dice, 0, 'f', 3);
+    if (!evals.empty() && !evals.back().is_detection) {
+        tip += tr("<br>%1 evaluations, the last: mean Dice %2").arg(evals.size()).arg(evals.back().mean_dice, 0, 'f', 3);
+    } else if (!evals.empty()) {
+        tip += tr("<br>%1 evaluations, the last: loss %2").arg(evals.size()).arg(evals.back().loss, 0, 'g', 4);
+    }
     if (state.host_prediction > 0) {
         tip += tr("<br>Predicted on this host: %1 ms per step").arg(state.host_prediction * 1e3, 0, 'f', 1);
         if (state.host_uncertainty > 0) tip += tr(" ± %1").arg(state.host_uncertainty * 1e3, 0, 'f', 1);

@@ -309,9 +309,24 @@ void RunPanel::showStepTimeline(int chosen) {
 }
 
 void RunPanel::onEvaluated(const tessera::run::EvalRecord& eval) {
+    m_classes->setRowCount(0);
+    if (eval.is_detection) {
+        // A detector: AP@[.5:.95] in the run list, AP and AP50 per class (— without held-out boxes of it).
+        itemFor(m_running_dir)->setText(DiceColumn, tr("AP %1").arg(eval.detection.ap, 0, 'f', 4));
+        m_classes->setHorizontalHeaderLabels({tr("Class"), tr("AP"), tr("AP50")});
+        const auto score = [this](double value) { return value < 0 ? tr("—") : QString::number(value, 'f', 4); };
+        for (const run::DetectionClassRecord& c : eval.detection.classes) {
+            const int row = m_classes->rowCount();
+            m_classes->insertRow(row);
+            m_classes->setItem(row, 0, new QTableWidgetItem(QString::fromStdString(c.name)));
+            m_classes->setItem(row, 1, new QTableWidgetItem(score(c.ap)));
+            m_classes->setItem(row, 2, new QTableWidgetItem(score(c.ap50)));
+        }
+        return;
+    }
+    m_classes->setHorizontalHeaderLabels({tr("Class"), tr("Dice"), tr("IoU")});
     itemFor(m_running_dir)->setText(DiceColumn, eval.classes.empty() ? QString::number(eval.accuracy, 'f', 4)
                                                                      : QString::number(eval.mean_dice, 'f', 4));
-    m_classes->setRowCount(0);
     for (const run::ClassRecord& c : eval.classes) {
         const int row = m_classes->rowCount();
         m_classes->insertRow(row);

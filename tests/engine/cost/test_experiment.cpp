@@ -130,7 +130,11 @@ TEST(Experiment, TrainingSchemaErrorsNameThePathWhatIsAllowedAndWhatCame) {
     expect_message(R"("steps": 10)", "steps: this experiment has no \"data\" section, so it cannot train");
     expect_message(data + R"("stesp": 3)", "stesp: unknown field; did you mean \"steps\"?");
     expect_message(R"("data": {"source": "synthetic_emm"}, "steps": 1)",
-                   "data.source: expected one of \"synthetic_em\", \"synthetic_ct\", \"fake_images\", \"folder\", \"example_mri\", got \"synthetic_emm\"; did you mean \"synthetic_em\"?");
+                   "data.source: expected one of \"synthetic_em\", \"synthetic_ct\", \"fake_images\", \"folder\", \"example_mri\", \"synthetic_shapes\", got \"synthetic_emm\"; did you mean \"synthetic_em\"?");
+    expect_message(R"("data": {"source": "synthetic_shapes"}, "steps": 1)", "data.source: a U-Net segments");
+    expect_message(R"("data": {"source": "synthetic_em", "max_number_of_boxes": 5}, "steps": 1)",
+                   "data.max_number_of_boxes: only a detection source has boxes; this source is \"synthetic_em\"");
+    expect_message(R"("detection": {})", "detection: only a RetinaNet has detection settings; this model is a U-Net");
     expect_message(R"("data": {"source": "fake_images"}, "steps": 1)", "data.source: a U-Net segments");
     expect_message(R"("data": {"source": "folder", "labels": "l"}, "steps": 1)", "data.images: missing; a folder source needs");
     expect_message(R"("data": {"source": "synthetic_em", "images": "x"}, "steps": 1)", "data.images: only a \"folder\" source reads folders");
@@ -243,4 +247,85 @@ TEST(Experiment, TileBoundaryErrorsNameThePathWhatIsAllowedAndWhatCame) {
         << error_of(R"({"version": 1, "model": {"kind": "unet", "depth": 3, "base_width": 4}, "input": {"size": [4, 64]},
                        "global_batch": 1, "num_cores_per_replica": 2, "input_partition_dims": [[1, 2, 1, 1], null],
                        "tile_boundaries": [[0, 2, 4], [0, 64]]})");
+}
+
+// A RetinaNet on synthetic shapes: the "detection" section and the detection source's fields.
+namespace {
+std::string detector_with(const std::string& fields) {
+    return R"({"version": 1, "model": {"kind": "retinanet", "depth": 18, "num_classes": 4, "fpn_channels": 16, "num_anchors": 3},
+               "input": {"channels": 3, "size": [256, 256]}, "global_batch": 2, "steps": 5, )" +
+           fields + "}";
+}
+void expect_detector_message(const std::string& fields, const std::string& expected) {
+    const std::string message = error_of(detector_with(fields));
+    EXPECT_NE(message.find(expected), std::string::npos) << "for " << fields << "\n" << message;
+}
+}  // namespace
+
+TEST(Experiment, DetectionFieldsAreRead) {
+    const experiment::Experiment e = experiment::parse_experiment(detector_with(R"(
+        "data": {"source": "synthetic_shapes", "max_number_of_boxes": 20, "excess_boxes": "keep_largest", "objects": [2, 6],
+                 "object_size": [16, 200], "augment": {"flip_axes": [1]}},
+        "detection": {"anchors": {"num_scales": 3, "aspect_ratios": [1.0], "anchor_scale": 3},
+                      "matcher": {"matched_threshold": 0.6, "unmatched_threshold": 0.4, "force_match_for_each_row": false},
+                      "loss": {"focal_alpha": 0.3, "focal_gamma": 1.5, "huber_delta": 0.2, "box_loss_weight": 25},
+                      "box_coder_weights": [10, 10, 5, 5],
+                      "inference": {"score_threshold": 0.1, "top_k_per_level": 500, "nms_iou_threshold": 0.6, "max_detections": 50}})"),
+                                                                  "shapes.json");
+    ASSERT_TRUE(e.data.has_value());
+    EXPECT_EQ(e.data->source, data::SourceKind::SyntheticShapes);
+    EXPECT_EQ(e.data->max_number_of_boxes, 20);
+    EXPECT_EQ(e.data->excess_boxes, data::ExcessBoxes::KeepLargest);
+    EXPECT_EQ(e.data->object_count, (std::array<std::int64_t, 2>{2, 6}));
+    EXPECT_EQ(e.data->object_size, (std::array<double, 2>{16, 200}));
+    const detection::DetectorConfig& d = e.detection.detector;
+    EXPECT_EQ(d.labeler.num_classes, 4);
+    EXPECT_EQ(d.anchors.aspect_ratios, std::vector<double>{1.0});
+    EXPECT_DOUBLE_EQ(d.anchors.anchor_scale, 3.0);
+    EXPECT_FLOAT_EQ(d.labeler.matcher.matched_threshold, 0.6f);
+    EXPECT_FLOAT_EQ(d.labeler.matcher.unmatched_threshold, 0.4f);
+    EXPECT_FALSE(d.labeler.matcher.force_match_for_each_row);
+    EXPECT_TRUE(d.labeler.matcher.negatives_lower_than_unmatched);
+    EXPECT_DOUBLE_EQ(d.loss.focal.alpha, 0.3);
+    EXPECT_DOUBLE_EQ(d.loss.focal.gamma, 1.5);
+    EXPECT_DOUBLE_EQ(d.loss.box.delta, 0.2);
+    EXPECT_DOUBLE_EQ(d.loss.box_loss_weight, 25.0);
+    EXPECT_FLOAT_EQ(e.detection.postprocess.score_threshold, 0.1f);
+    EXPECT_EQ(e.detection.postprocess.top_k_per_level, 500u);
+    EXPECT_EQ(e.detection.postprocess.max_detections, 50u);
+    EXPECT_EQ(e.detection.matcher, experiment::MatcherKind::Argmax);
+    // The trainer gets the detector; post-processing decodes with the targets' weights.
+    const train::TrainerConfig config = experiment::trainer_config(e);
+    ASSERT_TRUE(config.detection.has_value());
+    EXPECT_EQ(config.detection->labeler.num_classes, 4);
+    EXPECT_DOUBLE_EQ(e.detection.postprocess.box_coder_weights.width, 5.0);
+    EXPECT_NO_THROW(experiment::check_trainable(e));
+}
+
+TEST(Experiment, DetectionErrorsNameThePathWhatIsAllowedAndWhatCame) {
+    const std::string shapes = R"("data": {"source": "synthetic_shapes"}, )";
+    expect_detector_message(R"("data": {"source": "fake_images"})", "data.source: a RetinaNet detects boxes: use \"synthetic_shapes\"");
+    expect_detector_message(shapes + R"("detection": {"anchors": {"num_scales": 2}})",
+                            "detection.anchors: the heads predict model.num_anchors = 3 anchors per cell, the anchors are 2 scales × 3 "
+                            "aspect ratios = 6; make them equal");
+    expect_detector_message(R"("data": {"source": "synthetic_shapes"})",
+                            "model.num_anchors: the heads predict model.num_anchors = 3 anchors per cell");
+    expect_detector_message(shapes + R"("detection": {"anchors": {"num_scales": 3, "aspect_ratios": [1, -2, 0.5]}})",
+                            "detection.anchors.aspect_ratios[1]: expected a width / height ratio in (0, 100], got -2");
+    expect_detector_message(shapes + R"("detection": {"matcher": {"matched_threshold": 0.4, "unmatched_threshold": 0.5}})",
+                            "detection.matcher.unmatched_threshold: expected at most matched_threshold");
+    expect_detector_message(shapes + R"("detection": {"matcher": {"kind": "hungarian"}})",
+                            "detection.matcher.kind: expected one of \"argmax\", \"bipartite\", got \"hungarian\"");
+    expect_detector_message(shapes + R"("detection": {"box_coder_weights": [10, 10, 5]})",
+                            "detection.box_coder_weights: expected [x, y, width, height] such as [10, 10, 5, 5]");
+    expect_detector_message(shapes + R"("detection": {"loss": {"focal_gama": 2}})",
+                            "detection.loss.focal_gama: unknown field; did you mean \"focal_gamma\"?");
+    expect_detector_message(shapes + R"("detection": {"inference": {"max_detections": 0}})",
+                            "detection.inference.max_detections: expected an integer from 1 to 100000, got 0");
+    expect_detector_message(R"("data": {"source": "synthetic_shapes", "excess_boxes": "drop"})",
+                            "data.excess_boxes: expected one of \"error\", \"keep_largest\", \"keep_first\", got \"drop\"");
+    expect_detector_message(R"("data": {"source": "synthetic_shapes", "objects": [5, 2]})",
+                            "data.objects: expected [min, max] objects per image with min ≤ max");
+    expect_detector_message(R"("data": {"source": "synthetic_shapes", "object_size": [2, 50]})",
+                            "data.object_size: expected [min, max] pixels of an object's larger side with 4 ≤ min ≤ max");
 }

@@ -2,6 +2,7 @@
 // predictions), stop-and-resume equality, the last-K policy, and bad input before any step.
 #include "run/training_run.hpp"
 
+#include "core/json_support.hpp"
 #include "mesh/host_calibration.hpp"
 #include "cost/device.hpp"
 #include "io/safetensors.hpp"
@@ -252,7 +253,99 @@ TEST(TrainingRun, PlanOnlyExperimentsSayWhyTheyCannotTrain) {
     expect_error(R"({"version": 1, "model": {"kind": "unet", "depth": 2}, "input": {"size": [32, 32]}, "global_batch": 1})",
                  "no \"data\" section, so it is plan-only");
     expect_error(R"({"version": 1, "model": {"kind": "retinanet"}, "input": {"channels": 3, "size": [256, 256]}, "global_batch": 1})",
-                 "RetinaNet experiments are plan-only");
+                 "\"data\": {\"source\": \"synthetic_shapes\"}");
+    // A GPU pipeline's choices can be written (for the TPU check) but are not trained.
+    expect_error(R"({"version": 1, "model": {"kind": "retinanet", "depth": 18, "num_classes": 4, "fpn_channels": 8},
+                     "input": {"channels": 3, "size": [128, 128]}, "global_batch": 1, "steps": 1,
+                     "data": {"source": "synthetic_shapes"}, "detection": {"matcher": {"kind": "bipartite"}}})",
+                 "set it to \"argmax\"");
+    expect_error(R"({"version": 1, "model": {"kind": "retinanet", "depth": 18, "num_classes": 4, "fpn_channels": 8},
+                     "input": {"channels": 3, "size": [128, 128]}, "global_batch": 1, "steps": 1,
+                     "data": {"source": "synthetic_shapes"}, "detection": {"hard_example_mining": true}})",
+                 "the focal loss replaces hard-example mining");
+}
+
+// ---- detection -------------------------------------------------------------------------------------
+
+// A small RetinaNet on synthetic shapes, split in two: its evaluation is COCO scores (the metrics files,
+// TensorBoard, summary) and a file of boxes per held-out image with the dataset's own ground truth.
+TEST(TrainingRun, TrainsADetectorAndWritesItsScoresAndBoxes) {
+    TemporaryFolder folder("run_detection");
+    const std::string json = R"({
+      "version": 1,
+      "model": {"kind": "retinanet", "depth": 18, "num_classes": 4, "fpn_channels": 8, "num_anchors": 1},
+      "input": {"channels": 3, "size": [128, 128]},
+      "global_batch": 2, "num_cores_per_replica": 2, "input_partition_dims": [[1, 1, 2, 1], null],
+      "data": {"source": "synthetic_shapes", "num_train_images": 2, "num_eval_images": 3, "object_size": [16, 100],
+               "normalization": "none", "augment": {"flip_axes": [1]}},
+      "detection": {"anchors": {"num_scales": 1, "aspect_ratios": [1.0]}, "inference": {"score_threshold": 0.0}},
+      "schedule": {"learning_rate": 0.001}, "steps": 2, "steps_per_eval": 2, "seed": 3
+    })";
+    run::TrainingRun training(experiment::parse_experiment(json, "shapes.json"), test::options_in(folder.path()));
+    Recorder recorder;
+    const run::RunSummary summary = training.train(&recorder);
+    ASSERT_EQ(recorder.steps.size(), 2u);
+    for (const run::StepRecord& s : recorder.steps) EXPECT_TRUE(std::isfinite(s.loss) && s.loss > 0) << s.loss;
+    ASSERT_EQ(recorder.evals.size(), 1u);
+    const run::EvalRecord& eval = recorder.evals[0];
+    ASSERT_TRUE(eval.is_detection);
+    EXPECT_EQ(eval.num_examples, 3);  // two batches of two, the last padded with a blank image
+    EXPECT_TRUE(std::isfinite(eval.loss) && eval.loss > 0) << eval.loss;
+    const run::DetectionEvalRecord& d = eval.detection;
+    EXPECT_GE(d.ap, 0.0);
+    EXPECT_LE(d.ap, 1.0);
+    EXPECT_LE(d.num_true_positives, d.num_detections);
+    ASSERT_EQ(d.classes.size(), 4u);
+    EXPECT_EQ(d.classes[0].name, "disc");
+    // The ground truth counted is the dataset's held-out objects.
+    std::int64_t held_out_boxes = 0;
+    for (std::int64_t i = 0; i < 3; ++i) held_out_boxes += static_cast<std::int64_t>(training.dataset().eval_example(i).objects.size());
+    EXPECT_EQ(d.num_ground_truth, held_out_boxes);
+    std::int64_t per_class_boxes = 0;
+    for (const run::DetectionClassRecord& c : d.classes) {
+        per_class_boxes += c.num_ground_truth;
+        if (c.num_ground_truth > 0) EXPECT_EQ(c.precision_at_iou_50.size(), 101u);
+    }
+    EXPECT_EQ(per_class_boxes, held_out_boxes);
+
+    // The boxes file: every image, its ground truth as the dataset gives it, matches that point at it.
+    ASSERT_TRUE(fs::exists(d.detections_file)) << d.detections_file;
+    const json::Json boxes = json::Json::parse(std::ifstream(d.detections_file));
+    ASSERT_EQ(boxes["images"].size(), 3u);
+    for (std::size_t i = 0; i < 3; ++i) {
+        const json::Json& image = boxes["images"][i];
+        const data::Example example = training.dataset().eval_example(static_cast<std::int64_t>(i));
+        ASSERT_EQ(image["ground_truth"].size(), example.objects.size());
+        for (std::size_t g = 0; g < example.objects.size(); ++g) {
+            EXPECT_EQ(image["ground_truth"][g]["class"].get<int>(), example.objects[g].class_id);
+            EXPECT_FLOAT_EQ(image["ground_truth"][g]["box"][2].get<float>(), example.objects[g].box.x_max);
+        }
+        for (const json::Json& detection : image["detections"]) {
+            const int matched = detection["ground_truth"].get<int>();
+            if (matched < 0) continue;
+            EXPECT_EQ(image["ground_truth"][static_cast<std::size_t>(matched)]["class"], detection["class"]);
+            EXPECT_GE(detection["iou"].get<double>(), 0.5);
+        }
+        EXPECT_TRUE(fs::exists(folder.path() / "predictions" / image["image"].get<std::string>()));
+    }
+
+    // The same scores in metrics.jsonl (read back), eval.csv and TensorBoard.
+    const run::MetricsHistory history = run::read_metrics(folder.path());
+    ASSERT_EQ(history.evals.size(), 1u);
+    EXPECT_TRUE(history.evals[0].is_detection);
+    EXPECT_DOUBLE_EQ(history.evals[0].detection.ap, d.ap);
+    EXPECT_EQ(history.evals[0].detection.classes.size(), 4u);
+    std::ifstream csv(folder.path() / "eval.csv");
+    std::string header;
+    std::getline(csv, header);
+    EXPECT_EQ(header.rfind("step,loss,ap,ap50,ap75,ar100,", 0), 0u) << header;
+    EXPECT_NE(header.find("ap_disc"), std::string::npos) << header;
+    bool tensorboard_map = false;
+    for (const io::ScalarEvent& event : io::read_tensorboard_scalars(folder.path())) {
+        if (event.tag == "DetectionBoxes_Precision/mAP") tensorboard_map = std::abs(event.value - d.ap) < 1e-6;
+    }
+    EXPECT_TRUE(tensorboard_map);
+    EXPECT_TRUE(summary.has_eval && summary.last_eval.is_detection);
 }
 
 // ---- this host's prediction -----------------------------------------------------------------------
