@@ -307,7 +307,7 @@ int run(int argc, char** argv) {
     };
     CLI::App* train = app.add_subcommand("train", "Train an experiment on the simulated cores; resumes from its model_dir's latest checkpoint");
     add_run_options(train, true);
-    CLI::App* eval = app.add_subcommand("eval", "Evaluate the latest checkpoint on the held-out data (Dice, IoU, accuracy)");
+    CLI::App* eval = app.add_subcommand("eval", "Evaluate the latest checkpoint on the held-out data (Dice, IoU and accuracy; a detector: COCO AP)");
     add_run_options(eval, false);
     std::vector<std::string> predict_inputs;
     std::string predict_out = "predictions";

@@ -252,7 +252,7 @@ TEST(Experiment, TileBoundaryErrorsNameThePathWhatIsAllowedAndWhatCame) {
 // A RetinaNet on synthetic shapes: the "detection" section and the detection source's fields.
 namespace {
 std::string detector_with(const std::string& fields) {
-    return R"({"version": 1, "model": {"kind": "retinanet", "depth": 18, "num_classes": 4, "fpn_channels": 16, "num_anchors": 3},
+    return R"({"version": 1, "model": {"kind": "retinanet", "depth": 18, "num_classes": 4, "fpn_channels": 16, "num_anchors": 9},
                "input": {"channels": 3, "size": [256, 256]}, "global_batch": 2, "steps": 5, )" +
            fields + "}";
 }
@@ -266,7 +266,7 @@ TEST(Experiment, DetectionFieldsAreRead) {
     const experiment::Experiment e = experiment::parse_experiment(detector_with(R"(
         "data": {"source": "synthetic_shapes", "max_number_of_boxes": 20, "excess_boxes": "keep_largest", "objects": [2, 6],
                  "object_size": [16, 200], "augment": {"flip_axes": [1]}},
-        "detection": {"anchors": {"num_scales": 3, "aspect_ratios": [1.0], "anchor_scale": 3},
+        "detection": {"anchors": {"num_scales": 1, "aspect_ratios": [1.0, 2.0, 0.5, 3.0, 0.33, 4.0, 0.25, 5.0, 0.2], "anchor_scale": 3},
                       "matcher": {"matched_threshold": 0.6, "unmatched_threshold": 0.4, "force_match_for_each_row": false},
                       "loss": {"focal_alpha": 0.3, "focal_gamma": 1.5, "huber_delta": 0.2, "box_loss_weight": 25},
                       "box_coder_weights": [10, 10, 5, 5],
@@ -280,7 +280,9 @@ TEST(Experiment, DetectionFieldsAreRead) {
     EXPECT_EQ(e.data->object_size, (std::array<double, 2>{16, 200}));
     const detection::DetectorConfig& d = e.detection.detector;
     EXPECT_EQ(d.labeler.num_classes, 4);
-    EXPECT_EQ(d.anchors.aspect_ratios, std::vector<double>{1.0});
+    EXPECT_EQ(d.anchors.num_scales, 1);
+    EXPECT_EQ(d.anchors.aspect_ratios.size(), 9u);
+    EXPECT_DOUBLE_EQ(d.anchors.aspect_ratios[4], 0.33);
     EXPECT_DOUBLE_EQ(d.anchors.anchor_scale, 3.0);
     EXPECT_FLOAT_EQ(d.labeler.matcher.matched_threshold, 0.6f);
     EXPECT_FLOAT_EQ(d.labeler.matcher.unmatched_threshold, 0.4f);
@@ -306,10 +308,15 @@ TEST(Experiment, DetectionErrorsNameThePathWhatIsAllowedAndWhatCame) {
     const std::string shapes = R"("data": {"source": "synthetic_shapes"}, )";
     expect_detector_message(R"("data": {"source": "fake_images"})", "data.source: a RetinaNet detects boxes: use \"synthetic_shapes\"");
     expect_detector_message(shapes + R"("detection": {"anchors": {"num_scales": 2}})",
-                            "detection.anchors: the heads predict model.num_anchors = 3 anchors per cell, the anchors are 2 scales × 3 "
+                            "detection.anchors: the heads predict model.num_anchors = 9 anchors per cell, the anchors are 2 scales × 3 "
                             "aspect ratios = 6; make them equal");
-    expect_detector_message(R"("data": {"source": "synthetic_shapes"})",
-                            "model.num_anchors: the heads predict model.num_anchors = 3 anchors per cell");
+    const std::string three_anchors = error_of(
+        R"({"version": 1, "model": {"kind": "retinanet", "depth": 18, "num_classes": 4, "num_anchors": 3},
+            "input": {"channels": 3, "size": [256, 256]}, "global_batch": 2})");
+    EXPECT_NE(three_anchors.find("model.num_anchors: the heads predict model.num_anchors = 3 anchors per cell, the anchors are 3 "
+                                 "scales × 3 aspect ratios = 9"),
+              std::string::npos)
+        << three_anchors;
     expect_detector_message(shapes + R"("detection": {"anchors": {"num_scales": 3, "aspect_ratios": [1, -2, 0.5]}})",
                             "detection.anchors.aspect_ratios[1]: expected a width / height ratio in (0, 100], got -2");
     expect_detector_message(shapes + R"("detection": {"matcher": {"matched_threshold": 0.4, "unmatched_threshold": 0.5}})",

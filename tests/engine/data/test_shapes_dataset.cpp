@@ -49,7 +49,7 @@ TEST(ShapesDataset, BatchesAreWholeImagesWithTheirBoxesAndPureFunctionsOfTheInde
     EXPECT_EQ(dataset->class_names(), (std::vector<std::string>{"disc", "square", "triangle", "cross"}));
     const data::Batch batch = dataset->training_batch(4);
     EXPECT_EQ(batch.images.shape(), (Shape{2, 3, 96, 128}));
-    EXPECT_EQ(batch.labels.num_elements(), 0);
+    EXPECT_FALSE(batch.labels.is_defined());  // boxes, not label maps
     ASSERT_EQ(batch.ground_truth.size(), 2u);
     for (const detection::PaddedGroundTruth& truth : batch.ground_truth) {
         EXPECT_EQ(truth.boxes.shape(), (Shape{100, 4}));  // max_number_of_boxes' default
@@ -69,7 +69,7 @@ TEST(ShapesDataset, BatchesAreWholeImagesWithTheirBoxesAndPureFunctionsOfTheInde
     const data::Example held_out = dataset->eval_example(1);
     EXPECT_EQ(held_out.image.shape(), (Shape{3, 96, 128}));
     EXPECT_FALSE(held_out.objects.empty());
-    EXPECT_EQ(held_out.labels.num_elements(), 0);
+    EXPECT_FALSE(held_out.labels.is_defined());
 }
 
 // With flips on, every image is its unflipped self (same seed, same image drawn) or its mirror, and the

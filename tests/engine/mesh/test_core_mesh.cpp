@@ -6,6 +6,7 @@
 #include "mesh/thread_pool.hpp"
 #include "core/random.hpp"
 #include "networks/models.hpp"
+#include "networks/retinanet.hpp"
 
 #include <gtest/gtest.h>
 
@@ -212,6 +213,52 @@ TEST(CoreMesh, BadInputsAreRejectedWithWhatWasExpected) {
     // A layout whose halo is wider than the neighbour's tile is refused before any core exists.
     const std::string halo = error_of([&] { mesh::CoreMesh bad(model, grid(kInput, {1, 32}), sgd()); });
     EXPECT_NE(halo.find("layer '"), std::string::npos) << halo;
+}
+
+// A detector on two replicas of a 2×2 split: inference gathers every head output from the tiles (against
+// one unpartitioned executor with the same seed's weights), and a batch with the wrong number of ground
+// truths, or images of another shape, is refused with what was expected.
+TEST(CoreMesh, DetectorOutputsAreGatheredAndBadBatchesRefused) {
+    const Shape input{1, 3, 128, 128};
+    const graph::Graph model =
+        networks::make_retinanet({.resnet_depth = 18, .num_classes = 4, .num_anchors = 1, .fpn_channels = 8, .head_convs = 1}, input);
+    train::TrainerConfig config = sgd();
+    config.seed = 4;
+    config.detection = detection::DetectorConfig{};
+    config.detection->labeler.num_classes = 4;
+    config.detection->anchors.num_scales = 1;
+    config.detection->anchors.aspect_ratios = {1.0};
+    mesh::MeshConfig layout = grid(input, {2, 2});
+    layout.num_replicas = 2;
+    mesh::CoreMesh mesh(model, layout, config);
+    auto [images, labels] = random_batch({2, 3, 128, 128}, 9);
+    const std::vector<Tensor> outputs = mesh.predict_outputs(images);
+    ASSERT_EQ(outputs.size(), model.output_nodes().size());
+
+    graph::Executor reference(model);
+    reference.initialize_parameters(config.seed);
+    for (std::int64_t replica = 0; replica < 2; ++replica) {
+        reference.forward(images.view_box({replica, 0, 0, 0}, {1, 3, 128, 128}).contiguous(), graph::Mode::Eval);
+        const std::vector<Tensor> expected = reference.outputs();
+        for (std::size_t o = 0; o < outputs.size(); ++o) {
+            Shape row = outputs[o].shape();
+            row[0] = 1;
+            const Tensor got = outputs[o].view_box({replica, 0, 0, 0}, row).contiguous();
+            double difference = 0, norm = 0;
+            for (std::int64_t i = 0; i < got.num_elements(); ++i) {
+                const double d = static_cast<double>(got.data<float>()[i]) - expected[o].data<float>()[i];
+                difference += d * d;
+                norm += static_cast<double>(expected[o].data<float>()[i]) * expected[o].data<float>()[i];
+            }
+            EXPECT_LT(std::sqrt(difference / norm), 1e-5) << "output " << o << ", replica " << replica;
+        }
+    }
+
+    const std::vector<detection::PaddedGroundTruth> one_truth(1, detection::pad_ground_truth({}, 4));
+    const std::string count = error_of([&] { mesh.train_step(images, one_truth); });
+    EXPECT_NE(count.find("expected one ground truth per image (2), got 1"), std::string::npos) << count;
+    const std::string shape = error_of([&] { mesh.predict_outputs(images.view_box({0, 0, 0, 0}, {1, 3, 128, 128}).contiguous()); });
+    EXPECT_NE(shape.find("predicts on f32 images [2, 3, 128, 128]"), std::string::npos) << shape;
 }
 
 TEST(CoreMesh, AlignedGridsPlaceBoundariesOnTheModelsStrides) {
