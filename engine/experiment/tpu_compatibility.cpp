@@ -130,7 +130,7 @@ CompatibilityRule argmax_matcher(const Experiment& e) {
     const detection::MatcherOptions& m = e.detection.detector.labeler.matcher;
     if (e.detection.matcher == MatcherKind::Argmax) {
         std::ostringstream detail;
-        detail << "argmax matcher: IoU ≥ " << m.matched_threshold << " matches, below " << m.unmatched_threshold
+        detail << "IoU ≥ " << m.matched_threshold << " matches, below " << m.unmatched_threshold
                << " is background" << (m.force_match_for_each_row ? ", every box forces its best anchor" : "")
                << "; the matched boxes and classes are gathered by a one-hot matmul (the seed's use_matmul_gather: true)";
         rule.detail = detail.str();
@@ -156,7 +156,7 @@ CompatibilityRule batch_multiple_of_cores(const Experiment& e) {
     const std::string over = "global_batch " + std::to_string(e.global_batch) + " over " + std::to_string(replicas) +
                              (replicas == 1 ? " replica" : " replicas");
     if (left_over == 0) {
-        rule.detail = over + ": " + std::to_string(per_replica) + " per replica";
+        rule.detail = over + ", " + std::to_string(per_replica) + " per replica";
         if (cores_per_replica > 1) {
             rule.detail += ", each split spatially over its " + std::to_string(cores_per_replica) + " cores";
         }
