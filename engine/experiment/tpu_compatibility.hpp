@@ -43,7 +43,7 @@ std::vector<CompatibilityRule> tpu_compatibility(const Experiment& experiment);
 
 // The text validate prints, one rule a line after a count, "why:" and "fix:" lines under each Fail:
 //   TPU compatibility (the detection seed's rules): 5 pass, 1 fail, 0 not applicable
-//     pass  static_image_shape       Images at one static shape: synthetic_shapes draws every image at 256×256
+//     pass  static_image_shape       Images at one static shape: synthetic_shapes draws every image at the input size 256×256
 //     FAIL  argmax_matcher           Argmax matcher: detection.matcher.kind is "bipartite"
 //           why: …
 //           fix: …
