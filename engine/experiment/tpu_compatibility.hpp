@@ -29,8 +29,8 @@ namespace tessera::experiment {
 enum class RuleStatus { Pass, Fail, NotApplicable };
 
 struct CompatibilityRule {
-    std::string id;      // "argmax_matcher"
-    std::string title;   // "Argmax matcher"
+    std::string id;     // "argmax_matcher"
+    std::string title;  // "Argmax matcher"
     RuleStatus status = RuleStatus::NotApplicable;
     std::string detail;  // what this experiment does: "detection.matcher.kind is \"bipartite\""
     std::string reason;  // why the rule exists (the seed's words); set for every rule that applies
@@ -43,8 +43,8 @@ std::vector<CompatibilityRule> tpu_compatibility(const Experiment& experiment);
 
 // The text validate prints, one rule a line after a count, "why:" and "fix:" lines under each Fail:
 //   TPU compatibility (the detection seed's rules): 5 pass, 1 fail, 0 not applicable
-//     pass  static_image_shape       Images at one static shape: synthetic_shapes draws every image at the input size 256×256
-//     FAIL  argmax_matcher           Argmax matcher: detection.matcher.kind is "bipartite"
+//     pass  static_image_shape       Images at one static shape: synthetic_shapes draws every image at the input size
+//     256×256 FAIL  argmax_matcher           Argmax matcher: detection.matcher.kind is "bipartite"
 //           why: …
 //           fix: …
 // Ends with a newline; no line starts with "ok" (scripts count validate's "ok    " lines).
