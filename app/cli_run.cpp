@@ -6,12 +6,15 @@
 #include "cost/device.hpp"
 #include "cost/memory_model.hpp"
 #include "experiment/experiment.hpp"
+#include "experiment/tpu_compatibility.hpp"
 #include "run/training_run.hpp"
 
 #include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <cstdio>
+#include <sstream>
+#include <string>
 #include <unistd.h>
 
 namespace tessera::cli {
@@ -225,11 +228,20 @@ std::string device_memory_verdict(const experiment::Experiment& e) {
 
 }  // namespace
 
+// Each file's verdict line ("ok" or "error" with the message), then, when the file parsed, its TPU
+// compatibility (experiment/tpu_compatibility.hpp), indented under it. Exit status: a parse or check error
+// makes it 2 (1 for a bug), as before; a failed TPU rule does not change it. The rules are advice about
+// real TPU hardware, like the "does not fit" memory verdict of a plan-only experiment (also exit 0): the
+// simulated cores still run e.g. a batch of 512 without warmup. The two rules Tessera cannot train past
+// (bipartite matcher, hard-example mining) already fail check_trainable for a trainable experiment, so
+// there the error line comes with the rule's reason and fix below it.
 int validate_command(const std::vector<std::string>& experiments) {
     int worst = exit_ok;
     for (const std::string& path : experiments) {
+        std::string tpu_section;
         try {
             const experiment::Experiment e = experiment::load_experiment(path);
+            tpu_section = experiment::format_tpu_compatibility(experiment::tpu_compatibility(e));
             std::string what = e.is_trainable() ? std::string("trainable, ").append(std::to_string(e.training.steps)).append(" steps")
                                                 : std::string("plan-only; ") + device_memory_verdict(e);
             if (e.is_trainable()) {
@@ -243,6 +255,8 @@ int validate_command(const std::vector<std::string>& experiments) {
             std::printf("error %s\n      %s\n", path.c_str(), error.what());
             worst = error.is_internal() ? exit_failure : exit_bad_input;
         }
+        std::istringstream lines(tpu_section);
+        for (std::string line; std::getline(lines, line);) std::printf("      %s\n", line.c_str());
     }
     return worst;
 }

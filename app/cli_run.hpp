@@ -25,6 +25,7 @@ struct RunArguments {
     bool random_weights = false;  // eval/predict without a checkpoint (smoke tests)
 };
 
+// Checks each file and prints its TPU compatibility; a failed TPU rule alone keeps exit 0 (cli_run.cpp).
 int validate_command(const std::vector<std::string>& experiments);
 int train_command(const RunArguments& arguments);
 int eval_command(const RunArguments& arguments);

@@ -283,7 +283,7 @@ int run(int argc, char** argv) {
                         "times: how far to trust host predictions on this machine (recorded in the preset)");
 
     std::vector<std::string> validate_files;
-    CLI::App* validate = app.add_subcommand("validate", "Check experiment files: every field, the data they name");
+    CLI::App* validate = app.add_subcommand("validate", "Check experiment files: every field, the data they name, TPU compatibility");
     validate->add_option("experiments", validate_files, "Experiment files (JSON)")->required();
 
     // train, eval and predict share the run's options.
