@@ -5,8 +5,13 @@
 # Cases: the 2D and 3D U-Nets of the engine issue, in f32 and in bf16 (PyTorch: bf16 autocast). For
 # the bf16 cases both sides also print which convolutions ran in bf16 (their precision maps: Tessera
 # keeps layers narrower than 16 channels in f32, autocast runs every convolution in bf16), so a ratio
-# is read knowing whether the same layers were in bf16 on both sides.
+# is read knowing whether the same layers were in bf16 on both sides. retinanet50 (f32 only): RetinaNet
+# ResNet-50 FPN at 640², one image, against torchvision's retinanet_resnet50_fpn (pytorch_step.py says
+# what differs); both sides print parameters=<count>, which must agree.
 # Usage: bench/peer/run.sh [build-dir] [rounds]     (make peer-bench installs python3-torch and runs it)
+#   CASES="retinanet50 unet2d_f32" picks cases (default: all of unet2d_f32 unet3d_f32 unet2d_bf16
+#   unet3d_bf16 retinanet50); STEPS and WARMUP override the steps per round (default 4 after 2 warmup,
+#   retinanet50 2 after 1: its step is some 50 U-Net steps).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:-$root/build}
@@ -21,21 +26,33 @@ echo "machine FMA peak (fp32, 2 threads): $peak GFLOP/s"
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 median() { sort -n | awk '{v[NR]=$1} END {if (NR % 2) print v[(NR+1)/2]; else printf "%.3f\n", (v[NR/2]+v[NR/2+1])/2}'; }
 spread() { sort -n | awk '{v[NR]=$1} END {printf "%.1f–%.1f", v[1], v[NR]}'; }
+all_cases="unet2d_f32 unet3d_f32 unet2d_bf16 unet3d_bf16 retinanet50"
+for case in ${CASES:-$all_cases}; do
+  [[ " $all_cases " == *" $case "* ]] || { echo "unknown case '$case' in CASES: pick from $all_cases" >&2; exit 2; }
+done
 summary=()
-for run in unet2d:f32 unet3d:f32 unet2d:bf16 unet3d:bf16; do
-  model=${run%:*}; precision=${run#*:}; case=${model}_$precision
+for case in ${CASES:-$all_cases}; do
+  case $case in
+    retinanet50) model=retinanet50; precision=f32; steps=${STEPS:-2}; warmup=${WARMUP:-1} ;;
+    *) model=${case%_*}; precision=${case#*_}; steps=${STEPS:-4}; warmup=${WARMUP:-2} ;;
+  esac
   for round in $(seq "$rounds"); do
-    "$tessera" --case "$model" --precision "$precision" --steps 4 --warmup 2 >"$work/t.$case.$round"
-    "$python" "$root/bench/peer/pytorch_step.py" --case "$model" --precision "$precision" --steps 4 --warmup 2 \
-      >"$work/p.$case.$round"
+    "$tessera" --case "$model" --precision "$precision" --steps "$steps" --warmup "$warmup" >"$work/t.$case.$round"
+    "$python" "$root/bench/peer/pytorch_step.py" --case "$model" --precision "$precision" --steps "$steps" \
+      --warmup "$warmup" >"$work/p.$case.$round"
   done
+  t_parameters=$(grep -h '^parameters=' "$work/t.$case.1" | sed 's/parameters=//')
+  p_parameters=$(grep -h '^parameters=' "$work/p.$case.1" | sed 's/parameters=//')
+  [ "$t_parameters" = "$p_parameters" ] \
+    || echo "$case: WARNING: the models differ: tessera $t_parameters parameters, pytorch $p_parameters"
   flops=$(grep -h flops_per_step "$work"/t.$case.* | head -1 | sed 's/flops_per_step=//')
   t_ms=$(grep -h step_ms "$work"/t.$case.* | sed 's/step_ms=//' | median)
   p_ms=$(grep -h step_ms "$work"/p.$case.* | sed 's/step_ms=//' | median)
   t_spread=$(grep -h step_ms "$work"/t.$case.* | sed 's/step_ms=//' | spread)
   p_spread=$(grep -h step_ms "$work"/p.$case.* | sed 's/step_ms=//' | spread)
   gflops=$(awk -v f="$flops" -v ms="$t_ms" 'BEGIN {printf "%.1f", f / ms / 1e6}')
-  echo "$case: tessera $t_ms ms (spread $t_spread), pytorch $p_ms ms (spread $p_spread), tessera $gflops GFLOP/s of $peak peak"
+  echo "$case: tessera $t_ms ms (spread $t_spread), pytorch $p_ms ms (spread $p_spread), tessera $gflops GFLOP/s of $peak peak," \
+    "$t_parameters parameters"
   summary+=("case=${case} tessera_ms=$t_ms pytorch_ms=$p_ms ratio=$(awk -v a="$p_ms" -v b="$t_ms" 'BEGIN {printf "%.2f", a / b}')")
   if [ "$precision" = bf16 ]; then
     "$tessera" --case "$model" --precision bf16 --steps 1 --warmup 0 --precision-map 1 | grep '^precision ' >"$work/tmap"

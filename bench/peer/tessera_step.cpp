@@ -1,14 +1,21 @@
-// Tessera side of the peer benchmark: the U-Net training steps of pytorch_step.py, timed per step.
+// Tessera side of the peer benchmark: the U-Net and RetinaNet training steps of pytorch_step.py, timed
+// per step.
 //
-// Usage: tessera_step --case unet2d|unet3d [--precision f32|bf16] [--steps N] [--warmup W] [--profile 1]
-//                     [--precision-map 1]
-// Prints `flops_per_step=<F>` once, then one `step_ms=<ms>` line per timed step. With --precision-map,
-// then one `precision layer=<i> name=<name> channels=<in>to<out> compute=<f32|bf16>` line per convolution
-// and transposed convolution in forward order, read from the compiled graph (the type of the layer's
-// output, which is the type it computes in: only the output layer writes f32 from bf16 arithmetic, and
-// in these U-Nets it is narrower than 16 channels, so f32 anyway); pytorch_step.py prints the same.
+// Usage: tessera_step --case unet2d|unet3d|retinanet50 [--precision f32|bf16] [--steps N] [--warmup W]
+//                     [--profile 1] [--precision-map 1]
+// Prints `flops_per_step=<F>` and `parameters=<count>` once, then one `step_ms=<ms>` line per timed step
+// (retinanet50: `loss=<value>` per step too). With --precision-map, then one `precision layer=<i>
+// name=<name> channels=<in>to<out> compute=<f32|bf16>` line per convolution and transposed convolution
+// in forward order, read from the compiled graph (the type of the layer's output, which is the type it
+// computes in: only the output layer writes f32 from bf16 arithmetic, and in these U-Nets it is narrower
+// than 16 channels, so f32 anyway); pytorch_step.py prints the same.
+// retinanet50 (f32 only): RetinaNet ResNet-50 FPN in torchvision's layout (no BN after the FPN nor in the
+// heads: 34,047,374 parameters, torchvision's count for 90 classes), 1 image of 640² with the fixed boxes
+// of retinanet_objects (pytorch_step.py has the same list), the detector's focal + box loss, SGD momentum.
 #include "core/random.hpp"
+#include "detection/anchor_labeler.hpp"
 #include "networks/models.hpp"
+#include "networks/retinanet.hpp"
 #include "ops/dnnl_support.hpp"
 #include "train/trainer.hpp"
 
@@ -16,8 +23,22 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <vector>
 
 using namespace tessera;
+
+namespace {
+
+// retinanet50's ground truth: 3 objects per image, corners in pixels of the 640² input, 0-based classes
+// of 90. pytorch_step.py's RETINANET_OBJECTS is the same list.
+std::vector<std::vector<detection::LabeledBox>> retinanet_objects() {
+    return {
+        {{{40, 60, 200, 220}, 0}, {{300, 120, 520, 280}, 17}, {{150, 380, 330, 600}, 61}},
+        {{{20, 20, 120, 140}, 2}, {{260, 240, 600, 600}, 44}, {{420, 40, 610, 180}, 89}},
+    };
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
     std::string case_name;
@@ -35,46 +56,90 @@ int main(int argc, char** argv) {
     }
     networks::UNetConfig unet;
     Shape input;
-    if (case_name == "unet2d") {
+    const bool detection = case_name == "retinanet50";
+    // torchvision's retinanet_resnet50_fpn layout with num_classes = 90 on both sides: 90 is COCO's
+    // class count, and the sigmoid heads need no background class (torchvision's default 91 only keeps
+    // COCO's category ids 1..90 as indices); labels are the same 0-based ids on both sides.
+    const networks::RetinaNetConfig retinanet{
+        .resnet_depth = 50, .num_classes = 90, .fpn_batch_norm = false, .head_batch_norm = false};
+    if (detection) {
+        // 1 image: 0.58 TFLOP per step (forward + backward), seconds on an idle 2-core machine and still
+        // minutes on a shared one, where 2 images took 3 minutes a step. Batch norm (backbone only) still
+        // averages 20²..320² positions of the one image.
+        input = {1, 3, 640, 640};
+    } else if (case_name == "unet2d") {
         unet = {.depth = 4, .base_width = 16, .num_classes = 2};
         input = {4, 1, 256, 256};
     } else if (case_name == "unet3d") {
         unet = {.depth = 3, .base_width = 8, .num_classes = 2};
         input = {1, 1, 64, 64, 64};
     } else {
-        std::fprintf(stderr, "tessera_step: --case must be unet2d or unet3d, got '%s'\n", case_name.c_str());
+        std::fprintf(stderr, "tessera_step: --case must be unet2d, unet3d or retinanet50, got '%s'\n",
+                     case_name.c_str());
         return 2;
     }
     ops::set_num_threads(threads);
     train::TrainerConfig config;
     config.optimizer = {.kind = train::OptimizerKind::Sgd, .momentum = 0.9};
     config.schedule.kind = train::ScheduleKind::Constant;
-    config.schedule.learning_rate = 0.01;
+    // retinanet50 at 0.01 diverged (loss 3326, then 5e15, then NaN at step 3): its heads start He-normal,
+    // not N(0, 0.01²) as torchvision's, so the first loss is thousands of times larger. 1e-5 on both
+    // sides keeps it finite; a step's work does not depend on the rate.
+    config.schedule.learning_rate = detection ? 1e-5 : 0.01;
     if (precision == "bf16") {
         config.precision = graph::Precision::BF16;
     } else if (precision != "f32") {
         std::fprintf(stderr, "tessera_step: --precision must be f32 or bf16, got '%s'\n", precision.c_str());
         return 2;
     }
-    const graph::Graph graph = networks::make_unet(unet, input);
+    if (detection && precision != "f32") {
+        std::fprintf(stderr, "tessera_step: retinanet50 runs in f32 only, got --precision %s\n", precision.c_str());
+        return 2;
+    }
+    if (detection) {  // default anchors (P3..P7, 9 per cell, sizes 32..813 px as torchvision's) and matcher
+        detection::DetectorConfig detector;
+        detector.labeler.num_classes = retinanet.num_classes;
+        config.detection = detector;
+    }
+    const graph::Graph graph =
+        detection ? networks::make_retinanet(retinanet, input) : networks::make_unet(unet, input);
     double flops = 0;
     for (const graph::Node& node : graph.nodes()) {
         const graph::NodeCost cost = graph.cost(node.id);
         flops += cost.forward_flops + cost.backward_flops;
     }
     std::printf("flops_per_step=%.0f\n", flops);
+    std::printf("parameters=%lld\n", static_cast<long long>(graph.parameter_count()));
     train::Trainer trainer(graph, config);
     SeededRandom random(1);
     Tensor images = Tensor::empty(input, DType::F32);
     for (std::int64_t i = 0; i < images.num_elements(); ++i) images.data<float>()[i] = static_cast<float>(random.normal());
-    Shape label_shape{input[0]};
-    label_shape.insert(label_shape.end(), input.begin() + 2, input.end());
-    Tensor labels = Tensor::empty(label_shape, DType::I32);
-    for (std::int64_t i = 0; i < labels.num_elements(); ++i) labels.data<std::int32_t>()[i] = random.uniform() > 0.5;
+    Tensor labels;                                           // segmentation: [N, spatial...] i32
+    std::vector<detection::PaddedGroundTruth> ground_truth;  // detection: one per image
+    if (detection) {
+        const auto objects = retinanet_objects();  // the first input[0] images' lists
+        for (std::int64_t n = 0; n < input[0]; ++n) {
+            ground_truth.push_back(detection::pad_ground_truth(objects.at(n), /*max_number_of_boxes*/ 8));
+        }
+    } else {
+        Shape label_shape{input[0]};
+        label_shape.insert(label_shape.end(), input.begin() + 2, input.end());
+        labels = Tensor::empty(label_shape, DType::I32);
+        for (std::int64_t i = 0; i < labels.num_elements(); ++i) {
+            labels.data<std::int32_t>()[i] = random.uniform() > 0.5;
+        }
+    }
     for (int step = 0; step < warmup + steps; ++step) {
         const auto start = std::chrono::steady_clock::now();
-        trainer.train_step(images, labels);
+        train::StepResult result;
+        try {
+            result = detection ? trainer.train_step(images, ground_truth) : trainer.train_step(images, labels);
+        } catch (const Error& error) {  // e.g. a diverged loss: say so rather than abort
+            std::fprintf(stderr, "tessera_step: step %d failed: %s\n", step + 1, error.what());
+            return 1;
+        }
         const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+        if (detection) std::printf("loss=%.6g\n", result.loss);  // a smoke check that the step trains
         if (step >= warmup) std::printf("step_ms=%.3f\n", ms);
         std::fflush(stdout);
     }
