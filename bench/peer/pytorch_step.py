@@ -28,8 +28,8 @@ What is the same and what differs from Tessera's step:
     min_size and its long side at most max_size (800 and 1333 by default): min_size=max_size=640
     keeps 640² (a bilinear resize by 1.0 still runs), and batching pads to a multiple of 32 (none at
     640). Tessera takes the tensor as is. Both cost a few ms of a step of seconds.
-  - Initialisation. Both heads start from N(0, 0.01²) and the prior bias; the backbones from their own
-    He/Kaiming draws. The small rate is from when Tessera's heads were He-normal; the work is the same.
+  - Initialisation. Tessera's heads start He-normal, torchvision's N(0, 0.01²), so Tessera's first loss
+    is thousands of times larger (hence the small rate); the work of a step is the same.
   - Layers. Stem padding: symmetric (torchvision) against TF's fixed padding (Tessera), same shapes.
     BN ε 1e-5 and running-average momentum 0.1 (Tessera's 0.9 in the other convention) on both sides.
   - Targets and loss. Both have 9 anchors per cell on P3..P7 (76,725 at 640²) and a sigmoid focal

@@ -40,7 +40,6 @@ enum class Initializer {
     Zeros,
     Ones,
     Constant,  // every element ParameterSpec::constant (a detector's prior-probability bias)
-    Normal,    // N(0, constant²): a fixed standard deviation (RetinaNet's heads, σ = 0.01)
 };
 
 struct ParameterSpec {
@@ -49,7 +48,7 @@ struct ParameterSpec {
     Initializer initializer = Initializer::HeNormal;
     std::int64_t fan_in = 1;
     bool apply_weight_decay = true;
-    double constant = 0;   // the value of Initializer::Constant, the standard deviation of Initializer::Normal
+    double constant = 0;   // the value of Initializer::Constant
 };
 
 struct Node {

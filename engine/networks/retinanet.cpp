@@ -52,9 +52,6 @@ int add_head(Graph& g, int x, const RetinaNetConfig& config, const std::string& 
             owners.push_back(made);
             const std::vector<int>& parameters = g.node(made).parameters;
             g.set_parameter_name(parameters[0], subnet + "." + suffix + ".weight");
-            // The paper's (and the TPU model's, torchvision's) head initialisation: N(0, 0.01²) weights, zero
-            // biases, so the prior-probability bias sets the first scores and the first box codes are small.
-            g.set_initializer(parameters[0], graph::Initializer::Normal, retinanet_head_weight_sigma);
             g.set_parameter_name(parameters[1], subnet + "." + suffix + ".bias");
         }
         return made;

@@ -41,8 +41,10 @@
 //     (output_node() is P<min_level>'s class logits). A segmentation-style driver that takes one
 //     output trains only that one; the detector's loss gives all of them a gradient.
 //   - Initialisation: the class outputs' bias starts at −log((1 − π)/π) with π = 0.01 (the paper's
-//     prior, Initializer::Constant); every other bias at zero. The heads' convolution weights are
-//     N(0, 0.01²) (the paper's, the TPU model's and torchvision's), the backbone's and the FPN's He-normal.
+//     prior, Initializer::Constant); every other bias at zero. Weights are He-normal; the paper, the TPU
+//     model and torchvision draw the heads' from N(0, 0.01²), which starts the box
+//     loss far lower — not adopted yet: the equivalence suite's floor for an FPN bias under batch norm
+//     must first scale with the norm's 1/σ (see the session-11 note on issue #14).
 //   - Batch norm uses the engine's defaults (ε = 1e-5, momentum 0.9; the TPU model: 1e-4, 0.997).
 //   - Strided FPN convolutions pad as TF's 'SAME' (0 rows before, 1 after on even extents), the
 //     backbone as make_resnet (TF's fixed padding).
@@ -69,7 +71,6 @@ struct RetinaNetConfig {
 };
 
 inline constexpr double retinanet_prior_probability = 0.01;
-inline constexpr double retinanet_head_weight_sigma = 0.01;  // the heads' convolution weights: N(0, σ²)
 
 // input: [N, C, H, W] (C = 3 for images), H and W divisible by 2^max_level (128 by default).
 graph::Graph make_retinanet(const RetinaNetConfig& config, const Shape& input);

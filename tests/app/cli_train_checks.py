@@ -72,6 +72,14 @@ def main():
         sys.exit("train: no TensorBoard events file")
     run(cli, "eval", preset("unet2d_em_4way"), "--model-dir", em_dir, expect=["evaluated step 2", "mean Dice", "wrote"])
 
+    # The detection preset: a step, then COCO scores and the boxes file.
+    shapes_dir = os.path.join(work, "shapes")
+    run(cli, "train", preset("retinanet_shapes_4way"), "--steps", "1", "--model-dir", shapes_dir, "--plain",
+        expect=["step 1/1 loss", "eval  step 1", "AP50", "triangle", "detections_step_1.json", "checkpoint step 1"])
+    evals = [r for r in jsonl(os.path.join(shapes_dir, "metrics.jsonl")) if r["kind"] == "eval"]
+    if len(evals) != 1 or "ap50" not in evals[0].get("detection", {}):
+        sys.exit(f"metrics.jsonl: expected one evaluation with COCO scores, got {evals}")
+
     ct_dir = os.path.join(work, "ct")
     run(cli, "train", preset("unet3d_ct_8way"), "--steps", "2", "--model-dir", ct_dir, "--plain",
         expect=["step 2/2 loss", "eval  step 2", "lung"])

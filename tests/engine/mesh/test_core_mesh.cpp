@@ -221,13 +221,16 @@ TEST(CoreMesh, BadInputsAreRejectedWithWhatWasExpected) {
 TEST(CoreMesh, DetectorOutputsAreGatheredAndBadBatchesRefused) {
     const Shape input{1, 3, 128, 128};
     const graph::Graph model =
-        networks::make_retinanet({.resnet_depth = 18, .num_classes = 4, .num_anchors = 1, .fpn_channels = 8, .head_convs = 1}, input);
+        networks::make_retinanet({.resnet_depth = 18, .num_classes = 4, .num_anchors = 1, .fpn_channels = 8, .max_level = 5,
+                                  .head_convs = 1},
+                                 input);  // P3..P5: at 128², P6 and P7 would be too small to split 2×2
     train::TrainerConfig config = sgd();
     config.seed = 4;
     config.detection = detection::DetectorConfig{};
     config.detection->labeler.num_classes = 4;
     config.detection->anchors.num_scales = 1;
     config.detection->anchors.aspect_ratios = {1.0};
+    config.detection->anchors.max_level = 5;
     mesh::MeshConfig layout = grid(input, {2, 2});
     layout.num_replicas = 2;
     mesh::CoreMesh mesh(model, layout, config);
@@ -241,9 +244,10 @@ TEST(CoreMesh, DetectorOutputsAreGatheredAndBadBatchesRefused) {
         reference.forward(images.view_box({replica, 0, 0, 0}, {1, 3, 128, 128}).contiguous(), graph::Mode::Eval);
         const std::vector<Tensor> expected = reference.outputs();
         for (std::size_t o = 0; o < outputs.size(); ++o) {
-            Shape row = outputs[o].shape();
+            const std::vector<std::int64_t> begin{replica, 0, 0, 0};
+            std::vector<std::int64_t> row(outputs[o].shape().begin(), outputs[o].shape().end());
             row[0] = 1;
-            const Tensor got = outputs[o].view_box({replica, 0, 0, 0}, row).contiguous();
+            const Tensor got = outputs[o].view_box(begin, row).contiguous();
             double difference = 0, norm = 0;
             for (std::int64_t i = 0; i < got.num_elements(); ++i) {
                 const double d = static_cast<double>(got.data<float>()[i]) - expected[o].data<float>()[i];

@@ -274,7 +274,7 @@ TEST(TrainingRun, TrainsADetectorAndWritesItsScoresAndBoxes) {
     const std::string json = R"({
       "version": 1,
       "model": {"kind": "retinanet", "depth": 18, "num_classes": 4, "fpn_channels": 8, "num_anchors": 1},
-      "input": {"channels": 3, "size": [128, 128]},
+      "input": {"channels": 3, "size": [256, 256]},
       "global_batch": 2, "num_cores_per_replica": 2, "input_partition_dims": [[1, 1, 2, 1], null],
       "data": {"source": "synthetic_shapes", "num_train_images": 2, "num_eval_images": 3, "object_size": [16, 100],
                "normalization": "none", "augment": {"flip_axes": [1]}},
@@ -304,7 +304,9 @@ TEST(TrainingRun, TrainsADetectorAndWritesItsScoresAndBoxes) {
     std::int64_t per_class_boxes = 0;
     for (const run::DetectionClassRecord& c : d.classes) {
         per_class_boxes += c.num_ground_truth;
-        if (c.num_ground_truth > 0) EXPECT_EQ(c.precision_at_iou_50.size(), 101u);
+        if (c.num_ground_truth > 0) {
+            EXPECT_EQ(c.precision_at_iou_50.size(), 101u);
+        }
     }
     EXPECT_EQ(per_class_boxes, held_out_boxes);
 
@@ -341,7 +343,7 @@ TEST(TrainingRun, TrainsADetectorAndWritesItsScoresAndBoxes) {
     EXPECT_EQ(header.rfind("step,loss,ap,ap50,ap75,ar100,", 0), 0u) << header;
     EXPECT_NE(header.find("ap_disc"), std::string::npos) << header;
     bool tensorboard_map = false;
-    for (const io::ScalarEvent& event : io::read_tensorboard_scalars(folder.path())) {
+    for (const io::ScalarEvent& event : io::read_tensorboard_scalars(folder.path() / "eval")) {
         if (event.tag == "DetectionBoxes_Precision/mAP") tensorboard_map = std::abs(event.value - d.ap) < 1e-6;
     }
     EXPECT_TRUE(tensorboard_map);
