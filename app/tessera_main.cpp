@@ -4,6 +4,7 @@
 #include "data/examples.hpp"
 #include "widgets/main_window.hpp"
 #include "model/run_controller.hpp"
+#include "widgets/detection_view.hpp"
 #include "widgets/equivalence_view.hpp"
 #include "widgets/planner_panel.hpp"
 #include "widgets/run_charts.hpp"
@@ -56,7 +57,8 @@ int run_studio(int argc, char** argv) {
                                                QStringLiteral("Experiment file to design (opened over the image)."),
                                                QStringLiteral("json"));
     const QCommandLineOption grab_option(QStringLiteral("grab"),
-                                         QStringLiteral("What --screenshot captures: window (default), planner, timeline, charts, run-timeline or equivalence."),
+                                         QStringLiteral("What --screenshot captures: window (default), planner, timeline, charts, run-timeline, equivalence "
+                                                        "or detections."),
                                          QStringLiteral("part"), QStringLiteral("window"));
     const QCommandLineOption train_option(QStringLiteral("train"),
                                           QStringLiteral("Train the experiment from the Run dock for <steps> steps (with --screenshot: "
@@ -71,8 +73,11 @@ int run_studio(int argc, char** argv) {
         QStringLiteral("check-open"),
         QStringLiteral("Open the image (and --labels) as File ▸ Open does, print what the studio showed (an error on stderr, "
                        "warnings on stdout) and quit: exit 2 if it could not be opened."));
+    const QCommandLineOption open_run_option(QStringLiteral("open-run"),
+                                             QStringLiteral("Open a run's model_dir: its charts, scores and last evaluation."),
+                                             QStringLiteral("dir"));
     parser.addOptions({labels_option, phantom_option, screenshot_option, size_option, experiment_option, grab_option, train_option,
-                       model_dir_option, shot_at_option, check_open_option});
+                       model_dir_option, shot_at_option, check_open_option, open_run_option});
     parser.process(app);
 
     tessera::ui::MainWindow window;
@@ -110,6 +115,7 @@ int run_studio(int argc, char** argv) {
     }
 
     if (parser.isSet(experiment_option)) window.openExperiment(parser.value(experiment_option));
+    if (parser.isSet(open_run_option)) window.openRun(parser.value(open_run_option).toStdString());
     bool training = false;
     if (parser.isSet(train_option)) {
         tessera::ui::RunPanel* run = window.runPanel();
@@ -130,6 +136,7 @@ int run_studio(int argc, char** argv) {
             if (part == QStringLiteral("run-timeline")) target = window.runPanel()->timeline();
             if (part == QStringLiteral("charts")) target = window.runCharts();
             if (part == QStringLiteral("equivalence")) target = window.equivalenceView();
+            if (part == QStringLiteral("detections")) target = window.detectionView();
             const bool saved = target->grab().save(path);
             std::fprintf(saved ? stdout : stderr, saved ? "screenshot: %s\n" : "could not save screenshot %s\n",
                          qPrintable(path));

@@ -193,7 +193,10 @@ private slots:
         QCOMPARE(charts.series(QStringLiteral("unet2d_em_4way"), Curve::RawLoss)->count(), 150);
         QCOMPARE(charts.series(QStringLiteral("unet2d_em_4way"), Curve::SmoothedLoss)->count(), 150);
         QCOMPARE(charts.series(QStringLiteral("unet2d_em_4way"), Curve::EvalLoss)->count(), 3);
-        QCOMPARE(charts.chartView(Chart::Loss)->chart()->series().size(), 8);
+        // Six curves a run on the loss chart: raw, smoothed, eval loss, Dice, and a detector's mAP and AP50 (empty here).
+        QCOMPARE(charts.chartView(Chart::Loss)->chart()->series().size(), 12);
+        QCOMPARE(charts.series(QStringLiteral("unet2d_em"), Curve::EvalAp)->count(), 0);
+        QVERIFY(!charts.chartView(Chart::Boxes)->isVisibleTo(&charts));  // no detector among the runs
         QVERIFY(charts.chartView(Chart::Loss)->chart()->series().contains(charts.series(QStringLiteral("unet2d_em"), Curve::RawLoss)));
         // The raw curve is the data; the smoothed one is TensorBoard's debiased average of it.
         const QList<QPointF> raw = charts.series(QStringLiteral("unet2d_em"), Curve::RawLoss)->points();
@@ -359,7 +362,7 @@ private slots:
         // Removing a run takes its curves off the charts.
         charts.removeRun(QStringLiteral("a"));
         QCOMPARE(charts.runs(), QStringList{QStringLiteral("b")});
-        QCOMPARE(charts.chartView(Chart::Loss)->chart()->series().size(), 4);
+        QCOMPARE(charts.chartView(Chart::Loss)->chart()->series().size(), 6);
         QCOMPARE(charts.runList()->count(), 1);
         QTest::qWait(50);
         QVERIFY(!charts.chartView(Chart::Loss)->chart()->legend()->markers(charts.series(QStringLiteral("b"), Curve::RawLoss)).front()->isVisible());
@@ -461,6 +464,54 @@ private slots:
         QCOMPARE(memory.front(), QStringLiteral("run,step,wall_time,capacity_bytes,core_0_peak_bytes,core_1_peak_bytes,core_2_peak_bytes,core_3_peak_bytes"));
         QCOMPARE(memory.size(), 3);
         QVERIFY(!charts.exportChart(Chart::Loss, dir.filePath(QStringLiteral("loss.txt"))));  // an unknown format
+    }
+
+    void detectorEvaluationsGiveApAndBoxCurves() {
+        RunCharts charts;
+        std::mt19937 rng(4);
+        for (int step = 1; step <= 60; ++step) charts.addStep(QStringLiteral("shapes"), syntheticStep(step, 1.0, rng));
+        // Three evaluations; the second has no AP (−1: no held-out objects of any class), which must not be drawn as 0.
+        const double aps[3] = {0.05, -1, 0.42};
+        for (int k = 0; k < 3; ++k) {
+            run::EvalRecord eval;
+            eval.step = 20 * (k + 1);
+            eval.wall_time = 1.7e9 + eval.step;
+            eval.loss = 2.0 - 0.5 * k;
+            eval.is_detection = true;
+            eval.detection.ap = aps[k];
+            eval.detection.ap50 = aps[k] < 0 ? -1 : aps[k] + 0.2;
+            eval.detection.num_detections = 100 - 30 * k;
+            eval.detection.num_true_positives = 10 + 15 * k;
+            eval.detection.num_ground_truth = 64;
+            charts.addEval(QStringLiteral("shapes"), eval);
+        }
+        charts.show();
+        charts.refresh();
+        QXYSeries* ap = charts.series(QStringLiteral("shapes"), Curve::EvalAp);
+        QCOMPARE(ap->count(), 2);
+        QCOMPARE(ap->at(0), QPointF(20, 0.05));
+        QCOMPARE(ap->at(1), QPointF(60, 0.42));
+        QCOMPARE(charts.series(QStringLiteral("shapes"), Curve::EvalAp50)->at(1), QPointF(60, 0.62));
+        QCOMPARE(charts.series(QStringLiteral("shapes"), Curve::EvalDice)->count(), 0);  // a detector has no Dice
+        QXYSeries* detections = charts.series(QStringLiteral("shapes"), Curve::EvalDetections);
+        QCOMPARE(detections->count(), 3);
+        QCOMPARE(detections->at(2), QPointF(60, 40));
+        QCOMPARE(charts.series(QStringLiteral("shapes"), Curve::EvalTruePositives)->at(1), QPointF(40, 25));
+        QCOMPARE(charts.series(QStringLiteral("shapes"), Curve::EvalObjects)->at(0).y(), 64.0);
+        QVERIFY(charts.chartView(Chart::Boxes)->isVisible());
+
+        QTemporaryDir dir;
+        const QString loss_csv = dir.filePath(QStringLiteral("loss.csv")), boxes_csv = dir.filePath(QStringLiteral("boxes.csv"));
+        QVERIFY(charts.exportChart(Chart::Loss, loss_csv));
+        QVERIFY(charts.exportChart(Chart::Boxes, boxes_csv));
+        const QStringList loss = readLines(loss_csv);
+        QCOMPARE(loss.front(), QStringLiteral("run,step,wall_time,loss,smoothed_loss,eval_loss,eval_ap,eval_ap50"));
+        QVERIFY(loss[20].startsWith(QStringLiteral("shapes,20,")));
+        QVERIFY(loss[20].endsWith(QStringLiteral(",2,0.05,0.25")));
+        QVERIFY(loss[40].endsWith(QStringLiteral(",1.5,,")));  // the undefined AP stays empty
+        const QStringList boxes = readLines(boxes_csv);
+        QCOMPARE(boxes.front(), QStringLiteral("run,step,wall_time,eval_detections,eval_true_positives,eval_objects"));
+        QVERIFY(boxes[60].endsWith(QStringLiteral(",40,40,64")));
     }
 
     void pngAndSvgExports() {

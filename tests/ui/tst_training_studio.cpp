@@ -1,17 +1,25 @@
 // Training from the studio: 10 steps of the 2D preset on the simulated cores, stopped and resumed from
 // the Run dock; the charts, the timeline of a real step and the prediction overlay follow; the finished
-// run opens again from its model_dir and its loss chart exports to CSV.
+// run opens again from its model_dir and its loss chart exports to CSV. And a detector: the RetinaNet
+// shapes preset previewed with its objects and tiles, trained two steps, its boxes drawn in the Detections
+// tab, its AP table, precision–recall chart and AP and box curves filled, and shown again when reopened.
 #include "gl_test_main.hpp"
+#include "ui_test_support.hpp"
 #include "model/partition_design.hpp"
 #include "model/run_controller.hpp"
 #include "run/metrics_log.hpp"
+#include "widgets/detection_view.hpp"
 #include "widgets/main_window.hpp"
+#include "widgets/precision_recall_chart.hpp"
 #include "widgets/run_charts.hpp"
 #include "widgets/run_panel.hpp"
 #include "widgets/slice_view.hpp"
 #include "widgets/timeline_chart.hpp"
 
+#include <QChartView>
 #include <QComboBox>
+#include <QListWidget>
+#include <QTabWidget>
 #include <QXYSeries>
 #include <QFile>
 #include <QLineEdit>
@@ -22,6 +30,8 @@
 #include <QTableWidget>
 #include <QTemporaryDir>
 #include <QTreeWidget>
+
+#include <numeric>
 
 using namespace tessera;
 using namespace tessera::ui;
@@ -116,6 +126,91 @@ private slots:
         const QStringList lines = QString::fromUtf8(file.readAll()).split(QLatin1Char('\n'), Qt::SkipEmptyParts);
         QVERIFY(lines.size() >= total_steps + 1);  // a header and a row per step
         QVERIFY(lines.front().contains(QStringLiteral("step")));
+        window.design()->setSaved();
+    }
+
+    void trainsADetectorAndDrawsItsBoxes() {
+        QTemporaryDir scratch;
+        const QString model_dir = scratch.filePath(QStringLiteral("shapes_run"));
+        MainWindow window;
+        window.resize(1500, 950);
+        window.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&window));
+        QVERIFY(window.openExperiment(QStringLiteral(TESSERA_SOURCE_DIR "/resources/experiments/retinanet_shapes_4way.json")));
+
+        // Before training: the data's first held-out image with its objects, and the 2×2 tiles with the
+        // level-3 anchor centres each core owns (512 / 8 = 64 cells a side, 32 × 32 per core).
+        DetectionView* view = window.detectionView();
+        QCOMPARE(window.centralTabs()->currentWidget(), static_cast<QWidget*>(view));
+        QVERIFY(view->hasPreview());
+        QVERIFY(!view->shown().ground_truth.empty());
+        view->setTilesShown(true);
+        view->setAnchorLevel(3);
+        QCOMPARE(static_cast<int>(view->shownTiles().size()), 4);
+        for (const TileAnchors& tile : view->shownTiles()) QCOMPARE(static_cast<int>(tile.centres.size()), 32 * 32);
+        view->setTilesShown(false);
+
+        RunPanel* panel = window.runPanel();
+        RunController* controller = window.runController();
+        panel->modelDirEdit()->setText(model_dir);
+        panel->stepsBox()->setValue(2);  // the last step evaluates
+        QSignalSpy finished(controller, &RunController::finished);
+        QSignalSpy failed(controller, &RunController::failed);
+        QTest::mouseClick(panel->startButton(), Qt::LeftButton);
+        QVERIFY(finished.wait(600000));
+        QVERIFY2(failed.isEmpty(), failed.isEmpty() ? "" : qPrintable(failed.front().front().toString()));
+
+        // The evaluation's boxes, as its file has them.
+        QTRY_VERIFY(view->hasEvaluation());
+        const run::DetectionsFile* file = view->detections();
+        QCOMPARE(file->step, 2);
+        QCOMPARE(static_cast<int>(file->images.size()), 8);
+        QCOMPARE(view->classList()->count(), 4);
+        QVERIFY(!view->image().isNull());
+        view->setMinimumScore(0.0);
+        const run::DetectionsFileImage& first = file->images[0];
+        std::size_t above = 0;
+        for (const run::DetectionsFileDetection& d : first.detections) above += d.score >= 0.0 ? 1 : 0;
+        QCOMPARE(view->shown().detections.size(), above);
+        QCOMPARE(view->shown().ground_truth.size(), first.ground_truth.size());
+
+        // Drawn: every object's left edge in its class colour (dashed), with no detection over them...
+        view->setMinimumScore(1.0);
+        QImage drawn = view->render();
+        for (const run::DetectionsFileTruth& truth : first.ground_truth) {
+            if (truth.box.height() < 24) continue;  // too few rows on screen to count
+            QVERIFY(test::pixelsOnLeftEdge(*view, drawn, truth.box, DetectionPainter::classColor(truth.class_id)) > 3);
+        }
+        // ...and the most confident detection's edge, drawn last, in its class colour.
+        view->setMinimumScore(0.0);
+        drawn = view->render();
+        if (!view->shown().detections.empty()) {
+            const auto best = std::max_element(view->shown().detections.begin(), view->shown().detections.end(),
+                                               [](const run::ShownBox& a, const run::ShownBox& b) { return a.score < b.score; });
+            if (best->box.height() >= 24) {
+                QVERIFY(test::pixelsOnLeftEdge(*view, drawn, best->box, DetectionPainter::classColor(best->class_id)) > 5);
+            }
+        }
+
+        // The Run dock: all classes and each of the four, and the precision–recall chart; the charts: AP and boxes.
+        QCOMPARE(panel->classTable()->rowCount(), 5);
+        QCOMPARE(panel->classTable()->item(0, 0)->text(), QStringLiteral("all classes"));
+        QVERIFY(panel->precisionRecallChart()->isVisible());
+        RunCharts* charts = window.runCharts();
+        charts->refresh();
+        QCOMPARE(charts->series(QStringLiteral("shapes_run"), RunCharts::Curve::EvalDetections)->count(), 1);
+        QCOMPARE(charts->series(QStringLiteral("shapes_run"), RunCharts::Curve::EvalObjects)->at(0).y(),
+                 static_cast<double>(std::accumulate(file->images.begin(), file->images.end(), std::size_t{0},
+                                                     [](std::size_t sum, const run::DetectionsFileImage& i) { return sum + i.ground_truth.size(); })));
+        QVERIFY(charts->chartView(RunCharts::Chart::Boxes)->isVisible());
+
+        // Reopened from its model_dir: the same boxes and scores.
+        view->clear();
+        panel->classTable()->setRowCount(0);
+        QVERIFY(window.openRun(model_dir.toStdString()));
+        QVERIFY(view->hasEvaluation());
+        QCOMPARE(view->detections()->step, 2);
+        QCOMPARE(panel->classTable()->rowCount(), 5);
         window.design()->setSaved();
     }
 };

@@ -1,9 +1,12 @@
 // Helpers shared by the studio's QtTest tests.
 #pragma once
 
+#include "widgets/detection_view.hpp"
+
 #include <QImage>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 
 namespace tessera::ui::test {
@@ -22,6 +25,23 @@ inline double foregroundFraction(const QImage& grabbed) {
         background = std::max(background, count);
     }
     return total > 0 ? 1.0 - static_cast<double>(background) / total : 0.0;
+}
+
+// Rows along a box's left edge (image pixels; the rows 4 px from its corners left out, where other edges
+// cross) whose drawn pixel, at the edge's column or one beside it, is exactly `color`: a box drawn there in
+// that colour gives most rows, a dashed one about two thirds, none gives 0.
+inline int pixelsOnLeftEdge(const DetectionView& view, const QImage& drawn, const detection::Box& box, const QColor& color) {
+    const QRectF rect = view.canvas()->frame().toScreen(box);
+    int count = 0;
+    for (int y = static_cast<int>(rect.top()) + 4; y < static_cast<int>(rect.bottom()) - 4; ++y) {
+        for (int dx = -1; dx <= 1; ++dx) {
+            if (drawn.pixelColor(static_cast<int>(std::lround(rect.left())) + dx, y) == color) {
+                ++count;
+                break;
+            }
+        }
+    }
+    return count;
 }
 
 }  // namespace tessera::ui::test

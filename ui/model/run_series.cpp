@@ -38,7 +38,17 @@ void RunSeries::addEval(const run::EvalRecord& eval) {
     if (!m_evals.empty() && eval.step <= m_evals.back().step) {
         std::erase_if(m_evals, [&](const EvalPoint& point) { return point.step >= eval.step; });
     }
-    m_evals.push_back({eval.step, eval.wall_time, eval.loss, eval.mean_dice, eval.is_detection});
+    const run::DetectionEvalRecord& d = eval.detection;
+    m_evals.push_back({.step = eval.step,
+                       .wall_time = eval.wall_time,
+                       .loss = eval.loss,
+                       .mean_dice = eval.mean_dice,
+                       .is_detection = eval.is_detection,
+                       .ap = eval.is_detection ? d.ap : -1,
+                       .ap50 = eval.is_detection ? d.ap50 : -1,
+                       .num_detections = d.num_detections,
+                       .num_true_positives = d.num_true_positives,
+                       .num_ground_truth = d.num_ground_truth});
 }
 
 void RunSeries::setCoreMemory(std::vector<std::int64_t> peak_bytes, std::int64_t capacity_bytes) {
@@ -158,6 +168,11 @@ QString runColumnName(RunColumn column) {
         case RunColumn::SmoothedLoss: return QStringLiteral("smoothed_loss");
         case RunColumn::EvalLoss: return QStringLiteral("eval_loss");
         case RunColumn::EvalMeanDice: return QStringLiteral("eval_mean_dice");
+        case RunColumn::EvalAp: return QStringLiteral("eval_ap");
+        case RunColumn::EvalAp50: return QStringLiteral("eval_ap50");
+        case RunColumn::EvalDetections: return QStringLiteral("eval_detections");
+        case RunColumn::EvalTruePositives: return QStringLiteral("eval_true_positives");
+        case RunColumn::EvalObjects: return QStringLiteral("eval_objects");
         case RunColumn::LearningRate: return QStringLiteral("learning_rate");
         case RunColumn::LossScale: return QStringLiteral("loss_scale");
         case RunColumn::HostSeconds: return QStringLiteral("host_seconds");
@@ -200,7 +215,34 @@ std::optional<RunSeries::Metric> metricOf(RunColumn column) {
     }
 }
 
-bool isEvalColumn(RunColumn column) { return column == RunColumn::EvalLoss || column == RunColumn::EvalMeanDice; }
+bool isEvalColumn(RunColumn column) {
+    switch (column) {
+        case RunColumn::EvalLoss:
+        case RunColumn::EvalMeanDice:
+        case RunColumn::EvalAp:
+        case RunColumn::EvalAp50:
+        case RunColumn::EvalDetections:
+        case RunColumn::EvalTruePositives:
+        case RunColumn::EvalObjects: return true;
+        default: return false;
+    }
+}
+
+// An evaluation's value in an eval column; empty where it has none (a detector's Dice, a segmenter's AP,
+// an AP undefined for want of held-out objects).
+std::string evalField(RunColumn column, const RunSeries::EvalPoint& eval) {
+    const auto score = [](double value) { return value < 0 ? std::string() : exactNumber(value); };
+    switch (column) {
+        case RunColumn::EvalLoss: return exactNumber(eval.loss);
+        case RunColumn::EvalMeanDice: return eval.is_detection ? std::string() : exactNumber(eval.mean_dice);
+        case RunColumn::EvalAp: return eval.is_detection ? score(eval.ap) : std::string();
+        case RunColumn::EvalAp50: return eval.is_detection ? score(eval.ap50) : std::string();
+        case RunColumn::EvalDetections: return eval.is_detection ? std::to_string(eval.num_detections) : std::string();
+        case RunColumn::EvalTruePositives: return eval.is_detection ? std::to_string(eval.num_true_positives) : std::string();
+        case RunColumn::EvalObjects: return eval.is_detection ? std::to_string(eval.num_ground_truth) : std::string();
+        default: return {};
+    }
+}
 
 }  // namespace
 
@@ -230,7 +272,7 @@ std::string runsCsv(const std::vector<NamedRunSeries>& runs, const std::vector<R
                 } else if (const auto metric = metricOf(column)) {
                     if (step) csv.append(exactNumber(series.values(*metric)[*step]));
                 } else if (eval) {
-                    csv.append(exactNumber(column == RunColumn::EvalLoss ? eval->loss : eval->mean_dice));
+                    csv.append(evalField(column, *eval));
                 }
             }
             csv.push_back('\n');

@@ -38,7 +38,9 @@ public:
         double wall_time = 0;  // seconds since the Unix epoch
         double loss = 0;
         double mean_dice = 0;
-        bool is_detection = false;  // a detector's evaluation: no Dice (its AP is in the Run dock's table)
+        bool is_detection = false;  // a detector's evaluation: no Dice, but AP and box counts
+        double ap = -1, ap50 = -1;  // AP@[.5:.95] and AP at IoU 0.5 (−1: undefined, no held-out objects)
+        std::int64_t num_detections = 0, num_true_positives = 0, num_ground_truth = 0;  // boxes over the held-out images
     };
 
     // Appends a step. A step at or before the last one (a run resumed from an earlier checkpoint) first
@@ -102,6 +104,11 @@ enum class RunColumn {
     SmoothedLoss,  // smoothEma of the loss with the export's weight
     EvalLoss,
     EvalMeanDice,
+    EvalAp,             // a detector's AP@[.5:.95]
+    EvalAp50,
+    EvalDetections,     // boxes after post-processing, over the held-out images
+    EvalTruePositives,  // of them matched at IoU 0.5
+    EvalObjects,        // held-out objects
     LearningRate,
     LossScale,
     HostSeconds,

@@ -2,6 +2,7 @@
 
 #include "data/phantom.hpp"
 #include "io/volume_io.hpp"
+#include "widgets/detection_view.hpp"
 #include "widgets/label_legend.hpp"
 #include "widgets/slice_view.hpp"
 #include "widgets/volume_view.hpp"
@@ -27,6 +28,7 @@
 #include <QScrollBar>
 #include <QSettings>
 #include <QStatusBar>
+#include <QTabWidget>
 #include <QToolBar>
 #include <QVBoxLayout>
 
@@ -90,7 +92,15 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent), m_model(new Viewe
     grid->setRowStretch(1, 1);
     grid->setColumnStretch(0, 1);
     grid->setColumnStretch(1, 1);
-    setCentralWidget(central);
+    // A detector's images and boxes are 2D colour pictures, not slices of a volume: their own tab.
+    m_central_tabs = new QTabWidget(this);
+    m_central_tabs->setObjectName(QStringLiteral("centralTabs"));
+    m_central_tabs->setDocumentMode(true);
+    m_central_tabs->addTab(central, tr("Slices"));
+    m_detection_view = new DetectionView(m_central_tabs);
+    m_central_tabs->addTab(m_detection_view, tr("Detections"));
+    m_central_tabs->setTabToolTip(1, tr("A detector's held-out images with their ground truth and detections"));
+    setCentralWidget(m_central_tabs);
 
     m_status = new QLabel(this);
     m_status->setTextInteractionFlags(Qt::TextSelectableByMouse);

@@ -21,6 +21,7 @@ class QLabel;
 class QTimer;
 class QMenu;
 class QScrollBar;
+class QTabWidget;
 
 namespace tessera::ui {
 
@@ -28,6 +29,7 @@ class ExperimentPanel;
 class LabelLegend;
 class PartitionPanel;
 class PlannerPanel;
+class DetectionView;
 class EquivalenceView;
 class RunCharts;
 class RunController;
@@ -69,8 +71,12 @@ public:
     RunController* runController() const { return m_run_controller; }
     RunCharts* runCharts() const { return m_run_charts; }
     EquivalenceView* equivalenceView() const { return m_equivalence_view; }
-    // Shows a run's last evaluation over its held-out image: the image, its truth and the prediction.
-    bool showEvaluation(const tessera::run::EvalRecord& eval);
+    // Shows a run's last evaluation over its held-out image: the image, its truth and the prediction — or,
+    // for a detector, its boxes in the Detections tab (the file looked up in model_dir when it moved).
+    bool showEvaluation(const tessera::run::EvalRecord& eval, const std::filesystem::path& model_dir = {});
+    // The central area's tabs: the slice and 3D views ("Slices"), a detector's boxes ("Detections").
+    QTabWidget* centralTabs() const { return m_central_tabs; }
+    DetectionView* detectionView() const { return m_detection_view; }
     // A finished run's charts and last evaluation, from its model_dir.
     bool openRun(const std::filesystem::path& model_dir);
     // The run a model_dir's lock names when another process (or another run) is training in it: its
@@ -120,12 +126,17 @@ private:
     void showMessageBox(int icon, const QString& title, const QString& message);  // icon: QMessageBox::Icon
     void addRecentFile(const QString& path);
     void setLayoutFor2d(bool two_dimensional);
+    // A RetinaNet design: the Detections tab previews the data's first held-out image with its objects
+    // (new_experiment) and follows the partition grid with the anchors each tile owns.
+    void updateDetectionDesign(bool new_experiment);
 
     ViewerModel* m_model;
     std::array<SliceView*, 3> m_slice_views{};
     std::array<QScrollBar*, 3> m_slice_bars{};
     std::array<QWidget*, 3> m_slice_panels{};
     QGridLayout* m_view_grid = nullptr;
+    QTabWidget* m_central_tabs = nullptr;
+    DetectionView* m_detection_view = nullptr;
     VolumeView* m_volume_view = nullptr;
     LabelLegend* m_legend = nullptr;
     QLabel* m_status = nullptr;

@@ -7,6 +7,7 @@
 #include "data/synthetic_em.hpp"
 #include "experiment/export.hpp"
 #include "io/volume_io.hpp"
+#include "widgets/detection_view.hpp"
 #include "widgets/experiment_panel.hpp"
 #include "widgets/partition_panel.hpp"
 #include "widgets/planner_panel.hpp"
@@ -31,6 +32,7 @@
 #include <QSaveFile>
 #include <QScrollArea>
 #include <QSettings>
+#include <QTabWidget>
 #include <QStatusBar>
 #include <QToolBar>
 #include <QUndoStack>
@@ -318,12 +320,35 @@ void MainWindow::rebuildRecentExperimentsMenu() {
 
 void MainWindow::onDesignExperimentChanged() {
     m_planned_cores = -1;  // a new model or input: sweep again
+    updateDetectionDesign(true);
     onDesignChanged();
+}
+
+void MainWindow::updateDetectionDesign(bool new_experiment) {
+    if (!m_design->hasExperiment()) return;
+    const experiment::Experiment& e = m_design->experiment();
+    if (e.model.kind != experiment::ModelKind::RetinaNet || e.size.size() != 2) {
+        if (new_experiment) m_detection_view->clear();
+        return;
+    }
+    try {
+        m_detection_view->setPartition(m_design->grid(), detection::make_anchors(e.size[0], e.size[1], e.detection.detector.anchors));
+        // A new experiment (or a new model or input) makes an earlier evaluation's boxes stale: preview its data.
+        if (new_experiment && e.data) {
+            const std::unique_ptr<data::Dataset> dataset =
+                data::make_dataset(*e.data, experiment::global_input_shape(e), e.model.num_classes);
+            if (dataset->num_eval_examples() > 0) m_detection_view->showPreview(dataset->eval_example(0), dataset->class_names());
+            m_central_tabs->setCurrentWidget(m_detection_view);
+        }
+    } catch (const std::exception& error) {
+        statusBar()->showMessage(tr("Cannot preview the detection data: %1").arg(QString::fromUtf8(error.what())), 8000);
+    }
 }
 
 void MainWindow::onDesignChanged() {
     updateWindowTitle();
     if (!m_design->hasExperiment()) return;
+    updateDetectionDesign(false);
     // The sweep depends on the core budget; a moved cut or a different split of the same budget only
     // needs the table to follow.
     try {

@@ -4,8 +4,10 @@
 
 #include "io/volume_io.hpp"
 #include "model/run_controller.hpp"
+#include "run/detections_file.hpp"
 #include "run/metrics_log.hpp"
 #include "run/model_dir_lock.hpp"
+#include "widgets/detection_view.hpp"
 #include "widgets/equivalence_view.hpp"
 #include "widgets/run_charts.hpp"
 #include "widgets/run_panel.hpp"
@@ -13,6 +15,7 @@
 #include <QComboBox>
 #include <QDockWidget>
 #include <QStatusBar>
+#include <QTabWidget>
 #include <QTimer>
 
 namespace tessera::ui {
@@ -83,7 +86,19 @@ void MainWindow::createRunDocks() {
     connect(m_run_panel->overlayBox(), &QComboBox::activated, this, [this] { m_overlay_chosen = true; });
 }
 
-bool MainWindow::showEvaluation(const tessera::run::EvalRecord& eval) {
+bool MainWindow::showEvaluation(const tessera::run::EvalRecord& eval, const std::filesystem::path& model_dir) {
+    if (!model_dir.empty()) m_run_panel->showScores(eval);  // an opened run's (the live run's come with its signal)
+    if (eval.is_detection) {
+        const std::filesystem::path file = run::locate_detections_file(eval.detection.detections_file, model_dir);
+        if (file.empty()) return false;  // predictions not written (write_predictions off)
+        const bool first = !m_detection_view->hasEvaluation();
+        if (!m_detection_view->showEvaluation(file)) {
+            statusBar()->showMessage(m_detection_view->statusText(), 8000);
+            return false;
+        }
+        if (first) m_central_tabs->setCurrentWidget(m_detection_view);
+        return true;
+    }
     if (eval.predictions.empty() || eval.images.empty() || eval.truths.empty()) return false;
     try {
         const std::string image_path = eval.images.front().string();
@@ -133,7 +148,7 @@ void MainWindow::refreshWatchedRun() {
     // The other process let go: one last refresh, and the run is an ordinary finished one.
     m_watch_timer->stop();
     m_run_panel->setRunStatus(m_watched_run, tr("ended"), tr("%1 ended in the other process.").arg(RunPanel::runName(m_watched_run)));
-    if (!history.evals.empty()) showEvaluation(history.evals.back());
+    if (!history.evals.empty()) showEvaluation(history.evals.back(), m_watched_run);
     m_watched_run.clear();
 }
 
@@ -151,7 +166,7 @@ bool MainWindow::openRun(const std::filesystem::path& model_dir) {
     }
     m_run_panel->addFinishedRun(model_dir);
     m_run_charts->loadRun(RunPanel::runName(model_dir), model_dir);
-    if (!history.evals.empty()) showEvaluation(history.evals.back());
+    if (!history.evals.empty()) showEvaluation(history.evals.back(), model_dir);
     statusBar()->showMessage(tr("Opened run %1").arg(RunPanel::runName(model_dir)), 5000);
     return true;
 }

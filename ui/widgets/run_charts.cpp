@@ -49,7 +49,7 @@ namespace tessera::ui {
 
 namespace {
 
-constexpr int curve_count = 10;
+constexpr int curve_count = 15;
 constexpr std::size_t palette_size = 10;
 constexpr double bytes_per_kib = 1024.0;
 
@@ -64,7 +64,12 @@ Chart chartOf(Curve curve) {
         case Curve::RawLoss:
         case Curve::SmoothedLoss:
         case Curve::EvalLoss:
-        case Curve::EvalDice: return Chart::Loss;
+        case Curve::EvalDice:
+        case Curve::EvalAp:
+        case Curve::EvalAp50: return Chart::Loss;
+        case Curve::EvalDetections:
+        case Curve::EvalTruePositives:
+        case Curve::EvalObjects: return Chart::Boxes;
         case Curve::HostSeconds:
         case Curve::PredictedSeconds:
         case Curve::HostPrediction: return Chart::StepTime;
@@ -89,6 +94,11 @@ QString curveLabel(Curve curve) {
         case Curve::LossScale: return QObject::tr("loss scale");
         case Curve::Throughput: return QObject::tr("images/s");
         case Curve::HostPrediction: return QObject::tr("predicted on this host s/step");
+        case Curve::EvalAp: return QObject::tr("eval mAP");
+        case Curve::EvalAp50: return QObject::tr("eval AP50");
+        case Curve::EvalDetections: return QObject::tr("detections");
+        case Curve::EvalTruePositives: return QObject::tr("true positives");
+        case Curve::EvalObjects: return QObject::tr("objects");
     }
     return {};
 }
@@ -96,7 +106,8 @@ QString curveLabel(Curve curve) {
 // The curves that name their run in the legend; the others are told apart by their line style, which the
 // chart's title explains (the small charts have room for one entry per run).
 bool hasLegendEntry(Curve curve) {
-    return curve != Curve::RawLoss && curve != Curve::PredictedSeconds && curve != Curve::LossScale && curve != Curve::HostPrediction;
+    return curve != Curve::RawLoss && curve != Curve::PredictedSeconds && curve != Curve::LossScale && curve != Curve::HostPrediction &&
+           curve != Curve::EvalAp50 && curve != Curve::EvalTruePositives && curve != Curve::EvalObjects;
 }
 
 // Curves drawn on a log axis leave out values ≤ 0.
@@ -258,6 +269,8 @@ RunCharts::RunCharts(QWidget* parent) : QWidget(parent) {
     grid->addWidget(m_views[index(Chart::LearningRate)], 0, 1);
     grid->addWidget(m_views[index(Chart::Throughput)], 1, 0);
     grid->addWidget(m_views[index(Chart::Memory)], 1, 1);
+    grid->addWidget(m_views[index(Chart::Boxes)], 0, 2, 2, 1);
+    m_views[index(Chart::Boxes)]->hide();  // until a detector's evaluation arrives
     charts->addWidget(grid_widget);
     charts->setStretchFactor(0, 2);
     charts->setStretchFactor(1, 3);
@@ -358,7 +371,8 @@ void RunCharts::buildToolbar() {
 
 QMenu* RunCharts::exportMenu(Chart chart, QWidget* parent) {
     static const char* const titles[chart_count] = {QT_TR_NOOP("Loss"), QT_TR_NOOP("Step time"), QT_TR_NOOP("Learning rate"),
-                                                    QT_TR_NOOP("Throughput"), QT_TR_NOOP("Memory")};
+                                                    QT_TR_NOOP("Throughput"), QT_TR_NOOP("Memory"),
+                                                    QT_TR_NOOP("Boxes")};
     auto* menu = new QMenu(tr(titles[index(chart)]), parent);
     menu->setToolTipsVisible(true);
     const struct {
@@ -377,13 +391,15 @@ QMenu* RunCharts::exportMenu(Chart chart, QWidget* parent) {
 
 void RunCharts::buildCharts() {
     static const char* const titles[chart_count] = {
-        QT_TR_NOOP("Loss — faint: each step, bold: smoothed; points: evaluations, dash-dot: their mean Dice"),
+        QT_TR_NOOP("Loss — faint: each step, bold: smoothed; points: evaluations, dash-dot: mean Dice or mAP, dotted: AP50"),
         QT_TR_NOOP("Step time — solid: here, dashed: the device, band: predicted here"),
         QT_TR_NOOP("Learning rate (solid) and loss scale (dotted, right)"), QT_TR_NOOP("Throughput"),
-        QT_TR_NOOP("Peak memory per core")};
+        QT_TR_NOOP("Peak memory per core"),
+        QT_TR_NOOP("Boxes per evaluation — solid: detections, dashed: matched, dotted: objects")};
     static const char* const tips[chart_count] = {
         QT_TR_NOOP("Training loss per step (faint: raw, bold: smoothed with the slider's weight), evaluation loss (points) and "
-                   "the evaluations' mean Dice (dash-dot, right axis). Right-click to export."),
+                   "the evaluations' mean Dice — for a detector its mAP, AP@[.5:.95] (dash-dot), and AP50 (dotted) — on the "
+                   "right axis. Right-click to export."),
         QT_TR_NOOP("Seconds per step measured on this machine's simulated cores (solid) and predicted for the experiment's "
                    "device (dashed), on a log axis. When this host is calibrated (tessera-cli calibrate), the dotted line is "
                    "its predicted step and the band its ± from calibrate --check. Right-click to export."),
@@ -391,7 +407,10 @@ void RunCharts::buildCharts() {
                    "log₂). Right-click to export."),
         QT_TR_NOOP("Images per second on this machine's simulated cores. Right-click to export."),
         QT_TR_NOOP("Each simulated core's peak memory (bars; red above capacity) against a core's capacity (dashed line), for "
-                   "the run selected in the list (else the latest). Right-click to export.")};
+                   "the run selected in the list (else the latest). Right-click to export."),
+        QT_TR_NOOP("A detector's boxes at each evaluation, over all held-out images: its detections after NMS and the score "
+                   "threshold (solid), those matching an object at IoU 0.5 (dashed) and the objects (dotted). Right-click to "
+                   "export.")};
     for (int c = 0; c < chart_count; ++c) {
         auto* chart = new QChart();
         chart->setAnimationOptions(QChart::NoAnimation);
@@ -425,7 +444,7 @@ void RunCharts::buildCharts() {
         return axis;
     };
     m_loss_axis = addAxis(Chart::Loss, new QValueAxis(), Qt::AlignLeft, tr("loss"), QStringLiteral("%.3g"));
-    m_dice_axis = addAxis(Chart::Loss, new QValueAxis(), Qt::AlignRight, tr("eval mean Dice"), QStringLiteral("%.2f"));
+    m_dice_axis = addAxis(Chart::Loss, new QValueAxis(), Qt::AlignRight, tr("eval Dice · mAP"), QStringLiteral("%.2f"));
     static_cast<QValueAxis*>(m_dice_axis)->setRange(0, 1);
     auto* time_axis = new QLogValueAxis();
     time_axis->setBase(10);
@@ -436,6 +455,7 @@ void RunCharts::buildCharts() {
     scale_axis->setBase(2);
     m_scale_axis = addAxis(Chart::LearningRate, scale_axis, Qt::AlignRight, tr("loss scale (log₂)"), QStringLiteral("%g"));
     m_throughput_axis = addAxis(Chart::Throughput, new QValueAxis(), Qt::AlignLeft, tr("images per second"), QStringLiteral("%.3g"));
+    m_box_axis = addAxis(Chart::Boxes, new QValueAxis(), Qt::AlignLeft, tr("boxes"), QStringLiteral("%.0f"));
 }
 
 // ---- runs --------------------------------------------------------------------------------------------------
@@ -501,9 +521,14 @@ void RunCharts::createCurves(RunState& state) {
                 }
                 case Curve::SmoothedLoss: pen.setWidthF(2.2); break;
                 case Curve::EvalDice:
-                    pen.setStyle(Qt::DashDotLine);
+                case Curve::EvalAp:
+                case Curve::EvalDetections:
+                    if (curve != Curve::EvalDetections) pen.setStyle(Qt::DashDotLine);
                     series->setPointsVisible(true);
                     break;
+                case Curve::EvalTruePositives: pen.setStyle(Qt::DashLine); break;
+                case Curve::EvalAp50:
+                case Curve::EvalObjects: pen.setStyle(Qt::DotLine); break;
                 case Curve::PredictedSeconds: pen.setStyle(Qt::DashLine); break;
                 case Curve::LossScale:
                 case Curve::HostPrediction: pen.setStyle(Qt::DotLine); break;
@@ -511,7 +536,8 @@ void RunCharts::createCurves(RunState& state) {
             }
             series->setPen(pen);
         }
-        series->setName(curve == Curve::EvalLoss || curve == Curve::EvalDice ? QStringLiteral("%1 · %2").arg(state.name, curveLabel(curve))
+        series->setName(curve == Curve::EvalLoss || curve == Curve::EvalDice || curve == Curve::EvalAp
+                            ? QStringLiteral("%1 · %2").arg(state.name, curveLabel(curve))
                         : hasLegendEntry(curve)                             ? state.name
                                                                             : QStringLiteral("%1 · %2").arg(state.name, curveLabel(curve)));
         QChart* chart = m_views[index(chartOf(curve))]->chart();
@@ -521,7 +547,12 @@ void RunCharts::createCurves(RunState& state) {
             case Curve::RawLoss:
             case Curve::SmoothedLoss:
             case Curve::EvalLoss: series->attachAxis(m_loss_axis); break;
-            case Curve::EvalDice: series->attachAxis(m_dice_axis); break;
+            case Curve::EvalDice:
+            case Curve::EvalAp:
+            case Curve::EvalAp50: series->attachAxis(m_dice_axis); break;
+            case Curve::EvalDetections:
+            case Curve::EvalTruePositives:
+            case Curve::EvalObjects: series->attachAxis(m_box_axis); break;
             case Curve::HostSeconds:
             case Curve::PredictedSeconds:
             case Curve::HostPrediction: series->attachAxis(m_time_axis); break;
@@ -725,6 +756,7 @@ QString RunCharts::chartName(Chart chart) {
         case Chart::LearningRate: return QStringLiteral("learning_rate");
         case Chart::Throughput: return QStringLiteral("throughput");
         case Chart::Memory: return QStringLiteral("memory");
+        case Chart::Boxes: return QStringLiteral("boxes");
     }
     return {};
 }
@@ -956,16 +988,30 @@ void RunCharts::updateCurves(RunState& state) {
     // Evaluations: at their step, or their time since the run's first point.
     const std::vector<RunSeries::EvalPoint>& evals = run.evals();
     std::vector<double> eval_x(evals.size()), eval_loss(evals.size()), dice_x, eval_dice;
+    std::vector<double> box_x, eval_ap, eval_ap50, detections, true_positives, objects;
     const double start = run.startWallTime();
     for (std::size_t i = 0; i < evals.size(); ++i) {
         eval_x[i] = m_x_axis == XAxis::Step ? static_cast<double>(evals[i].step) : (evals[i].wall_time - start) * m_x_scale;
         eval_loss[i] = evals[i].loss;
-        if (evals[i].is_detection) continue;  // a detector has no Dice
+        if (evals[i].is_detection) {  // a detector has no Dice, but AP and boxes (an undefined AP, −1, is left out)
+            box_x.push_back(eval_x[i]);
+            eval_ap.push_back(evals[i].ap >= 0 ? evals[i].ap : std::numeric_limits<double>::quiet_NaN());
+            eval_ap50.push_back(evals[i].ap50 >= 0 ? evals[i].ap50 : std::numeric_limits<double>::quiet_NaN());
+            detections.push_back(static_cast<double>(evals[i].num_detections));
+            true_positives.push_back(static_cast<double>(evals[i].num_true_positives));
+            objects.push_back(static_cast<double>(evals[i].num_ground_truth));
+            continue;
+        }
         dice_x.push_back(eval_x[i]);
         eval_dice.push_back(evals[i].mean_dice);
     }
     state.curves[index(Curve::EvalLoss)]->replace(decimateMinMax(eval_x, eval_loss, max_display_points, m_log_scale));
     state.curves[index(Curve::EvalDice)]->replace(decimateMinMax(dice_x, eval_dice, max_display_points, false));
+    state.curves[index(Curve::EvalAp)]->replace(decimateMinMax(box_x, eval_ap, max_display_points, false));
+    state.curves[index(Curve::EvalAp50)]->replace(decimateMinMax(box_x, eval_ap50, max_display_points, false));
+    state.curves[index(Curve::EvalDetections)]->replace(decimateMinMax(box_x, detections, max_display_points, false));
+    state.curves[index(Curve::EvalTruePositives)]->replace(decimateMinMax(box_x, true_positives, max_display_points, false));
+    state.curves[index(Curve::EvalObjects)]->replace(decimateMinMax(box_x, objects, max_display_points, false));
 
     QString tip = QStringLiteral("<b>%1</b><br>").arg(state.name.toHtmlEscaped());
     if (run.size() > 0) {
@@ -974,7 +1020,12 @@ void RunCharts::updateCurves(RunState& state) {
     if (!evals.empty() && !evals.back().is_detection) {
         tip += tr("<br>%1 evaluations, the last: mean Dice %2").arg(evals.size()).arg(evals.back().mean_dice, 0, 'f', 3);
     } else if (!evals.empty()) {
-        tip += tr("<br>%1 evaluations, the last: loss %2").arg(evals.size()).arg(evals.back().loss, 0, 'g', 4);
+        tip += tr("<br>%1 evaluations, the last: mAP %2, AP50 %3, %4 of %5 detections matched")
+                   .arg(evals.size())
+                   .arg(evals.back().ap, 0, 'f', 3)
+                   .arg(evals.back().ap50, 0, 'f', 3)
+                   .arg(evals.back().num_true_positives)
+                   .arg(evals.back().num_detections);
     }
     if (state.host_prediction > 0) {
         tip += tr("<br>Predicted on this host: %1 ms per step").arg(state.host_prediction * 1e3, 0, 'f', 1);
@@ -996,8 +1047,8 @@ void RunCharts::updateAxes() {
         return range;
     };
     // One x range for the four line charts, so a step lines up from chart to chart.
-    const Range x = rangeOf({Curve::RawLoss, Curve::EvalLoss, Curve::EvalDice, Curve::HostSeconds, Curve::PredictedSeconds,
-                             Curve::LearningRate, Curve::LossScale, Curve::Throughput},
+    const Range x = rangeOf({Curve::RawLoss, Curve::EvalLoss, Curve::EvalDice, Curve::EvalAp, Curve::HostSeconds, Curve::PredictedSeconds,
+                             Curve::LearningRate, Curve::LossScale, Curve::Throughput, Curve::EvalDetections},
                             false);
     for (int c = 0; c < chart_count; ++c) {
         auto* axis = qobject_cast<QValueAxis*>(m_x_axes[c]);
@@ -1029,6 +1080,14 @@ void RunCharts::updateAxes() {
     auto* throughput_axis = static_cast<QValueAxis*>(m_throughput_axis);
     setNiceRange(throughput_axis, throughput, true, true);
     throughput_axis->setLabelFormat(throughput.isValid() && throughput.high >= 10 ? QStringLiteral("%.0f") : QStringLiteral("%.2g"));
+    setNiceRange(static_cast<QValueAxis*>(m_box_axis), rangeOf({Curve::EvalDetections, Curve::EvalTruePositives, Curve::EvalObjects}, true),
+                 true, true);
+    // The boxes chart only means something for detectors: shown while a run has a detector's evaluations.
+    const bool any_detector = std::any_of(m_runs.begin(), m_runs.end(), [](const auto& state) {
+        const auto& evals = state->data.evals();
+        return std::any_of(evals.begin(), evals.end(), [](const RunSeries::EvalPoint& e) { return e.is_detection; });
+    });
+    m_views[index(Chart::Boxes)]->setVisible(any_detector);
 }
 
 void RunCharts::updateMemoryChart() {
@@ -1301,7 +1360,20 @@ bool RunCharts::exportCsv(Chart chart, const QString& path) const {
     std::string csv;
     switch (chart) {
         case Chart::Loss:
-            csv = runsCsv(shown, {RunColumn::Loss, RunColumn::SmoothedLoss, RunColumn::EvalLoss, RunColumn::EvalMeanDice}, m_smoothing);
+        {
+            // Dice for segmenters, AP for detectors: a column only when a shown run has such evaluations.
+            bool any_detector = false, any_segmenter = false;
+            for (const NamedRunSeries& run : shown) {
+                for (const RunSeries::EvalPoint& eval : run.series->evals()) (eval.is_detection ? any_detector : any_segmenter) = true;
+            }
+            std::vector<RunColumn> columns{RunColumn::Loss, RunColumn::SmoothedLoss, RunColumn::EvalLoss};
+            if (any_segmenter || !any_detector) columns.push_back(RunColumn::EvalMeanDice);
+            if (any_detector) columns.insert(columns.end(), {RunColumn::EvalAp, RunColumn::EvalAp50});
+            csv = runsCsv(shown, columns, m_smoothing);
+            break;
+        }
+        case Chart::Boxes:
+            csv = runsCsv(shown, {RunColumn::EvalDetections, RunColumn::EvalTruePositives, RunColumn::EvalObjects}, m_smoothing);
             break;
         case Chart::StepTime: csv = runsCsv(shown, {RunColumn::HostSeconds, RunColumn::PredictedSeconds}, m_smoothing); break;
         case Chart::LearningRate: csv = runsCsv(shown, {RunColumn::LearningRate, RunColumn::LossScale}, m_smoothing); break;

@@ -1,9 +1,10 @@
 // RunCharts: a training run's curves as it trains, and finished runs' beside it.
 //
-// Five Qt Charts: the loss (each step's raw loss faint, TensorBoard's debiased moving average on top, the
-// evaluations' loss as points and their mean Dice on a right axis), the step time (host-measured and the
-// device's predicted seconds, log axis), the learning rate and loss scale, the throughput, and the
-// simulated cores' peak memory as bars against a core's capacity. Runs are named (the model_dir's
+// Qt Charts: the loss (each step's raw loss faint, TensorBoard's debiased moving average on top, the
+// evaluations' loss as points and their mean Dice — a detector's mAP and AP50 — on a right axis), the step
+// time (host-measured and the device's predicted seconds, log axis), the learning rate and loss scale, the
+// throughput, the simulated cores' peak memory as bars against a core's capacity, and for detectors the
+// boxes of each evaluation (detections, true positives, objects; shown once a detector's run is there). Runs are named (the model_dir's
 // folder name, say) and drawn overlaid, each in its own colour; the run list shows or hides them and picks
 // the run whose memory is shown. A toolbar row holds the smoothing slider, the loss chart's log scale, the
 // x axis (step or seconds since the run's first point) and the export menu (PNG, SVG, CSV of each chart;
@@ -54,8 +55,8 @@ namespace tessera::ui {
 class RunCharts : public QWidget {
     Q_OBJECT
 public:
-    enum class Chart { Loss, StepTime, LearningRate, Throughput, Memory };
-    static constexpr int chart_count = 5;
+    enum class Chart { Loss, StepTime, LearningRate, Throughput, Memory, Boxes };
+    static constexpr int chart_count = 6;
     enum class XAxis { Step, WallTime };
     // A run's curves (for tests): which chart each is on follows from its name.
     enum class Curve {
@@ -68,7 +69,12 @@ public:
         LearningRate,      // LearningRate
         LossScale,         // LearningRate, right axis (log₂), dashed
         Throughput,        // Throughput
-        HostPrediction     // StepTime: this host's predicted step, dotted, inside its ± band
+        HostPrediction,    // StepTime: this host's predicted step, dotted, inside its ± band
+        EvalAp,            // Loss: a detector's evaluations' AP@[.5:.95], right axis, dash-dot
+        EvalAp50,          // Loss: their AP50, right axis, dotted
+        EvalDetections,    // Boxes: detections after post-processing, over the held-out images
+        EvalTruePositives, // Boxes: of them matched at IoU 0.5, dashed
+        EvalObjects        // Boxes: the held-out objects, dotted
     };
     static constexpr int max_display_points = 2000;  // per curve
     static constexpr int refresh_interval_ms = 500;  // the display follows the data at most this often
@@ -191,6 +197,7 @@ private:
     QAbstractAxis* m_rate_axis = nullptr;
     QAbstractAxis* m_scale_axis = nullptr;
     QAbstractAxis* m_throughput_axis = nullptr;
+    QAbstractAxis* m_box_axis = nullptr;
     QTimer* m_refresh_timer = nullptr;
 
     std::vector<std::unique_ptr<RunState>> m_runs;

@@ -2,6 +2,7 @@
 
 #include "run/model_dir_lock.hpp"
 
+#include "widgets/precision_recall_chart.hpp"
 #include "widgets/timeline_chart.hpp"
 
 #include "core/units.hpp"
@@ -120,6 +121,12 @@ RunPanel::RunPanel(PartitionDesign* design, RunController* controller, ViewerMod
     m_classes->verticalHeader()->hide();
     m_classes->setEditTriggers(QAbstractItemView::NoEditTriggers);
     m_classes->setToolTip(tr("The last evaluation's scores per class on the held-out images"));
+    m_precision_recall = new PrecisionRecallChart(splitter);
+    m_precision_recall->hide();
+    connect(m_classes, &QTableWidget::currentCellChanged, this, [this](int row) {
+        // Row 0 is "all classes" for a detector: no single curve.
+        m_precision_recall->highlightClass(row - 1);
+    });
     auto* timeline_box = new QWidget(splitter);
     auto* timeline_layout = new QVBoxLayout(timeline_box);
     timeline_layout->setContentsMargins(0, 0, 0, 0);
@@ -309,36 +316,58 @@ void RunPanel::showStepTimeline(int chosen) {
 }
 
 void RunPanel::onEvaluated(const tessera::run::EvalRecord& eval) {
+    itemFor(m_running_dir)->setText(DiceColumn, eval.is_detection ? tr("AP %1").arg(eval.detection.ap, 0, 'f', 4)
+                                                : eval.classes.empty() ? QString::number(eval.accuracy, 'f', 4)
+                                                                       : QString::number(eval.mean_dice, 'f', 4));
+    showScores(eval);
+}
+
+void RunPanel::showScores(const tessera::run::EvalRecord& eval) {
+    const QSignalBlocker block(m_classes);
+    m_classes->clearContents();
     m_classes->setRowCount(0);
-    if (eval.is_detection) {
-        // A detector: AP@[.5:.95] in the run list, AP and AP50 per class (— without held-out boxes of it).
-        itemFor(m_running_dir)->setText(DiceColumn, tr("AP %1").arg(eval.detection.ap, 0, 'f', 4));
-        m_classes->setHorizontalHeaderLabels({tr("Class"), tr("AP"), tr("AP50")});
-        const auto score = [this](double value) { return value < 0 ? tr("—") : QString::number(value, 'f', 4); };
-        for (const run::DetectionClassRecord& c : eval.detection.classes) {
-            const int row = m_classes->rowCount();
-            m_classes->insertRow(row);
-            m_classes->setItem(row, 0, new QTableWidgetItem(QString::fromStdString(c.name)));
-            m_classes->setItem(row, 1, new QTableWidgetItem(score(c.ap)));
-            m_classes->setItem(row, 2, new QTableWidgetItem(score(c.ap50)));
-        }
-        return;
-    }
-    m_classes->setHorizontalHeaderLabels({tr("Class"), tr("Dice"), tr("IoU")});
-    itemFor(m_running_dir)->setText(DiceColumn, eval.classes.empty() ? QString::number(eval.accuracy, 'f', 4)
-                                                                     : QString::number(eval.mean_dice, 'f', 4));
-    for (const run::ClassRecord& c : eval.classes) {
+    const auto add_row = [this](const QStringList& cells, const QString& tip = {}) {
         const int row = m_classes->rowCount();
         m_classes->insertRow(row);
-        m_classes->setItem(row, 0, new QTableWidgetItem(QString::fromStdString(c.name)));
-        m_classes->setItem(row, 1, new QTableWidgetItem(c.is_present ? QString::number(c.dice, 'f', 4) : tr("—")));
-        m_classes->setItem(row, 2, new QTableWidgetItem(c.is_present ? QString::number(c.iou, 'f', 4) : tr("—")));
+        for (int column = 0; column < static_cast<int>(cells.size()); ++column) {
+            auto* item = new QTableWidgetItem(cells[column]);
+            if (column > 0) item->setTextAlignment(Qt::AlignRight | Qt::AlignVCenter);
+            if (!tip.isEmpty()) item->setToolTip(tip);
+            m_classes->setItem(row, column, item);
+        }
+    };
+    if (eval.is_detection) {
+        // A detector: COCO's scores, the means over the classes with held-out objects first, then each class
+        // (— where a class has no held-out objects: AP is undefined, not 0).
+        const run::DetectionEvalRecord& d = eval.detection;
+        const auto score = [this](double value) { return value < 0 ? tr("—") : QString::number(value, 'f', 3); };
+        m_classes->setColumnCount(6);
+        m_classes->setHorizontalHeaderLabels({tr("Class"), tr("AP"), tr("AP50"), tr("AP75"), tr("Recall"), tr("Objects")});
+        add_row({tr("all classes"), score(d.ap), score(d.ap50), score(d.ap75), score(d.ar100), QString::number(d.num_ground_truth)},
+                tr("Step %1: AP@[.5:.95] %2 · AP small/medium/large %3 / %4 / %5 · %6 detections, %7 matched at IoU 0.5")
+                    .arg(eval.step)
+                    .arg(score(d.ap), score(d.ap_small), score(d.ap_medium), score(d.ap_large))
+                    .arg(d.num_detections)
+                    .arg(d.num_true_positives));
+        QFont bold = m_classes->font();
+        bold.setBold(true);
+        for (int column = 0; column < m_classes->columnCount(); ++column) m_classes->item(0, column)->setFont(bold);
+        for (const run::DetectionClassRecord& c : d.classes) {
+            add_row({QString::fromStdString(c.name), score(c.ap), score(c.ap50), score(c.ap75), score(c.recall),
+                     QString::number(c.num_ground_truth)});
+        }
+        m_precision_recall->setEvaluation(d.classes, eval.step);
+        m_precision_recall->show();
+        return;
     }
-    if (eval.classes.empty()) {
-        m_classes->insertRow(0);
-        m_classes->setItem(0, 0, new QTableWidgetItem(tr("accuracy")));
-        m_classes->setItem(0, 1, new QTableWidgetItem(QString::number(eval.accuracy, 'f', 4)));
+    m_precision_recall->hide();
+    m_classes->setColumnCount(3);
+    m_classes->setHorizontalHeaderLabels({tr("Class"), tr("Dice"), tr("IoU")});
+    for (const run::ClassRecord& c : eval.classes) {
+        add_row({QString::fromStdString(c.name), c.is_present ? QString::number(c.dice, 'f', 4) : tr("—"),
+                 c.is_present ? QString::number(c.iou, 'f', 4) : tr("—")});
     }
+    if (eval.classes.empty()) add_row({tr("accuracy"), QString::number(eval.accuracy, 'f', 4)});
 }
 
 void RunPanel::onFinished(const tessera::run::RunSummary& summary) {

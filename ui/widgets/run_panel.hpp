@@ -26,6 +26,7 @@ class QTreeWidgetItem;
 
 namespace tessera::ui {
 
+class PrecisionRecallChart;
 class TimelineChart;
 
 class RunPanel : public QWidget {
@@ -41,6 +42,8 @@ public:
     QSpinBox* stepsBox() const { return m_steps; }
     QTableWidget* classTable() const { return m_classes; }
     QComboBox* overlayBox() const { return m_overlay; }
+    // A detector's precision–recall curves at IoU 0.5 (hidden for other models).
+    PrecisionRecallChart* precisionRecallChart() const { return m_precision_recall; }
     TimelineChart* timeline() const { return m_timeline; }
     QSpinBox* timelineStepBox() const { return m_timeline_step; }
     // The steps whose events are kept for the timeline (the last max_kept_steps of the run).
@@ -57,6 +60,10 @@ public slots:
     void addFinishedRun(const std::filesystem::path& model_dir);
     // The run list's status for a run, and the panel's status line (a run watched in another process).
     void setRunStatus(const std::filesystem::path& model_dir, const QString& status, const QString& message);
+    // An evaluation's scores in the class table (Dice and IoU, or a detector's AP, AP50, AP75, recall and
+    // objects per class under an "all classes" row, with its precision–recall chart): the live run's or
+    // an opened run's last one.
+    void showScores(const tessera::run::EvalRecord& eval);
 
 signals:
     void runStarted(const QString& run, const std::filesystem::path& model_dir);
@@ -90,6 +97,7 @@ private:
     QLabel* m_status;
     QTreeWidget* m_runs;
     QTableWidget* m_classes;
+    PrecisionRecallChart* m_precision_recall;
     QComboBox* m_overlay;
     TimelineChart* m_timeline;
     QTimer* m_timeline_timer;

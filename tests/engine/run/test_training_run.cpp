@@ -8,6 +8,7 @@
 #include "io/safetensors.hpp"
 #include "io/tensorboard_events.hpp"
 #include "io/volume_io.hpp"
+#include "run/detections_file.hpp"
 #include "run/metrics_log.hpp"
 #include "run_test_support.hpp"
 
@@ -329,6 +330,15 @@ TEST(TrainingRun, TrainsADetectorAndWritesItsScoresAndBoxes) {
             EXPECT_GE(detection["iou"].get<double>(), 0.5);
         }
         EXPECT_TRUE(fs::exists(folder.path() / "predictions" / image["image"].get<std::string>()));
+    }
+    // The viewer's reader gives the same boxes, its image files resolved beside the file.
+    const run::DetectionsFile read_back = run::read_detections_file(d.detections_file);
+    ASSERT_EQ(read_back.images.size(), 3u);
+    EXPECT_EQ(read_back.classes.size(), 4u);
+    for (std::size_t i = 0; i < 3; ++i) {
+        EXPECT_EQ(read_back.images[i].ground_truth.size(), boxes["images"][i]["ground_truth"].size());
+        EXPECT_EQ(read_back.images[i].detections.size(), boxes["images"][i]["detections"].size());
+        EXPECT_TRUE(fs::exists(read_back.images[i].image_file)) << read_back.images[i].image_file;
     }
 
     // The same scores in metrics.jsonl (read back), eval.csv and TensorBoard.
