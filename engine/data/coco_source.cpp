@@ -103,8 +103,12 @@ std::string percent_text(double fraction) {
 class CocoSource final : public Dataset {
 public:
     CocoSource(const DataConfig& config, const Shape& batch_shape, Split train, Split eval, std::string description)
-        : Dataset(batch_shape), m_config(config), m_train(std::move(train)), m_eval(std::move(eval)),
-          m_description(std::move(description)), m_cache(k_decoded_cache_bytes) {}
+        : Dataset(batch_shape),
+          m_config(config),
+          m_train(std::move(train)),
+          m_eval(std::move(eval)),
+          m_description(std::move(description)),
+          m_cache(k_decoded_cache_bytes) {}
 
     Batch training_batch(std::int64_t index) const override {
         TESSERA_CHECK(index >= 0, "training batch indices start at 0, got " << index);
@@ -115,13 +119,15 @@ public:
         const bool jitter = min_scale != 1 || max_scale != 1;
         for (std::int64_t n = 0; n < batch_shape()[0]; ++n) {
             SeededRandom random(seed, static_cast<std::uint64_t>(n));
-            const std::int64_t which =
-                m_train.indices[static_cast<std::size_t>(uniform_index(random, static_cast<std::int64_t>(m_train.indices.size())))];
+            const std::int64_t which = m_train.indices[static_cast<std::size_t>(
+                uniform_index(random, static_cast<std::int64_t>(m_train.indices.size())))];
             DetectionSample sample = decoded(m_train, which);
             if (jitter) {
                 if (m_config.static_shape == StaticShape::Resize) sample = resize_fixed_shape(sample, input_size());
                 sample = random_scale_jitter(sample,
-                                             {.output_size = input_size(), .min_scale = min_scale, .max_scale = max_scale,
+                                             {.output_size = input_size(),
+                                              .min_scale = min_scale,
+                                              .max_scale = max_scale,
                                               .min_visible_fraction = k_min_visible_fraction},
                                              random);
             } else {
@@ -133,7 +139,8 @@ public:
             std::memcpy(batch.images.data<float>() + n * sample.image.num_elements(), sample.image.data<float>(),
                         sample.image.num_bytes());
             batch.ground_truth.push_back(pad_sample_ground_truth(
-                sample.objects, {.max_number_of_boxes = m_config.max_number_of_boxes, .excess_boxes = m_config.excess_boxes},
+                sample.objects,
+                {.max_number_of_boxes = m_config.max_number_of_boxes, .excess_boxes = m_config.excess_boxes},
                 m_train.coco->image(which).file_name));
         }
         return batch;
@@ -196,7 +203,8 @@ private:
         const auto [height, width] = input_size();
         if (m_config.static_shape == StaticShape::Resize) return resize_fixed_shape(sample, {height, width});
         if (height == width) {
-            return resize_keep_aspect_ratio(sample, {.min_dimension = height, .max_dimension = height, .pad_to_max_dimension = true});
+            return resize_keep_aspect_ratio(
+                sample, {.min_dimension = height, .max_dimension = height, .pad_to_max_dimension = true});
         }
         return scale_and_crop(sample, {height, width}, 1.0, {0, 0}, 0.0);
     }
@@ -225,13 +233,14 @@ void check_box_counts(const DataConfig& config, const Split& split) {
     for (std::int64_t index : split.indices) {
         const CocoImage& image = split.coco->image(index);
         const auto count = static_cast<std::int64_t>(image.objects.size());
-        TESSERA_CHECK(count <= config.max_number_of_boxes,
-                      "image '" << image.file_name << "' (COCO id " << image.coco_id << " in "
-                                << (split.file == 0 ? config.annotations_file : config.eval_annotations_file).filename().string()
-                                << ") has " << count << " objects, more than data.max_number_of_boxes = "
-                                << config.max_number_of_boxes
-                                << ": raise max_number_of_boxes, or keep the largest or the first ones (data.excess_boxes: "
-                                   "\"keep_largest\" or \"keep_first\")");
+        TESSERA_CHECK(
+            count <= config.max_number_of_boxes,
+            "image '" << image.file_name << "' (COCO id " << image.coco_id << " in "
+                      << (split.file == 0 ? config.annotations_file : config.eval_annotations_file).filename().string()
+                      << ") has " << count
+                      << " objects, more than data.max_number_of_boxes = " << config.max_number_of_boxes
+                      << ": raise max_number_of_boxes, or keep the largest or the first ones (data.excess_boxes: "
+                         "\"keep_largest\" or \"keep_first\")");
     }
 }
 
@@ -243,17 +252,18 @@ std::unique_ptr<Dataset> make_coco(const DataConfig& config, const Shape& batch_
     TESSERA_CHECK(batch_shape[1] == 3 || batch_shape[1] == 1,
                   "COCO images are read as RGB: set input.channels to 3 (or 1 for grey, the mean of R, G and B), got "
                       << batch_shape[1]);
-    TESSERA_CHECK(config.static_shape != StaticShape::Crop,
-                  "data.static_shape \"crop\" cuts patches, which would cut boxes: a COCO source brings each whole image to "
-                  "the input, use \"resize\" (fixed shape) or \"pad_to_max\" (aspect ratio kept, padded at the bottom right)");
-    TESSERA_CHECK(config.image_size.empty(), "data.image_size sizes generated images; a COCO source reads its images' sizes "
-                                             "from the annotations: remove it, got "
-                                                 << shape_to_string(config.image_size));
+    // validate() has refused static_shape Crop and a missing annotations file or image folder.
+    TESSERA_CHECK(config.image_size.empty(),
+                  "data.image_size sizes generated images; a COCO source reads its images' sizes "
+                  "from the annotations: remove it, got "
+                      << shape_to_string(config.image_size));
     for (int axis : config.augment.flip_axes) {
-        TESSERA_CHECK(axis == 1, "data.augment.flip_axes holds "
-                                     << axis
-                                     << ": a COCO source flips left-right only (axis 1; the detection transforms "
-                                        "have no vertical flip, and upside-down photos are rarely what a detector meets): use [1]");
+        TESSERA_CHECK(
+            axis == 1,
+            "data.augment.flip_axes holds "
+                << axis
+                << ": a COCO source flips left-right only (axis 1; the detection transforms "
+                   "have no vertical flip, and upside-down photos are rarely what a detector meets): use [1]");
     }
     TESSERA_CHECK(!config.augment.rotate90,
                   "data.augment.rotate90 turns label maps, not boxes; a COCO source augments with flip_axes [1], "
@@ -271,10 +281,11 @@ std::unique_ptr<Dataset> make_coco(const DataConfig& config, const Shape& batch_
                   "model.num_classes is " << num_classes << " but the COCO source keeps " << coco.num_classes()
                                           << (coco.num_classes() == 1 ? " category" : " categories") << " of "
                                           << config.annotations_file.filename().string() << ": " << class_list
-                                          << "; set model.num_classes to " << coco.num_classes()
-                                          << ", or keep " << num_classes << " of them with data.categories");
+                                          << "; set model.num_classes to " << coco.num_classes() << ", or keep "
+                                          << num_classes << " of them with data.categories");
     const std::int64_t count = coco.size();
-    TESSERA_CHECK(count >= 1, config.annotations_file.string() << " lists no images: a COCO source needs at least one to train on");
+    TESSERA_CHECK(count >= 1, config.annotations_file.string()
+                                  << " lists no images: a COCO source needs at least one to train on");
 
     Split eval;
     std::ostringstream held_out;
@@ -284,9 +295,11 @@ std::unique_ptr<Dataset> make_coco(const DataConfig& config, const Shape& batch_
         // The held-out file keeps the training classes, by COCO id, so class ids agree.
         std::vector<std::int64_t> kept_ids;
         for (const CocoCategory& category : coco.categories()) kept_ids.push_back(category.coco_id);
-        const std::filesystem::path& eval_images = config.eval_images_dir.empty() ? config.images_dir : config.eval_images_dir;
+        const std::filesystem::path& eval_images =
+            config.eval_images_dir.empty() ? config.images_dir : config.eval_images_dir;
         eval.file = 1;
-        eval.coco = std::make_shared<const CocoDataset>(coco_options(config.eval_annotations_file, eval_images, kept_ids, {}));
+        eval.coco =
+            std::make_shared<const CocoDataset>(coco_options(config.eval_annotations_file, eval_images, kept_ids, {}));
         for (const CocoCategory& category : coco.categories()) {
             const CocoCategory& other = eval.coco->categories()[static_cast<std::size_t>(category.class_id)];
             TESSERA_CHECK(other.name == category.name,
@@ -301,7 +314,8 @@ std::unique_ptr<Dataset> make_coco(const DataConfig& config, const Shape& batch_
     } else {
         const std::int64_t num_held_out =
             config.holdout_fraction > 0
-                ? std::max<std::int64_t>(1, static_cast<std::int64_t>(std::floor(config.holdout_fraction * static_cast<double>(count))))
+                ? std::max<std::int64_t>(
+                      1, static_cast<std::int64_t>(std::floor(config.holdout_fraction * static_cast<double>(count))))
                 : 0;
         TESSERA_CHECK(num_held_out < count,
                       config.annotations_file.string()
@@ -321,12 +335,13 @@ std::unique_ptr<Dataset> make_coco(const DataConfig& config, const Shape& batch_
 
     const CocoCounts& counts = coco.counts();
     std::ostringstream text;
-    text << "COCO " << config.annotations_file.filename().string() << ": " << train.indices.size() << " training images + "
-         << held_out.str() << ", " << coco.num_classes() << (coco.num_classes() == 1 ? " class (" : " classes (") << class_list
-         << "), " << counts.kept << " boxes (" << counts.crowd_ignored << " crowd, " << counts.other_category
-         << " of other categories, " << counts.degenerate + counts.outside_image << " degenerate or outside dropped); "
-         << (config.static_shape == StaticShape::Resize ? "resized to " : "scaled and padded to ") << batch_shape[3] << "×"
-         << batch_shape[2] << (batch_shape[1] == 1 ? " grey" : " RGB");
+    text << "COCO " << config.annotations_file.filename().string() << ": " << train.indices.size()
+         << " training images + " << held_out.str() << ", " << coco.num_classes()
+         << (coco.num_classes() == 1 ? " class (" : " classes (") << class_list << "), " << counts.kept << " boxes ("
+         << counts.crowd_ignored << " crowd, " << counts.other_category << " of other categories, "
+         << counts.degenerate + counts.outside_image << " degenerate or outside dropped); "
+         << (config.static_shape == StaticShape::Resize ? "resized to " : "scaled and padded to ") << batch_shape[3]
+         << "×" << batch_shape[2] << (batch_shape[1] == 1 ? " grey" : " RGB");
     if (config.scale_jitter != std::array<double, 2>{1, 1}) {
         text << ", scale jitter " << config.scale_jitter[0] << "–" << config.scale_jitter[1];
     }

@@ -38,7 +38,8 @@ void normalize(Tensor& image, Normalization normalization, double window_low, do
 
 void augment_intensity(Tensor& image, const AugmentConfig& augment, SeededRandom& random) {
     if (augment.intensity_scale <= 0 && augment.intensity_shift <= 0) return;
-    TESSERA_ASSERT(image.is_contiguous() && image.dtype() == DType::F32, "intensity augmentation needs a dense f32 image");
+    TESSERA_ASSERT(image.is_contiguous() && image.dtype() == DType::F32,
+                   "intensity augmentation needs a dense f32 image");
     const auto scale = static_cast<float>(1.0 + augment.intensity_scale * random.symmetric());
     const auto shift = static_cast<float>(augment.intensity_shift * random.symmetric());
     float* values = image.data<float>();

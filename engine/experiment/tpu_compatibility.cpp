@@ -77,11 +77,13 @@ CompatibilityRule static_image_shape(const Experiment& e) {
     }
     if (d.source == data::SourceKind::Coco) {
         // COCO's images come in many sizes; the resizer, and the jitter's crop or pad, make them one.
-        rule.detail = d.static_shape == data::StaticShape::Resize
-                          ? "coco: every image is resized to " + input + " (data.static_shape \"resize\", the seed's fixed_shape_resizer)"
-                          : "coco: every image keeps its aspect ratio, is scaled to fit " + input +
-                                " and padded with zeros at the bottom and right (data.static_shape \"pad_to_max\", the seed's "
-                                "keep_aspect_ratio_resizer with pad_to_max_dimension: true)";
+        rule.detail =
+            d.static_shape == data::StaticShape::Resize
+                ? "coco: every image is resized to " + input +
+                      " (data.static_shape \"resize\", the seed's fixed_shape_resizer)"
+                : "coco: every image keeps its aspect ratio, is scaled to fit " + input +
+                      " and padded with zeros at the bottom and right (data.static_shape \"pad_to_max\", the seed's "
+                      "keep_aspect_ratio_resizer with pad_to_max_dimension: true)";
         if (d.scale_jitter != std::array<double, 2>{1, 1}) {
             std::ostringstream jitter;
             jitter << "; training images are then scaled by " << d.scale_jitter[0] << "–" << d.scale_jitter[1]

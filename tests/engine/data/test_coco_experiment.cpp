@@ -19,7 +19,8 @@ namespace fs = std::filesystem;
 
 // A small RetinaNet on 128×128 RGB (P7 needs multiples of 128) with 2 classes and the given data section's fields.
 std::string retinanet_with(const std::string& data_fields, std::int64_t num_classes = 2) {
-    return R"({"version": 1, "model": {"kind": "retinanet", "depth": 18, "num_classes": )" + std::to_string(num_classes) +
+    return R"({"version": 1, "model": {"kind": "retinanet", "depth": 18, "num_classes": )" +
+           std::to_string(num_classes) +
            R"(, "fpn_channels": 16, "num_anchors": 9},
                "input": {"channels": 3, "size": [128, 128]}, "global_batch": 2, "steps": 2,
                "data": {"source": "coco", )" +
@@ -46,7 +47,8 @@ void expect_message(const std::string& text, const std::string& expected) {
 
 TEST(CocoExperiment, ReadsTheCocoFieldsAndResolvesPathsAgainstTheFile) {
     experiment::Experiment e = experiment::parse_experiment(
-        retinanet_with(k_files + R"(, "eval_annotations": "coco/val.json", "eval_images": "coco/val", "categories": ["dog", 1],
+        retinanet_with(k_files +
+                       R"(, "eval_annotations": "coco/val.json", "eval_images": "coco/val", "categories": ["dog", 1],
                        "static_shape": "resize", "scale_jitter": [0.8, 1.25], "augment": {"flip_axes": [1]},
                        "max_number_of_boxes": 50, "excess_boxes": "keep_first")"),
         "coco.json");
@@ -76,45 +78,66 @@ TEST(CocoExperiment, ReadsTheCocoFieldsAndResolvesPathsAgainstTheFile) {
 }
 
 TEST(CocoExperiment, EveryNewKeyNamesItselfWhenWrong) {
-    expect_message(retinanet_with(R"("images": "coco/images")"), "coco.json: data.annotations: missing; a \"coco\" source needs its instances.json");
-    expect_message(retinanet_with(R"("annotations": "coco/instances.json")"), "data.images: missing; a \"coco\" source needs the folder");
+    expect_message(retinanet_with(R"("images": "coco/images")"),
+                   "coco.json: data.annotations: missing; a \"coco\" source needs its instances.json");
+    expect_message(retinanet_with(R"("annotations": "coco/instances.json")"),
+                   "data.images: missing; a \"coco\" source needs the folder");
     expect_message(retinanet_with(k_files + R"(, "static_shape": "crop")"),
                    "data.static_shape: \"crop\" cuts patches, which would cut boxes");
-    expect_message(retinanet_with(k_files + R"(, "scale_jitter": [1.2, 0.8])"), "data.scale_jitter: expected [min, max] scales");
-    expect_message(retinanet_with(k_files + R"(, "scale_jitter": [0, 1])"), "data.scale_jitter: expected [min, max] scales");
-    expect_message(retinanet_with(k_files + R"(, "scale_jitter": 1.2)"), "data.scale_jitter: expected [min, max] scales");
+    expect_message(retinanet_with(k_files + R"(, "scale_jitter": [1.2, 0.8])"),
+                   "data.scale_jitter: expected [min, max] scales");
+    expect_message(retinanet_with(k_files + R"(, "scale_jitter": [0, 1])"),
+                   "data.scale_jitter: expected [min, max] scales");
+    expect_message(retinanet_with(k_files + R"(, "scale_jitter": 1.2)"),
+                   "data.scale_jitter: expected [min, max] scales");
     expect_message(retinanet_with(k_files + R"(, "categories": ["dog"])"),
                    "data.categories: keeps 1 categories but model.num_classes is 2");
-    expect_message(retinanet_with(k_files + R"(, "categories": ["dog", "dog"])"), "data.categories[1]: lists \"dog\" twice");
+    expect_message(retinanet_with(k_files + R"(, "categories": ["dog", "dog"])"),
+                   "data.categories[1]: lists \"dog\" twice");
     expect_message(retinanet_with(k_files + R"(, "categories": [1, 2.5])"),
                    "data.categories[1]: expected a category name (a string) or a COCO category id");
     expect_message(retinanet_with(k_files + R"(, "categories": [])"), "data.categories: expected a non-empty list");
-    expect_message(retinanet_with(k_files + R"(, "eval_images": "coco/val")"), "data.eval_images: given without data.eval_annotations");
+    expect_message(retinanet_with(k_files + R"(, "eval_images": "coco/val")"),
+                   "data.eval_images: given without data.eval_annotations");
     expect_message(retinanet_with(k_files + R"(, "eval_annotations": "coco/val.json", "holdout_fraction": 0.2)"),
                    "data.holdout_fraction: the held-out images are data.eval_annotations'");
-    expect_message(retinanet_with(k_files + R"(, "eval_annotations": "")"), "data.eval_annotations: expected the held-out images'");
-    expect_message(retinanet_with(k_files + R"(, "augment": {"flip_axes": [0]})"), "data.augment.flip_axes: a \"coco\" source flips left-right only");
-    expect_message(retinanet_with(k_files + R"(, "labels": "coco/labels")"), "data.labels: does not apply to a \"coco\" source");
-    expect_message(retinanet_with(k_files + R"(, "num_train_images": 4)"), "data.num_train_images: does not apply to a \"coco\" source");
-    expect_message(retinanet_with(k_files + R"(, "annotation": "x.json")"), "data.annotation: unknown field; did you mean \"annotations\"?");
+    expect_message(retinanet_with(k_files + R"(, "eval_annotations": "")"),
+                   "data.eval_annotations: expected the held-out images'");
+    expect_message(retinanet_with(k_files + R"(, "augment": {"flip_axes": [0]})"),
+                   "data.augment.flip_axes: a \"coco\" source flips left-right only");
+    expect_message(retinanet_with(k_files + R"(, "labels": "coco/labels")"),
+                   "data.labels: does not apply to a \"coco\" source");
+    expect_message(retinanet_with(k_files + R"(, "num_train_images": 4)"),
+                   "data.num_train_images: does not apply to a \"coco\" source");
+    expect_message(retinanet_with(k_files + R"(, "annotation": "x.json")"),
+                   "data.annotation: unknown field; did you mean \"annotations\"?");
     // Keys of a COCO source are refused elsewhere, naming the field.
-    const std::string shapes = R"({"version": 1, "model": {"kind": "retinanet", "depth": 18, "num_classes": 4, "fpn_channels": 16,
+    const std::string shapes =
+        R"({"version": 1, "model": {"kind": "retinanet", "depth": 18, "num_classes": 4, "fpn_channels": 16,
         "num_anchors": 9}, "input": {"channels": 3, "size": [128, 128]}, "global_batch": 2, "steps": 2,
         "data": {"source": "synthetic_shapes", )";
-    for (const std::string_view field : {"\"annotations\": \"a.json\"", "\"eval_annotations\": \"a.json\"", "\"eval_images\": \"v\"",
-                                    "\"categories\": [1]", "\"scale_jitter\": [0.8, 1.2]"}) {
+    for (const std::string_view field :
+         {"\"annotations\": \"a.json\"", "\"eval_annotations\": \"a.json\"", "\"eval_images\": \"v\"",
+          "\"categories\": [1]", "\"scale_jitter\": [0.8, 1.2]"}) {
         const std::string key(field.substr(1, field.find('"', 1) - 1));
-        expect_message(shapes + std::string(field) + "}}", "data." + key + ": only a \"coco\" source reads annotation files; this source is \"synthetic_shapes\"");
+        expect_message(
+            shapes + std::string(field) + "}}",
+            "data." + key + ": only a \"coco\" source reads annotation files; this source is \"synthetic_shapes\"");
     }
-    expect_message(shapes + R"("images": "imgs"}})", "data.images: only a \"folder\" or \"coco\" source reads folders");
+    expect_message(shapes + R"("images": "imgs"}})",
+                   "data.images: only a \"folder\" source reads folders (and a \"coco\" source its images' folder); "
+                   "this source is "
+                   "\"synthetic_shapes\"");
     // A RetinaNet on a segmentation source: the message names both detection sources.
-    expect_message(R"({"version": 1, "model": {"kind": "retinanet", "depth": 18, "num_classes": 4, "fpn_channels": 16, "num_anchors": 9},
+    expect_message(
+        R"({"version": 1, "model": {"kind": "retinanet", "depth": 18, "num_classes": 4, "fpn_channels": 16, "num_anchors": 9},
                        "input": {"channels": 3, "size": [128, 128]}, "global_batch": 2, "steps": 2, "data": {"source": "synthetic_em"}})",
-                   "data.source: a RetinaNet detects boxes: use \"synthetic_shapes\" or \"coco\", got \"synthetic_em\"");
+        "data.source: a RetinaNet detects boxes: use \"synthetic_shapes\" or \"coco\", got \"synthetic_em\"");
     // A U-Net cannot train on boxes.
-    expect_message(R"({"version": 1, "model": {"kind": "unet", "depth": 3, "base_width": 4}, "input": {"size": [128, 128]},
+    expect_message(
+        R"({"version": 1, "model": {"kind": "unet", "depth": 3, "base_width": 4}, "input": {"size": [128, 128]},
                        "global_batch": 1, "steps": 1, "data": {"source": "coco", "annotations": "a.json", "images": "i"}})",
-                   "data.source: a U-Net segments");
+        "data.source: a U-Net segments");
 }
 
 // An experiment file beside a one-image COCO dataset: loaded from disk, its dataset gives batches, and the
@@ -134,7 +157,8 @@ TEST(CocoExperiment, ALoadedFileMakesADatasetThatGivesBatches) {
         "annotations": [{"id": 1, "image_id": 1, "category_id": 7, "bbox": [10, 5, 30, 15]},
                         {"id": 2, "image_id": 2, "category_id": 3, "bbox": [10, 5, 30, 15]}],
         "categories": [{"id": 7, "name": "box"}, {"id": 3, "name": "crate"}]})";
-    std::ofstream(scratch.path() / "coco.json") << retinanet_with(k_files + R"(, "holdout_fraction": 0.5, "scale_jitter": [0.9, 1.1],
+    std::ofstream(scratch.path() / "coco.json")
+        << retinanet_with(k_files + R"(, "holdout_fraction": 0.5, "scale_jitter": [0.9, 1.1],
                                                                             "augment": {"flip_axes": [1]}, "normalization": "none")");
     const experiment::Experiment e = experiment::load_experiment(scratch.path() / "coco.json");
     ASSERT_TRUE(e.data.has_value());
@@ -154,8 +178,10 @@ TEST(CocoExperiment, ALoadedFileMakesADatasetThatGivesBatches) {
     for (const experiment::CompatibilityRule& rule : experiment::tpu_compatibility(e)) {
         if (rule.id == "static_image_shape") rule_detail = rule.detail;
     }
-    EXPECT_NE(rule_detail.find("coco: every image keeps its aspect ratio, is scaled to fit 128×128"), std::string::npos) << rule_detail;
-    EXPECT_NE(rule_detail.find("scaled by 0.9–1.1 and cropped or zero-padded back to 128×128 (data.scale_jitter)"), std::string::npos)
+    EXPECT_NE(rule_detail.find("coco: every image keeps its aspect ratio, is scaled to fit 128×128"), std::string::npos)
+        << rule_detail;
+    EXPECT_NE(rule_detail.find("scaled by 0.9–1.1 and cropped or zero-padded back to 128×128 (data.scale_jitter)"),
+              std::string::npos)
         << rule_detail;
 
     // model.num_classes against the file's categories, with both numbers.
@@ -165,7 +191,8 @@ TEST(CocoExperiment, ALoadedFileMakesADatasetThatGivesBatches) {
         data::make_dataset(*three.data, experiment::global_input_shape(three), three.model.num_classes);
         ADD_FAILURE() << "expected an error";
     } catch (const Error& error) {
-        EXPECT_NE(std::string(error.what()).find("model.num_classes is 3 but the COCO source keeps 2 categories of instances.json"),
+        EXPECT_NE(std::string(error.what())
+                      .find("model.num_classes is 3 but the COCO source keeps 2 categories of instances.json"),
                   std::string::npos)
             << error.what();
     }

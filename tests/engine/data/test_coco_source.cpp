@@ -40,7 +40,9 @@ Tensor draw(std::int64_t height, std::int64_t width, const std::vector<Rectangle
     for (const Rectangle& r : rectangles) {
         for (int c = 0; c < 3; ++c) {
             for (int y = r.y_min; y < r.y_max; ++y) {
-                for (int x = r.x_min; x < r.x_max; ++x) image.at<float>({c, y, x}) = k_class_colours[static_cast<std::size_t>(r.class_id)][static_cast<std::size_t>(c)];
+                for (int x = r.x_min; x < r.x_max; ++x)
+                    image.at<float>({c, y, x}) =
+                        k_class_colours[static_cast<std::size_t>(r.class_id)][static_cast<std::size_t>(c)];
             }
         }
     }
@@ -54,7 +56,8 @@ Box colour_extent(const Tensor& image, const std::array<float, 3>& colour) {
     for (int y = 0; y < image.dim(1); ++y) {
         for (int x = 0; x < image.dim(2); ++x) {
             bool match = true;
-            for (int c = 0; c < 3; ++c) match = match && std::abs(image.at<float>({c, y, x}) - colour[static_cast<std::size_t>(c)]) < 0.5f;
+            for (int c = 0; c < 3; ++c)
+                match = match && std::abs(image.at<float>({c, y, x}) - colour[static_cast<std::size_t>(c)]) < 0.5f;
             if (!match) continue;
             x_min = std::min(x_min, x);
             y_min = std::min(y_min, y);
@@ -68,8 +71,9 @@ Box colour_extent(const Tensor& image, const std::array<float, 3>& colour) {
 
 // Image n of batch [N, C, H, W] as [C, H, W].
 Tensor image_of(const Tensor& batch, std::int64_t n) {
-    return batch.view_box({n, 0, 0, 0}, {1, batch.dim(1), batch.dim(2), batch.dim(3)}).contiguous().reshape(
-        {batch.dim(1), batch.dim(2), batch.dim(3)});
+    return batch.view_box({n, 0, 0, 0}, {1, batch.dim(1), batch.dim(2), batch.dim(3)})
+        .contiguous()
+        .reshape({batch.dim(1), batch.dim(2), batch.dim(3)});
 }
 
 std::vector<detection::LabeledBox> valid_objects(const detection::PaddedGroundTruth& truth) {
@@ -90,7 +94,8 @@ constexpr float k_edge_tolerance = 0.75f;
 
 // Every box of `objects` matches the extent of its class's colour in `image` (one rectangle per class
 // per image in the fixture).
-void expect_boxes_on_their_pixels(const Tensor& image, const std::vector<detection::LabeledBox>& objects, const std::string& what) {
+void expect_boxes_on_their_pixels(const Tensor& image, const std::vector<detection::LabeledBox>& objects,
+                                  const std::string& what) {
     for (const detection::LabeledBox& object : objects) {
         const Box seen = colour_extent(image, k_class_colours[static_cast<std::size_t>(object.class_id)]);
         const Box& box = object.box;
@@ -111,7 +116,8 @@ class CocoSourceFixture : public ::testing::Test {
 protected:
     void SetUp() override {
         fs::create_directories(scratch.path() / "images");
-        write_color_png(draw(40, 80, {{10, 5, 30, 25, 0}, {50, 20, 74, 36, 1}}), scratch.path() / "images" / "wide.png");
+        write_color_png(draw(40, 80, {{10, 5, 30, 25, 0}, {50, 20, 74, 36, 1}}),
+                        scratch.path() / "images" / "wide.png");
         write_color_png(draw(60, 40, {{4, 30, 20, 54, 2}, {22, 2, 36, 12, 3}}), scratch.path() / "images" / "tall.png");
         write_color_png(draw(48, 48, {{8, 16, 40, 32, 1}}), scratch.path() / "images" / "last.png");
         json = Json::parse(R"({
@@ -154,7 +160,8 @@ protected:
         eval["annotations"] = Json::array({json["annotations"][5]});
         eval["categories"][3]["name"] = dog_name;
         fs::create_directories(scratch.path() / "eval");
-        fs::copy_file(scratch.path() / "images" / "last.png", scratch.path() / "eval" / "last.png", fs::copy_options::overwrite_existing);
+        fs::copy_file(scratch.path() / "images" / "last.png", scratch.path() / "eval" / "last.png",
+                      fs::copy_options::overwrite_existing);
         std::ofstream(scratch.path() / "eval.json") << eval.dump(1);
         return scratch.path() / "eval.json";
     }
@@ -163,7 +170,9 @@ protected:
     Json json;
 };
 
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+bool contains(const std::string& text, const std::string& part) {
+    return text.find(part) != std::string::npos;
+}
 
 // The classes of a sample's boxes identify which fixture image it is.
 std::string which_image(const std::vector<detection::LabeledBox>& objects) {
@@ -218,9 +227,12 @@ TEST_F(CocoSourceFixture, BoxesStayOnTheirPixelsThroughResizePadFlipAndJitter) {
         std::array<double, 2> jitter;
     };
     const std::vector<Case> cases{
-        {StaticShape::Resize, {4, 3, 64, 64}, false, {1, 1}},  {StaticShape::Resize, {4, 3, 48, 96}, true, {1, 1}},
-        {StaticShape::PadToMax, {4, 3, 64, 64}, false, {1, 1}}, {StaticShape::PadToMax, {4, 3, 48, 96}, true, {1, 1}},
-        {StaticShape::PadToMax, {4, 3, 64, 64}, true, {0.6, 1.6}}, {StaticShape::Resize, {4, 3, 56, 64}, true, {0.7, 1.5}},
+        {StaticShape::Resize, {4, 3, 64, 64}, false, {1, 1}},
+        {StaticShape::Resize, {4, 3, 48, 96}, true, {1, 1}},
+        {StaticShape::PadToMax, {4, 3, 64, 64}, false, {1, 1}},
+        {StaticShape::PadToMax, {4, 3, 48, 96}, true, {1, 1}},
+        {StaticShape::PadToMax, {4, 3, 64, 64}, true, {0.6, 1.6}},
+        {StaticShape::Resize, {4, 3, 56, 64}, true, {0.7, 1.5}},
     };
     for (const Case& c : cases) {
         DataConfig cfg = config();
@@ -229,27 +241,31 @@ TEST_F(CocoSourceFixture, BoxesStayOnTheirPixelsThroughResizePadFlipAndJitter) {
         cfg.holdout_fraction = 0.34;  // last.png held out
         if (c.flip) cfg.augment.flip_axes = {1};
         const auto dataset = make_dataset(cfg, c.input, 4);
-        const std::string what = std::string(static_shape_name(c.shape)) + " " + shape_to_string(c.input) + (c.flip ? " flip" : "") +
-                                 (c.jitter[0] != 1 ? " jitter" : "");
+        const std::string what = std::string(static_shape_name(c.shape)) + " " + shape_to_string(c.input) +
+                                 (c.flip ? " flip" : "") + (c.jitter[0] != 1 ? " jitter" : "");
         std::set<float> cat_x_min, cat_width;
         for (std::int64_t index = 0; index < 6; ++index) {
             const Batch batch = dataset->training_batch(index);
             for (std::int64_t n = 0; n < c.input[0]; ++n) {
-                const std::vector<detection::LabeledBox> objects = valid_objects(batch.ground_truth[static_cast<std::size_t>(n)]);
+                const std::vector<detection::LabeledBox> objects =
+                    valid_objects(batch.ground_truth[static_cast<std::size_t>(n)]);
                 const Tensor image = image_of(batch.images, n);
-                expect_boxes_on_their_pixels(image, objects, what + ", batch " + std::to_string(index) + " image " + std::to_string(n));
+                expect_boxes_on_their_pixels(image, objects,
+                                             what + ", batch " + std::to_string(index) + " image " + std::to_string(n));
                 for (const auto& object : objects) {
                     if (object.class_id != 0) continue;
                     cat_x_min.insert(object.box.x_min);
                     cat_width.insert(object.box.width());
                 }
                 // pad_to_max without jitter: wide.png (80×40) fills the top half of a square input, zeros below.
-                if (c.shape == StaticShape::PadToMax && c.jitter[0] == 1 && c.input[2] == c.input[3] && which_image(objects) == "wide") {
+                if (c.shape == StaticShape::PadToMax && c.jitter[0] == 1 && c.input[2] == c.input[3] &&
+                    which_image(objects) == "wide") {
                     const std::int64_t side = c.input[2];
                     float below = 0;
                     for (std::int64_t ch = 0; ch < 3; ++ch) {
                         for (std::int64_t y = side / 2; y < side; ++y) {
-                            for (std::int64_t x = 0; x < side; ++x) below = std::max(below, std::abs(image.at<float>({ch, y, x})));
+                            for (std::int64_t x = 0; x < side; ++x)
+                                below = std::max(below, std::abs(image.at<float>({ch, y, x})));
                         }
                     }
                     EXPECT_EQ(below, 0.0f) << what << ": padding below the content";
@@ -330,8 +346,9 @@ TEST_F(CocoSourceFixture, TooManyBoxesStopsNamingTheImageUnlessAskedToKeepSome) 
     DataConfig cfg = config();
     cfg.max_number_of_boxes = 1;
     const std::string message = error_message([&] { make_dataset(cfg, {2, 3, 64, 64}, 4); });
-    EXPECT_TRUE(contains(message, "image 'wide.png' (COCO id 1 in instances.json) has 2 objects, more than "
-                                  "data.max_number_of_boxes = 1"))
+    EXPECT_TRUE(contains(message,
+                         "image 'wide.png' (COCO id 1 in instances.json) has 2 objects, more than "
+                         "data.max_number_of_boxes = 1"))
         << message;
     EXPECT_TRUE(contains(message, "keep_largest")) << message;
     cfg.excess_boxes = ExcessBoxes::KeepLargest;
@@ -385,13 +402,21 @@ TEST_F(CocoSourceFixture, RefusesWhatItCannotFeedWithTheFix) {
     };
     EXPECT_TRUE(contains(message_for([](DataConfig& c) { c.static_shape = StaticShape::Crop; }),
                          "use \"resize\" (fixed shape) or \"pad_to_max\""));
-    EXPECT_TRUE(contains(message_for([](DataConfig& c) { c.augment.flip_axes = {0}; }), "flips left-right only (axis 1"));
+    EXPECT_TRUE(
+        contains(message_for([](DataConfig& c) { c.augment.flip_axes = {0}; }), "flips left-right only (axis 1"));
     EXPECT_TRUE(contains(message_for([](DataConfig& c) { c.augment.rotate90 = true; }), "remove rotate90"));
     EXPECT_TRUE(contains(message_for([](DataConfig&) {}, {2, 2, 64, 64}), "set input.channels to 3 (or 1 for grey"));
-    EXPECT_TRUE(contains(message_for([](DataConfig& c) { c.scale_jitter = {1.5, 1.2}; }), "data.scale_jitter must be [min, max]"));
-    EXPECT_TRUE(contains(message_for([](DataConfig& c) { c.eval_images_dir = "eval"; }), "data.eval_images is set without"));
+    EXPECT_TRUE(contains(message_for([](DataConfig& c) {
+                             c.scale_jitter = {1.5, 1.2};
+                         }),
+                         "data.scale_jitter must be [min, max]"));
+    EXPECT_TRUE(
+        contains(message_for([](DataConfig& c) { c.eval_images_dir = "eval"; }), "data.eval_images is set without"));
     EXPECT_TRUE(contains(message_for([](DataConfig& c) { c.annotations_file.clear(); }), "data.annotations is empty"));
-    EXPECT_TRUE(contains(message_for([](DataConfig& c) { c.holdout_fraction = 0.5; c.images_dir = "/nonexistent/folder"; }),
+    EXPECT_TRUE(contains(message_for([](DataConfig& c) {
+                             c.holdout_fraction = 0.5;
+                             c.images_dir = "/nonexistent/folder";
+                         }),
                          "/nonexistent/folder"));
     DataConfig shapes;
     shapes.source = SourceKind::SyntheticShapes;
