@@ -278,11 +278,14 @@ std::unique_ptr<Dataset> make_coco(const DataConfig& config, const Shape& batch_
         class_list += (class_list.empty() ? "" : ", ") + category.name + " (" + std::to_string(category.coco_id) + ")";
     }
     TESSERA_CHECK(coco.num_classes() == num_classes,
-                  "model.num_classes is " << num_classes << " but the COCO source keeps " << coco.num_classes()
-                                          << (coco.num_classes() == 1 ? " category" : " categories") << " of "
-                                          << config.annotations_file.filename().string() << ": " << class_list
-                                          << "; set model.num_classes to " << coco.num_classes() << ", or keep "
-                                          << num_classes << " of them with data.categories");
+                  "model.num_classes is "
+                      << num_classes << " but the COCO source keeps " << coco.num_classes()
+                      << (coco.num_classes() == 1 ? " category" : " categories") << " of "
+                      << config.annotations_file.filename().string() << ": " << class_list
+                      << "; set model.num_classes to " << coco.num_classes()
+                      << (num_classes < coco.num_classes()
+                              ? ", or keep " + std::to_string(num_classes) + " of them with data.categories"
+                              : std::string()));
     const std::int64_t count = coco.size();
     TESSERA_CHECK(count >= 1, config.annotations_file.string()
                                   << " lists no images: a COCO source needs at least one to train on");
