@@ -17,11 +17,14 @@ std::string_view source_kind_name(SourceKind kind) {
         case SourceKind::Folder: return "Folder";
         case SourceKind::ExampleMri: return "ExampleMri";
         case SourceKind::SyntheticShapes: return "SyntheticShapes";
+        case SourceKind::Coco: return "Coco";
     }
     return "?";
 }
 
-bool is_detection_source(SourceKind kind) { return kind == SourceKind::SyntheticShapes; }
+bool is_detection_source(SourceKind kind) {
+    return kind == SourceKind::SyntheticShapes || kind == SourceKind::Coco;
+}
 
 std::string_view static_shape_name(StaticShape shape) {
     switch (shape) {
@@ -44,7 +47,8 @@ std::string_view normalization_name(Normalization normalization) {
 void validate(const DataConfig& config) {
     TESSERA_CHECK(source_kind_name(config.source) != "?",
                   "data.source " << static_cast<int>(config.source)
-                                 << " is not a source: use SyntheticEm, SyntheticCt, FakeImages, Folder, ExampleMri or SyntheticShapes");
+                                 << " is not a source: use SyntheticEm, SyntheticCt, FakeImages, Folder, ExampleMri, "
+                                    "SyntheticShapes or Coco");
     TESSERA_CHECK(static_shape_name(config.static_shape) != "?",
                   "data.static_shape " << static_cast<int>(config.static_shape) << " is not one: use Crop, Resize or PadToMax");
     TESSERA_CHECK(normalization_name(config.normalization) != "?",
@@ -96,6 +100,36 @@ void validate(const DataConfig& config) {
     const auto [min_size, max_size] = config.object_size;
     TESSERA_CHECK(min_size >= 4 && max_size >= min_size && std::isfinite(max_size),
                   "data.object_size must be [min, max] pixels with 4 ≤ min ≤ max, got [" << min_size << ", " << max_size << "]");
+    const auto [min_scale, max_scale] = config.scale_jitter;
+    TESSERA_CHECK(
+        min_scale > 0 && max_scale >= min_scale && max_scale <= 10,
+        "data.scale_jitter must be [min, max] with 0 < min ≤ max ≤ 10 (e.g. [0.8, 1.2]; [1, 1] for none), got ["
+            << min_scale << ", " << max_scale << "]");
+    if (config.source == SourceKind::Coco) {
+        TESSERA_CHECK(!config.annotations_file.empty(),
+                      "data.annotations is empty: a COCO source needs its instances.json, e.g. "
+                      "\"annotations/instances_train2017.json\"");
+        TESSERA_CHECK(!config.images_dir.empty(),
+                      "data.images is empty: a COCO source needs the folder its annotations' file_name entries are in, "
+                      "e.g. \"train2017\"");
+        TESSERA_CHECK(
+            config.static_shape != StaticShape::Crop,
+            "data.static_shape \"crop\" cuts patches, which would cut boxes: a COCO source brings each whole image to "
+            "the input, use \"resize\" (fixed shape) or \"pad_to_max\" (aspect ratio kept, padded at the bottom right)");
+        TESSERA_CHECK(
+            !config.eval_annotations_file.empty() || config.eval_images_dir.empty(),
+            "data.eval_images is set without data.eval_annotations: give the held-out images' instances.json too, or "
+            "remove data.eval_images (holdout_fraction then holds out the last images)");
+    } else {
+        TESSERA_CHECK(
+            config.annotations_file.empty() && config.eval_annotations_file.empty() && config.eval_images_dir.empty() &&
+                config.category_ids.empty() && config.category_names.empty(),
+            "data.annotations, eval_annotations, eval_images and categories are for a COCO source; this source is "
+                << source_kind_name(config.source) << ": remove them");
+        TESSERA_CHECK(config.scale_jitter == (std::array<double, 2>{1, 1}),
+                      "data.scale_jitter is for a COCO source; this source is " << source_kind_name(config.source)
+                                                                                << ": remove it");
+    }
 }
 
 std::unique_ptr<Dataset> make_dataset(const DataConfig& config, const Shape& batch_shape, std::int64_t num_classes) {
@@ -116,6 +150,7 @@ std::unique_ptr<Dataset> make_dataset(const DataConfig& config, const Shape& bat
     switch (config.source) {
         case SourceKind::FakeImages: return detail::make_fake_images(config, batch_shape, num_classes);
         case SourceKind::SyntheticShapes: return detail::make_synthetic_shapes(config, batch_shape, num_classes);
+        case SourceKind::Coco: return detail::make_coco(config, batch_shape, num_classes);
         case SourceKind::SyntheticEm: plan = detail::synthetic_em_plan(config, batch_shape, num_classes); break;
         case SourceKind::SyntheticCt: plan = detail::synthetic_ct_plan(config, batch_shape, num_classes); break;
         case SourceKind::Folder: plan = detail::folder_plan(config, batch_shape, num_classes); break;

@@ -13,7 +13,8 @@
 //
 // Sources: synthetic EM sections (synthetic_em.hpp), synthetic CT phantoms (phantom.hpp), fake images
 // for classification, image/label pairs from folders, the example head MRI (examples.hpp), and for
-// detection synthetic shapes (synthetic_shapes.hpp): their batches carry boxes instead of label maps.
+// detection synthetic shapes (synthetic_shapes.hpp) and COCO-format datasets (coco_dataset.hpp): their
+// batches carry boxes instead of label maps.
 // Internally every image is [C, D, H, W] with D = 1 for 2D, so one sampler serves 2D and 3D models.
 //
 // Every random draw comes from tessera::SeededRandom streams derived from (seed, what, index), never
@@ -53,12 +54,12 @@ struct Example {
     std::vector<detection::LabeledBox> objects{};  // detection: the image's boxes, pixels, class ids
 };
 
-enum class SourceKind { SyntheticEm, SyntheticCt, FakeImages, Folder, ExampleMri, SyntheticShapes };
+enum class SourceKind { SyntheticEm, SyntheticCt, FakeImages, Folder, ExampleMri, SyntheticShapes, Coco };
 // True for the sources whose examples are boxes (detection) rather than label maps or labels.
 bool is_detection_source(SourceKind kind);
 // Crop: patches sampled from larger images (default). Resize: the whole image resampled to the model
 // input. PadToMax: aspect ratio kept, the longest side scaled to the input, the rest padded at the end
-// (the detection seed's static shapes).
+// (the detection seed's static shapes). A COCO source takes Resize or PadToMax, never Crop.
 enum class StaticShape { Crop, Resize, PadToMax };
 // ZScore: per image/volume and channel, mean 0 and standard deviation 1. Window: [window_low,
 // window_high] -> [0, 1], clamped.
@@ -91,7 +92,8 @@ struct DataConfig {
     double noise = -1;                       // noise sigma in the source's units (EM grey levels, CT HU); < 0: default
     // Folder source: image/label pairs matched by name (same stem after stripping extensions such as
     // .nii.gz, and a suffix _label/_labels/_mask/_seg on the label side). Empty labels_dir: the labels
-    // sit beside the images, told apart by that suffix.
+    // sit beside the images, told apart by that suffix. Coco: images_dir holds the images the
+    // annotations' file_name entries name.
     std::filesystem::path images_dir{}, labels_dir{};
     // File label -> class; empty = identity (ExampleMri: non-zero -> 1). Labels not in a non-empty
     // mapping become 0 (background).
@@ -104,7 +106,8 @@ struct DataConfig {
     // Evaluation split. A source with a single image/volume (ExampleMri, a folder with one pair) holds out
     // the last holdout_fraction of the slices along the first spatial axis (D for volumes, H for 2D
     // images), never sampled for training; several pairs hold out the last holdout_fraction of the sorted
-    // pairs (at least one). 0 holds out nothing.
+    // pairs (at least one), and Coco the last holdout_fraction of the annotation file's images (at least
+    // one) unless it has eval_annotations_file. 0 holds out nothing.
     double holdout_fraction = 0.25;
     NonFinitePolicy non_finite = NonFinitePolicy::Error;  // data.non_finite: "error" | "zero"
     // Detection sources.
@@ -116,6 +119,17 @@ struct DataConfig {
     // the larger box side's range in pixels.
     std::array<std::int64_t, 2> object_count{-1, -1};
     std::array<double, 2> object_size{8, 400};
+    // Coco (coco_dataset.hpp): the instances.json (images from images_dir); optionally a second one for
+    // the held-out images (then holdout_fraction is not used) with its folder (empty: images_dir).
+    std::filesystem::path annotations_file{};
+    std::filesystem::path eval_annotations_file{}, eval_images_dir{};
+    // Categories kept, by COCO id and/or name (both empty: all); classes are the kept categories in
+    // ascending COCO id order (CocoDataset's rule), whatever the order listed.
+    std::vector<std::int64_t> category_ids{};
+    std::vector<std::string> category_names{};
+    // Training only: each image scaled by U(min, max) × the size that fits the input, then cropped at a
+    // random offset or padded at the bottom right (random_scale_jitter). [1, 1]: no jitter (no draws).
+    std::array<double, 2> scale_jitter{1, 1};
 };
 
 // Checks the config on its own (throws tessera::Error naming the field, the value and what is allowed).

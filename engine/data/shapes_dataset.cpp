@@ -74,13 +74,7 @@ public:
                 if (random.uniform() < 0.5) flip_with_boxes(image, objects, axis);
             }
             normalize(image, m_config.normalization, m_config.window_low, m_config.window_high);
-            const AugmentConfig& augment = m_config.augment;
-            if (augment.intensity_scale > 0 || augment.intensity_shift > 0) {
-                const auto scale = static_cast<float>(1.0 + augment.intensity_scale * random.symmetric());
-                const auto shift = static_cast<float>(augment.intensity_shift * random.symmetric());
-                float* values = image.data<float>();
-                for (std::int64_t v = 0; v < image.num_elements(); ++v) values[v] = values[v] * scale + shift;
-            }
+            augment_intensity(image, m_config.augment, random);
             std::memcpy(batch.images.data<float>() + n * image.num_elements(), image.data<float>(), image.num_bytes());
             batch.ground_truth.push_back(
                 pad_sample_ground_truth(objects, {.max_number_of_boxes = m_config.max_number_of_boxes, .excess_boxes = m_config.excess_boxes},

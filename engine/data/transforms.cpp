@@ -36,6 +36,16 @@ void normalize(Tensor& image, Normalization normalization, double window_low, do
     }
 }
 
+void augment_intensity(Tensor& image, const AugmentConfig& augment, SeededRandom& random) {
+    if (augment.intensity_scale <= 0 && augment.intensity_shift <= 0) return;
+    TESSERA_ASSERT(image.is_contiguous() && image.dtype() == DType::F32,
+                   "intensity augmentation needs a dense f32 image");
+    const auto scale = static_cast<float>(1.0 + augment.intensity_scale * random.symmetric());
+    const auto shift = static_cast<float>(augment.intensity_shift * random.symmetric());
+    float* values = image.data<float>();
+    for (std::int64_t v = 0; v < image.num_elements(); ++v) values[v] = values[v] * scale + shift;
+}
+
 Tensor crop_padded(const Tensor& source, std::span<const std::int64_t> begin, std::span<const std::int64_t> extent) {
     const auto rank = static_cast<std::size_t>(source.rank());
     TESSERA_ASSERT(begin.size() == rank && extent.size() == rank,

@@ -10,6 +10,7 @@
 //   Tensor small = resample(image, {1, 32, 32}, {1, 32, 32}, Interpolation::Linear);
 #pragma once
 
+#include "core/random.hpp"
 #include "data/dataset.hpp"
 
 #include <array>
@@ -25,6 +26,11 @@ void normalize(Tensor& image, Normalization normalization, double window_low, do
 // The box [begin, begin + extent) of `source` as a new dense tensor; parts of the box outside the source
 // (begin may be negative, the box may overhang the end) are 0. Any rank, any dtype, any strides.
 Tensor crop_padded(const Tensor& source, std::span<const std::int64_t> begin, std::span<const std::int64_t> extent);
+
+// AugmentConfig's intensity change, in place on f32 `image` (contiguous, after normalisation): every
+// value v becomes v · (1 + intensity_scale · U(-1, 1)) + intensity_shift · U(-1, 1). Two draws from
+// `random` when either amount is non-zero, none otherwise (turning it off leaves the other draws alone).
+void augment_intensity(Tensor& image, const AugmentConfig& augment, SeededRandom& random);
 
 // Mirrors `tensor` along `axis` in place; `tensor` must be contiguous. Any rank and dtype.
 void flip(Tensor& tensor, int axis);

@@ -273,12 +273,7 @@ void VolumeDataset::augment(SeededRandom& random, Tensor& image, Tensor& labels)
             labels = rotate90(labels, turns);
         }
     }
-    if (augment.intensity_scale > 0 || augment.intensity_shift > 0) {
-        const auto scale = static_cast<float>(1.0 + augment.intensity_scale * random.symmetric());
-        const auto shift = static_cast<float>(augment.intensity_shift * random.symmetric());
-        float* values = image.data<float>();
-        for (std::int64_t v = 0; v < image.num_elements(); ++v) values[v] = values[v] * scale + shift;
-    }
+    augment_intensity(image, augment, random);
 }
 
 Example VolumeDataset::eval_example(std::int64_t i) const {

@@ -297,25 +297,128 @@ partition::SpatialGrid parse_tile_boundaries(const Reader& read, const Json& val
     return grid;
 }
 
+// data.annotations, data.images and the other fields of a "coco" source; refuses the generated sources'.
+void parse_coco_fields(const Reader& read, const Json& d, const Experiment& e, data::DataConfig& config) {
+    const auto annotations = read.string(d, "data", "annotations");
+    const auto images = read.string(d, "data", "images");
+    if (!annotations || annotations->empty()) {
+        read.fail("data.annotations",
+                  "missing; a \"coco\" source needs its instances.json, relative to the experiment file, e.g. "
+                  "\"coco/annotations/instances_train2017.json\"");
+    }
+    if (!images || images->empty()) {
+        read.fail("data.images",
+                  "missing; a \"coco\" source needs the folder its annotations' file_name entries are in, relative "
+                  "to the experiment file, e.g. \"coco/train2017\"");
+    }
+    config.annotations_file = *annotations;
+    config.images_dir = *images;
+    for (std::string_view key : {"labels", "label_mapping", "image_size", "num_train_images", "num_eval_images",
+                                 "noise", "foreground_fraction"}) {
+        if (read.find(d, key)) {
+            read.fail(join_path("data", key),
+                      "does not apply to a \"coco\" source (its images, sizes and boxes come from "
+                      "data.annotations): remove it");
+        }
+    }
+    const auto eval_annotations = read.string(d, "data", "eval_annotations");
+    const auto eval_images = read.string(d, "data", "eval_images");
+    if (eval_annotations) {
+        if (eval_annotations->empty()) {
+            read.fail("data.eval_annotations", "expected the held-out images' instances.json, got an empty string");
+        }
+        if (read.find(d, "holdout_fraction")) {
+            read.fail("data.holdout_fraction",
+                      "the held-out images are data.eval_annotations': remove holdout_fraction (or "
+                      "eval_annotations, to hold out the last images of data.annotations)");
+        }
+        config.eval_annotations_file = *eval_annotations;
+    }
+    if (eval_images) {
+        if (!eval_annotations) {
+            read.fail("data.eval_images",
+                      "given without data.eval_annotations: add the held-out images' instances.json, or remove "
+                      "eval_images (holdout_fraction then holds out the last images of data.annotations)");
+        }
+        if (eval_images->empty()) {
+            read.fail("data.eval_images", "expected the held-out images' folder, got an empty string");
+        }
+        config.eval_images_dir = *eval_images;
+    }
+    if (const Json* categories = read.find(d, "categories")) {
+        if (!categories->is_array() || categories->empty()) {
+            read.fail(
+                "data.categories",
+                "expected a non-empty list of COCO category names or ids, e.g. [\"person\", \"dog\"] or [1, 18], got " +
+                    shown(*categories));
+        }
+        for (std::size_t i = 0; i < categories->size(); ++i) {
+            const Json& item = (*categories)[i];
+            const std::string here = "data.categories[" + std::to_string(i) + "]";
+            if (item.is_string() && !item.get<std::string>().empty()) {
+                const std::string name = item.get<std::string>();
+                if (std::find(config.category_names.begin(), config.category_names.end(), name) !=
+                    config.category_names.end()) {
+                    read.fail(here, "lists " + in_quotes(name) + " twice: give each category once");
+                }
+                config.category_names.push_back(name);
+            } else if (item.is_number_integer() && item.get<std::int64_t>() >= 0) {
+                const auto id = item.get<std::int64_t>();
+                if (std::find(config.category_ids.begin(), config.category_ids.end(), id) !=
+                    config.category_ids.end()) {
+                    read.fail(here, "lists category id " + std::to_string(id) + " twice: give each category once");
+                }
+                config.category_ids.push_back(id);
+            } else {
+                read.fail(here, "expected a category name (a string) or a COCO category id (an integer ≥ 0), got " +
+                                    shown(item));
+            }
+        }
+        if (static_cast<std::int64_t>(categories->size()) != e.model.num_classes) {
+            read.fail("data.categories", "keeps " + std::to_string(categories->size()) +
+                                             " categories but model.num_classes is " +
+                                             std::to_string(e.model.num_classes) +
+                                             ": the detector has one class per kept category, "
+                                             "so make them equal");
+        }
+    }
+    if (const Json* jitter = read.find(d, "scale_jitter")) {
+        if (!jitter->is_array() || jitter->size() != 2 || !(*jitter)[0].is_number() || !(*jitter)[1].is_number() ||
+            !((*jitter)[0].get<double>() > 0) || !((*jitter)[0].get<double>() <= (*jitter)[1].get<double>()) ||
+            !((*jitter)[1].get<double>() <= 10)) {
+            read.fail("data.scale_jitter",
+                      "expected [min, max] scales of the size that fits the input, 0 < min ≤ max ≤ 10, e.g. "
+                      "[0.8, 1.2] ([1, 1]: none), got " +
+                          shown(*jitter));
+        }
+        config.scale_jitter = {(*jitter)[0].get<double>(), (*jitter)[1].get<double>()};
+    }
+}
+
 data::DataConfig parse_data(const Reader& read, const Json& root, const Experiment& e, std::uint64_t seed) {
     const Json* object = read.optional_object(
         root, "", "data", R"({"source": "synthetic_em"})",
-        {"source", "seed", "image_size", "num_train_images", "num_eval_images", "noise", "images", "labels", "label_mapping",
-         "normalization", "static_shape", "foreground_fraction", "augment", "holdout_fraction", "non_finite",
-         "max_number_of_boxes", "excess_boxes", "objects", "object_size"});
+        {"source", "seed", "image_size", "num_train_images", "num_eval_images", "noise", "images", "labels",
+         "label_mapping", "normalization", "static_shape", "foreground_fraction", "augment", "holdout_fraction",
+         "non_finite", "max_number_of_boxes", "excess_boxes", "objects", "object_size", "annotations",
+         "eval_annotations", "eval_images", "categories", "scale_jitter"});
     const Json& d = *object;
     data::DataConfig config;
     const std::string source = read.choice(
-        d, "data", "source", {"synthetic_em", "synthetic_ct", "fake_images", "folder", "example_mri", "synthetic_shapes"}, std::nullopt);
-    config.source = source == "synthetic_em"     ? data::SourceKind::SyntheticEm
-                    : source == "synthetic_ct"   ? data::SourceKind::SyntheticCt
-                    : source == "fake_images"    ? data::SourceKind::FakeImages
-                    : source == "folder"         ? data::SourceKind::Folder
+        d, "data", "source",
+        {"synthetic_em", "synthetic_ct", "fake_images", "folder", "example_mri", "synthetic_shapes", "coco"},
+        std::nullopt);
+    config.source = source == "synthetic_em"       ? data::SourceKind::SyntheticEm
+                    : source == "synthetic_ct"     ? data::SourceKind::SyntheticCt
+                    : source == "fake_images"      ? data::SourceKind::FakeImages
+                    : source == "folder"           ? data::SourceKind::Folder
                     : source == "synthetic_shapes" ? data::SourceKind::SyntheticShapes
-                                                 : data::SourceKind::ExampleMri;
+                    : source == "coco"             ? data::SourceKind::Coco
+                                                   : data::SourceKind::ExampleMri;
     const bool detection = data::is_detection_source(config.source);
     if (e.model.kind == ModelKind::RetinaNet && !detection) {
-        read.fail("data.source", "a RetinaNet detects boxes: use \"synthetic_shapes\", got " + in_quotes(source));
+        read.fail("data.source",
+                  "a RetinaNet detects boxes: use \"synthetic_shapes\" or \"coco\", got " + in_quotes(source));
     } else if (e.model.kind == ModelKind::ResNet && config.source != data::SourceKind::FakeImages) {
         read.fail("data.source", "a ResNet classifies whole images: use \"fake_images\", got " + in_quotes(source));
     } else if (e.model.kind == ModelKind::UNet && (config.source == data::SourceKind::FakeImages || detection)) {
@@ -362,9 +465,24 @@ data::DataConfig parse_data(const Reader& read, const Json& root, const Experime
         if (!labels) read.fail("data.labels", "missing; a folder source needs the label maps' folder, e.g. \"data/labels\"");
         config.images_dir = *images;
         config.labels_dir = *labels;
+    } else if (config.source == data::SourceKind::Coco) {
+        parse_coco_fields(read, d, e, config);
     } else {
         for (std::string_view key : {"images", "labels"}) {
-            if (read.find(d, key)) read.fail(join_path("data", key), "only a \"folder\" source reads folders; this source is " + in_quotes(source));
+            if (read.find(d, key)) {
+                read.fail(join_path("data", key),
+                          "only a \"folder\" source reads folders (and a \"coco\" source its images' "
+                          "folder); this source is " +
+                              in_quotes(source));
+            }
+        }
+    }
+    if (config.source != data::SourceKind::Coco) {
+        for (std::string_view key : {"annotations", "eval_annotations", "eval_images", "categories", "scale_jitter"}) {
+            if (read.find(d, key)) {
+                read.fail(join_path("data", key),
+                          "only a \"coco\" source reads annotation files; this source is " + in_quotes(source));
+            }
         }
     }
     if (const Json* mapping = read.find(d, "label_mapping")) {
@@ -405,7 +523,16 @@ data::DataConfig parse_data(const Reader& read, const Json& root, const Experime
             config.normalization = kind == "zscore" ? data::Normalization::ZScore : data::Normalization::None;
         }
     }
-    const std::string static_shape = read.choice(d, "data", "static_shape", {"crop", "resize", "pad_to_max"}, "crop");
+    const bool coco = config.source == data::SourceKind::Coco;
+    // A COCO source brings whole images to the input, by default as the detection seed's pad_to_max_dimension.
+    const std::string static_shape =
+        read.choice(d, "data", "static_shape", {"crop", "resize", "pad_to_max"}, coco ? "pad_to_max" : "crop");
+    if (coco && static_shape == "crop") {
+        read.fail(
+            "data.static_shape",
+            "\"crop\" cuts patches, which would cut boxes: a \"coco\" source brings each whole image to the "
+            "input, use \"resize\" (fixed shape) or \"pad_to_max\" (aspect ratio kept, padded at the bottom right)");
+    }
     config.static_shape = static_shape == "crop" ? data::StaticShape::Crop
                           : static_shape == "resize" ? data::StaticShape::Resize : data::StaticShape::PadToMax;
     config.foreground_fraction = read.number(d, "data", "foreground_fraction", 0.0, 1.0, config.foreground_fraction);
@@ -418,6 +545,12 @@ data::DataConfig parse_data(const Reader& read, const Json& root, const Experime
             if (axis >= static_cast<std::int64_t>(e.size.size())) {
                 read.fail("data.augment.flip_axes", "expected spatial axes from 0 to " + std::to_string(e.size.size() - 1) +
                                                         " (0 is the first of input.size), got " + std::to_string(axis));
+            }
+            if (coco && axis != 1) {
+                read.fail("data.augment.flip_axes",
+                          "a \"coco\" source flips left-right only (axis 1; the detection transforms have "
+                          "no vertical flip): use [1], got " +
+                              std::to_string(axis));
             }
             config.augment.flip_axes.push_back(static_cast<int>(axis));
         }
@@ -800,7 +933,8 @@ Experiment load_experiment(const std::filesystem::path& path) {
 void place_in_directory(Experiment& e, const std::filesystem::path& directory) {
     e.directory = directory;
     if (!e.data) return;
-    for (std::filesystem::path* folder : {&e.data->images_dir, &e.data->labels_dir}) {
+    for (std::filesystem::path* folder : {&e.data->images_dir, &e.data->labels_dir, &e.data->annotations_file,
+                                          &e.data->eval_annotations_file, &e.data->eval_images_dir}) {
         if (!folder->empty() && folder->is_relative()) *folder = directory / *folder;
     }
 }

@@ -117,7 +117,7 @@ struct Experiment {
 
 Experiment parse_experiment(const std::string& json_text, const std::string& origin);
 Experiment load_experiment(const std::filesystem::path& path);
-// Records the folder the experiment's file is in and resolves its relative data folders against it
+// Records the folder the experiment's file is in and resolves its relative data folders and files against it
 // (load_experiment does this; callers that parse text they read themselves call it).
 void place_in_directory(Experiment& experiment, const std::filesystem::path& directory);
 

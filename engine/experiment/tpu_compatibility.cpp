@@ -3,6 +3,7 @@
 #include "core/error.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <sstream>
 
@@ -40,6 +41,8 @@ std::string_view source_json_name(data::SourceKind kind) {
             return "example_mri";
         case data::SourceKind::SyntheticShapes:
             return "synthetic_shapes";
+        case data::SourceKind::Coco:
+            return "coco";
     }
     TESSERA_FAIL("data source " << static_cast<int>(kind) << " has no name");
 }
@@ -68,8 +71,25 @@ CompatibilityRule static_image_shape(const Experiment& e) {
     rule.reason = "TPU training requires every tensor of the graph to have a static shape, the input images included";
     const std::string input = extents_text(e.size);
     const data::DataConfig& d = *e.data;
-    if (data::is_detection_source(d.source)) {
+    if (d.source == data::SourceKind::SyntheticShapes) {
         rule.detail = std::string(source_json_name(d.source)) + " draws every image at the input size " + input;
+        return rule;
+    }
+    if (d.source == data::SourceKind::Coco) {
+        // COCO's images come in many sizes; the resizer, and the jitter's crop or pad, make them one.
+        rule.detail =
+            d.static_shape == data::StaticShape::Resize
+                ? "coco: every image is resized to " + input +
+                      " (data.static_shape \"resize\", the seed's fixed_shape_resizer)"
+                : "coco: every image keeps its aspect ratio, is scaled to fit " + input +
+                      " and padded with zeros at the bottom and right (data.static_shape \"pad_to_max\", the seed's "
+                      "keep_aspect_ratio_resizer with pad_to_max_dimension: true)";
+        if (d.scale_jitter != std::array<double, 2>{1, 1}) {
+            std::ostringstream jitter;
+            jitter << "; training images are then scaled by " << d.scale_jitter[0] << "–" << d.scale_jitter[1]
+                   << " and cropped or zero-padded back to " << input << " (data.scale_jitter)";
+            rule.detail += jitter.str();
+        }
         return rule;
     }
     switch (d.static_shape) {
