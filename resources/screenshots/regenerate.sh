@@ -37,5 +37,7 @@ shoot_large training_2d.png --experiment "$experiments/unet2d_em_4way.json" --tr
 shoot_large run_timeline.png --experiment "$experiments/unet2d_em_4way.json" --train 2 --model-dir "$runs/em_timeline" --grab run-timeline
 shoot_large training_3d.png --experiment "$experiments/unet3d_ct_8way.json" --train 40 --model-dir "$runs/ct"
 shoot_large equivalence.png --experiment "$experiments/unet2d_em_4way.json" --grab equivalence
+# A detector's design: the shapes preset's first held-out image with its objects in the Detections tab.
+shoot_large detections_preview.png --experiment "$experiments/retinanet_shapes_4way.json"
 rm -rf "$runs"
 echo "screenshots written to $out"

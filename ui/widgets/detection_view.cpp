@@ -69,7 +69,8 @@ DetectionView::DetectionView(QWidget* parent) : QWidget(parent) {
     m_previous->setToolTip(tr("Previous held-out image"));
     m_image_box = new QComboBox(this);
     m_image_box->setToolTip(tr("The held-out image shown"));
-    m_image_box->setSizeAdjustPolicy(QComboBox::AdjustToContents);
+    m_image_box->setSizeAdjustPolicy(QComboBox::AdjustToMinimumContentsLengthWithIcon);
+    m_image_box->setMinimumContentsLength(14);  // "shapes_eval_12" whole
     m_next = new QToolButton(this);
     m_next->setArrowType(Qt::RightArrow);
     m_next->setToolTip(tr("Next held-out image"));
@@ -88,7 +89,10 @@ DetectionView::DetectionView(QWidget* parent) : QWidget(parent) {
     m_score_value->setMinimumWidth(32);
     controls->addWidget(m_score_slider);
     controls->addWidget(m_score_value);
-    controls->addSpacing(12);
+    controls->addStretch(1);
+    layout->addLayout(controls);
+    // A second row: what is drawn and how, so the view stays narrow enough to share the window with docks.
+    auto* drawing = new QHBoxLayout;
     m_truth_box = new QCheckBox(tr("Ground truth"), this);
     m_truth_box->setChecked(true);
     m_truth_box->setToolTip(tr("The objects, dashed"));
@@ -98,26 +102,28 @@ DetectionView::DetectionView(QWidget* parent) : QWidget(parent) {
     m_tags_box = new QCheckBox(tr("Scores"), this);
     m_tags_box->setChecked(true);
     m_tags_box->setToolTip(tr("Tag each detection with its class and score"));
-    controls->addWidget(m_truth_box);
-    controls->addWidget(m_detections_box);
-    controls->addWidget(m_tags_box);
+    drawing->addWidget(m_truth_box);
+    drawing->addWidget(m_detections_box);
+    drawing->addWidget(m_tags_box);
     m_colouring_box = new QComboBox(this);
     m_colouring_box->addItem(tr("Colour by class"));
     m_colouring_box->addItem(tr("Colour by outcome"));
     m_colouring_box->setToolTip(tr("By outcome: green matched (IoU ≥ 0.5 with an object of its class), red false positive, orange "
                                    "a missed object"));
-    controls->addWidget(m_colouring_box);
-    controls->addSpacing(12);
+    drawing->addWidget(m_colouring_box);
+    drawing->addSpacing(12);
     m_tiles_box = new QCheckBox(tr("Tiles"), this);
     m_tiles_box->setToolTip(tr("The partition grid: each core's tile of the input, and the anchor centres it owns at the level "
                                "chosen beside (the anchors whose targets and loss that core computes)"));
     m_level_box = new QComboBox(this);
     m_level_box->setToolTip(tr("The pyramid level whose anchor centres the tiles show"));
     m_level_box->setEnabled(false);
-    controls->addWidget(m_tiles_box);
-    controls->addWidget(m_level_box);
-    controls->addStretch(1);
-    layout->addLayout(controls);
+    m_level_box->setSizeAdjustPolicy(QComboBox::AdjustToMinimumContentsLengthWithIcon);
+    m_level_box->setMinimumContentsLength(12);  // "P3 (stride 8)"
+    drawing->addWidget(m_tiles_box);
+    drawing->addWidget(m_level_box);
+    drawing->addStretch(1);
+    layout->addLayout(drawing);
 
     auto* splitter = new QSplitter(Qt::Horizontal, this);
     m_canvas = new DetectionCanvas(this, splitter);
@@ -219,9 +225,9 @@ void DetectionView::setPartition(const partition::SpatialGrid& grid, detection::
     {
         const QSignalBlocker block(m_level_box);
         m_level_box->clear();
-        m_level_box->addItem(tr("no anchors"), 0);
+        m_level_box->addItem(tr("tiles only"), 0);
         for (const detection::LevelAnchors& level : m_anchors.levels) {
-            m_level_box->addItem(tr("P%1 anchors (stride %2)").arg(level.level).arg(level.stride), level.level);
+            m_level_box->addItem(tr("P%1 (stride %2)").arg(level.level).arg(level.stride), level.level);
         }
         const int found = m_level_box->findData(previous_level);
         m_level_box->setCurrentIndex(found >= 0 ? found : std::min(1, m_level_box->count() - 1));
