@@ -14,6 +14,7 @@
 
 #include <QComboBox>
 #include <QLabel>
+#include <QTreeWidget>
 #include <QLineEdit>
 #include <QSettings>
 #include <QSignalSpy>
@@ -194,6 +195,35 @@ private slots:
         design->undoStack()->undo();
         QCOMPARE(design->experiment().model.base_width, 32);
         QVERIFY(!design->isModified());
+    }
+
+    void tpuCompatibilityIsShownBesideTheExperiment() {
+        MainWindow window;
+        window.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&window));
+        ExperimentPanel* fields = window.experimentPanel();
+        // A GPU-style detector config: the bipartite matcher fails its rule, with the seed's fix.
+        // (A 128² RetinaNet on one core: the studio once refused it, looking for halos on a 2×2 split its
+        // P7 cannot take.)
+        QVERIFY2(window.openExperiment(QStringLiteral(TESSERA_SOURCE_DIR "/tests/app/retinanet_bipartite.json")), qPrintable(window.lastError()));
+        QCOMPARE(fields->tpuRules()->topLevelItemCount(), 6);
+        QTreeWidgetItem* matcher = nullptr;
+        for (int row = 0; row < fields->tpuRules()->topLevelItemCount(); ++row) {
+            QTreeWidgetItem* item = fields->tpuRules()->topLevelItem(row);
+            if (item->toolTip(0).contains(QStringLiteral("argmax_matcher"))) matcher = item;
+        }
+        QVERIFY(matcher != nullptr);
+        QCOMPARE(matcher->text(1), QStringLiteral("FAIL"));
+        QVERIFY2(matcher->toolTip(0).contains(QStringLiteral("Fix:")), qPrintable(matcher->toolTip(0)));
+        QVERIFY(fields->tpuSummary()->text().contains(QStringLiteral("1 fail")));
+        window.design()->setSaved();
+        // The shapes preset follows every rule that concerns it.
+        QVERIFY(window.openExperiment(QStringLiteral(TESSERA_SOURCE_DIR "/resources/experiments/retinanet_shapes_4way.json")));
+        QVERIFY2(!fields->tpuSummary()->text().contains(QStringLiteral("fail")), qPrintable(fields->tpuSummary()->text()));
+        for (int row = 0; row < fields->tpuRules()->topLevelItemCount(); ++row) {
+            QVERIFY(fields->tpuRules()->topLevelItem(row)->text(1) != QStringLiteral("FAIL"));
+        }
+        window.design()->setSaved();
     }
 };
 

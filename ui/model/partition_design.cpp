@@ -9,6 +9,7 @@
 #include <QUndoStack>
 
 #include <algorithm>
+#include <optional>
 #include <cmath>
 
 namespace tessera::ui {
@@ -125,10 +126,18 @@ void PartitionDesign::adopt(const experiment::Experiment& e, const std::string& 
     // The layers whose inputs reach across tile borders, with the rows they read from a neighbour.
     const QString selected_name = m_selected_layer >= 0 ? m_layers[static_cast<std::size_t>(m_selected_layer)].name : QString();
     m_layers.clear();
-    const partition::TilingPlan widest(*m_model, partition::SpatialGrid::even(experiment::replica_input_shape(e),
-                                                                              std::vector<std::int64_t>(e.size.size(), 2)));
+    // Found on a split in two along every axis; a model too deep for that (a RetinaNet's P7 under 256²)
+    // falls back to the experiment's own grid, and a single core has no halos to list.
+    std::optional<partition::TilingPlan> plan;
+    try {
+        plan.emplace(*m_model, partition::SpatialGrid::even(experiment::replica_input_shape(e), std::vector<std::int64_t>(e.size.size(), 2)));
+    } catch (const Error&) {
+        if (m_grid.num_cores() > 1) plan.emplace(*m_model, m_grid);
+    }
     const Shape input = inputExtent();
     for (const graph::Node& node : m_model->nodes()) {
+        if (!plan) break;
+        const partition::TilingPlan& widest = *plan;
         if (node.inputs.empty()) continue;
         const Shape& in_shape = m_model->node(node.inputs[0]).output_shape;
         if (in_shape.size() != input.size() + 2) continue;  // after global pooling

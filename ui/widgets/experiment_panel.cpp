@@ -2,6 +2,7 @@
 
 #include "cost/device.hpp"
 #include "experiment/experiment_edit.hpp"
+#include "experiment/tpu_compatibility.hpp"
 
 #include <QComboBox>
 #include <QFormLayout>
@@ -9,6 +10,8 @@
 #include <QLineEdit>
 #include <QSignalBlocker>
 #include <QSpinBox>
+#include <QHeaderView>
+#include <QTreeWidget>
 
 #include <nlohmann/json.hpp>
 
@@ -108,6 +111,23 @@ ExperimentPanel::ExperimentPanel(PartitionDesign* design, QWidget* parent) : QWi
     m_general_message->setStyleSheet(QStringLiteral("color: #d23c3c;"));
     m_general_message->hide();
     m_form->addRow(m_general_message);
+
+    // The detection seed's rules for real TPUs, beside the fields they are about.
+    m_tpu_summary = new QLabel(this);
+    m_tpu_summary->setWordWrap(true);
+    m_form->addRow(m_tpu_summary);
+    m_tpu_rules = new QTreeWidget(this);
+    m_tpu_rules->setHeaderLabels({tr("TPU compatibility"), tr("Result")});
+    m_tpu_rules->setRootIsDecorated(false);
+    m_tpu_rules->setSelectionMode(QAbstractItemView::NoSelection);
+    m_tpu_rules->header()->setStretchLastSection(false);
+    m_tpu_rules->header()->setSectionResizeMode(0, QHeaderView::Stretch);
+    m_tpu_rules->header()->setSectionResizeMode(1, QHeaderView::ResizeToContents);
+    m_tpu_rules->setMinimumHeight(150);
+    m_tpu_rules->setToolTip(tr("Whether the experiment follows the TPU-compatible detection pipeline's rules (static shapes, "
+                               "TPU-friendly ops, large-batch hyperparameters). Hover a rule for why and the fix. The "
+                               "simulated cores may run a failing experiment; a real TPU may not."));
+    m_form->addRow(m_tpu_rules);
 
     connect(m_design, &PartitionDesign::experimentChanged, this, &ExperimentPanel::refresh);
     connect(m_design, &PartitionDesign::designChanged, this, &ExperimentPanel::refresh);
@@ -216,6 +236,55 @@ void ExperimentPanel::refresh() {
     set_combo("optimizer.kind", optimizer_name(e.optimizer.kind));
     fieldEditor(QStringLiteral("model.base_width"))->setEnabled(e.model.kind != experiment::ModelKind::RetinaNet);
     m_updating = false;
+    refreshTpuRules();
+}
+
+void ExperimentPanel::refreshTpuRules() {
+    m_tpu_rules->clear();
+    std::vector<experiment::CompatibilityRule> rules;
+    try {
+        // The design as it stands (replicas and grid included), as the planner reads it.
+        rules = experiment::tpu_compatibility(experiment::parse_experiment(m_design->experimentText(), m_design->experiment().origin));
+    } catch (const std::exception& error) {
+        m_tpu_summary->setText(tr("TPU compatibility: cannot check this design (%1)").arg(QString::fromUtf8(error.what())));
+        return;
+    }
+    int passed = 0, failed = 0, not_applicable = 0;
+    for (const experiment::CompatibilityRule& rule : rules) {
+        auto* item = new QTreeWidgetItem(m_tpu_rules);
+        item->setText(0, QString::fromStdString(rule.title));
+        QString tip = QStringLiteral("<b>%1</b> (%2)").arg(QString::fromStdString(rule.title).toHtmlEscaped(), QString::fromStdString(rule.id));
+        if (!rule.detail.empty()) tip += QStringLiteral("<br>") + QString::fromStdString(rule.detail).toHtmlEscaped();
+        if (!rule.reason.empty()) tip += tr("<br><i>Why:</i> %1").arg(QString::fromStdString(rule.reason).toHtmlEscaped());
+        if (!rule.fix.empty()) tip += tr("<br><i>Fix:</i> %1").arg(QString::fromStdString(rule.fix).toHtmlEscaped());
+        switch (rule.status) {
+            case experiment::RuleStatus::Pass:
+                item->setText(1, tr("pass"));
+                item->setForeground(1, QColor(30, 140, 60));
+                ++passed;
+                break;
+            case experiment::RuleStatus::Fail:
+                item->setText(1, tr("FAIL"));
+                item->setForeground(0, QColor(210, 60, 60));
+                item->setForeground(1, QColor(210, 60, 60));
+                ++failed;
+                break;
+            case experiment::RuleStatus::NotApplicable:
+                item->setText(1, tr("n/a"));
+                item->setForeground(0, palette().color(QPalette::PlaceholderText));
+                item->setForeground(1, palette().color(QPalette::PlaceholderText));
+                ++not_applicable;
+                break;
+        }
+        item->setToolTip(0, tip);
+        item->setToolTip(1, tip);
+    }
+    m_tpu_summary->setText(failed > 0 ? tr("<b>TPU compatibility:</b> %1 pass, <span style='color:#d23c3c'>%2 fail</span>, %3 not "
+                                           "applicable — hover a rule for the fix")
+                                            .arg(passed)
+                                            .arg(failed)
+                                            .arg(not_applicable)
+                                      : tr("<b>TPU compatibility:</b> %1 pass, %2 not applicable").arg(passed).arg(not_applicable));
 }
 
 }  // namespace tessera::ui

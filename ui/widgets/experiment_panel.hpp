@@ -13,6 +13,7 @@
 class QComboBox;
 class QFormLayout;
 class QLabel;
+class QTreeWidget;
 class QLineEdit;
 class QSpinBox;
 
@@ -29,6 +30,10 @@ public:
     QLabel* fieldMessage(const QString& json_path) const;
     // Applies `value` (JSON text, e.g. "5", "\"tpu_v4\"", "[128, 128]") to a field, as an edit would.
     bool applyField(const QString& json_path, const QString& json_value);
+    // The TPU-compatibility check of the design as it stands (experiment/tpu_compatibility.hpp): one row a
+    // rule with its result; the tooltip gives what was found, why the rule exists and the fix.
+    QTreeWidget* tpuRules() const { return m_tpu_rules; }
+    QLabel* tpuSummary() const { return m_tpu_summary; }
 
 private slots:
     void refresh();
@@ -41,11 +46,14 @@ private:
     void addField(const QString& label, const QString& json_path, QWidget* editor, const QString& tip);
     void clearMessages();
     void showError(const QString& message);
+    void refreshTpuRules();
 
     PartitionDesign* m_design;
     QFormLayout* m_form;
     std::map<QString, Field> m_fields;
     QLabel* m_general_message;
+    QLabel* m_tpu_summary = nullptr;
+    QTreeWidget* m_tpu_rules = nullptr;
     bool m_updating = false;
 };
 
