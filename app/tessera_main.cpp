@@ -6,6 +6,7 @@
 #include "model/run_controller.hpp"
 #include "widgets/detection_view.hpp"
 #include "widgets/equivalence_view.hpp"
+#include "widgets/experiment_panel.hpp"
 #include "widgets/planner_panel.hpp"
 #include "widgets/run_charts.hpp"
 #include "widgets/run_panel.hpp"
@@ -58,7 +59,7 @@ int run_studio(int argc, char** argv) {
                                                QStringLiteral("json"));
     const QCommandLineOption grab_option(QStringLiteral("grab"),
                                          QStringLiteral("What --screenshot captures: window (default), planner, timeline, charts, run-timeline, equivalence "
-                                                        "or detections."),
+                                                        "detections or experiment."),
                                          QStringLiteral("part"), QStringLiteral("window"));
     const QCommandLineOption train_option(QStringLiteral("train"),
                                           QStringLiteral("Train the experiment from the Run dock for <steps> steps (with --screenshot: "
@@ -137,6 +138,7 @@ int run_studio(int argc, char** argv) {
             if (part == QStringLiteral("charts")) target = window.runCharts();
             if (part == QStringLiteral("equivalence")) target = window.equivalenceView();
             if (part == QStringLiteral("detections")) target = window.detectionView();
+            if (part == QStringLiteral("experiment")) target = window.experimentPanel();
             const bool saved = target->grab().save(path);
             std::fprintf(saved ? stdout : stderr, saved ? "screenshot: %s\n" : "could not save screenshot %s\n",
                          qPrintable(path));
@@ -169,6 +171,9 @@ int run_studio(int argc, char** argv) {
             QObject::connect(window.runController(), &tessera::ui::RunController::failed, &window,
                              [&window, capture] { QTimer::singleShot(500, &window, capture); });
         } else {
+            if (part == QStringLiteral("experiment")) {
+                if (auto* dock = window.findChild<QDockWidget*>(QStringLiteral("experimentDock"))) dock->raise();
+            }
             QTimer::singleShot(2500, &window, capture);
         }
     }
