@@ -8,6 +8,7 @@
 #include "model/partition_design.hpp"
 #include "model/run_controller.hpp"
 #include "run/metrics_log.hpp"
+#include "run/model_dir_lock.hpp"
 #include "widgets/detection_view.hpp"
 #include "widgets/main_window.hpp"
 #include "widgets/precision_recall_chart.hpp"
@@ -159,6 +160,9 @@ private slots:
         QTest::mouseClick(panel->startButton(), Qt::LeftButton);
         QVERIFY(finished.wait(600000));
         QVERIFY2(failed.isEmpty(), failed.isEmpty() ? "" : qPrintable(failed.front().front().toString()));
+        // The worker lets go of the model_dir's lock just after `finished` arrives (the run object is destroyed
+        // on its thread); reopening before that would watch the run as one still training.
+        QTRY_VERIFY_WITH_TIMEOUT(!run::ModelDirLock::holder(model_dir.toStdString()).has_value(), 60000);
 
         // The evaluation's boxes, as its file has them.
         QTRY_VERIFY(view->hasEvaluation());
