@@ -117,6 +117,10 @@ private slots:
         std::size_t coarse = 0;
         for (const TileAnchors& tile : view.shownTiles()) coarse += tile.centres.size();
         QCOMPARE(coarse, std::size_t{1 * 2});
+        view.setAnchorLevel(0);  // tiles only: the four regions, no centres
+        QCOMPARE(static_cast<int>(view.shownTiles().size()), 4);
+        QCOMPARE(view.shownTiles()[3].region, QRectF(128, 64, 128, 64));
+        for (const TileAnchors& tile : view.shownTiles()) QVERIFY(tile.centres.empty());
     }
 
     void refusesACorruptFileByName() {

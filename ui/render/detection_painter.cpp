@@ -28,9 +28,7 @@ std::vector<TileAnchors> tileAnchors(const partition::SpatialGrid& grid, const d
     std::vector<TileAnchors> tiles;
     const auto found = std::find_if(anchors.levels.begin(), anchors.levels.end(),
                                     [level](const detection::LevelAnchors& l) { return l.level == level; });
-    if (found == anchors.levels.end() || grid.boundaries.size() != 2) return tiles;
-    const detection::LevelAnchors& cells = *found;
-    const double stride = static_cast<double>(cells.stride);
+    if (grid.boundaries.size() != 2) return tiles;
     for (std::int64_t core = 0; core < grid.num_cores(); ++core) {
         const std::vector<std::int64_t> index = grid.grid_index(core);
         const auto& rows = grid.boundaries[0];
@@ -43,14 +41,17 @@ std::vector<TileAnchors> tileAnchors(const partition::SpatialGrid& grid, const d
         tile.core = core;
         tile.region = QRectF(QPointF(static_cast<double>(region.x_begin), static_cast<double>(region.y_begin)),
                              QPointF(static_cast<double>(region.x_end), static_cast<double>(region.y_end)));
-        const detection::CellRange owned = detection::cells_in_region(cells, region);
-        tile.centres.reserve(static_cast<std::size_t>(std::max<std::int64_t>(owned.num_cells(), 0)));
+        tiles.push_back(std::move(tile));
+        if (found == anchors.levels.end()) continue;  // no such level: the tiles alone
+        const double stride = static_cast<double>(found->stride);
+        const detection::CellRange owned = detection::cells_in_region(*found, region);
+        std::vector<QPointF>& centres = tiles.back().centres;
+        centres.reserve(static_cast<std::size_t>(std::max<std::int64_t>(owned.num_cells(), 0)));
         for (std::int64_t row = owned.row_begin; row < owned.row_end; ++row) {
             for (std::int64_t column = owned.column_begin; column < owned.column_end; ++column) {
-                tile.centres.emplace_back((static_cast<double>(column) + 0.5) * stride, (static_cast<double>(row) + 0.5) * stride);
+                centres.emplace_back((static_cast<double>(column) + 0.5) * stride, (static_cast<double>(row) + 0.5) * stride);
             }
         }
-        tiles.push_back(std::move(tile));
     }
     return tiles;
 }

@@ -59,7 +59,7 @@ struct TileAnchors {
 // Each core's tile of the input grid (2D: [H, W] boundaries) and the centres of the cells of `level` whose
 // centres lie in it — the anchors the core labels and whose loss it computes (CoreMesh::train_step). The
 // mesh takes the cells of its tiles of each head output; because every cut is a multiple of the largest
-// stride (the tiling's alignment), the two agree.
+// stride (the tiling's alignment), the two agree. A level the anchors lack gives the tiles without centres.
 std::vector<TileAnchors> tileAnchors(const partition::SpatialGrid& grid, const detection::AnchorSet& anchors, int level);
 
 class DetectionPainter {

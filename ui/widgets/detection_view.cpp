@@ -336,23 +336,8 @@ void DetectionView::rebuildClassList() {
 void DetectionView::updateTiles() {
     m_tiles.clear();
     if (m_tiles_box->isChecked() && !m_grid.boundaries.empty()) {
-        const int level = m_level_box->currentData().toInt();
-        if (level > 0) m_tiles = tileAnchors(m_grid, m_anchors, level);
-        if (m_tiles.empty() && m_grid.boundaries.size() == 2) {
-            // No level chosen: the tiles alone.
-            for (std::int64_t core = 0; core < m_grid.num_cores(); ++core) {
-                const std::vector<std::int64_t> index = m_grid.grid_index(core);
-                const auto& rows = m_grid.boundaries[0];
-                const auto& columns = m_grid.boundaries[1];
-                TileAnchors tile;
-                tile.core = core;
-                tile.region = QRectF(QPointF(static_cast<double>(columns[static_cast<std::size_t>(index[1])]),
-                                             static_cast<double>(rows[static_cast<std::size_t>(index[0])])),
-                                     QPointF(static_cast<double>(columns[static_cast<std::size_t>(index[1]) + 1]),
-                                             static_cast<double>(rows[static_cast<std::size_t>(index[0]) + 1])));
-                m_tiles.push_back(tile);
-            }
-        }
+        // Level 0 ("tiles only") is no pyramid level: the tiles without centres.
+        m_tiles = tileAnchors(m_grid, m_anchors, m_level_box->currentData().toInt());
     }
 }
 
