@@ -530,6 +530,7 @@ struct TrainingRun::Impl {
             {"layout", layout_description(experiment)},
         };
         const CheckpointInfo info = model_dir->save(mesh->step(), mesh->weights(), state, metadata, experiment.training.keep_checkpoints);
+        has_checkpoint = true;  // the weights in the mesh are now saved ones: evaluate() after train() may use them
         return {info.step, info.weights, seconds_since(start)};
     }
 };

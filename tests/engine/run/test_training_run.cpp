@@ -224,6 +224,23 @@ TEST(TrainingRun, AFinishedRunHasNothingLeftToDo) {
     EXPECT_EQ(eval.num_examples, 1);
 }
 
+// A run stopped between evaluations is evaluated by the same object where it stopped (bm_skullstrip and
+// bm_detector_shapes do this): the checkpoint the stop wrote counts as trained weights.
+TEST(TrainingRun, EvaluatesWhereAStoppedRunEndedInAFreshModelDir) {
+    TemporaryFolder folder("run_stop_then_eval");
+    run::TrainingRun training(test::small_em(6, 0, 0), test::options_in(folder.path()));
+    struct StopAfterTwo final : run::RunObserver {
+        std::atomic<bool> stop = false;
+        void on_step(const run::StepRecord& s) override { stop = s.step >= 2; }
+    } observer;
+    const run::RunSummary summary = training.train(&observer, &observer.stop);
+    ASSERT_TRUE(summary.stopped);
+    ASSERT_EQ(summary.last_step, 2);
+    const run::EvalRecord eval = training.evaluate();
+    EXPECT_EQ(eval.step, 2);
+    EXPECT_EQ(eval.num_examples, 1);
+}
+
 TEST(TrainingRun, RefusesACheckpointOfAnotherModel) {
     TemporaryFolder folder("run_other_model");
     {

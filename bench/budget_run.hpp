@@ -1,0 +1,113 @@
+// Training an experiment within a wall-time budget and reporting the best held-out score reached: the
+// shared body of bm_skullstrip (Dice) and bm_detector_shapes (AP). The budget counts from the first step;
+// when it runs out the run stops after that step, writes its checkpoint and is evaluated where it stopped.
+//
+// Prints:
+//   experiment <name>: <steps> steps, <cores> cores (<layout>), data <source>
+//   step <n> loss=<x> lr=<r> host_step_s=<s> elapsed_s=<s>             (every 25 steps)
+//   eval step=<n> elapsed_s=<s> <score fields> loss=<x> eval_s=<s>      (every evaluation)
+//   result best_<score>=<x> at_step=<n> elapsed_s=<s> budget_s=<s> steps=<n> steps_per_second=<r>
+#pragma once
+
+#include "experiment/experiment.hpp"
+#include "run/training_run.hpp"
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <string>
+
+namespace tessera::bench {
+
+struct BudgetScore {
+    double value = 0;     // the score the result line reports (higher is better)
+    std::string fields;   // "name=value" pairs for the eval line
+};
+
+struct BudgetOptions {
+    std::string experiment_path;
+    std::string model_dir;
+    double budget_minutes = 15;
+    int threads = 2;
+    std::string score_name;                                          // e.g. "dice_brain", "ap50"
+    std::function<BudgetScore(const run::EvalRecord&)> score;
+};
+
+// Reads --experiment, --budget-minutes, --model-dir and --threads over the defaults in `options`.
+inline void read_budget_arguments(int argc, char** argv, BudgetOptions& options) {
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!std::strcmp(argv[i], "--experiment")) options.experiment_path = argv[i + 1];
+        else if (!std::strcmp(argv[i], "--budget-minutes")) options.budget_minutes = std::atof(argv[i + 1]);
+        else if (!std::strcmp(argv[i], "--model-dir")) options.model_dir = argv[i + 1];
+        else if (!std::strcmp(argv[i], "--threads")) options.threads = std::atoi(argv[i + 1]);
+    }
+}
+
+class BudgetProgress final : public run::RunObserver {
+public:
+    BudgetProgress(const BudgetOptions& options, std::atomic<bool>& stop) : m_options(options), m_stop(stop) {}
+
+    void on_start(const run::RunStart& s) override {
+        std::printf("experiment %s: %lld steps, %lld cores (%s), data %s\n", s.experiment.c_str(), static_cast<long long>(s.total_steps),
+                    static_cast<long long>(s.num_cores), s.layout.c_str(), s.data.c_str());
+        std::fflush(stdout);
+    }
+    void on_step(const run::StepRecord& s) override {
+        if (s.step % 25 == 0) {
+            std::printf("step %lld loss=%.4f lr=%.5f host_step_s=%.3f elapsed_s=%.0f\n", static_cast<long long>(s.step), s.loss,
+                        s.learning_rate, s.host_seconds, elapsed());
+            std::fflush(stdout);
+        }
+        if (elapsed() > m_options.budget_minutes * 60) m_stop = true;
+    }
+    void on_eval(const run::EvalRecord& e) override {
+        const BudgetScore score = m_options.score(e);
+        std::printf("eval step=%lld elapsed_s=%.0f %s loss=%.4f eval_s=%.1f\n", static_cast<long long>(e.step), elapsed(),
+                    score.fields.c_str(), e.loss, e.seconds);
+        std::fflush(stdout);
+        m_last_eval_step = e.step;
+        if (score.value > m_best) {
+            m_best = score.value;
+            m_best_step = e.step;
+            m_best_elapsed = elapsed();
+        }
+    }
+    double elapsed() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - m_start).count(); }
+
+    double m_best = -1, m_best_elapsed = 0;
+    std::int64_t m_best_step = 0, m_last_eval_step = -1;
+
+private:
+    std::chrono::steady_clock::time_point m_start = std::chrono::steady_clock::now();
+    const BudgetOptions& m_options;
+    std::atomic<bool>& m_stop;
+};
+
+inline int run_within_budget(const BudgetOptions& options, const char* program) {
+    std::filesystem::remove_all(options.model_dir);  // a fresh run: the budget counts from the first step
+    try {
+        run::RunOptions run_options;
+        run_options.model_dir = options.model_dir;
+        run_options.host_threads = options.threads;
+        run::TrainingRun training(experiment::load_experiment(options.experiment_path), run_options);
+        std::atomic<bool> stop = false;
+        BudgetProgress progress(options, stop);
+        const run::RunSummary summary = training.train(&progress, &stop);
+        // Stopped between evaluations: evaluate where it stopped, so the last steps count too.
+        if (progress.m_last_eval_step != summary.last_step) progress.on_eval(training.evaluate());
+        std::printf("result best_%s=%.4f at_step=%lld elapsed_s=%.0f budget_s=%.0f steps=%lld steps_per_second=%.3f\n",
+                    options.score_name.c_str(), progress.m_best, static_cast<long long>(progress.m_best_step), progress.m_best_elapsed,
+                    options.budget_minutes * 60, static_cast<long long>(summary.last_step),
+                    static_cast<double>(summary.last_step - summary.first_step) / summary.wall_seconds);
+    } catch (const std::exception& error) {
+        std::fprintf(stderr, "%s: %s\n", program, error.what());
+        return 1;
+    }
+    return 0;
+}
+
+}  // namespace tessera::bench
