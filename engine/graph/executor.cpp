@@ -1,5 +1,7 @@
 #include "graph/executor.hpp"
 
+#include "graph/buffer_plan.hpp"
+
 #include "core/random.hpp"
 #include "ops/dnnl_support.hpp"
 #include "ops/kernels.hpp"
@@ -8,6 +10,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <span>
 
@@ -71,6 +74,69 @@ struct Executor::Impl {
     void sync_shared_values() {
         for (auto& uses : shared_uses) {
             for (SharedUse& use : uses) use.copy->value = parameters[use.parameter].value;
+        }
+    }
+
+    // Every node's gradient and every scratch diff target: in one arena where their backward lifetimes
+    // allow (graph/buffer_plan.hpp), each in memory of its own when asked to keep them. A blocked layout
+    // with padding (channels not a multiple of the block) also gets its own: oneDNN expects the padding
+    // to stay zero, and another buffer sharing those bytes would overwrite it.
+    std::unique_ptr<std::byte, void (*)(void*)> gradient_arena{nullptr, std::free};
+    std::int64_t gradient_arena_bytes = 0;
+    std::vector<bool> gradient_in_arena;             // per node
+    std::vector<std::vector<bool>> scratch_in_arena;  // per node and input slot, like diff_is_scratch
+
+    void allocate_gradients() {
+        const std::vector<Node>& nodes = graph.nodes();
+        const std::size_t count = nodes.size();
+        const std::vector<BufferLifetime> node_lifetimes = gradient_lifetimes(graph);
+        struct Slot {
+            std::size_t node, input_slot;  // input_slot == npos: the node's own gradient
+            memory::desc desc;
+        };
+        constexpr std::size_t own = static_cast<std::size_t>(-1);
+        std::vector<Slot> slots;
+        std::vector<BufferLifetime> lifetimes;
+        for (std::size_t n = 0; n < count; ++n) {
+            if (nodes[n].kind == OpKind::Input) continue;
+            slots.push_back({n, own, outputs[n].get_desc()});
+            lifetimes.push_back(node_lifetimes[n]);
+            for (std::size_t slot = 0; slot < nodes[n].inputs.size(); ++slot) {
+                if (!diff_is_scratch[n][slot]) continue;
+                const auto producer = static_cast<std::size_t>(nodes[n].inputs[slot]);
+                slots.push_back({n, slot, outputs[producer].get_desc()});
+                const std::int64_t step = backward_step(count, n);  // written and added in n's backward alone
+                lifetimes.push_back({0, step, step});
+            }
+        }
+        std::vector<bool> shared(slots.size(), false);
+        for (std::size_t i = 0; i < slots.size(); ++i) {
+            const auto bytes = static_cast<std::int64_t>(slots[i].desc.get_size());
+            std::int64_t dense = static_cast<std::int64_t>(memory::data_type_size(slots[i].desc.data_type()));
+            for (const memory::dim extent : slots[i].desc.dims()) dense *= extent;
+            shared[i] = !options.keep_activation_gradients && bytes == dense;
+            lifetimes[i].bytes = shared[i] ? bytes : 0;
+        }
+        const ArenaPlan plan = plan_arena(lifetimes);
+        gradient_arena_bytes = plan.bytes;
+        if (plan.bytes > 0) {
+            gradient_arena.reset(static_cast<std::byte*>(std::aligned_alloc(64, static_cast<std::size_t>(plan.bytes))));
+            TESSERA_CHECK(gradient_arena, "cannot allocate " << plan.bytes << " bytes for the activation gradients of graph '"
+                                                             << graph.name() << "'");
+        }
+        gradient_in_arena.assign(count, false);
+        scratch_in_arena.resize(count);
+        for (std::size_t n = 0; n < count; ++n) scratch_in_arena[n].assign(nodes[n].inputs.size(), false);
+        for (std::size_t i = 0; i < slots.size(); ++i) {
+            const Slot& slot = slots[i];
+            (slot.input_slot == own ? gradient_in_arena[slot.node] : scratch_in_arena[slot.node][slot.input_slot]) = shared[i];
+            memory buffer = shared[i] ? memory(slot.desc, cpu_engine(), gradient_arena.get() + plan.offsets[i])
+                                      : memory(slot.desc, cpu_engine());
+            if (slot.input_slot == own) {
+                gradients[slot.node] = buffer;
+            } else {
+                diff_targets[slot.node][slot.input_slot] = buffer;
+            }
         }
     }
 
@@ -198,7 +264,6 @@ Executor::Executor(const Graph& graph, ExecutorOptions options) : m_impl(std::ma
         }
         const auto id = static_cast<std::size_t>(node.id);
         impl.outputs[id] = memory(kernel->output_desc(), cpu_engine());
-        impl.gradients[id] = memory(kernel->output_desc(), cpu_engine());
         impl.accumulate[id] = dnnl::binary(impl.scratchpad.fit(dnnl::binary::primitive_desc(
             dnnl::binary::desc(dnnl::algorithm::binary_add, kernel->output_desc(), kernel->output_desc(),
                                kernel->output_desc()),
@@ -216,13 +281,16 @@ Executor::Executor(const Graph& graph, ExecutorOptions options) : m_impl(std::ma
         for (std::size_t slot = 0; slot < node.inputs.size(); ++slot) {
             const auto producer = static_cast<std::size_t>(node.inputs[slot]);
             if (is_data[producer]) continue;
-            if (!written[producer]) {
-                impl.diff_targets[n][slot] = impl.gradients[producer];
-                written[producer] = true;
-            } else {
-                impl.diff_targets[n][slot] = memory(impl.outputs[producer].get_desc(), cpu_engine());
-                impl.diff_is_scratch[n][slot] = true;
-            }
+            impl.diff_is_scratch[n][slot] = written[producer];
+            written[producer] = true;
+        }
+    }
+    impl.allocate_gradients();
+    for (std::size_t n = 0; n < count; ++n) {
+        for (std::size_t slot = 0; slot < nodes[n].inputs.size(); ++slot) {
+            const auto producer = static_cast<std::size_t>(nodes[n].inputs[slot]);
+            if (is_data[producer]) continue;
+            if (!impl.diff_is_scratch[n][slot]) impl.diff_targets[n][slot] = impl.gradients[producer];
         }
     }
 
@@ -472,20 +540,25 @@ Tensor Executor::activation(int node) const {
 Tensor Executor::activation_gradient(int node) const {
     const Node& n = m_impl->graph.node(node);
     TESSERA_CHECK(n.kind != OpKind::Input, "the graph input has no gradient (it is data, not a parameter)");
+    TESSERA_CHECK(m_impl->options.keep_activation_gradients,
+                  "the gradient w.r.t. '" << n.name << "' is not kept after backward: activation gradients share memory in "
+                                          "graph '" << m_impl->graph.name()
+                                          << "'; build its executor with keep_activation_gradients to read them");
     return ops::to_plain_tensor(m_impl->gradients[static_cast<std::size_t>(node)]);
 }
 
 std::span<const NodeTiming> Executor::timings() const { return m_impl->timings; }
 
 std::int64_t Executor::workspace_bytes() const {
-    std::int64_t bytes = m_impl->scratchpad.bytes();
-    for (std::size_t n = 0; n < m_impl->outputs.size(); ++n) {
-        bytes += static_cast<std::int64_t>(m_impl->outputs[n].get_desc().get_size());
-        if (m_impl->gradients[n]) bytes += static_cast<std::int64_t>(m_impl->gradients[n].get_desc().get_size());
-        if (m_impl->kernels[n]) bytes += m_impl->kernels[n]->bytes();
-        for (std::size_t slot = 0; slot < m_impl->diff_targets[n].size(); ++slot) {
-            if (m_impl->diff_is_scratch[n][slot]) {
-                bytes += static_cast<std::int64_t>(m_impl->diff_targets[n][slot].get_desc().get_size());
+    const Impl& impl = *m_impl;
+    std::int64_t bytes = impl.scratchpad.bytes() + impl.gradient_arena_bytes;
+    for (std::size_t n = 0; n < impl.outputs.size(); ++n) {
+        bytes += static_cast<std::int64_t>(impl.outputs[n].get_desc().get_size());
+        if (impl.gradients[n] && !impl.gradient_in_arena[n]) bytes += static_cast<std::int64_t>(impl.gradients[n].get_desc().get_size());
+        if (impl.kernels[n]) bytes += impl.kernels[n]->bytes();
+        for (std::size_t slot = 0; slot < impl.diff_targets[n].size(); ++slot) {
+            if (impl.diff_is_scratch[n][slot] && !impl.scratch_in_arena[n][slot]) {
+                bytes += static_cast<std::int64_t>(impl.diff_targets[n][slot].get_desc().get_size());
             }
         }
     }
@@ -504,24 +577,30 @@ MemoryReport Executor::memory_report() const {
     }
     for (const Tensor& buffer : impl.buffers) report.weights += buffer.num_elements() * 4;
     report.workspace = impl.scratchpad.bytes();  // the kernels' shared scratchpad (no node's alone)
+    // The arena holds gradients (and scratch gradients) of every kind of node at once: all of it counts
+    // as activation gradients. Per node, node_bytes still names what the node's buffers measure.
+    report.activation_gradients = impl.gradient_arena_bytes;
     const auto& nodes = impl.graph.nodes();
     for (std::size_t n = 0; n < impl.outputs.size(); ++n) {
         const auto value = static_cast<std::int64_t>(impl.outputs[n].get_desc().get_size());
         const std::int64_t gradient = impl.gradients[n] ? static_cast<std::int64_t>(impl.gradients[n].get_desc().get_size()) : 0;
+        const std::int64_t own_gradient = impl.gradient_in_arena[n] ? 0 : gradient;
         if (nodes[n].kind == OpKind::Halo) {
-            report.halo_buffers += value + gradient;
+            report.halo_buffers += value + own_gradient;
         } else {
             report.activations += value;
-            report.activation_gradients += gradient;
+            report.activation_gradients += own_gradient;
         }
-        std::int64_t workspace = impl.kernels[n] ? impl.kernels[n]->bytes() : 0;
+        const std::int64_t kernel = impl.kernels[n] ? impl.kernels[n]->bytes() : 0;
+        std::int64_t scratch = 0, own_scratch = 0;
         for (std::size_t slot = 0; slot < impl.diff_targets[n].size(); ++slot) {
-            if (impl.diff_is_scratch[n][slot]) {
-                workspace += static_cast<std::int64_t>(impl.diff_targets[n][slot].get_desc().get_size());
-            }
+            if (!impl.diff_is_scratch[n][slot]) continue;
+            const auto bytes = static_cast<std::int64_t>(impl.diff_targets[n][slot].get_desc().get_size());
+            scratch += bytes;
+            if (!impl.scratch_in_arena[n][slot]) own_scratch += bytes;
         }
-        report.workspace += workspace;
-        report.node_bytes.push_back(value + gradient + workspace);
+        report.workspace += kernel + own_scratch;
+        report.node_bytes.push_back(value + gradient + kernel + scratch);
     }
     return report;
 }

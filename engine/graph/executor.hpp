@@ -40,6 +40,11 @@ struct ExecutorOptions {
     // pooling sum over every core of the replica. Such nodes then have reduction phases (below) whose
     // partial sums the driver adds across executors before the node runs.
     bool distributed_reductions = false;
+    // Every activation gradient in memory of its own, readable after backward (activation_gradient).
+    // Otherwise gradients whose lifetimes in backward do not meet share one arena (graph/buffer_plan.hpp)
+    // and are gone once their node's backward has run: what training wants, a few layers' gradients
+    // at a time instead of every layer's.
+    bool keep_activation_gradients = false;
 };
 
 // Bytes one compiled graph holds, by what they are for (a simulated core's memory ledger).
@@ -108,7 +113,8 @@ public:
     ops::TileBuffer value_buffer(int node);
     ops::TileBuffer gradient_buffer(int node);
 
-    // Plain copies of a node's forward value and (after backward) the gradient w.r.t. it.
+    // Plain copies of a node's forward value and (after backward) the gradient w.r.t. it; the gradient
+    // needs keep_activation_gradients.
     Tensor activation(int node) const;
     Tensor activation_gradient(int node) const;
 

@@ -698,6 +698,7 @@ CoreMesh::CoreMesh(graph::Graph model, MeshConfig mesh, train::TrainerConfig con
     graph::ExecutorOptions options;
     options.precision = impl.config.precision;
     options.distributed_reductions = true;
+    options.keep_activation_gradients = impl.config.keep_activation_gradients;
     impl.cores.resize(static_cast<std::size_t>(impl.total_cores));
     // Compiling a core's graph is independent of the others: spread over the pool.
     impl.pool->run(impl.total_cores, [&](std::int64_t c) {

@@ -148,6 +148,7 @@ EquivalenceReport compare_with_single_core(const graph::Graph& model, const Mesh
 
     train::TrainerConfig seeded = config;
     seeded.seed = options.seed;
+    seeded.keep_activation_gradients = true;  // activation gradients are compared too
     CoreMesh partitioned(model, mesh, seeded);  // refuses a layout the model cannot take, before any work
     train::Trainer reference(model, seeded);
     std::unique_ptr<CoreMesh> one_tile;

@@ -4,6 +4,7 @@
 #include "core/json_support.hpp"
 #include "core/memory_budget.hpp"
 #include "core/units.hpp"
+#include "graph/buffer_plan.hpp"
 #include "core/user_files.hpp"
 #include "cost/memory_model.hpp"
 #include "cost/device.hpp"
@@ -151,12 +152,17 @@ std::int64_t estimate_host_bytes(const experiment::Experiment& e) {
     const graph::Graph model = experiment::build_model(e, experiment::replica_input_shape(e));
     const partition::TilingPlan plan(model, experiment::tile_grid(e));
     const std::int64_t slots = experiment::optimizer_slots(e);
-    // The device model keeps what backward reads; the simulated cores also keep every output's
-    // gradient, and compute in f32: the f32 estimate of each core, counted once more for activations.
+    // The device model keeps what backward reads; the simulated cores also hold activation gradients,
+    // and compute in f32: the f32 estimate of each core, plus its activations again scaled by the share
+    // of gradient memory left when gradients share an arena (graph/buffer_plan.hpp; the whole model's
+    // packing stands in for each tile's).
+    const graph::ArenaPlan gradients = graph::plan_gradient_memory(model);
+    const double gradient_share =
+        gradients.unshared_bytes > 0 ? static_cast<double>(gradients.bytes) / static_cast<double>(gradients.unshared_bytes) : 1.0;
     std::int64_t total = 0;
     for (std::int64_t core = 0; core < plan.num_cores(); ++core) {
         const cost::CoreMemory memory = cost::estimate_core_memory(model, plan, core, graph::Precision::F32, slots);
-        total += memory.total() + memory.saved_activations;
+        total += memory.total() + static_cast<std::int64_t>(static_cast<double>(memory.saved_activations) * gradient_share);
     }
     return total * e.partition.num_replicas;
 }

@@ -18,7 +18,10 @@ Trainer::Trainer(graph::Graph graph, TrainerConfig config)
     : m_graph(std::move(graph)), m_config(std::move(config)) {
     validate(m_config.optimizer);
     validate(m_config.schedule);
-    m_executor = std::make_unique<graph::Executor>(m_graph, graph::ExecutorOptions{m_config.precision});
+    graph::ExecutorOptions options;
+    options.precision = m_config.precision;
+    options.keep_activation_gradients = m_config.keep_activation_gradients;
+    m_executor = std::make_unique<graph::Executor>(m_graph, options);
     m_executor->initialize_parameters(m_config.seed);
     m_optimizer = make_optimizer(m_config.optimizer);
     m_schedule = make_schedule(m_config.schedule);

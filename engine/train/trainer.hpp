@@ -48,6 +48,9 @@ struct TrainerConfig {
     LossScaleConfig loss_scale;
     std::uint64_t seed = 1;  // weight initialisation
     std::optional<detection::DetectorConfig> detection;  // set: a RetinaNet trained on boxes (loss unused)
+    // Keep every activation gradient readable after backward (graph::ExecutorOptions): comparisons
+    // and tests that inspect them; training shares their memory.
+    bool keep_activation_gradients = false;
 };
 
 struct StepResult {

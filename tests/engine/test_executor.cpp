@@ -20,6 +20,13 @@ using namespace tessera::graph;
 
 namespace {
 
+// These tests read activation gradients after backward, which training does not keep.
+ExecutorOptions keeping_gradients() {
+    ExecutorOptions options;
+    options.keep_activation_gradients = true;
+    return options;
+}
+
 constexpr double tolerance = 2e-5;
 
 double relative_difference(const Tensor& actual, const Tensor& expected) {
@@ -62,7 +69,7 @@ TEST_P(ExecutorOps, MatchesReferenceForwardAndBackward) {
     const int op = c.build(graph, identity);
     graph.set_output(op);
 
-    Executor executor(graph);
+    Executor executor(graph, keeping_gradients());
     executor.initialize_parameters(7);
     auto parameters = executor.parameters();
     // The identity: weight[o][i] = (o == i).
@@ -289,7 +296,7 @@ TEST(Executor, AddAndConcatRouteGradientsToBothInputs) {
     const int sum = graph.add(a, b, "sum");
     const int joined = graph.concat({sum, a}, "joined");  // a feeds both add and concat
     graph.set_output(joined);
-    Executor executor(graph);
+    Executor executor(graph, keeping_gradients());
     executor.initialize_parameters(3);
     const Tensor input = reference::random_uniform({2, 3, 6, 5}, 5);
     const Tensor output = executor.forward(input, Mode::Train);
@@ -327,7 +334,7 @@ TEST(Executor, ConvUpsampleConvMatchesTheReferences) {
         graph.set_output(graph.conv(up, 3, second, "b"));
         EXPECT_EQ(graph.node(up).output_shape[2], 2 * input_shape[2]);
 
-        Executor executor(graph);
+        Executor executor(graph, keeping_gradients());
         executor.initialize_parameters(5);
         const auto params = executor.parameters();
         params[2].value.copy_from(reference::random_uniform(params[2].value.shape(), 21));  // a non-zero bias
@@ -388,7 +395,7 @@ TEST(Executor, UnconsumedNodesStartBackwardFromZero) {
     const int head = graph.conv(trunk, 2, ops::ConvAttributes::same(2, 1), "head");
     const int other = graph.conv(trunk, 4, ops::ConvAttributes::same(2, 1), "other");
     graph.set_output(head);
-    Executor executor(graph);
+    Executor executor(graph, keeping_gradients());
     executor.initialize_parameters(8);
     const Tensor input = reference::random_uniform({2, 3, 6, 6}, 31);
     const Tensor dy = reference::random_uniform({2, 2, 6, 6}, 32);

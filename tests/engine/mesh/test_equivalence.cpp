@@ -353,7 +353,8 @@ void count_relu_flips(const mesh::CoreMesh& mesh, ReferenceActivation&& referenc
 // statistics are its own Trainer's.
 class Reference {
 public:
-    Reference(const Case& c, const train::TrainerConfig& config) : m_replica_batch(c.input[0]) {
+    Reference(const Case& c, train::TrainerConfig config) : m_replica_batch(c.input[0]) {
+        config.keep_activation_gradients = true;  // the floors of biases read them (the mesh under test shares them)
         Shape whole = c.input;
         whole[0] *= c.replicas;
         m_per_replica = c.replicas > 1 && !c.cross_replica_bn;
@@ -522,7 +523,9 @@ TEST_P(Bf16Equivalence, PartitionedIsAsCloseToFp32AsUnpartitioned) {
     f32_case.precision = graph::Precision::F32;
     mesh::CoreMesh partitioned(model, mesh_config(c, model, true), trainer_config(c, classification));
     mesh::CoreMesh unpartitioned(model, mesh_config(c, model, false), trainer_config(c, classification));
-    mesh::CoreMesh fp32(model, mesh_config(c, model, false), trainer_config(f32_case, classification));
+    train::TrainerConfig fp32_config = trainer_config(f32_case, classification);
+    fp32_config.keep_activation_gradients = true;  // the floors of biases read them
+    mesh::CoreMesh fp32(model, mesh_config(c, model, false), fp32_config);
     auto [images, labels] = make_batch(c.input, num_classes, classification, 100);
     const double partitioned_loss = partitioned.train_step(images, labels).loss;
     const double unpartitioned_loss = unpartitioned.train_step(images, labels).loss;
