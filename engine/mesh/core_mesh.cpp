@@ -4,11 +4,15 @@
 #include "loss/dice_loss.hpp"
 #include "detection/matcher.hpp"
 #include "train/step_end.hpp"
+#include "core/units.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <map>
+#include <mutex>
+#include <optional>
 #include <sstream>
 
 namespace tessera::mesh {
@@ -700,15 +704,49 @@ CoreMesh::CoreMesh(graph::Graph model, MeshConfig mesh, train::TrainerConfig con
     options.distributed_reductions = true;
     options.keep_activation_gradients = impl.config.keep_activation_gradients;
     impl.cores.resize(static_cast<std::size_t>(impl.total_cores));
+    std::int64_t parameter_bytes = 0;
+    for (const graph::ParameterSpec& spec : impl.model.parameters()) parameter_bytes += num_elements_of(spec.shape) * 4;
+    // What each compiled core holds, measured: the kernels' reordered and converted copies depend on the
+    // layouts oneDNN picks for this CPU, which no estimate made before compiling knows.
+    std::mutex budget_mutex;
+    std::int64_t built_cores = 0, built_bytes = 0, largest_core_bytes = 0;
+    std::optional<graph::MemoryReport> largest_report;
+    std::atomic<bool> over_budget{false};
     // Compiling a core's graph is independent of the others: spread over the pool.
     impl.pool->run(impl.total_cores, [&](std::int64_t c) {
+        if (over_budget) return;
         Impl::Core& core = impl.cores[static_cast<std::size_t>(c)];
         core.replica = c / impl.per_replica;
         core.index = c % impl.per_replica;
         core.executor = std::make_unique<graph::Executor>(impl.core_graphs.graphs[static_cast<std::size_t>(core.index)], options);
         core.executor->initialize_parameters(impl.config.seed);  // same seed: the same weights on every core
         core.optimizer = train::make_optimizer(impl.config.optimizer);
+        if (impl.mesh.host_memory_bytes <= 0) return;
+        const graph::MemoryReport report = core.executor->memory_report();
+        const std::int64_t bytes = report.total() + static_cast<std::int64_t>(core.optimizer->slot_names().size()) * parameter_bytes;
+        const std::lock_guard lock(budget_mutex);
+        ++built_cores;
+        built_bytes += bytes;
+        if (bytes > largest_core_bytes) {
+            largest_core_bytes = bytes;
+            largest_report = report;
+        }
+        // The cores not built yet are assumed as large as the largest so far.
+        if (built_bytes + (impl.total_cores - built_cores) * largest_core_bytes > impl.mesh.host_memory_bytes) over_budget = true;
     });
+    if (over_budget) {
+        const graph::MemoryReport& r = *largest_report;
+        const std::int64_t needed = built_bytes + (impl.total_cores - built_cores) * largest_core_bytes;
+        TESSERA_REJECT("the " << impl.total_cores << " simulated core(s) need about " << format_gib(needed)
+                              << " of this machine's memory, more than the " << format_gib(impl.mesh.host_memory_bytes)
+                              << " a run may use here (measured on the " << built_cores << " compiled first: the largest holds "
+                              << format_gib(largest_core_bytes) << " — activations " << format_gib(r.activations + r.halo_buffers)
+                              << ", activation gradients " << format_gib(r.activation_gradients) << ", kernel workspace "
+                              << format_gib(r.workspace) << ", weights, gradients and optimizer slots "
+                              << format_gib(largest_core_bytes - r.activations - r.halo_buffers - r.activation_gradients - r.workspace)
+                              << "). Train a smaller input (input.size) or batch, plan it instead (tessera-cli plan), or raise "
+                                 "TESSERA_HOST_MEMORY on a machine with more memory.");
+    }
 
     impl.outgoing.resize(impl.core_graphs.halos.size());
     for (std::size_t h = 0; h < impl.core_graphs.halos.size(); ++h) {

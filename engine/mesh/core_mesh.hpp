@@ -38,6 +38,10 @@ struct MeshConfig {
     bool cross_replica_batch_norm = false;            // BN statistics over every replica's cores
     std::int64_t core_memory_bytes = 16LL << 30;      // capacity of one core (a TPU v3 core: 16 GiB HBM)
     int host_threads = 2;                             // threads that run the cores' phases
+    // What the simulated cores may hold together in this machine's memory; 0: no limit. The mesh
+    // measures each core as it compiles it and refuses, before the rest are built, once the cores
+    // cannot fit (a run the kernel would otherwise kill part-way).
+    std::int64_t host_memory_bytes = 0;
 };
 
 enum class EventKind { Compute, Halo, AllReduce, Wait };

@@ -559,12 +559,13 @@ TrainingRun::TrainingRun(experiment::Experiment e, RunOptions options) : m_impl(
         impl.detector = std::make_unique<detection::Detector>(*experiment::trainer_config(x).detection, input[2], input[3]);
     }
 
-    check_fits_host(x);  // before the cores allocate anything
+    check_fits_host(x);  // a first estimate, before the cores allocate anything; the mesh measures them as it compiles them
     mesh::MeshConfig mesh;
     mesh.num_replicas = x.partition.num_replicas;
     mesh.grid = experiment::tile_grid(x);  // tile_boundaries, or input_partition_dims' even pieces
     mesh.core_memory_bytes = impl.device.memory_per_core;
     mesh.host_threads = impl.options.host_threads;
+    mesh.host_memory_bytes = static_cast<std::int64_t>(host_memory_budget_bytes());
     const graph::Graph model = experiment::build_model(x, experiment::replica_input_shape(x));
     impl.mesh = std::make_unique<mesh::CoreMesh>(model, mesh, experiment::trainer_config(x));
     impl.mesh->check_memory();  // out of simulated memory: say so before any step

@@ -177,6 +177,35 @@ TEST(CoreMesh, ARunThatCannotFitFailsBeforeAnyWorkAndSaysWhatWouldFit) {
     EXPECT_THROW(mesh.check_memory(), Error);
 }
 
+// The host's memory: the mesh measures each core as it compiles it and refuses once the cores cannot
+// fit together, before building the rest (a run the kernel would kill part-way otherwise).
+TEST(CoreMesh, RefusesWhenItsCoresCannotFitThisMachinesMemoryBeforeBuildingTheRest) {
+    const graph::Graph model = unet();
+    std::int64_t cores_total = 0;
+    {
+        const mesh::CoreMesh unlimited(model, grid(kInput, {2, 2}), sgd());
+        for (const mesh::MemoryLedger& ledger : unlimited.memory()) cores_total += ledger.peak();
+    }
+    mesh::MeshConfig exact = grid(kInput, {2, 2});
+    exact.host_memory_bytes = cores_total;
+    EXPECT_NO_THROW(mesh::CoreMesh(model, exact, sgd()));
+
+    mesh::MeshConfig one_byte_short = exact;
+    one_byte_short.host_memory_bytes = cores_total - 1;
+    const std::string message = error_of([&] { mesh::CoreMesh mesh(model, one_byte_short, sgd()); });
+    EXPECT_NE(message.find("the 4 simulated core(s) need about"), std::string::npos) << message;
+    EXPECT_NE(message.find("a run may use here"), std::string::npos) << message;
+    EXPECT_NE(message.find("kernel workspace"), std::string::npos) << message;
+    EXPECT_NE(message.find("TESSERA_HOST_MEMORY"), std::string::npos) << message;
+
+    // Far too little: one thread compiles the first core, sees four cannot fit, and stops there.
+    mesh::MeshConfig tiny = exact;
+    tiny.host_threads = 1;
+    tiny.host_memory_bytes = cores_total / 8;
+    const std::string early = error_of([&] { mesh::CoreMesh mesh(model, tiny, sgd()); });
+    EXPECT_NE(early.find("measured on the 1 compiled first"), std::string::npos) << early;
+}
+
 TEST(CoreMesh, EvaluationGathersTheTilesIntoTheWholeLogits) {
     const graph::Graph model = unet();
     mesh::CoreMesh mesh(model, grid(kInput, {2, 2}), sgd());
