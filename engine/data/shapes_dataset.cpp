@@ -43,7 +43,8 @@ void flip_with_boxes(Tensor& image, std::vector<detection::LabeledBox>& objects,
 
 class ShapesDataset final : public Dataset {
 public:
-    ShapesDataset(const DataConfig& config, const Shape& batch_shape) : Dataset(batch_shape), m_config(config) {
+    ShapesDataset(const DataConfig& config, const Shape& batch_shape, std::int64_t num_classes)
+        : Dataset(batch_shape), m_config(config), m_num_classes(num_classes) {
         ShapesOptions options;
         options.size = {batch_shape[2], batch_shape[3]};
         options.channels = batch_shape[1];
@@ -99,12 +100,15 @@ public:
         return example;
     }
 
-    std::int64_t num_classes() const override { return num_shape_classes; }
+    std::int64_t num_classes() const override { return m_num_classes; }
     bool is_detection() const override { return true; }
 
+    // A model with more classes than the four shapes (a COCO-sized head, to train the model that is
+    // planned) learns the rest as classes that never occur.
     std::vector<std::string> class_names() const override {
         std::vector<std::string> names;
         for (std::int32_t id = 0; id < num_shape_classes; ++id) names.emplace_back(shape_class_name(id));
+        for (std::int64_t id = num_shape_classes; id < m_num_classes; ++id) names.push_back("unused " + std::to_string(id));
         return names;
     }
 
@@ -115,6 +119,7 @@ public:
              << (batch_shape()[1] == 1 ? " channel" : " channels") << "), " << count[0] << "–" << count[1] << " discs, squares, "
              << "triangles and crosses of " << m_options.min_object_size << "–" << m_options.max_object_size << " px per image, "
              << m_train.size() << " training + " << m_eval.size() << " held out, boxes padded to " << m_config.max_number_of_boxes;
+        if (m_num_classes > num_shape_classes) text << "; classes 0–3 of the model's " << m_num_classes;
         return text.str();
     }
 
@@ -131,6 +136,7 @@ private:
     }
 
     DataConfig m_config;
+    std::int64_t m_num_classes;
     ShapesOptions m_options;
     std::vector<std::unique_ptr<LazyShapes>> m_train, m_eval;
 };
@@ -143,9 +149,9 @@ std::unique_ptr<Dataset> make_synthetic_shapes(const DataConfig& config, const S
     TESSERA_CHECK(batch_shape[1] == 1 || batch_shape[1] == 3,
                   "synthetic shapes are drawn in RGB (3 channels) or grey (1): set input.channels to 3 or 1, got "
                       << batch_shape[1]);
-    TESSERA_CHECK(num_classes == num_shape_classes,
+    TESSERA_CHECK(num_classes >= num_shape_classes,
                   "synthetic shapes have " << num_shape_classes << " classes (disc, square, triangle, cross): set model.num_classes to "
-                                           << num_shape_classes << ", got " << num_classes);
+                                           << num_shape_classes << " or more, got " << num_classes);
     TESSERA_CHECK(config.image_size.empty() ||
                       (config.image_size.size() == 2 && config.image_size[0] == batch_shape[2] && config.image_size[1] == batch_shape[3]),
                   "synthetic shapes are drawn at the model input's size (static shapes), " << batch_shape[2] << "×" << batch_shape[3]
@@ -157,7 +163,7 @@ std::unique_ptr<Dataset> make_synthetic_shapes(const DataConfig& config, const S
     TESSERA_CHECK(!config.augment.rotate90,
                   "data.augment.rotate90 turns label maps, not boxes; a detection source augments with flip_axes and intensity "
                   "changes: remove rotate90");
-    return std::make_unique<ShapesDataset>(config, batch_shape);
+    return std::make_unique<ShapesDataset>(config, batch_shape, num_classes);
 }
 
 }  // namespace tessera::data::detail

@@ -135,12 +135,39 @@ TEST(ShapesDataset, RefusesWhatItCannotFeed) {
             EXPECT_NE(std::string(error.what()).find(expected), std::string::npos) << error.what();
         }
     };
-    expect_error(shapes_config(), {1, 3, 64, 64}, 3, "set model.num_classes to 4, got 3");
+    expect_error(shapes_config(), {1, 3, 64, 64}, 3, "set model.num_classes to 4 or more, got 3");
     expect_error(shapes_config(), {1, 2, 64, 64}, 4, "set input.channels to 3 or 1, got 2");
     expect_error(shapes_config(), {1, 3, 8, 64, 64}, 4, "synthetic shapes are 2D images");
     data::DataConfig turned = shapes_config();
     turned.augment.rotate90 = true;
     expect_error(turned, {1, 3, 64, 64}, 4, "remove rotate90");
+}
+
+// A COCO-sized head (the planned 2560² preset's 90 classes) trains on the shapes: the labels stay 0–3,
+// the other classes are named and never occur.
+TEST(ShapesDataset, FeedsAModelWithMoreClassesThanShapes) {
+    const auto four = data::make_dataset(shapes_config(), {2, 3, 128, 128}, 4);
+    const auto ninety = data::make_dataset(shapes_config(), {2, 3, 128, 128}, 90);
+    EXPECT_EQ(ninety->num_classes(), 90);
+    const std::vector<std::string> names = ninety->class_names();
+    ASSERT_EQ(names.size(), 90u);
+    EXPECT_EQ(std::vector<std::string>(names.begin(), names.begin() + 4), four->class_names());
+    EXPECT_EQ(names[4], "unused 4");
+    EXPECT_EQ(names[89], "unused 89");
+    EXPECT_NE(ninety->describe().find("classes 0–3 of the model's 90"), std::string::npos) << ninety->describe();
+    // The same images and boxes as with four classes.
+    const data::Batch a = four->training_batch(3), b = ninety->training_batch(3);
+    ASSERT_EQ(a.ground_truth.size(), b.ground_truth.size());
+    for (std::size_t n = 0; n < a.ground_truth.size(); ++n) {
+        EXPECT_EQ(a.ground_truth[n].num_valid, b.ground_truth[n].num_valid);
+        const std::int32_t* classes_a = a.ground_truth[n].classes.data<std::int32_t>();
+        const std::int32_t* classes_b = b.ground_truth[n].classes.data<std::int32_t>();
+        for (std::int64_t i = 0; i < a.ground_truth[n].num_valid; ++i) {
+            EXPECT_EQ(classes_a[i], classes_b[i]);
+            EXPECT_LT(classes_b[i], 4);
+        }
+    }
+    EXPECT_EQ(std::memcmp(a.images.data<float>(), b.images.data<float>(), a.images.num_bytes()), 0);
 }
 
 }  // namespace
