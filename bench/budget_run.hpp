@@ -37,13 +37,35 @@ struct BudgetOptions {
     std::function<BudgetScore(const run::EvalRecord&)> score;
 };
 
-// Reads --experiment, --budget-minutes, --model-dir and --threads over the defaults in `options`.
+// Reads --experiment, --budget-minutes, --model-dir and --threads over the defaults in `options`;
+// --help prints the usage, anything else is refused (a mistyped option must not start a 15-minute run).
 inline void read_budget_arguments(int argc, char** argv, BudgetOptions& options) {
-    for (int i = 1; i + 1 < argc; i += 2) {
+    const auto usage = [&](FILE* to) {
+        std::fprintf(to, "usage: %s [--experiment <file>] [--budget-minutes %g] [--model-dir <dir>] [--threads %d]\n", argv[0],
+                     options.budget_minutes, options.threads);
+    };
+    for (int i = 1; i < argc; i += 2) {
+        const bool known = !std::strcmp(argv[i], "--experiment") || !std::strcmp(argv[i], "--budget-minutes") ||
+                           !std::strcmp(argv[i], "--model-dir") || !std::strcmp(argv[i], "--threads");
+        if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) {
+            usage(stdout);
+            std::exit(0);
+        }
+        if (!known || i + 1 >= argc) {
+            std::fprintf(stderr, "%s: %s\n", argv[0], known ? "expected a value after the last option" : "unknown option");
+            std::fprintf(stderr, "  got '%s'\n", argv[i]);
+            usage(stderr);
+            std::exit(2);
+        }
         if (!std::strcmp(argv[i], "--experiment")) options.experiment_path = argv[i + 1];
         else if (!std::strcmp(argv[i], "--budget-minutes")) options.budget_minutes = std::atof(argv[i + 1]);
         else if (!std::strcmp(argv[i], "--model-dir")) options.model_dir = argv[i + 1];
-        else if (!std::strcmp(argv[i], "--threads")) options.threads = std::atoi(argv[i + 1]);
+        else options.threads = std::atoi(argv[i + 1]);
+    }
+    if (!(options.budget_minutes > 0) || options.threads < 1) {
+        std::fprintf(stderr, "%s: --budget-minutes must be positive and --threads at least 1, got %g and %d\n", argv[0],
+                     options.budget_minutes, options.threads);
+        std::exit(2);
     }
 }
 
