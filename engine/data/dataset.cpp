@@ -159,4 +159,24 @@ std::unique_ptr<Dataset> make_dataset(const DataConfig& config, const Shape& bat
     return std::make_unique<detail::VolumeDataset>(config, batch_shape, num_classes, std::move(plan));
 }
 
+Volume example_grey_volume(const Example& example) {
+    const Shape& shape = example.image.shape();  // [C, H, W]
+    TESSERA_CHECK(shape.size() == 3, "a grey volume is made of a 2D example's image [C, H, W], got " << shape_to_string(shape));
+    TESSERA_CHECK(example.geometry.size[0] == shape[2] && example.geometry.size[1] == shape[1] && example.geometry.size[2] == 1,
+                  "example '" << example.name << "': its geometry (" << describe(example.geometry) << ") is not its image's "
+                              << shape[2] << "×" << shape[1]);
+    Volume volume = make_volume(example.geometry);
+    const std::int64_t channels = shape[0], pixels = shape[1] * shape[2];
+    const float* image = example.image.data<float>();
+    float* grey = volume.voxels.data<float>();
+    for (std::int64_t p = 0; p < pixels; ++p) {
+        float sum = 0;
+        for (std::int64_t c = 0; c < channels; ++c) sum += image[c * pixels + p];
+        grey[p] = sum / static_cast<float>(channels);
+    }
+    volume.source_scalar_type = "float32";
+    volume.source_path = example.name;
+    return volume;
+}
+
 }  // namespace tessera::data

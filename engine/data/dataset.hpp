@@ -167,4 +167,8 @@ private:
 // here; synthetic images are generated when first sampled.
 std::unique_ptr<Dataset> make_dataset(const DataConfig& config, const Shape& batch_shape, std::int64_t num_classes);
 
+// A 2D example's image as a one-slice grey volume on its geometry (the mean of its channels: an RGB
+// detection image drawn where a scalar image is expected), named after the example.
+Volume example_grey_volume(const Example& example);
+
 }  // namespace tessera::data

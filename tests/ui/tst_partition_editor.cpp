@@ -2,6 +2,7 @@
 // boxes, an uneven split by dragging a cut, the labels and input_partition_dims following, undo of
 // both, a planner row applied to the editor, inline errors, saving, and both export snippets.
 #include "gl_test_main.hpp"
+#include "data/dataset.hpp"
 #include "experiment/experiment.hpp"
 #include "model/partition_design.hpp"
 #include "widgets/experiment_panel.hpp"
@@ -222,6 +223,32 @@ private slots:
         QVERIFY2(!fields->tpuSummary()->text().contains(QStringLiteral("fail")), qPrintable(fields->tpuSummary()->text()));
         for (int row = 0; row < fields->tpuRules()->topLevelItemCount(); ++row) {
             QVERIFY(fields->tpuRules()->topLevelItem(row)->text(1) != QStringLiteral("FAIL"));
+        }
+        window.design()->setSaved();
+    }
+
+    // A detection experiment opened with nothing loaded draws its grid over its own data's first held-out
+    // image (grey: the mean of its channels), not over a CT phantom.
+    void aDetectionExperimentDrawsItsGridOverItsOwnImage() {
+        MainWindow window;
+        window.resize(1400, 900);
+        window.show();
+        QVERIFY(!window.model()->hasVolume());
+        const QString path = QStringLiteral(TESSERA_SOURCE_DIR "/resources/experiments/retinanet_shapes_4way.json");
+        QVERIFY2(window.openExperiment(path), qPrintable(window.lastError()));
+        QVERIFY(window.model()->hasVolume());
+        const tessera::Volume& volume = *window.model()->volume();
+        QCOMPARE(QString::fromStdString(volume.source_path), QStringLiteral("shapes_eval_0"));
+        QCOMPARE(volume.geometry.size, (std::array<std::int64_t, 3>{512, 512, 1}));
+        // The same pixels as the data source's own example.
+        const experiment::Experiment e = experiment::load_experiment(path.toStdString());
+        const data::Example example =
+            data::make_dataset(*e.data, experiment::global_input_shape(e), e.model.num_classes)->eval_example(0);
+        const std::int64_t pixels = 512 * 512;
+        for (const std::int64_t p : {std::int64_t{0}, std::int64_t{1000}, pixels / 2 + 77, pixels - 1}) {
+            const float* rgb = example.image.data<float>();
+            const float expected = (rgb[p] + rgb[pixels + p] + rgb[2 * pixels + p]) / 3.0f;
+            QCOMPARE(volume.voxels.data<float>()[p], expected);
         }
         window.design()->setSaved();
     }

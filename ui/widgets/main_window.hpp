@@ -59,6 +59,8 @@ public:
     bool openImage(const QString& path);
     bool openLabelMap(const QString& path);
     void showPhantom(bool two_dimensional);
+    // A detection experiment's first held-out image, grey, under the grid; false when its data cannot make one.
+    bool showDetectionImage(const experiment::Experiment& experiment);
     void showVolume(std::shared_ptr<const tessera::Volume> volume, std::shared_ptr<const tessera::LabelMap> labels,
                     std::map<std::int32_t, QString> label_names = {});
 

@@ -236,6 +236,8 @@ bool MainWindow::openExperiment(const QString& path) {
             data::EmSection section = data::make_em_section(options);
             showVolume(std::make_shared<tessera::Volume>(std::move(section.image)),
                        std::make_shared<tessera::LabelMap>(std::move(section.labels)), {{1, tr("membrane")}});
+        } else if (e.data && data::is_detection_source(e.data->source) && !volumetric && showDetectionImage(e)) {
+            // The data's first held-out image, as the Detections tab previews it.
         } else {
             showPhantom(!volumetric);
         }
@@ -316,6 +318,18 @@ void MainWindow::rebuildRecentExperimentsMenu() {
         });
     }
     m_recent_experiments_menu->setEnabled(!recent.isEmpty());
+}
+
+bool MainWindow::showDetectionImage(const experiment::Experiment& e) {
+    try {
+        const std::unique_ptr<data::Dataset> dataset = data::make_dataset(*e.data, experiment::global_input_shape(e), e.model.num_classes);
+        if (dataset->num_eval_examples() == 0) return false;
+        showVolume(std::make_shared<tessera::Volume>(data::example_grey_volume(dataset->eval_example(0))), nullptr);
+        return true;
+    } catch (const std::exception&) {
+        // The Detections tab says why the data cannot be previewed; the grid goes over a phantom.
+        return false;
+    }
 }
 
 void MainWindow::onDesignExperimentChanged() {
