@@ -115,12 +115,11 @@ inline int run_within_budget(const BudgetOptions& options, const char* program) 
         run::RunOptions run_options;
         run_options.model_dir = options.model_dir;
         run_options.host_threads = options.threads;
+        run_options.evaluate_when_stopped = true;  // the last steps count, and the studio sees that evaluation
         run::TrainingRun training(experiment::load_experiment(options.experiment_path), run_options);
         std::atomic<bool> stop = false;
         BudgetProgress progress(options, stop);
         const run::RunSummary summary = training.train(&progress, &stop);
-        // Stopped between evaluations: evaluate where it stopped, so the last steps count too.
-        if (progress.m_last_eval_step != summary.last_step) progress.on_eval(training.evaluate());
         std::printf("result best_%s=%.4f at_step=%lld elapsed_s=%.0f budget_s=%.0f steps=%lld steps_per_second=%.3f\n",
                     options.score_name.c_str(), progress.m_best, static_cast<long long>(progress.m_best_step), progress.m_best_elapsed,
                     options.budget_minutes * 60, static_cast<long long>(summary.last_step),

@@ -653,14 +653,14 @@ RunSummary TrainingRun::train(RunObserver* observer, const std::atomic<bool>* st
 
             const std::int64_t done = record.step;
             const bool last = done == impl.total_steps;
-            if (last || (eval_every > 0 && done % eval_every == 0)) {
+            const bool stopping = stop && stop->load();
+            if (last || (eval_every > 0 && done % eval_every == 0) || (stopping && impl.options.evaluate_when_stopped)) {
                 const EvalRecord eval = impl.evaluate(done);
                 summary.has_eval = true;
                 summary.last_eval = eval;
                 log.write(eval);
                 if (observer) observer->on_eval(eval);
             }
-            const bool stopping = stop && stop->load();
             if (last || stopping || (checkpoint_every > 0 && done % checkpoint_every == 0)) {
                 const CheckpointRecord saved = impl.checkpoint();
                 last_checkpoint = done;

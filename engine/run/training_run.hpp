@@ -41,6 +41,9 @@ struct RunOptions {
     std::string command = "tessera";                  // names the run in the model_dir's lock
     // evaluate() and predict() refuse a model_dir without a checkpoint unless this is set (smoke tests).
     bool allow_random_weights = false;
+    // A run stopped between evaluations is evaluated where it stopped, and the evaluation logged like
+    // the others (a benchmark over a time budget: its last steps count).
+    bool evaluate_when_stopped = false;
 };
 
 // What the simulated cores of `experiment` hold together on this host, estimated from the model and

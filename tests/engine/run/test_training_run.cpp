@@ -241,6 +241,32 @@ TEST(TrainingRun, EvaluatesWhereAStoppedRunEndedInAFreshModelDir) {
     EXPECT_EQ(eval.num_examples, 1);
 }
 
+// A benchmark over a time budget stops between evaluations: the run evaluates where it stopped and logs
+// it with the others (metrics.jsonl, eval.csv), where the studio finds it; without the option it does not.
+TEST(TrainingRun, EvaluatesAndLogsWhereItStoppedWhenAsked) {
+    struct StopAfterThree final : run::RunObserver {
+        std::atomic<bool> stop = false;
+        std::vector<std::int64_t> evaluated;
+        void on_step(const run::StepRecord& s) override { stop = s.step >= 3; }
+        void on_eval(const run::EvalRecord& e) override { evaluated.push_back(e.step); }
+    };
+    for (const bool asked : {false, true}) {
+        TemporaryFolder folder(asked ? "run_stop_eval_asked" : "run_stop_eval_not_asked");
+        run::RunOptions options = test::options_in(folder.path());
+        options.evaluate_when_stopped = asked;
+        run::TrainingRun training(test::small_em(8, 2, 0), options);
+        StopAfterThree observer;
+        const run::RunSummary summary = training.train(&observer, &observer.stop);
+        ASSERT_TRUE(summary.stopped);
+        ASSERT_EQ(summary.last_step, 3);
+        const std::vector<std::int64_t> expected = asked ? std::vector<std::int64_t>{2, 3} : std::vector<std::int64_t>{2};
+        EXPECT_EQ(observer.evaluated, expected);
+        std::vector<std::int64_t> logged;
+        for (const run::EvalRecord& e : run::read_metrics(folder.path()).evals) logged.push_back(e.step);
+        EXPECT_EQ(logged, expected) << (asked ? "asked" : "not asked");
+    }
+}
+
 TEST(TrainingRun, RefusesACheckpointOfAnotherModel) {
     TemporaryFolder folder("run_other_model");
     {
