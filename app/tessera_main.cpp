@@ -58,8 +58,8 @@ int run_studio(int argc, char** argv) {
                                                QStringLiteral("Experiment file to design (opened over the image)."),
                                                QStringLiteral("json"));
     const QCommandLineOption grab_option(QStringLiteral("grab"),
-                                         QStringLiteral("What --screenshot captures: window (default), planner, timeline, charts, run-timeline, equivalence "
-                                                        "detections or experiment."),
+                                         QStringLiteral("What --screenshot captures: window (default), planner, timeline, charts, run, run-timeline, "
+                                                        "equivalence, detections or experiment."),
                                          QStringLiteral("part"), QStringLiteral("window"));
     const QCommandLineOption train_option(QStringLiteral("train"),
                                           QStringLiteral("Train the experiment from the Run dock for <steps> steps (with --screenshot: "
@@ -135,6 +135,7 @@ int run_studio(int argc, char** argv) {
             if (part == QStringLiteral("planner")) target = window.plannerPanel();
             if (part == QStringLiteral("timeline")) target = window.plannerPanel()->timeline();
             if (part == QStringLiteral("run-timeline")) target = window.runPanel()->timeline();
+            if (part == QStringLiteral("run")) target = window.runPanel();
             if (part == QStringLiteral("charts")) target = window.runCharts();
             if (part == QStringLiteral("equivalence")) target = window.equivalenceView();
             if (part == QStringLiteral("detections")) target = window.detectionView();
@@ -173,6 +174,14 @@ int run_studio(int argc, char** argv) {
         } else {
             if (part == QStringLiteral("experiment")) {
                 if (auto* dock = window.findChild<QDockWidget*>(QStringLiteral("experimentDock"))) dock->raise();
+            }
+            if (part == QStringLiteral("run")) {
+                // The Run dock floated at a size where its class table and precision–recall legend are readable.
+                if (auto* dock = window.findChild<QDockWidget*>(QStringLiteral("runDock"))) {
+                    dock->setFloating(true);
+                    dock->resize(760, 900);
+                    dock->raise();
+                }
             }
             QTimer::singleShot(2500, &window, capture);
         }

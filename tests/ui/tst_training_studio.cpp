@@ -23,6 +23,7 @@
 #include <QTabWidget>
 #include <QXYSeries>
 #include <QFile>
+#include <QLabel>
 #include <QLineEdit>
 #include <QPushButton>
 #include <QSettings>
@@ -120,6 +121,14 @@ private slots:
         charts->clear();
         QVERIFY(window.openRun(model_dir.toStdString()));
         QVERIFY(charts->runs().contains(QStringLiteral("em_run")));
+        // The Run dock says what the opened run holds: its last step and loss, in the list and the status line.
+        const QString last_step = QString::number(history.steps.back().step);
+        QVERIFY2(window.runPanel()->statusLabel()->text().contains(QStringLiteral("trained to step ") + last_step),
+                 qPrintable(window.runPanel()->statusLabel()->text()));
+        const QList<QTreeWidgetItem*> rows = window.runPanel()->runList()->findItems(QStringLiteral("em_run"), Qt::MatchExactly);
+        QCOMPARE(rows.size(), 1);
+        QCOMPARE(rows.front()->text(2), last_step);
+        QCOMPARE(rows.front()->text(3), QString::number(history.steps.back().loss, 'f', 4));
         const QString csv = scratch.filePath(QStringLiteral("loss.csv"));
         QVERIFY(charts->exportChart(RunCharts::Chart::Loss, csv));
         QFile file(csv);

@@ -164,7 +164,7 @@ bool MainWindow::openRun(const std::filesystem::path& model_dir) {
                                              .arg(QString::fromStdString(model_dir.string())));
         return false;
     }
-    m_run_panel->addFinishedRun(model_dir);
+    m_run_panel->addOpenedRun(model_dir, history);
     m_run_charts->loadRun(RunPanel::runName(model_dir), model_dir);
     if (!history.evals.empty()) showEvaluation(history.evals.back(), model_dir);
     statusBar()->showMessage(tr("Opened run %1").arg(RunPanel::runName(model_dir)), 5000);

@@ -403,6 +403,20 @@ void RunPanel::addFinishedRun(const std::filesystem::path& model_dir) {
     if (item->text(StatusColumn).isEmpty()) item->setText(StatusColumn, tr("opened"));
 }
 
+void RunPanel::addOpenedRun(const std::filesystem::path& model_dir, const tessera::run::MetricsHistory& history) {
+    QTreeWidgetItem* item = itemFor(model_dir);
+    item->setText(StatusColumn, tr("opened"));
+    QString message = tr("Opened %1").arg(runName(model_dir));
+    if (!history.steps.empty()) {
+        const tessera::run::StepRecord& last = history.steps.back();
+        item->setText(StepColumn, QString::number(last.step));
+        item->setText(LossColumn, QString::number(last.loss, 'f', 4));
+        message += tr(": trained to step %1 (loss %2)").arg(last.step).arg(last.loss, 0, 'f', 4);
+    }
+    if (!history.evals.empty()) message += tr(", last evaluated at step %1").arg(history.evals.back().step);
+    m_status->setText(message + QStringLiteral("."));
+}
+
 void RunPanel::setRunStatus(const std::filesystem::path& model_dir, const QString& status, const QString& message) {
     itemFor(model_dir)->setText(StatusColumn, status);
     m_status->setText(message);

@@ -8,6 +8,8 @@
 #include "model/run_controller.hpp"
 #include "model/viewer_model.hpp"
 
+#include "run/metrics_log.hpp"
+
 #include <QWidget>
 
 #include <filesystem>
@@ -58,6 +60,8 @@ public slots:
     void stopRun();
     // Adds a finished (or stopped) run from its model_dir to the list; the main window loads its charts.
     void addFinishedRun(const std::filesystem::path& model_dir);
+    // An opened run's last step and loss in the list, and what it holds in the status line.
+    void addOpenedRun(const std::filesystem::path& model_dir, const tessera::run::MetricsHistory& history);
     // The run list's status for a run, and the panel's status line (a run watched in another process).
     void setRunStatus(const std::filesystem::path& model_dir, const QString& status, const QString& message);
     // An evaluation's scores in the class table (Dice and IoU, or a detector's AP, AP50, AP75, recall and
