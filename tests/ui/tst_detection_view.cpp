@@ -57,6 +57,9 @@ private slots:
         QVERIFY(!view.image().isNull());
         view.setMinimumScore(0.0);
         QCOMPARE(static_cast<int>(view.shown().detections.size()), 2);
+        // Each class's counts beside its name, in words that agree with them.
+        QCOMPARE(view.classList()->item(0)->text(), QStringLiteral("disc — 1 object, 1 detection"));
+        QCOMPARE(view.classList()->item(1)->text(), QStringLiteral("square — 1 object, 1 detection"));
         QVERIFY(view.summaryText().contains(QStringLiteral("1 matched, 1 false positives")));
         QVERIFY(view.summaryText().contains(QStringLiteral("1 of 2 objects missed")));
 

@@ -133,6 +133,8 @@ DetectionView::DetectionView(QWidget* parent) : QWidget(parent) {
     side_layout->addWidget(new QLabel(tr("Classes"), side));
     m_class_list = new QListWidget(side);
     m_class_list->setToolTip(tr("Untick a class to hide its objects and detections"));
+    // Wide enough for a class's counts ("triangle — 12 objects, 100 detections") beside its check box.
+    m_class_list->setMinimumWidth(m_class_list->fontMetrics().horizontalAdvance(tr("triangle — 12 objects, 100 detections")) + 48);
     side_layout->addWidget(m_class_list, 1);
     m_legend = new QLabel(side);
     m_legend->setWordWrap(true);
@@ -360,11 +362,12 @@ void DetectionView::updateShown() {
             const std::int64_t objects = std::count_if(image.ground_truth.begin(), image.ground_truth.end(),
                                                        [c](const run::DetectionsFileTruth& t) { return t.class_id == c; });
             const QSignalBlocker block(m_class_list);
-            m_class_list->item(c)->setText(m_is_preview ? tr("%1 — %2 objects").arg(QString::fromStdString(m_file->classes[static_cast<std::size_t>(c)])).arg(objects)
-                                                        : tr("%1 — %2 objects, %3 detections")
-                                                              .arg(QString::fromStdString(m_file->classes[static_cast<std::size_t>(c)]))
-                                                              .arg(objects)
-                                                              .arg(count(m_shown.detections)));
+            const QString name = QString::fromStdString(m_file->classes[static_cast<std::size_t>(c)]);
+            const auto detections = static_cast<std::int64_t>(count(m_shown.detections));
+            const QString objects_text = objects == 1 ? tr("1 object") : tr("%1 objects").arg(objects);
+            const QString detections_text = detections == 1 ? tr("1 detection") : tr("%1 detections").arg(detections);
+            m_class_list->item(c)->setText(m_is_preview ? tr("%1 — %2").arg(name, objects_text)
+                                                        : tr("%1 — %2, %3").arg(name, objects_text, detections_text));
         }
     }
     m_legend->setText(m_style.colouring == BoxColouring::ByOutcome
