@@ -177,7 +177,7 @@ private slots:
         QTRY_VERIFY(view->hasEvaluation());
         const run::DetectionsFile* file = view->detections();
         QCOMPARE(file->step, 2);
-        QCOMPARE(static_cast<int>(file->images.size()), 8);
+        QCOMPARE(static_cast<int>(file->images.size()), 16);  // the preset's num_eval_images
         QCOMPARE(view->classList()->count(), 4);
         QVERIFY(!view->image().isNull());
         view->setMinimumScore(0.0);
