@@ -353,8 +353,10 @@ struct TrainingRun::Impl {
                                                 .threads = threads,
                                                 .tasks = mesh->num_cores(),
                                                 .max_tasks = 2 * threads};
-            // The profile's executors, each about one simulated core's memory, live beside the mesh's.
-            const std::int64_t run_bytes = estimate_host_bytes(experiment);
+            // The profile's executors, each about one simulated core's memory, live beside the mesh's:
+            // what the compiled cores hold, measured (the estimate undercounts the kernels' workspace).
+            std::int64_t run_bytes = 0;
+            for (const mesh::MemoryLedger& ledger : mesh->memory()) run_bytes += ledger.peak();
             const std::int64_t profile_bytes =
                 run_bytes / mesh->num_cores() * mesh::profiled_executors(profile, mesh->cores_per_replica());
             const auto budget = static_cast<std::int64_t>(host_memory_budget_bytes());
