@@ -60,7 +60,8 @@ private slots:
         // Each class's counts beside its name, in words that agree with them.
         QCOMPARE(view.classList()->item(0)->text(), QStringLiteral("disc — 1 object, 1 detection"));
         QCOMPARE(view.classList()->item(1)->text(), QStringLiteral("square — 1 object, 1 detection"));
-        QVERIFY(view.summaryText().contains(QStringLiteral("1 matched, 1 false positives")));
+        QVERIFY2(view.summaryText().contains(QStringLiteral("2 detections with score ≥ 0.00: 1 matched, 1 false positive ·")),
+                 qPrintable(view.summaryText()));
         QVERIFY(view.summaryText().contains(QStringLiteral("1 of 2 objects missed")));
 
         // By class: the disc detection's edge in the disc colour, the square's in the square colour.

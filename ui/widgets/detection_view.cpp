@@ -389,14 +389,16 @@ QString DetectionView::summaryText() const {
             .arg(image.width)
             .arg(image.height);
     }
-    return tr("Step %1 · image %2 of %3 · %4 detections with score ≥ %5: %6 matched, %7 false positives · %8 of %9 objects missed")
+    const std::size_t detections = m_shown.detections.size();
+    const auto false_positives = static_cast<std::int64_t>(m_shown.num_false_positives);
+    return tr("Step %1 · image %2 of %3 · %4 with score ≥ %5: %6 matched, %7 · %8 of %9 objects missed")
         .arg(m_file->step)
         .arg(m_image_index + 1)
         .arg(m_file->images.size())
-        .arg(m_shown.detections.size())
+        .arg(detections == 1 ? tr("1 detection") : tr("%1 detections").arg(detections))
         .arg(minimumScore(), 0, 'f', 2)
         .arg(m_shown.num_matched)
-        .arg(m_shown.num_false_positives)
+        .arg(false_positives == 1 ? tr("1 false positive") : tr("%1 false positives").arg(false_positives))
         .arg(m_shown.num_missed)
         .arg(m_shown.ground_truth.size());
 }
