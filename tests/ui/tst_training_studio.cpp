@@ -53,6 +53,7 @@ private slots:
         window.show();
         QVERIFY(QTest::qWaitForWindowExposed(&window));
         QVERIFY(window.openExperiment(QStringLiteral(TESSERA_SOURCE_DIR "/resources/experiments/unet2d_em_4way.json")));
+        QVERIFY(!window.runPanel()->overlayRow()->isHidden());
         RunPanel* panel = window.runPanel();
         RunController* controller = window.runController();
         QVERIFY(panel->startButton()->isEnabled());
@@ -147,6 +148,7 @@ private slots:
         window.show();
         QVERIFY(QTest::qWaitForWindowExposed(&window));
         QVERIFY(window.openExperiment(QStringLiteral(TESSERA_SOURCE_DIR "/resources/experiments/retinanet_shapes_4way.json")));
+        QVERIFY(window.runPanel()->overlayRow()->isHidden());  // boxes are drawn in the Detections tab, not as a label overlay
 
         // Before training: the data's first held-out image with its objects, and the 2×2 tiles with the
         // level-3 anchor centres each core owns (512 / 8 = 64 cells a side, 32 × 32 per core).

@@ -98,14 +98,16 @@ RunPanel::RunPanel(PartitionDesign* design, RunController* controller, ViewerMod
     m_status->setTextInteractionFlags(Qt::TextSelectableByMouse);
     layout->addWidget(m_status);
 
-    auto* overlay_row = new QHBoxLayout;
-    overlay_row->addWidget(new QLabel(tr("Overlay"), this));
-    m_overlay = new QComboBox(this);
+    m_overlay_row = new QWidget(this);
+    auto* overlay_row = new QHBoxLayout(m_overlay_row);
+    overlay_row->setContentsMargins(0, 0, 0, 0);
+    overlay_row->addWidget(new QLabel(tr("Overlay"), m_overlay_row));
+    m_overlay = new QComboBox(m_overlay_row);
     m_overlay->addItems({tr("Ground truth"), tr("Prediction"), tr("Errors (FP red, FN blue, wrong class yellow)")});
     m_overlay->setToolTip(tr("What the label overlay shows in the slice views and as 3D surfaces"));
     connect(m_overlay, &QComboBox::activated, this, [this](int index) { m_viewer->setOverlaySource(static_cast<OverlaySource>(index)); });
     overlay_row->addWidget(m_overlay, 1);
-    layout->addLayout(overlay_row);
+    layout->addWidget(m_overlay_row);
 
     auto* splitter = new QSplitter(Qt::Vertical, this);
     m_runs = new QTreeWidget(splitter);
@@ -165,6 +167,8 @@ void RunPanel::onExperimentChanged() {
     m_start->setEnabled(trainable && !m_controller->isRunning());
     if (!m_design->hasExperiment()) return;
     const experiment::Experiment& e = m_design->experiment();
+    // A detector's boxes are drawn in the Detections tab; the label overlay is a segmentation's.
+    m_overlay_row->setVisible(e.model.kind != experiment::ModelKind::RetinaNet);
     if (!trainable) {
         m_status->setText(tr("This experiment is plan-only: add a \"data\" section and \"steps\" to train it."));
         return;

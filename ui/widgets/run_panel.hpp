@@ -44,6 +44,7 @@ public:
     QSpinBox* stepsBox() const { return m_steps; }
     QTableWidget* classTable() const { return m_classes; }
     QComboBox* overlayBox() const { return m_overlay; }
+    QWidget* overlayRow() const { return m_overlay_row; }
     // A detector's precision–recall curves at IoU 0.5 (hidden for other models).
     PrecisionRecallChart* precisionRecallChart() const { return m_precision_recall; }
     TimelineChart* timeline() const { return m_timeline; }
@@ -103,6 +104,7 @@ private:
     QTableWidget* m_classes;
     PrecisionRecallChart* m_precision_recall;
     QComboBox* m_overlay;
+    QWidget* m_overlay_row;  // the overlay's label and box, hidden for a detector
     TimelineChart* m_timeline;
     QTimer* m_timeline_timer;
     std::map<std::int64_t, StepEvents> m_step_events;  // the last steps' events, by step
