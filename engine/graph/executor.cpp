@@ -207,6 +207,7 @@ Executor::Executor(const Graph& graph, ExecutorOptions options) : m_impl(std::ma
     for (const Node& node : nodes) {
         if (node.kind == OpKind::Input) continue;
         KernelInputs in;
+        impl.scratchpad.begin_kernel();  // its call buffers may share bytes with other kernels'
         in.scratchpad = &impl.scratchpad;
         std::vector<Shape> input_shapes;
         for (int input : node.inputs) {

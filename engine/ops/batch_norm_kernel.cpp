@@ -61,7 +61,7 @@ public:
             Scratchpad::attributes(), cpu_engine(), m_training_pd));
         m_backward = dnnl::batch_normalization_backward(m_backward_pd);
         m_diff_src = Staged(m_scratchpad, m_backward_pd.diff_src_desc(), in.descs[0]);
-        if (!m_needs_diff_input) m_discarded = memory(m_backward_pd.diff_src_desc(), cpu_engine());
+        if (!m_needs_diff_input) m_discarded = m_scratchpad.call_buffer(m_backward_pd.diff_src_desc());
         m_tile_count = num_elements_of(output_shape) / channels;
         m_count = m_tile_count;
     }
@@ -179,8 +179,7 @@ public:
     }
 
     std::int64_t bytes() const override {
-        return (m_workspace ? static_cast<std::int64_t>(m_workspace.get_desc().get_size()) : 0) + m_diff_src.bytes() +
-               (m_discarded ? static_cast<std::int64_t>(m_discarded.get_desc().get_size()) : 0);
+        return (m_workspace ? static_cast<std::int64_t>(m_workspace.get_desc().get_size()) : 0) + m_diff_src.bytes();
     }
 
 private:

@@ -21,21 +21,21 @@ public:
         m_forward_pd = m_scratchpad.fit(typename Forward::primitive_desc(forward, Scratchpad::attributes(), cpu_engine()));
         m_forward = Forward(m_forward_pd);
         m_output_desc = m_forward_pd.dst_desc();
-        m_src = Converted(m_scratchpad, in.descs[0], m_forward_pd.src_desc());
-        m_forward_weights = Converted(m_scratchpad, m_weights_plain, m_forward_pd.weights_desc());
+        m_src = Converted(m_scratchpad, in.descs[0], m_forward_pd.src_desc(), Lifetime::Kept);  // backward reads it
+        m_forward_weights = Converted(m_scratchpad, m_weights_plain, m_forward_pd.weights_desc(), Lifetime::Call);
         if (m_needs_diff_input) {
             m_backward_data_pd = m_scratchpad.fit(
                 typename BackwardData::primitive_desc(backward_data, Scratchpad::attributes(), cpu_engine(), m_forward_pd));
             m_backward_data = BackwardData(m_backward_data_pd);
-            m_backward_data_weights = Converted(m_scratchpad, m_weights_plain, m_backward_data_pd.weights_desc());
-            m_backward_data_diff_dst = Converted(m_scratchpad, m_output_desc, m_backward_data_pd.diff_dst_desc());
+            m_backward_data_weights = Converted(m_scratchpad, m_weights_plain, m_backward_data_pd.weights_desc(), Lifetime::Call);
+            m_backward_data_diff_dst = Converted(m_scratchpad, m_output_desc, m_backward_data_pd.diff_dst_desc(), Lifetime::Call);
             m_diff_src = Staged(m_scratchpad, m_backward_data_pd.diff_src_desc(), in.descs[0]);
         }
         m_backward_weights_pd = m_scratchpad.fit(
             typename BackwardWeights::primitive_desc(backward_weights, Scratchpad::attributes(), cpu_engine(), m_forward_pd));
         m_backward_weights = BackwardWeights(m_backward_weights_pd);
-        m_backward_weights_src = Converted(m_scratchpad, m_forward_pd.src_desc(), m_backward_weights_pd.src_desc());
-        m_backward_weights_diff_dst = Converted(m_scratchpad, m_output_desc, m_backward_weights_pd.diff_dst_desc());
+        m_backward_weights_src = Converted(m_scratchpad, m_forward_pd.src_desc(), m_backward_weights_pd.src_desc(), Lifetime::Call);
+        m_backward_weights_diff_dst = Converted(m_scratchpad, m_output_desc, m_backward_weights_pd.diff_dst_desc(), Lifetime::Call);
         m_diff_weights = Staged(m_scratchpad, m_backward_weights_pd.diff_weights_desc(), m_weights_plain);
         if (bias) m_diff_bias = Staged(m_scratchpad, m_backward_weights_pd.diff_bias_desc(), plain_desc(bias->value.shape()));
     }
@@ -273,9 +273,9 @@ public:
             Scratchpad::attributes(), cpu_engine()));
         m_forward = dnnl::convolution_forward(m_forward_pd);
         const memory::desc wide_desc = m_forward_pd.dst_desc();
-        m_wide = memory(wide_desc, cpu_engine());
-        m_src = Converted(m_scratchpad, in.descs[0], m_forward_pd.src_desc());
-        m_forward_weights = Converted(m_scratchpad, m_weights_plain, m_forward_pd.weights_desc());
+        m_wide = m_scratchpad.call_buffer(wide_desc);  // forward only
+        m_src = Converted(m_scratchpad, in.descs[0], m_forward_pd.src_desc(), Lifetime::Kept);  // backward reads it
+        m_forward_weights = Converted(m_scratchpad, m_weights_plain, m_forward_pd.weights_desc(), Lifetime::Call);
         m_output_desc = plain_desc(output_shape, output_type);
 
         m_input_shape = input_shape;
@@ -284,8 +284,8 @@ public:
         // Rearranged in the compute type; an output layer's f32 result is converted after.
         const memory::desc plain_compute = plain_desc(output_shape, compute);
         m_to_output = Staged(m_scratchpad, plain_compute, m_output_desc);
-        m_plain_gradient = Converted(m_scratchpad, m_output_desc, plain_compute);
-        m_diff_wide = memory(wide_desc, cpu_engine());
+        m_plain_gradient = Converted(m_scratchpad, m_output_desc, plain_compute, Lifetime::Call);
+        m_diff_wide = m_scratchpad.call_buffer(wide_desc);  // backward only
 
         if (m_needs_diff_input) {
             m_backward_data_pd = m_scratchpad.fit(dnnl::convolution_backward_data::primitive_desc(
@@ -293,7 +293,7 @@ public:
                                                       wide_desc, ones, zeros, zeros, zeros),
                 Scratchpad::attributes(), cpu_engine(), m_forward_pd));
             m_backward_data = dnnl::convolution_backward_data(m_backward_data_pd);
-            m_backward_data_weights = Converted(m_scratchpad, m_weights_plain, m_backward_data_pd.weights_desc());
+            m_backward_data_weights = Converted(m_scratchpad, m_weights_plain, m_backward_data_pd.weights_desc(), Lifetime::Call);
             m_diff_src = Staged(m_scratchpad, m_backward_data_pd.diff_src_desc(), in.descs[0]);
         }
         m_backward_weights_pd = m_scratchpad.fit(dnnl::convolution_backward_weights::primitive_desc(
@@ -301,7 +301,7 @@ public:
                                                      bias_desc, wide_desc, ones, zeros, zeros, zeros),
             Scratchpad::attributes(), cpu_engine(), m_forward_pd));
         m_backward_weights = dnnl::convolution_backward_weights(m_backward_weights_pd);
-        m_backward_weights_src = Converted(m_scratchpad, m_forward_pd.src_desc(), m_backward_weights_pd.src_desc());
+        m_backward_weights_src = Converted(m_scratchpad, m_forward_pd.src_desc(), m_backward_weights_pd.src_desc(), Lifetime::Call);
         m_diff_weights = Staged(m_scratchpad, m_backward_weights_pd.diff_weights_desc(), m_weights_plain);
         if (bias) {
             m_wide_bias = Tensor::zeros({out_channels * taps}, DType::F32);
@@ -355,7 +355,7 @@ public:
     }
 
     std::int64_t bytes() const override {
-        return 2 * static_cast<std::int64_t>(m_wide.get_desc().get_size()) + m_src.bytes() + m_forward_weights.bytes() +
+        return m_src.bytes() + m_forward_weights.bytes() +
                m_backward_data_weights.bytes() + m_diff_src.bytes() + m_backward_weights_src.bytes() +
                m_diff_weights.bytes();
     }

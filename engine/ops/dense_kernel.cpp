@@ -18,7 +18,7 @@ public:
             Scratchpad::attributes(), cpu_engine()));
         m_forward = dnnl::inner_product_forward(forward_pd);
         m_output_desc = dst;
-        m_src = Converted(m_scratchpad, in.descs[0], src);
+        m_src = Converted(m_scratchpad, in.descs[0], src, Lifetime::Kept);  // backward reads it
         if (m_needs_diff_input) {
             m_backward_data = dnnl::inner_product_backward_data(m_scratchpad.fit(dnnl::inner_product_backward_data::primitive_desc(
                 dnnl::inner_product_backward_data::desc(src, weights, dst), Scratchpad::attributes(), cpu_engine(), forward_pd)));

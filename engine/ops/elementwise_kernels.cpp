@@ -19,7 +19,7 @@ public:
                 dnnl::eltwise_backward::desc(dnnl::algorithm::eltwise_relu, in.descs[0], in.descs[0], 0.0f, 0.0f),
                 Scratchpad::attributes(), cpu_engine(), m_forward_pd));
             m_backward = dnnl::eltwise_backward(m_backward_pd);
-            m_diff_dst = Converted(m_scratchpad, m_output_desc, m_backward_pd.diff_dst_desc());
+            m_diff_dst = Converted(m_scratchpad, m_output_desc, m_backward_pd.diff_dst_desc(), Lifetime::Call);
             m_diff_src = Staged(m_scratchpad, m_backward_pd.diff_src_desc(), in.descs[0]);
         }
     }
@@ -56,7 +56,7 @@ public:
         // Both summands in the first one's layout: oneDNN's binary op over two different layouts (a
         // residual shortcut from a pooling in another format) takes a reference path many times slower
         // than one reorder.
-        m_second = Converted(m_scratchpad, in.descs[1], in.descs[0]);
+        m_second = Converted(m_scratchpad, in.descs[1], in.descs[0], Lifetime::Call);
         const dnnl::binary::primitive_desc pd = m_scratchpad.fit(dnnl::binary::primitive_desc(
             dnnl::binary::desc(dnnl::algorithm::binary_add, in.descs[0], in.descs[0], in.descs[0]),
             Scratchpad::attributes(), cpu_engine()));
@@ -101,7 +101,7 @@ public:
             if (desc.data_type() != in.descs[0].data_type()) {
                 converted = plain_desc(to_shape(desc.dims()), in.descs[0].data_type());
             }
-            m_sources.emplace_back(m_scratchpad, desc, converted);
+            m_sources.emplace_back(m_scratchpad, desc, converted, Lifetime::Call);
             sources.push_back(converted);
         }
         const dnnl::concat::primitive_desc pd =
@@ -110,8 +110,7 @@ public:
         m_output_desc = pd.dst_desc();
         // Backward: the gradient goes to a plain buffer once, then each input's channel range is copied out.
         const memory::desc plain = plain_desc(output_shape, m_output_desc.data_type());
-        m_diff_plain = Converted(m_scratchpad, m_output_desc, plain);
-        if (m_output_desc == plain) m_plain_scratch = memory(plain, cpu_engine());
+        m_diff_plain = Converted(m_scratchpad, m_output_desc, plain, Lifetime::Call);
         std::int64_t channel_offset = 0;
         for (std::size_t i = 0; i < input_shapes.size(); ++i) {
             memory::dims offsets(input_shapes[i].size(), 0);
@@ -148,7 +147,6 @@ private:
     std::vector<Converted> m_sources;
     dnnl::concat m_concat;
     Converted m_diff_plain;
-    memory m_plain_scratch;
     std::vector<memory::desc> m_parts;
     std::vector<Copy> m_part_copies;
 };

@@ -61,10 +61,34 @@ public:
         m_bytes = std::max(m_bytes, pd.scratchpad_desc().get_size());
         return pd;
     }
+    // Buffers a kernel needs only while one of its forward or backward calls runs (a reordered copy of
+    // the weights, a gradient in the primitive's layout before it is reordered into place). An executor
+    // runs one kernel call at a time, so the kernels share one arena: each kernel's buffers side by side
+    // (they are live together within a call), every kernel's from offset 0 (begin_kernel). Without
+    // begin_kernel, nothing is shared.
+    void begin_kernel() { m_call_offset = 0; }
+    memory call_buffer(const memory::desc& desc) {
+        TESSERA_ASSERT(!m_allocated, "every kernel is created before the scratchpad is allocated");
+        constexpr std::size_t alignment = 64;
+        const std::size_t offset = m_call_offset;
+        m_call_offset = (offset + desc.get_size() + alignment - 1) / alignment * alignment;
+        m_call_bytes = std::max(m_call_bytes, m_call_offset);
+        memory buffer(desc, cpu_engine(), DNNL_MEMORY_NONE);  // placed in the arena by allocate()
+        m_call_buffers.push_back({buffer, offset});
+        return buffer;
+    }
     void allocate() {
+        TESSERA_ASSERT(!m_allocated, "a scratchpad is allocated once");
+        m_allocated = true;
         if (m_bytes > 0) {
             m_buffer = memory(memory::desc({static_cast<memory::dim>(m_bytes)}, memory::data_type::u8, memory::format_tag::a),
                               cpu_engine());
+        }
+        if (m_call_bytes > 0) {
+            m_call_arena = memory(memory::desc({static_cast<memory::dim>(m_call_bytes)}, memory::data_type::u8, memory::format_tag::a),
+                                  cpu_engine());
+            auto* base = static_cast<char*>(m_call_arena.get_data_handle());
+            for (CallBuffer& placed : m_call_buffers) placed.buffer.set_data_handle(base + placed.offset);
         }
     }
     // Runs a primitive of this executor on the calling thread.
@@ -72,12 +96,25 @@ public:
         if (m_buffer) args[DNNL_ARG_SCRATCHPAD] = m_buffer;
         primitive.execute(cpu_stream(), args);
     }
-    std::int64_t bytes() const { return static_cast<std::int64_t>(m_bytes); }
+    // oneDNN's scratchpad and the kernels' call arena.
+    std::int64_t bytes() const { return static_cast<std::int64_t>(m_bytes + m_call_bytes); }
 
 private:
+    struct CallBuffer {
+        memory buffer;
+        std::size_t offset = 0;
+    };
     std::size_t m_bytes = 0;
     memory m_buffer;
+    bool m_allocated = false;
+    std::size_t m_call_offset = 0, m_call_bytes = 0;
+    std::vector<CallBuffer> m_call_buffers;
+    memory m_call_arena;
 };
+
+// How long a kernel's converted or staged copy must live: only during the call that makes it (in the
+// scratchpad's shared arena), or kept from that call to a later one (backward reading forward's copy).
+enum class Lifetime { Call, Kept };
 
 
 // A reorder primitive with a user scratchpad.
@@ -90,10 +127,10 @@ inline dnnl::reorder make_reorder(Scratchpad& scratchpad, const memory::desc& fr
 class Converted {
 public:
     Converted() = default;
-    Converted(Scratchpad& scratchpad, const memory::desc& from, const memory::desc& to)
-        : m_scratchpad(&scratchpad), m_needed(from != to) {
+    Converted(Scratchpad& scratchpad, const memory::desc& from, const memory::desc& to, Lifetime lifetime)
+        : m_scratchpad(&scratchpad), m_needed(from != to), m_kept(lifetime == Lifetime::Kept) {
         if (!m_needed) return;
-        m_target = memory(to, cpu_engine());
+        m_target = m_kept ? memory(to, cpu_engine()) : scratchpad.call_buffer(to);
         m_reorder = make_reorder(scratchpad, from, to);
     }
     memory operator()(const memory& source) {
@@ -101,31 +138,35 @@ public:
         m_scratchpad->execute(m_reorder, {{DNNL_ARG_FROM, source}, {DNNL_ARG_TO, m_target}});
         return m_target;
     }
-    std::int64_t bytes() const { return m_needed ? static_cast<std::int64_t>(m_target.get_desc().get_size()) : 0; }
+    // Its own bytes (a call-lifetime copy is counted in the scratchpad's arena).
+    std::int64_t bytes() const { return m_needed && m_kept ? static_cast<std::int64_t>(m_target.get_desc().get_size()) : 0; }
 
 private:
     Scratchpad* m_scratchpad = nullptr;
     bool m_needed = false;
+    bool m_kept = true;
     memory m_target;
     dnnl::reorder m_reorder;
 };
 
 // A value a primitive produces in its own layout that must land in a given memory of another layout:
 // written there directly when the layouts agree, else through a scratch buffer and a reorder.
+// destination() and finish() belong to one kernel call: the scratch buffer lives in the scratchpad's
+// shared arena.
 class Staged {
 public:
     Staged() = default;
     Staged(Scratchpad& scratchpad, const memory::desc& produced, const memory::desc& target)
         : m_scratchpad(&scratchpad), m_direct(produced == target) {
         if (m_direct) return;
-        m_scratch = memory(produced, cpu_engine());
+        m_scratch = scratchpad.call_buffer(produced);
         m_reorder = make_reorder(scratchpad, produced, target);
     }
     memory destination(const memory& target) const { return m_direct ? target : m_scratch; }
     void finish(const memory& target) {
         if (!m_direct) m_scratchpad->execute(m_reorder, {{DNNL_ARG_FROM, m_scratch}, {DNNL_ARG_TO, target}});
     }
-    std::int64_t bytes() const { return m_direct ? 0 : static_cast<std::int64_t>(m_scratch.get_desc().get_size()); }
+    std::int64_t bytes() const { return 0; }  // in the scratchpad's arena
 
 private:
     Scratchpad* m_scratchpad = nullptr;

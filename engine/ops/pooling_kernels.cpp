@@ -28,7 +28,7 @@ public:
                 dnnl::pooling_backward::desc(algorithm, in.descs[0], m_output_desc, strides, kernel, pad_l, pad_r),
                 Scratchpad::attributes(), cpu_engine(), m_forward_pd));
             m_backward = dnnl::pooling_backward(m_backward_pd);
-            m_diff_dst = Converted(m_scratchpad, m_output_desc, m_backward_pd.diff_dst_desc());
+            m_diff_dst = Converted(m_scratchpad, m_output_desc, m_backward_pd.diff_dst_desc(), Lifetime::Call);
             m_diff_src = Staged(m_scratchpad, m_backward_pd.diff_src_desc(), in.descs[0]);
         }
     }
@@ -95,7 +95,7 @@ public:
                                              kernel, kernel, zeros, zeros),
                 Scratchpad::attributes(), cpu_engine(), m_forward_pd));
             m_backward = dnnl::pooling_backward(m_backward_pd);
-            m_diff_pooled = Converted(m_scratchpad, m_pooled_desc, m_backward_pd.diff_dst_desc());
+            m_diff_pooled = Converted(m_scratchpad, m_pooled_desc, m_backward_pd.diff_dst_desc(), Lifetime::Call);
             m_diff_src = Staged(m_scratchpad, m_backward_pd.diff_src_desc(), in.descs[0]);
         }
     }

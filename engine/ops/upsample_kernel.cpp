@@ -23,7 +23,7 @@ public:
                 dnnl::resampling_backward::desc(algorithm, factors, in.descs[0], m_output_desc),
                 Scratchpad::attributes(), cpu_engine(), m_forward_pd));
             m_backward = dnnl::resampling_backward(m_backward_pd);
-            m_diff_dst = Converted(m_scratchpad, m_output_desc, m_backward_pd.diff_dst_desc());
+            m_diff_dst = Converted(m_scratchpad, m_output_desc, m_backward_pd.diff_dst_desc(), Lifetime::Call);
             m_diff_src = Staged(m_scratchpad, m_backward_pd.diff_src_desc(), in.descs[0]);
         }
     }

@@ -50,7 +50,7 @@ struct RunOptions {
 // its tiling before anything is allocated (bytes; the sum over every core of its weights, gradients,
 // optimizer slots and activations). A lower bound: it leaves out the kernels' reordered and converted
 // copies, whose layouts oneDNN picks per CPU (measured on an AVX-512 Xeon, the presets' compiled cores
-// hold 1.7–2.5 times this); the mesh measures those as it compiles its cores (MeshConfig::host_memory_bytes).
+// hold 1.2–1.9 times this); the mesh measures those as it compiles its cores (MeshConfig::host_memory_bytes).
 std::int64_t estimate_host_bytes(const experiment::Experiment& experiment);
 // Throws a bad-input error when that estimate passes host_memory_budget_bytes() (TESSERA_HOST_MEMORY).
 void check_fits_host(const experiment::Experiment& experiment);

@@ -88,6 +88,31 @@ Ran run_kernel(const std::vector<Tensor>& inputs, const Tensor& output_gradient,
 
 }  // namespace
 
+// Kernels' call buffers: one kernel's side by side (live together within a call), every kernel's from
+// the arena's start (an executor runs one call at a time); without begin_kernel, nothing is shared.
+TEST(Scratchpad, CallBuffersShareOneArenaAcrossKernelsNotWithinOne) {
+    const auto floats = [](memory::dim count) { return memory::desc({count}, memory::data_type::f32, memory::format_tag::a); };
+    ops::Scratchpad shared;
+    shared.begin_kernel();
+    memory a = shared.call_buffer(floats(1000));  // 4000 bytes, padded to 4032
+    memory b = shared.call_buffer(floats(10));
+    shared.begin_kernel();
+    memory c = shared.call_buffer(floats(500));
+    shared.allocate();
+    const auto* base = static_cast<const char*>(a.get_data_handle());
+    EXPECT_EQ(static_cast<const char*>(b.get_data_handle()), base + 4032);
+    EXPECT_EQ(static_cast<const char*>(c.get_data_handle()), base);
+    EXPECT_EQ(shared.bytes(), 4032 + 64);
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(base) % 64, 0u);
+
+    ops::Scratchpad unshared;
+    memory d = unshared.call_buffer(floats(1000));
+    memory e = unshared.call_buffer(floats(500));
+    unshared.allocate();
+    EXPECT_EQ(static_cast<const char*>(e.get_data_handle()), static_cast<const char*>(d.get_data_handle()) + 4032);
+    EXPECT_EQ(unshared.bytes(), 4032 + 2048);
+}
+
 TEST(Kernels, ConvolutionWithBiasMatchesTheReference) {
     ops::ConvAttributes attributes = ops::ConvAttributes::same(2, 3);
     attributes.has_bias = true;
