@@ -43,11 +43,15 @@ deps:
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
 	else echo "All Debian packages present."; fi
 
-# The peer benchmark compares with Debian's PyTorch (large; not needed to build, run or test).
+# The peer benchmark compares with Debian's PyTorch and torchvision (its RetinaNet; large: not needed to
+# build, run or test).
+PEER_PACKAGES := python3-torch python3-torchvision
 peer-deps: deps
-	@dpkg-query -W -f='$${Status}\n' python3-torch 2>/dev/null | grep -q "install ok installed" || \
-	  { $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
-	    $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-torch; }
+	@missing=$$(for p in $(PEER_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q "install ok installed" || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
 
 configure: deps
 	cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DTESSERA_WARNINGS_AS_ERRORS=$(WERROR)
