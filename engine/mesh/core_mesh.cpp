@@ -616,9 +616,22 @@ struct CoreMesh::Impl {
         const bool applied = train::finish_update(
             *loss_scaler, result.loss_scale, copies,
             [&] {
+                // Every core would compute the same bits from the same all-reduced gradients: mesh core 0
+                // computes the update and the others copy its weights, so the host keeps one set of
+                // optimizer slots instead of one per core (a core's ledger still counts its own: a
+                // device core holds them).
                 each_core(StepPhase::Update, -1, [&](Core& core) {
+                    if (&core != &cores.front()) return;
                     const double start = now();
                     core.optimizer->step(core.executor->parameters(), result.learning_rate);
+                    core.events.push_back({0, -1, EventKind::Compute, StepPhase::Update, start, now(), 0, 0, -1});
+                });
+                const std::span<const Parameter> updated = cores.front().executor->parameters();
+                each_core(StepPhase::Update, -1, [&](Core& core) {
+                    if (&core == &cores.front()) return;
+                    const double start = now();
+                    const std::span<Parameter> own = core.executor->parameters();
+                    for (std::size_t p = 0; p < own.size(); ++p) own[p].value.copy_from(updated[p].value);
                     core.events.push_back({mesh_core(core.replica, core.index), -1, EventKind::Compute, StepPhase::Update, start,
                                            now(), 0, 0, -1});
                 });
@@ -712,6 +725,8 @@ CoreMesh::CoreMesh(graph::Graph model, MeshConfig mesh, train::TrainerConfig con
     std::int64_t built_cores = 0, built_bytes = 0, largest_core_bytes = 0;
     std::optional<graph::MemoryReport> largest_report;
     std::atomic<bool> over_budget{false};
+    const std::int64_t slot_bytes =
+        static_cast<std::int64_t>(train::make_optimizer(impl.config.optimizer)->slot_names().size()) * parameter_bytes;
     // Compiling a core's graph is independent of the others: spread over the pool.
     impl.pool->run(impl.total_cores, [&](std::int64_t c) {
         if (over_budget) return;
@@ -723,7 +738,7 @@ CoreMesh::CoreMesh(graph::Graph model, MeshConfig mesh, train::TrainerConfig con
         core.optimizer = train::make_optimizer(impl.config.optimizer);
         if (impl.mesh.host_memory_bytes <= 0) return;
         const graph::MemoryReport report = core.executor->memory_report();
-        const std::int64_t bytes = report.total() + static_cast<std::int64_t>(core.optimizer->slot_names().size()) * parameter_bytes;
+        const std::int64_t bytes = report.total();
         const std::lock_guard lock(budget_mutex);
         ++built_cores;
         built_bytes += bytes;
@@ -731,20 +746,23 @@ CoreMesh::CoreMesh(graph::Graph model, MeshConfig mesh, train::TrainerConfig con
             largest_core_bytes = bytes;
             largest_report = report;
         }
-        // The cores not built yet are assumed as large as the largest so far.
-        if (built_bytes + (impl.total_cores - built_cores) * largest_core_bytes > impl.mesh.host_memory_bytes) over_budget = true;
+        // The cores not built yet are assumed as large as the largest so far; the optimizer's slots
+        // are held once (only mesh core 0 steps, see update()).
+        if (built_bytes + (impl.total_cores - built_cores) * largest_core_bytes + slot_bytes > impl.mesh.host_memory_bytes) {
+            over_budget = true;
+        }
     });
     if (over_budget) {
         const graph::MemoryReport& r = *largest_report;
-        const std::int64_t needed = built_bytes + (impl.total_cores - built_cores) * largest_core_bytes;
+        const std::int64_t needed = built_bytes + (impl.total_cores - built_cores) * largest_core_bytes + slot_bytes;
         TESSERA_REJECT("the " << impl.total_cores << " simulated core(s) need about " << format_gib(needed)
                               << " of this machine's memory, more than the " << format_gib(impl.mesh.host_memory_bytes)
                               << " a run may use here (measured on the " << built_cores << " compiled first: the largest holds "
                               << format_gib(largest_core_bytes) << " — activations " << format_gib(r.activations + r.halo_buffers)
                               << ", activation gradients " << format_gib(r.activation_gradients) << ", kernel workspace "
-                              << format_gib(r.workspace) << ", weights, gradients and optimizer slots "
+                              << format_gib(r.workspace) << ", weights and gradients "
                               << format_gib(largest_core_bytes - r.activations - r.halo_buffers - r.activation_gradients - r.workspace)
-                              << "). Train a smaller input (input.size) or batch, plan it instead (tessera-cli plan), or raise "
+                              << "; optimizer slots, held once, " << format_gib(slot_bytes) << "). Train a smaller input (input.size) or batch, plan it instead (tessera-cli plan), or raise "
                                  "TESSERA_HOST_MEMORY on a machine with more memory.");
     }
 
@@ -835,7 +853,8 @@ void CoreMesh::load_checkpoint(const std::vector<train::NamedTensor>& weights, c
         const auto& values = replica_buffers[static_cast<std::size_t>(core.replica)];
         for (std::size_t b = 0; b < values.size(); ++b) core.executor->buffers()[b].copy_from(*values[b]);
         core.optimizer->reset();
-        if (!optimizer_state.empty()) core.optimizer->load_state(optimizer_state);
+        // Only mesh core 0 steps its optimizer (update()); the others never hold slots.
+        if (!optimizer_state.empty() && &core == &impl.cores.front()) core.optimizer->load_state(optimizer_state);
     }
     impl.step = step_value;
 }
