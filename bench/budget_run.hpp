@@ -91,7 +91,6 @@ public:
         std::printf("eval step=%lld elapsed_s=%.0f %s loss=%.4f eval_s=%.1f\n", static_cast<long long>(e.step), elapsed(),
                     score.fields.c_str(), e.loss, e.seconds);
         std::fflush(stdout);
-        m_last_eval_step = e.step;
         if (score.value > m_best) {
             m_best = score.value;
             m_best_step = e.step;
@@ -101,7 +100,7 @@ public:
     double elapsed() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - m_start).count(); }
 
     double m_best = -1, m_best_elapsed = 0;
-    std::int64_t m_best_step = 0, m_last_eval_step = -1;
+    std::int64_t m_best_step = 0;
 
 private:
     std::chrono::steady_clock::time_point m_start = std::chrono::steady_clock::now();

@@ -98,6 +98,7 @@ struct CoreMesh::Impl {
     std::int64_t step = 0;
     bool output_replicated = false;
     std::vector<bool> replicated_parameter;                  // after global pooling: identical on every core
+    std::int64_t parameter_bytes = 0;                        // the model's parameters in f32: one copy's bytes
     // Per halo exchange: for each core, the (receiving core, transfer) pairs whose rows it owns.
     std::vector<std::vector<std::vector<std::pair<std::int64_t, std::size_t>>>> outgoing;
 
@@ -591,11 +592,9 @@ struct CoreMesh::Impl {
             for (std::int64_t c = 0; c < total_cores; ++c) gradient_of(c, index).copy_from(total);
         });
         const double reduce_end = now();
-        std::int64_t gradient_bytes = 0;
-        for (const graph::ParameterSpec& spec : model.parameters()) gradient_bytes += num_elements_of(spec.shape) * 4;
         for (std::int64_t c = 0; c < total_cores; ++c) {
             cores[static_cast<std::size_t>(c)].events.push_back({c, -1, EventKind::AllReduce, StepPhase::Update, reduce_start,
-                                                                reduce_end, 0, ring_bytes(gradient_bytes, total_cores), -1});
+                                                                reduce_end, 0, ring_bytes(parameter_bytes, total_cores), -1});
         }
         return non_finite_core;
     }
@@ -717,8 +716,7 @@ CoreMesh::CoreMesh(graph::Graph model, MeshConfig mesh, train::TrainerConfig con
     options.distributed_reductions = true;
     options.keep_activation_gradients = impl.config.keep_activation_gradients;
     impl.cores.resize(static_cast<std::size_t>(impl.total_cores));
-    std::int64_t parameter_bytes = 0;
-    for (const graph::ParameterSpec& spec : impl.model.parameters()) parameter_bytes += num_elements_of(spec.shape) * 4;
+    for (const graph::ParameterSpec& spec : impl.model.parameters()) impl.parameter_bytes += num_elements_of(spec.shape) * 4;
     // What each compiled core holds, measured: the kernels' reordered and converted copies depend on the
     // layouts oneDNN picks for this CPU, which no estimate made before compiling knows.
     std::mutex budget_mutex;
@@ -726,7 +724,7 @@ CoreMesh::CoreMesh(graph::Graph model, MeshConfig mesh, train::TrainerConfig con
     std::optional<graph::MemoryReport> largest_report;
     std::atomic<bool> over_budget{false};
     const std::int64_t slot_bytes =
-        static_cast<std::int64_t>(train::make_optimizer(impl.config.optimizer)->slot_names().size()) * parameter_bytes;
+        static_cast<std::int64_t>(train::make_optimizer(impl.config.optimizer)->slot_names().size()) * impl.parameter_bytes;
     // Compiling a core's graph is independent of the others: spread over the pool.
     impl.pool->run(impl.total_cores, [&](std::int64_t c) {
         if (over_budget) return;
@@ -760,10 +758,10 @@ CoreMesh::CoreMesh(graph::Graph model, MeshConfig mesh, train::TrainerConfig con
                               << " a run may use here (measured on the " << built_cores << " compiled first: the largest holds "
                               << format_gib(largest_core_bytes) << " — activations " << format_gib(r.activations + r.halo_buffers)
                               << ", activation gradients " << format_gib(r.activation_gradients) << ", kernel workspace "
-                              << format_gib(r.workspace) << ", weights and gradients "
-                              << format_gib(largest_core_bytes - r.activations - r.halo_buffers - r.activation_gradients - r.workspace)
-                              << "; optimizer slots, held once, " << format_gib(slot_bytes) << "). Train a smaller input (input.size) or batch, plan it instead (tessera-cli plan), or raise "
-                                 "TESSERA_HOST_MEMORY on a machine with more memory.");
+                              << format_gib(r.workspace) << ", weights and gradients " << format_gib(r.weights + r.weight_gradients)
+                              << "; optimizer slots, held once, " << format_gib(slot_bytes)
+                              << "). Train a smaller input (input.size) or batch, plan it instead (tessera-cli plan), or "
+                                 "raise TESSERA_HOST_MEMORY on a machine with more memory.");
     }
 
     impl.outgoing.resize(impl.core_graphs.halos.size());
@@ -873,14 +871,12 @@ graph::Executor& CoreMesh::executor(std::int64_t core) {
 std::vector<MemoryLedger> CoreMesh::memory() const {
     const Impl& impl = *m_impl;
     std::vector<MemoryLedger> ledgers;
-    std::int64_t parameter_bytes = 0;
-    for (const graph::ParameterSpec& spec : impl.model.parameters()) parameter_bytes += num_elements_of(spec.shape) * 4;
     for (const Impl::Core& core : impl.cores) {
         const graph::MemoryReport report = core.executor->memory_report();
         MemoryLedger ledger;
         ledger.core = impl.mesh_core(core.replica, core.index);
         ledger.weights = report.weights;
-        ledger.optimizer_slots = static_cast<std::int64_t>(core.optimizer->slot_names().size()) * parameter_bytes;
+        ledger.optimizer_slots = static_cast<std::int64_t>(core.optimizer->slot_names().size()) * impl.parameter_bytes;
         ledger.weight_gradients = report.weight_gradients;
         ledger.activations = report.activations;
         ledger.halo_buffers = report.halo_buffers;

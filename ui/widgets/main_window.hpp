@@ -59,8 +59,6 @@ public:
     bool openImage(const QString& path);
     bool openLabelMap(const QString& path);
     void showPhantom(bool two_dimensional);
-    // A detection experiment's first held-out image, grey, under the grid; false when its data cannot make one.
-    bool showDetectionImage(const experiment::Experiment& experiment);
     void showVolume(std::shared_ptr<const tessera::Volume> volume, std::shared_ptr<const tessera::LabelMap> labels,
                     std::map<std::int32_t, QString> label_names = {});
 
@@ -139,6 +137,9 @@ private:
     QGridLayout* m_view_grid = nullptr;
     QTabWidget* m_central_tabs = nullptr;
     DetectionView* m_detection_view = nullptr;
+    // A detection experiment's first held-out image, as its data made it for the Detections tab's preview
+    // (the grid is drawn over it too when nothing else is open); empty for other experiments.
+    std::shared_ptr<const tessera::Volume> m_detection_preview_image;
     VolumeView* m_volume_view = nullptr;
     LabelLegend* m_legend = nullptr;
     QLabel* m_status = nullptr;

@@ -236,8 +236,8 @@ bool MainWindow::openExperiment(const QString& path) {
             data::EmSection section = data::make_em_section(options);
             showVolume(std::make_shared<tessera::Volume>(std::move(section.image)),
                        std::make_shared<tessera::LabelMap>(std::move(section.labels)), {{1, tr("membrane")}});
-        } else if (e.data && data::is_detection_source(e.data->source) && !volumetric && showDetectionImage(e)) {
-            // The data's first held-out image, as the Detections tab previews it.
+        } else if (m_detection_preview_image) {
+            showVolume(m_detection_preview_image, nullptr);  // the image the Detections tab previews
         } else {
             showPhantom(!volumetric);
         }
@@ -320,18 +320,6 @@ void MainWindow::rebuildRecentExperimentsMenu() {
     m_recent_experiments_menu->setEnabled(!recent.isEmpty());
 }
 
-bool MainWindow::showDetectionImage(const experiment::Experiment& e) {
-    try {
-        const std::unique_ptr<data::Dataset> dataset = data::make_dataset(*e.data, experiment::global_input_shape(e), e.model.num_classes);
-        if (dataset->num_eval_examples() == 0) return false;
-        showVolume(std::make_shared<tessera::Volume>(data::example_grey_volume(dataset->eval_example(0))), nullptr);
-        return true;
-    } catch (const std::exception&) {
-        // The Detections tab says why the data cannot be previewed; the grid goes over a phantom.
-        return false;
-    }
-}
-
 void MainWindow::onDesignExperimentChanged() {
     m_planned_cores = -1;  // a new model or input: sweep again
     updateDetectionDesign(true);
@@ -341,6 +329,7 @@ void MainWindow::onDesignExperimentChanged() {
 void MainWindow::updateDetectionDesign(bool new_experiment) {
     if (!m_design->hasExperiment()) return;
     const experiment::Experiment& e = m_design->experiment();
+    if (new_experiment) m_detection_preview_image.reset();
     if (e.model.kind != experiment::ModelKind::RetinaNet || e.size.size() != 2) {
         if (new_experiment) m_detection_view->clear();
         return;
@@ -351,7 +340,11 @@ void MainWindow::updateDetectionDesign(bool new_experiment) {
         if (new_experiment && e.data) {
             const std::unique_ptr<data::Dataset> dataset =
                 data::make_dataset(*e.data, experiment::global_input_shape(e), e.model.num_classes);
-            if (dataset->num_eval_examples() > 0) m_detection_view->showPreview(dataset->eval_example(0), dataset->class_names());
+            if (dataset->num_eval_examples() > 0) {
+                const data::Example example = dataset->eval_example(0);
+                m_detection_view->showPreview(example, dataset->class_names());
+                m_detection_preview_image = std::make_shared<tessera::Volume>(data::example_grey_volume(example));
+            }
             m_central_tabs->setCurrentWidget(m_detection_view);
         }
     } catch (const std::exception& error) {
