@@ -55,6 +55,62 @@ std::string_view meta_name_of(ScalarType type) {
     return "";
 }
 
+// The header fields VTK's MetaIO (9.1) knows, by how it reads their values. MetaIO matches keys with
+// their case, reads numbers as doubles ("3e1" is 30 to it), reads arrays across line ends, takes the
+// next line as the value of a key with none, and strcpy's a string value into a 255-byte field: each of
+// these let a header mean one thing to the checks here and another to the reader behind them (a
+// 300-character Comment overflowed MetaIO's heap object; found by CI's fuzz smoke).
+enum class MetaValue { Text, Integer, Number, PerAxis, PerAxisIntegers, Matrix, Four };
+struct MetaField {
+    std::string_view name;
+    MetaValue value;
+};
+constexpr MetaField meta_fields[] = {
+    {"ObjectType", MetaValue::Text},
+    {"ObjectSubType", MetaValue::Text},
+    {"FileFormatVersion", MetaValue::Integer},
+    {"Comment", MetaValue::Text},
+    {"AcquisitionDate", MetaValue::Text},
+    {"NDims", MetaValue::Integer},
+    {"Name", MetaValue::Text},
+    {"ID", MetaValue::Integer},
+    {"ParentID", MetaValue::Integer},
+    {"CompressedData", MetaValue::Text},
+    {"CompressedDataSize", MetaValue::Integer},
+    {"BinaryData", MetaValue::Text},
+    {"ElementByteOrderMSB", MetaValue::Text},
+    {"BinaryDataByteOrderMSB", MetaValue::Text},
+    {"Color", MetaValue::Four},
+    {"Position", MetaValue::PerAxis},
+    {"Origin", MetaValue::PerAxis},
+    {"Offset", MetaValue::PerAxis},
+    {"TransformMatrix", MetaValue::Matrix},
+    {"Rotation", MetaValue::Matrix},
+    {"Orientation", MetaValue::Matrix},
+    {"CenterOfRotation", MetaValue::PerAxis},
+    {"DistanceUnits", MetaValue::Text},
+    {"AnatomicalOrientation", MetaValue::Text},
+    {"ElementSpacing", MetaValue::PerAxis},
+    {"DimSize", MetaValue::PerAxisIntegers},
+    {"HeaderSize", MetaValue::Integer},
+    {"Modality", MetaValue::Text},
+    {"ImagePosition", MetaValue::PerAxis},
+    {"ElementOrigin", MetaValue::PerAxis},
+    {"ElementDirection", MetaValue::Matrix},
+    {"SequenceID", MetaValue::PerAxisIntegers},
+    {"ElementMin", MetaValue::Number},
+    {"ElementMax", MetaValue::Number},
+    {"ElementNumberOfChannels", MetaValue::Integer},
+    {"ElementSize", MetaValue::PerAxis},
+    {"ElementNBits", MetaValue::Integer},
+    {"ElementToIntensityFunctionSlope", MetaValue::Number},
+    {"ElementToIntensityFunctionOffset", MetaValue::Number},
+    {"ElementType", MetaValue::Text},
+    {"ElementDataFile", MetaValue::Text},
+};
+constexpr std::size_t meta_max_text = 254;   // MetaIO's string fields hold 255 bytes with the terminator
+constexpr std::size_t meta_max_line = 499;   // MetaIO reads a header line in pieces of 500 bytes
+
 std::string lower(std::string text) {
     std::transform(text.begin(), text.end(), text.begin(),
                    [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
@@ -70,6 +126,7 @@ std::string trim(const std::string& text) {
 
 struct MetaHeader {
     std::map<std::string, std::string> fields;  // lower-case key → value
+    std::map<std::string, int> line_of;          // lower-case key → its line number
     std::uint64_t header_bytes = 0;             // where LOCAL data starts
 
     const std::string* find(std::initializer_list<const char*> keys) const {
@@ -119,12 +176,31 @@ MetaHeader parse_meta_header(const std::filesystem::path& path) {
                       quoted(path) << " is not a MetaImage file: line " << line_number
                                    << " of its header is not 'Key = Value' text. Is it another kind of file "
                                    << "saved with a " << full_extension(path) << " extension?");
+        const std::string spelled = trim(line.substr(0, equals));
+        const std::string value = trim(line.substr(equals + 1));
+        const auto known = std::find_if(std::begin(meta_fields), std::end(meta_fields),
+                                        [&](const MetaField& field) { return lower(std::string(field.name)) == key; });
+        TESSERA_CHECK(known == std::end(meta_fields) || known->name == spelled,
+                      quoted(path) << " has a damaged MetaImage header: line " << line_number << " writes " << spelled
+                                   << ", but MetaImage keys are case-sensitive (readers know only " << known->name
+                                   << "). Fix the spelling.");
+        TESSERA_CHECK(!value.empty(), quoted(path) << " has a damaged MetaImage header: line " << line_number << " gives "
+                                                   << spelled << " no value (MetaImage readers would take the next "
+                                                   << "line for it). Remove the line or give it a value.");
+        const bool text_fits = known == std::end(meta_fields) || known->value != MetaValue::Text || value.size() <= meta_max_text;
+        TESSERA_CHECK(line.size() <= meta_max_line && text_fits,
+                      quoted(path) << " has a MetaImage header line too long for MetaImage readers: line " << line_number
+                                   << " (" << spelled << ") has " << (text_fits ? line.size() : value.size())
+                                   << " characters where they take at most "
+                                   << (text_fits ? meta_max_line : meta_max_text) << (text_fits ? " per line" : " per value")
+                                   << ". Shorten it.");
         // Each key once: with repeats, this check and VTK's MetaIO could read different values (a header
         // giving NDims three times, once negative, hung MetaIO; found by fuzzing).
         TESSERA_CHECK(!header.fields.contains(key), quoted(path) << " has a damaged MetaImage header: line " << line_number
                                                                  << " gives " << trim(line.substr(0, equals))
                                                                  << " again (each key may appear once). Fix the header.");
-        header.fields[key] = trim(line.substr(equals + 1));
+        header.fields[key] = value;
+        header.line_of[key] = line_number;
         if (key == "elementdatafile") {
             header.header_bytes = next;
             return header;
@@ -151,8 +227,59 @@ std::vector<T> parse_list(const std::filesystem::path& path, const MetaHeader& h
     return values;
 }
 
+// MetaIO's reading of a flag: true when its first character is T, t or 1 ("Tru" and "1" included).
 bool is_true(const std::string* text) {
-    return text != nullptr && lower(*text) == "true";
+    return text != nullptr && !text->empty() && (text->front() == 'T' || text->front() == 't' || text->front() == '1');
+}
+
+// Every number of a MetaImage value, each written so that MetaIO's double and the checks here agree:
+// integers as digits ("3", not "3.0" or "3e0"), numbers as decimal or exponent notation.
+bool is_meta_integer(const std::string& token) {
+    const std::size_t digits = token.find_first_not_of("+-") == 1 ? 1 : 0;
+    // At most 15 digits: MetaIO holds the value in a double, exact below 2^53.
+    return token.size() > digits && token.size() - digits <= 15 &&
+           std::all_of(token.begin() + static_cast<std::ptrdiff_t>(digits), token.end(),
+                       [](unsigned char c) { return std::isdigit(c) != 0; });
+}
+bool is_meta_number(const std::string& token) {
+    char* end = nullptr;
+    errno = 0;
+    const double value = std::strtod(token.c_str(), &end);
+    const bool plain = token.find_first_of("xXpPnNiI") == std::string::npos;  // no hex, nan or inf
+    return !token.empty() && end == token.c_str() + token.size() && errno == 0 && std::isfinite(value) && plain;
+}
+
+// Numeric fields hold as many numbers as MetaIO reads for them (it reads past the line end to find them,
+// taking the next line's text for numbers), each written as checked above.
+void check_meta_values(const std::filesystem::path& path, const MetaHeader& header, std::size_t num_dims) {
+    for (const MetaField& field : meta_fields) {
+        const std::string key = lower(std::string(field.name));
+        const auto found = header.fields.find(key);
+        if (found == header.fields.end() || field.value == MetaValue::Text) continue;
+        std::istringstream in(found->second);
+        std::vector<std::string> tokens;
+        for (std::string token; in >> token;) tokens.push_back(token);
+        std::size_t expected = 1;
+        if (field.value == MetaValue::PerAxis || field.value == MetaValue::PerAxisIntegers) expected = num_dims;
+        if (field.value == MetaValue::Matrix) expected = num_dims * num_dims;
+        if (field.value == MetaValue::Four) expected = 4;
+        const bool integers = field.value == MetaValue::Integer || field.value == MetaValue::PerAxisIntegers;
+        const bool per_axis = field.value == MetaValue::PerAxis || field.value == MetaValue::PerAxisIntegers ||
+                              field.value == MetaValue::Matrix;
+        TESSERA_CHECK(!per_axis || header.line_of.at(key) > header.line_of.at("ndims"),
+                      quoted(path) << " has a damaged MetaImage header: line " << header.line_of.at(key) << " gives "
+                                   << field.name << " before NDims (line " << header.line_of.at("ndims")
+                                   << "), which says how many values it holds. Move NDims up.");
+        const bool well_formed = std::all_of(tokens.begin(), tokens.end(), [&](const std::string& token) {
+            return integers ? is_meta_integer(token) : is_meta_number(token);
+        });
+        TESSERA_CHECK(tokens.size() == expected && well_formed,
+                      quoted(path) << " has a malformed MetaImage header: line " << header.line_of.at(key) << " ("
+                                   << field.name << " = " << found->second << ") should hold " << expected
+                                   << (integers ? " whole number" : " number") << (expected == 1 ? "" : "s")
+                                   << (per_axis ? " for NDims = " + std::to_string(num_dims) : "")
+                                   << ", written plainly (like " << (integers ? "12" : "0.5") << "). Fix the header.");
+    }
 }
 
 std::string format_number(double value) {
@@ -176,6 +303,7 @@ RawImage read_metaimage(const std::filesystem::path& path) {
     TESSERA_CHECK(num_dims >= 1 && num_dims <= 4,
                   quoted(path) << " has NDims = " << num_dims << ": Tessera reads 2D and 3D images");
     const auto count = static_cast<std::size_t>(num_dims);
+    check_meta_values(path, header, count);
     const std::vector<std::int64_t> dim_size = parse_list<std::int64_t>(path, header, "dimsize", count);
     TESSERA_CHECK(!dim_size.empty(), quoted(path) << " has no DimSize in its MetaImage header");
     for (std::size_t axis = 0; axis < count; ++axis) {

@@ -392,6 +392,12 @@ CASES = [
     # MetaIO reads "LOcAL" as a file name: refused by name, before VTK opens (and leaks) a stream for it.
     ("mha_local_misspelt", metaimage("m.mha", MHA + ["ElementDataFile = LOcAL"], b"\0" * 128), ["info", "{in}"], 2,
      "LOCAL, Local or local", True),
+    # VTK's MetaIO strcpy's a string value into a 255-byte field (CI's fuzz smoke: a heap-buffer-overflow).
+    ("mha_long_comment", metaimage("lc.mha", MHA[:1] + ["Comment = " + "x" * 300] + MHA[1:] + ["ElementDataFile = LOCAL"],
+                                   b"\0" * 128), ["info", "{in}"], 2, "at most 254 per value", True),
+    # MetaIO matches keys with their case: a lower-case key is another field to it.
+    ("mha_key_case", metaimage("kc.mha", MHA + ["elementDataFile = LOCAL"], b"\0" * 128), ["info", "{in}"], 2,
+     "MetaImage keys are case-sensitive", True),
     # 2D images and DICOM
     ("png_text", raw("notes.png", "not a picture\n" * 10), ["info", "{in}"], 2, "notes.png", True),
     ("png_truncated", raw("cut.png", b"\x89PNG\r\n\x1a\n" + b"\0" * 30), ["info", "{in}"], 2, "cut.png", True),

@@ -308,6 +308,38 @@ TEST(VolumeIoErrors, MetaImageWithMissingOrShortDataFile) {
     EXPECT_CONTAINS(read_error(scratch / "headless.mha"), "no ElementDataFile");
 }
 
+// Headers that meant one thing to Tessera's checks and another to VTK's MetaIO reader behind them: each is
+// refused before MetaIO sees it, naming the line. (A 300-character Comment overflowed MetaIO's 255-byte
+// field: found by CI's fuzz smoke.)
+TEST(VolumeIoErrors, MetaImageHeadersMetaIoWouldReadDifferently) {
+    ScratchDir scratch;
+    const std::string voxels(32 * 4, '\0');  // 4×4×2 float32
+    const auto mha = [&](const std::string& name, const std::string& extra, const std::string& last = "") {
+        write_text(scratch / name, "ObjectType = Image\nNDims = 3\n" + extra + "DimSize = 4 4 2\nElementType = MET_FLOAT\n" + last +
+                                       "ElementDataFile = LOCAL\n" + voxels);
+        return read_error(scratch / name);
+    };
+    std::string message = mha("comment.mha", "Comment = " + std::string(300, 'x') + "\n");
+    EXPECT_CONTAINS(message, "line 3 (Comment) has 300 characters where they take at most 254 per value");
+    message = mha("case.mha", "", "elementSpacing = 1 1 1\n");
+    EXPECT_CONTAINS(message, "line 5 writes elementSpacing, but MetaImage keys are case-sensitive (readers know only ElementSpacing)");
+    message = mha("empty.mha", "Comment =\n");
+    EXPECT_CONTAINS(message, "line 3 gives Comment no value");
+    message = mha("exponent.mha", "ElementNumberOfChannels = 1e1\n");
+    EXPECT_CONTAINS(message, "line 3 (ElementNumberOfChannels = 1e1) should hold 1 whole number");
+    message = mha("short_array.mha", "", "CenterOfRotation = 0 0\n");
+    EXPECT_CONTAINS(message, "line 5 (CenterOfRotation = 0 0) should hold 3 numbers for NDims = 3");
+    message = mha("long_line.mha", "Note = " + std::string(600, 'y') + "\n");
+    EXPECT_CONTAINS(message, "at most 499 per line");
+    write_text(scratch / "early.mha", "ObjectType = Image\nDimSize = 4 4 2\nNDims = 3\nElementType = MET_FLOAT\nElementDataFile = LOCAL\n" + voxels);
+    EXPECT_CONTAINS(read_error(scratch / "early.mha"), "line 2 gives DimSize before NDims (line 3)");
+    // What stays readable: a Comment of 254 characters, a user field MetaIO does not know, "True" as "1".
+    write_text(scratch / "fine.mha", "ObjectType = Image\nNDims = 3\nComment = " + std::string(254, 'z') +
+                                         "\nScanner = Example 3T\nBinaryData = 1\nDimSize = 4 4 2\nElementType = MET_FLOAT\n"
+                                         "ElementDataFile = LOCAL\n" + voxels);
+    EXPECT_EQ(read_volume(scratch / "fine.mha").geometry.size, (std::array<std::int64_t, 3>{4, 4, 2}));
+}
+
 TEST(VolumeIoErrors, WritingFailuresSayWhy) {
     ScratchDir scratch;
     const Volume volume = ramp_volume(oblique_geometry());
