@@ -122,31 +122,30 @@ AnchorTargets targets_from_matches(std::vector<std::int32_t> matches, const Padd
 AnchorTargets label_anchors(const PaddedGroundTruth& ground_truth, const AnchorSet& anchors,
                             const LabelerOptions& options) {
     check_ground_truth(ground_truth, options.num_classes);
-    const Tensor iou = iou_matrix(ground_truth_boxes(ground_truth), anchors.boxes, ground_truth.num_valid);  // [G, M]
-    std::vector<std::int32_t> matches = match_anchors(iou, ground_truth.num_valid, options.matcher);
+    // Matched a block of anchors at a time: the whole [G, M] IoU matrix would be 1.4 GB at 2560² (G = 300).
+    std::vector<std::int32_t> matches =
+        match_anchors(ground_truth_boxes(ground_truth), ground_truth.num_valid, anchors.boxes, options.matcher);
     return targets_from_matches(std::move(matches), ground_truth, anchors.boxes, options);
 }
 
 namespace {
 
-// Writes one image's flat per-anchor values (C = K or 4 per anchor, or one weight per anchor repeated over
-// its C channels) of one level's cells into [N, A·C, rows, columns] at image n. `first` is the position
+// Writes one image's flat per-anchor values (C = K or 4 per anchor, or C = 1 for a weight per anchor) of
+// one level's cells into [N, A·C, rows, columns] at image n. `first` is the position
 // of the cells' first anchor in `flat`.
 void scatter_level(const LevelAnchors& level, const CellRange& cells, std::int64_t first, std::int64_t n,
                    const Tensor& flat, std::int64_t channels_per_anchor, Tensor& out) {
     const std::int64_t anchors_per_cell = level.anchors_per_cell();
     const std::int64_t rows = cells.row_end - cells.row_begin, columns = cells.column_end - cells.column_begin;
     const std::int64_t plane = rows * columns;
-    const bool per_anchor_weight = flat.rank() == 1;
     float* image_out = out.data<float>() + n * anchors_per_cell * channels_per_anchor * plane;
     std::int64_t index = first;
     for (std::int64_t row = 0; row < rows; ++row) {
         for (std::int64_t column = 0; column < columns; ++column) {
             for (std::int64_t anchor = 0; anchor < anchors_per_cell; ++anchor, ++index) {
                 for (std::int64_t c = 0; c < channels_per_anchor; ++c) {
-                    const float value = per_anchor_weight ? flat.data<float>()[index]
-                                                          : flat.data<float>()[index * channels_per_anchor + c];
-                    image_out[(anchor * channels_per_anchor + c) * plane + row * columns + column] = value;
+                    image_out[(anchor * channels_per_anchor + c) * plane + row * columns + column] =
+                        flat.data<float>()[index * channels_per_anchor + c];
                 }
             }
         }
@@ -214,15 +213,15 @@ HeadTargets to_head_layout(std::span<const AnchorTargets> images, const AnchorSe
         const std::int64_t rows = cells[l].row_end - cells[l].row_begin, columns = cells[l].column_end - cells[l].column_begin;
         LevelTargets out;
         out.class_targets = Tensor::empty({batch, a * num_classes, rows, columns}, DType::F32);
-        out.class_weights = Tensor::empty(out.class_targets.shape(), DType::F32);
+        out.class_weights = Tensor::empty({batch, a, rows, columns}, DType::F32);
         out.box_targets = Tensor::empty({batch, a * 4, rows, columns}, DType::F32);
-        out.box_weights = Tensor::empty(out.box_targets.shape(), DType::F32);
+        out.box_weights = Tensor::empty({batch, a, rows, columns}, DType::F32);
         for (std::int64_t n = 0; n < batch; ++n) {
             const AnchorTargets& image = images[static_cast<std::size_t>(n)];
             scatter_level(level, cells[l], first, n, image.class_targets, num_classes, out.class_targets);
-            scatter_level(level, cells[l], first, n, image.class_weights, num_classes, out.class_weights);
+            scatter_level(level, cells[l], first, n, image.class_weights, 1, out.class_weights);
             scatter_level(level, cells[l], first, n, image.box_targets, 4, out.box_targets);
-            scatter_level(level, cells[l], first, n, image.box_weights, 4, out.box_weights);
+            scatter_level(level, cells[l], first, n, image.box_weights, 1, out.box_weights);
         }
         first += cells[l].num_cells() * a;
         head.levels.push_back(std::move(out));

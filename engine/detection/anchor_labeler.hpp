@@ -11,8 +11,9 @@
 //                 counts ignored anchors; with its equal thresholds there are none, so the two agree.)
 // The flat layout fits the losses as logits [M, K] / boxes [M, 4] with weights [M] (their "shape without
 // axis 1"). The heads' layout (to_head_layout) is per level [N, A·K, H_l, W_l] and [N, A·4, H_l, W_l]
-// with channel a·K + k and a·4 + c; its weights have the targets' full shape (a weight per anchor varies
-// inside a cell, so the losses' per-cell [N, H, W] weights cannot express it).
+// with channel a·K + k and a·4 + c; its weights are one per anchor, [N, A, H_l, W_l]. (The losses read
+// [N, A·K, H, W] as [N·A, K, H, W], whose shape without axis 1 is the weights' [N·A, H, W]: a weight
+// per anchor without repeating it K times, 0.4 GB less at 2560² on 8 cores with 90 classes.)
 //
 //   PaddedGroundTruth gt = pad_ground_truth(objects, /*max_number_of_boxes*/ 100);
 //   AnchorTargets targets = label_anchors(gt, anchors, {.num_classes = 90});
@@ -67,9 +68,9 @@ AnchorTargets targets_from_matches(std::vector<std::int32_t> matches, const Padd
 // One level of a batch in the heads' layout.
 struct LevelTargets {
     Tensor class_targets;  // [N, A·K, H_l, W_l] f32
-    Tensor class_weights;  // [N, A·K, H_l, W_l] f32
+    Tensor class_weights;  // [N, A, H_l, W_l] f32, per anchor
     Tensor box_targets;    // [N, A·4, H_l, W_l] f32
-    Tensor box_weights;    // [N, A·4, H_l, W_l] f32
+    Tensor box_weights;    // [N, A, H_l, W_l] f32, per anchor
 };
 struct HeadTargets {
     std::vector<LevelTargets> levels;  // min_level .. max_level

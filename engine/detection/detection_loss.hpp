@@ -61,6 +61,21 @@ DetectionLossPartial detection_loss_partial(std::span<const Tensor> class_output
 DetectionLossResult finish_detection_loss(const DetectionLossPartial& total, std::span<const Tensor> class_outputs,
                                           std::span<const Tensor> box_outputs, const HeadTargets& targets,
                                           const DetectionLossOptions& options = {});
+// A tile's part in one pass, when the batch's positive count is known before its targets are built (a
+// mesh all-reduces the count from the matches): the tile's sums for the all-reduce (partial) and its
+// gradients, equal to finish_detection_loss's on the tile. The targets need not outlive the call, so a
+// mesh never holds every core's at once. (value and the normalised parts stay 0: they need the sums.)
+struct DetectionTileLoss {
+    DetectionLossPartial partial;
+    std::vector<Tensor> class_gradients;  // per level, like finish_detection_loss's
+    std::vector<Tensor> box_gradients;
+};
+DetectionTileLoss detection_loss_on_tile(std::span<const Tensor> class_outputs, std::span<const Tensor> box_outputs,
+                                         const HeadTargets& targets, std::int64_t batch_num_positive,
+                                         const DetectionLossOptions& options = {});
+// The batch's loss from its summed partials (num_positive the batch's), as finish_detection_loss gives it.
+DetectionLossResult detection_loss_value(const DetectionLossPartial& total, const DetectionLossOptions& options = {});
+
 DetectionLossResult detection_loss(std::span<const Tensor> class_outputs, std::span<const Tensor> box_outputs,
                                    const HeadTargets& targets, const DetectionLossOptions& options = {});
 

@@ -160,6 +160,58 @@ std::vector<std::int32_t> match_anchors(const Tensor& iou, std::int64_t num_vali
     return match_anchor_subset(iou, all, best, num_valid_rows, options);
 }
 
+namespace {
+
+constexpr std::int64_t k_iou_block = 4096;  // anchors per IoU block
+
+void check_global_indices(std::span<const Box> anchors, std::span<const std::int64_t> global_anchor_index, const char* who) {
+    TESSERA_CHECK(global_anchor_index.size() == anchors.size(), who << ": expected one global anchor index per anchor ("
+                                                                    << anchors.size() << "), got "
+                                                                    << global_anchor_index.size());
+}
+
+}  // namespace
+
+RowBestPartial row_best_partial(std::span<const Box> ground_truth, std::int64_t num_valid_rows,
+                                std::span<const Box> anchors, std::span<const std::int64_t> global_anchor_index) {
+    check_global_indices(anchors, global_anchor_index, "row_best_partial");
+    RowBestPartial partial;
+    partial.best_iou.assign(ground_truth.size(), -std::numeric_limits<float>::infinity());
+    partial.best_anchor.assign(ground_truth.size(), -1);
+    for (std::size_t begin = 0; begin < anchors.size(); begin += k_iou_block) {
+        const std::size_t length = std::min<std::size_t>(k_iou_block, anchors.size() - begin);
+        const Tensor block = iou_matrix(ground_truth, anchors.subspan(begin, length), num_valid_rows);
+        partial = combine(partial, row_best_partial(block, global_anchor_index.subspan(begin, length)));
+    }
+    return partial;
+}
+
+std::vector<std::int32_t> match_anchor_subset(std::span<const Box> ground_truth, std::int64_t num_valid_rows,
+                                              std::span<const Box> anchors,
+                                              std::span<const std::int64_t> global_anchor_index,
+                                              const RowBestPartial& all_anchors, const MatcherOptions& options) {
+    check_global_indices(anchors, global_anchor_index, "match_anchors");
+    validate(options);
+    std::vector<std::int32_t> matches;
+    matches.reserve(anchors.size());
+    for (std::size_t begin = 0; begin < anchors.size(); begin += k_iou_block) {
+        const std::size_t length = std::min<std::size_t>(k_iou_block, anchors.size() - begin);
+        const Tensor block = iou_matrix(ground_truth, anchors.subspan(begin, length), num_valid_rows);
+        const std::vector<std::int32_t> part = match_anchor_subset(block, global_anchor_index.subspan(begin, length),
+                                                                   all_anchors, num_valid_rows, options);
+        matches.insert(matches.end(), part.begin(), part.end());
+    }
+    return matches;
+}
+
+std::vector<std::int32_t> match_anchors(std::span<const Box> ground_truth, std::int64_t num_valid_rows,
+                                        std::span<const Box> anchors, const MatcherOptions& options) {
+    std::vector<std::int64_t> all(anchors.size());
+    for (std::size_t column = 0; column < anchors.size(); ++column) all[column] = static_cast<std::int64_t>(column);
+    const RowBestPartial best = row_best_partial(ground_truth, num_valid_rows, anchors, all);
+    return match_anchor_subset(ground_truth, num_valid_rows, anchors, all, best, options);
+}
+
 Tensor gather_by_one_hot(std::span<const std::int32_t> matches, const Tensor& rows) {
     TESSERA_CHECK(rows.is_defined() && rows.rank() == 2 && rows.dtype() == DType::F32,
                   "gather_by_one_hot: expected [G, C] f32 rows, got " << shape_to_string(rows.shape()));

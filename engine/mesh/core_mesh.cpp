@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cmath>
 #include <map>
+#include <limits>
 #include <mutex>
 #include <optional>
 #include <sstream>
@@ -417,22 +418,25 @@ struct CoreMesh::Impl {
     }
 
     // The detection loss, averaged over replicas, and each core's gradients of its head-output tiles
-    // (class levels, then box levels). Two reductions over the replica, in core order: every box's best
-    // anchor (for force-matching), then the loss sums with the positive count.
+    // (class levels, then box levels). Three reductions over the replica, in core order: every box's best
+    // anchor (for force-matching), the count of positive anchors (the losses' normalizer), then the loss
+    // sums. Between them a core keeps only its matches (an int per anchor): its targets are built after
+    // the count is known and dropped with the loss, so at most one core per host thread holds targets
+    // (at 2560² with 90 classes a core's are 60 MB, and 8 cores' would sit beside their loss gradients).
     double detection_loss_and_gradients(std::vector<std::vector<Tensor>>& gradients) {
         const detection::DetectorConfig& settings = detector->config();
         const std::size_t levels = detector->num_levels();
         const std::int64_t batch = model.node(model.input_node()).output_shape[0];
-        std::vector<std::vector<Tensor>> outputs(cores.size()), ious(cores.size());
         std::vector<std::vector<detection::RowBestPartial>> best(cores.size());
         each_core(StepPhase::Forward, -1, [&](Core& core) {
             const std::size_t c = static_cast<std::size_t>(mesh_core(core.replica, core.index));
             const DetectionTile& tile = detection_tiles[static_cast<std::size_t>(core.index)];
             const double start = now();
-            outputs[c] = core.executor->outputs();
+            // The IoU is computed in blocks twice (here and when matching) rather than kept between the
+            // reductions: every core's [G, M_tile] matrices would be 1.4 GB at 2560² on 8 cores.
             for (const detection::PaddedGroundTruth& image : core.ground_truth) {
-                ious[c].push_back(detection::iou_matrix(detection::ground_truth_boxes(image), tile.anchor_boxes, image.num_valid));
-                best[c].push_back(detection::row_best_partial(ious[c].back(), tile.anchor_indices));
+                best[c].push_back(detection::row_best_partial(detection::ground_truth_boxes(image), image.num_valid,
+                                                              tile.anchor_boxes, tile.anchor_indices));
             }
             core.events.push_back({static_cast<std::int64_t>(c), -1, EventKind::Compute, StepPhase::Forward, start, now(), 0, 0, -1});
         });
@@ -446,47 +450,76 @@ struct CoreMesh::Impl {
                 replica_best[static_cast<std::size_t>(r)].push_back(std::move(combined));
             }
         }
-        std::vector<detection::HeadTargets> targets(cores.size());
+        std::vector<std::vector<std::vector<std::int32_t>>> matches(cores.size());  // per core, per image: [M_tile]
+        std::vector<std::int64_t> positives(cores.size(), 0);
+        each_core(StepPhase::Forward, -1, [&](Core& core) {
+            const std::size_t c = static_cast<std::size_t>(mesh_core(core.replica, core.index));
+            const DetectionTile& tile = detection_tiles[static_cast<std::size_t>(core.index)];
+            const double start = now();
+            for (std::size_t n = 0; n < core.ground_truth.size(); ++n) {
+                const detection::PaddedGroundTruth& image = core.ground_truth[n];
+                matches[c].push_back(detection::match_anchor_subset(
+                    detection::ground_truth_boxes(image), image.num_valid, tile.anchor_boxes, tile.anchor_indices,
+                    replica_best[static_cast<std::size_t>(core.replica)][n], settings.labeler.matcher));
+                positives[c] += std::count_if(matches[c].back().begin(), matches[c].back().end(),
+                                              [](std::int32_t match) { return match >= 0; });
+            }
+            core.events.push_back({static_cast<std::int64_t>(c), -1, EventKind::Compute, StepPhase::Forward, start, now(), 0, 0, -1});
+        });
+        std::vector<std::int64_t> replica_positives(static_cast<std::size_t>(mesh.num_replicas), 0);
+        for (std::int64_t r = 0; r < mesh.num_replicas; ++r) {
+            for (std::int64_t i = 0; i < per_replica; ++i) replica_positives[static_cast<std::size_t>(r)] += positives[static_cast<std::size_t>(mesh_core(r, i))];
+        }
         std::vector<detection::DetectionLossPartial> partials(cores.size());
-        const auto split = [&](std::size_t c) {
-            const std::span<const Tensor> all(outputs[c]);
-            return std::pair{all.subspan(0, levels), all.subspan(levels, levels)};
-        };
+        gradients.assign(cores.size(), {});
         each_core(StepPhase::Forward, -1, [&](Core& core) {
             const std::size_t c = static_cast<std::size_t>(mesh_core(core.replica, core.index));
             const DetectionTile& tile = detection_tiles[static_cast<std::size_t>(core.index)];
             const double start = now();
             std::vector<detection::AnchorTargets> images;
             for (std::size_t n = 0; n < core.ground_truth.size(); ++n) {
-                const detection::PaddedGroundTruth& image = core.ground_truth[n];
-                std::vector<std::int32_t> matches = detection::match_anchor_subset(
-                    ious[c][n], tile.anchor_indices, replica_best[static_cast<std::size_t>(core.replica)][n], image.num_valid,
-                    settings.labeler.matcher);
-                images.push_back(detection::targets_from_matches(std::move(matches), image, tile.anchor_boxes, settings.labeler));
+                images.push_back(detection::targets_from_matches(std::move(matches[c][n]), core.ground_truth[n],
+                                                                 tile.anchor_boxes, settings.labeler));
             }
-            targets[c] = detection::to_head_layout(images, detector->anchors(), tile.cells);
-            const auto [class_outputs, box_outputs] = split(c);
-            partials[c] = detection::detection_loss_partial(class_outputs, box_outputs, targets[c], settings.loss);
+            const detection::HeadTargets targets = detection::to_head_layout(images, detector->anchors(), tile.cells);
+            images.clear();
+            const std::vector<Tensor> outputs = core.executor->outputs();
+            const std::span<const Tensor> all(outputs);
+            detection::DetectionTileLoss tile_loss =
+                detection::detection_loss_on_tile(all.subspan(0, levels), all.subspan(levels, levels), targets,
+                                                  replica_positives[static_cast<std::size_t>(core.replica)], settings.loss);
+            partials[c] = tile_loss.partial;
+            gradients[c] = std::move(tile_loss.class_gradients);
+            for (Tensor& gradient : tile_loss.box_gradients) gradients[c].push_back(std::move(gradient));
             core.events.push_back({static_cast<std::int64_t>(c), -1, EventKind::Compute, StepPhase::Forward, start, now(), 0, 0, -1});
         });
-        std::vector<detection::DetectionLossPartial> totals(static_cast<std::size_t>(mesh.num_replicas));
-        for (std::int64_t r = 0; r < mesh.num_replicas; ++r) {
-            for (std::int64_t i = 0; i < per_replica; ++i) totals[static_cast<std::size_t>(r)] += partials[static_cast<std::size_t>(mesh_core(r, i))];
-        }
-        std::vector<double> replica_loss(static_cast<std::size_t>(mesh.num_replicas), 0.0);
-        gradients.assign(cores.size(), {});
-        each_core(StepPhase::Forward, -1, [&](Core& core) {
-            const std::size_t c = static_cast<std::size_t>(mesh_core(core.replica, core.index));
-            const auto [class_outputs, box_outputs] = split(c);
-            detection::DetectionLossResult result = detection::finish_detection_loss(
-                totals[static_cast<std::size_t>(core.replica)], class_outputs, box_outputs, targets[c], settings.loss);
-            if (core.index == 0) replica_loss[static_cast<std::size_t>(core.replica)] = result.value;
-            gradients[c] = std::move(result.class_gradients);
-            for (Tensor& gradient : result.box_gradients) gradients[c].push_back(std::move(gradient));
-        });
         double loss_sum = 0;
-        for (double value : replica_loss) loss_sum += value;
+        for (std::int64_t r = 0; r < mesh.num_replicas; ++r) {
+            detection::DetectionLossPartial total;
+            for (std::int64_t i = 0; i < per_replica; ++i) total += partials[static_cast<std::size_t>(mesh_core(r, i))];
+            loss_sum += detection::detection_loss_value(total, settings.loss).value;
+        }
         return loss_sum / static_cast<double>(mesh.num_replicas);
+    }
+
+    // Bytes of a core's graph outputs in f32: the loss gradients it hands to backward (begin_backward
+    // copies them into its own buffers, which its ledger counts).
+    std::int64_t output_bytes(std::int64_t index) const {
+        const graph::Graph& g = core_graphs.graphs[static_cast<std::size_t>(index)];
+        std::int64_t bytes = 0;
+        for (int output : g.output_nodes()) bytes += num_elements_of(g.node(output).output_shape) * 4;
+        return bytes;
+    }
+
+    // What one core's detection loss holds while it runs (detection_loss_and_gradients): its anchors'
+    // targets flat ([M, K + 4] and two weights) and in the heads' layout, and a plain copy of its outputs.
+    std::int64_t largest_target_bytes() const {
+        if (!detector) return 0;
+        std::size_t largest_tile = 0;
+        for (const DetectionTile& tile : detection_tiles) largest_tile = std::max(largest_tile, tile.anchor_indices.size());
+        const std::int64_t batch = model.node(model.input_node()).output_shape[0];
+        const std::int64_t classes = detector->config().labeler.num_classes;
+        return batch * static_cast<std::int64_t>(largest_tile) * 4 * (2 * (classes + 6) + (classes + 4));
     }
 
     // The cells of every level each core holds: its tiles of the class outputs (the box outputs' are the same).
@@ -535,6 +568,7 @@ struct CoreMesh::Impl {
             std::vector<Tensor>& gradients = output_gradients[static_cast<std::size_t>(mesh_core(core.replica, core.index))];
             for (Tensor& gradient : gradients) train::scale_loss_gradient(gradient, result.loss_scale);
             core.executor->begin_backward(gradients);
+            gradients = {};  // the executor holds its copy (in its layout)
         });
         backward();
         const double backward_end = now();
@@ -615,24 +649,15 @@ struct CoreMesh::Impl {
         const bool applied = train::finish_update(
             *loss_scaler, result.loss_scale, copies,
             [&] {
-                // Every core would compute the same bits from the same all-reduced gradients: mesh core 0
-                // computes the update and the others copy its weights, so the host keeps one set of
-                // optimizer slots instead of one per core (a core's ledger still counts its own: a
-                // device core holds them).
+                // Every core would compute the same bits from the same all-reduced gradients, and on the
+                // host they share mesh core 0's weights: core 0 computes the update, once, so the host
+                // keeps one set of optimizer slots instead of one per core (a core's ledger still counts
+                // its own: a device core holds them).
                 each_core(StepPhase::Update, -1, [&](Core& core) {
                     if (&core != &cores.front()) return;
                     const double start = now();
                     core.optimizer->step(core.executor->parameters(), result.learning_rate);
                     core.events.push_back({0, -1, EventKind::Compute, StepPhase::Update, start, now(), 0, 0, -1});
-                });
-                const std::span<const Parameter> updated = cores.front().executor->parameters();
-                each_core(StepPhase::Update, -1, [&](Core& core) {
-                    if (&core == &cores.front()) return;
-                    const double start = now();
-                    const std::span<Parameter> own = core.executor->parameters();
-                    for (std::size_t p = 0; p < own.size(); ++p) own[p].value.copy_from(updated[p].value);
-                    core.events.push_back({mesh_core(core.replica, core.index), -1, EventKind::Compute, StepPhase::Update, start,
-                                           now(), 0, 0, -1});
                 });
             },
             context);
@@ -718,48 +743,76 @@ CoreMesh::CoreMesh(graph::Graph model, MeshConfig mesh, train::TrainerConfig con
     impl.cores.resize(static_cast<std::size_t>(impl.total_cores));
     for (const graph::ParameterSpec& spec : impl.model.parameters()) impl.parameter_bytes += num_elements_of(spec.shape) * 4;
     // What each compiled core holds, measured: the kernels' reordered and converted copies depend on the
-    // layouts oneDNN picks for this CPU, which no estimate made before compiling knows.
+    // layouts oneDNN picks for this CPU, which no estimate made before compiling knows. On the host the
+    // cores share one copy of the weights (see build below) and one set of optimizer slots (update()); a
+    // core also hands its loss gradients to backward as plain tensors beside its own buffers, and a
+    // detector's targets exist for one core per host thread at a time (detection_loss_and_gradients).
     std::mutex budget_mutex;
     std::int64_t built_cores = 0, built_bytes = 0, largest_core_bytes = 0;
+    std::int64_t smallest_core_bytes = std::numeric_limits<std::int64_t>::max();
     std::optional<graph::MemoryReport> largest_report;
+    std::int64_t largest_index = 0;
     std::atomic<bool> over_budget{false};
     const std::int64_t slot_bytes =
         static_cast<std::int64_t>(train::make_optimizer(impl.config.optimizer)->slot_names().size()) * impl.parameter_bytes;
-    // Compiling a core's graph is independent of the others: spread over the pool.
-    impl.pool->run(impl.total_cores, [&](std::int64_t c) {
+    const std::int64_t target_bytes = std::min<std::int64_t>(impl.mesh.host_threads, impl.total_cores) * impl.largest_target_bytes();
+    const std::int64_t held_once = impl.parameter_bytes + slot_bytes + target_bytes;
+    const auto build = [&](std::int64_t c) {
         if (over_budget) return;
         Impl::Core& core = impl.cores[static_cast<std::size_t>(c)];
         core.replica = c / impl.per_replica;
         core.index = c % impl.per_replica;
         core.executor = std::make_unique<graph::Executor>(impl.core_graphs.graphs[static_cast<std::size_t>(core.index)], options);
-        core.executor->initialize_parameters(impl.config.seed);  // same seed: the same weights on every core
+        core.executor->initialize_parameters(impl.config.seed);  // and its batch-norm statistics
+        if (c > 0) {
+            // Every core holds the same weights (the same initialisation, the same update): on the host they
+            // share mesh core 0's storage, which the kernels read at each call. A core's ledger still counts
+            // its own copy, as a device core holds one.
+            const std::span<Parameter> own = core.executor->parameters();
+            const std::span<const Parameter> first = impl.cores.front().executor->parameters();
+            for (std::size_t p = 0; p < own.size(); ++p) own[p].value = first[p].value;
+        }
         core.optimizer = train::make_optimizer(impl.config.optimizer);
         if (impl.mesh.host_memory_bytes <= 0) return;
         const graph::MemoryReport report = core.executor->memory_report();
-        const std::int64_t bytes = report.total();
+        // Its own bytes; the weights it shares are counted once, in held_once.
+        const std::int64_t bytes = report.total() - impl.parameter_bytes + impl.output_bytes(core.index);
         const std::lock_guard lock(budget_mutex);
         ++built_cores;
         built_bytes += bytes;
         if (bytes > largest_core_bytes) {
             largest_core_bytes = bytes;
             largest_report = report;
+            largest_index = core.index;
         }
-        // The cores not built yet are assumed as large as the largest so far; the optimizer's slots
-        // are held once (only mesh core 0 steps, see update()).
-        if (built_bytes + (impl.total_cores - built_cores) * largest_core_bytes + slot_bytes > impl.mesh.host_memory_bytes) {
-            over_budget = true;
-        }
-    });
+        smallest_core_bytes = std::min(smallest_core_bytes, bytes);
+        // Building stops once the budget cannot hold the rest, each counted as 90 % of the smallest so far:
+        // the cores of a mesh differ by their halos, a few percent (at 2560² core 0 holds 2 % more than
+        // the others; counting the rest as the largest refused a mesh that fits). The whole mesh, once
+        // built, is checked on what it measured.
+        const std::int64_t rest = (impl.total_cores - built_cores) * (smallest_core_bytes / 10 * 9);
+        if (built_bytes + rest + held_once > impl.mesh.host_memory_bytes) over_budget = true;
+    };
+    // Mesh core 0 first (the others take its weights); compiling the others is independent: over the pool.
+    build(0);
+    impl.pool->run(impl.total_cores - 1, [&](std::int64_t c) { build(c + 1); });
     if (over_budget) {
         const graph::MemoryReport& r = *largest_report;
-        const std::int64_t needed = built_bytes + (impl.total_cores - built_cores) * largest_core_bytes + slot_bytes;
-        TESSERA_REJECT("the " << impl.total_cores << " simulated core(s) need about " << format_gib(needed)
+        const std::int64_t needed = built_bytes + (impl.total_cores - built_cores) * (smallest_core_bytes / 10 * 9) + held_once;
+        const bool measured_all = built_cores == impl.total_cores;
+        std::ostringstream detection_part;
+        if (target_bytes > 0) detection_part << "; detection targets, " << format_gib(target_bytes);
+        TESSERA_REJECT("the " << impl.total_cores << " simulated core(s) need " << (measured_all ? "" : "at least ") << format_gib(needed)
                               << " of this machine's memory, more than the " << format_gib(impl.mesh.host_memory_bytes)
-                              << " a run may use here (measured on the " << built_cores << " compiled first: the largest holds "
+                              << " a run may use here ("
+                              << (measured_all ? "measured on every one" : "measured on the " + std::to_string(built_cores) + " compiled first")
+                              << ": the largest holds "
                               << format_gib(largest_core_bytes) << " — activations " << format_gib(r.activations + r.halo_buffers)
                               << ", activation gradients " << format_gib(r.activation_gradients) << ", kernel workspace "
-                              << format_gib(r.workspace) << ", weights and gradients " << format_gib(r.weights + r.weight_gradients)
-                              << "; optimizer slots, held once, " << format_gib(slot_bytes)
+                              << format_gib(r.workspace) << ", weight gradients " << format_gib(r.weight_gradients)
+                              << ", loss gradients " << format_gib(impl.output_bytes(largest_index))
+                              << "; weights, held once, " << format_gib(impl.parameter_bytes) << "; optimizer slots, held once, "
+                              << format_gib(slot_bytes) << detection_part.str()
                               << "). Train a smaller input (input.size) or batch, plan it instead (tessera-cli plan), or "
                                  "raise TESSERA_HOST_MEMORY on a machine with more memory.");
     }
@@ -847,7 +900,9 @@ void CoreMesh::load_checkpoint(const std::vector<train::NamedTensor>& weights, c
     const std::int64_t step_value = train::read_counter_entry(*step);
     impl.loss_scaler->load_state(scaler_state);
     for (Impl::Core& core : impl.cores) {
-        for (std::size_t p = 0; p < parameter_values.size(); ++p) core.executor->parameters()[p].value.copy_from(*parameter_values[p]);
+        if (&core == &impl.cores.front()) {  // the other cores share its weights
+            for (std::size_t p = 0; p < parameter_values.size(); ++p) core.executor->parameters()[p].value.copy_from(*parameter_values[p]);
+        }
         const auto& values = replica_buffers[static_cast<std::size_t>(core.replica)];
         for (std::size_t b = 0; b < values.size(); ++b) core.executor->buffers()[b].copy_from(*values[b]);
         core.optimizer->reset();
@@ -1044,6 +1099,20 @@ Tensor gather(const CoreMesh& mesh, const std::vector<Tensor>& tiles, int model_
     return whole;
 }
 }  // namespace
+
+double CoreMesh::detection_loss(std::span<const detection::PaddedGroundTruth> ground_truth) {
+    Impl& impl = *m_impl;
+    TESSERA_CHECK(impl.detector, "this mesh was not configured for detection (TrainerConfig::detection)");
+    const std::int64_t batch = impl.model.node(impl.model.input_node()).output_shape[0];
+    TESSERA_CHECK(static_cast<std::int64_t>(ground_truth.size()) == batch * impl.mesh.num_replicas,
+                  "expected one ground truth per image (" << batch * impl.mesh.num_replicas << "), got " << ground_truth.size());
+    for (Impl::Core& core : impl.cores) {
+        const auto first = ground_truth.begin() + core.replica * batch;
+        core.ground_truth.assign(first, first + batch);
+    }
+    std::vector<std::vector<Tensor>> unused_gradients;
+    return impl.detection_loss_and_gradients(unused_gradients);
+}
 
 Tensor CoreMesh::gather_activation(int model_node, std::int64_t replica) const {
     return gather_tiles(model_node, replica, false);

@@ -122,6 +122,11 @@ public:
     // Forward in evaluation mode on images [R·n, C, (D,) H, W]: every model output (Graph::output_nodes()
     // order) gathered from the tiles, replica r's rows r·n … (r+1)·n − 1. A detector's heads for inference.
     std::vector<Tensor> predict_outputs(const Tensor& images);
+    // A detector's loss on the outputs of the last predict_outputs, averaged over replicas, with one padded
+    // ground truth per image: computed on each core's tile as a training step does (its anchors' targets,
+    // one core per host thread at a time), not on the gathered outputs (at 2560² the whole image's targets
+    // and gradients would be 1.3 GB more).
+    double detection_loss(std::span<const detection::PaddedGroundTruth> ground_truth);
 
     std::int64_t num_cores() const;
     std::int64_t cores_per_replica() const;

@@ -239,8 +239,7 @@ struct TrainingRun::Impl {
                     i < n ? examples.back().name : "padding"));
             }
             const std::vector<Tensor> outputs = mesh->predict_outputs(images);
-            const detection::DetectorStep scored = detector->loss_and_gradients(outputs, ground_truth);
-            loss_sum += scored.loss.value * static_cast<double>(n);
+            loss_sum += mesh->detection_loss(ground_truth) * static_cast<double>(n);
             const std::vector<Tensor> class_outputs(outputs.begin(), outputs.begin() + static_cast<std::ptrdiff_t>(num_levels));
             const std::vector<Tensor> box_outputs(outputs.begin() + static_cast<std::ptrdiff_t>(num_levels), outputs.end());
             std::vector<std::vector<detection::ScoredBox>> detections =

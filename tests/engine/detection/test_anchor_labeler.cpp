@@ -103,12 +103,13 @@ TEST(AnchorLabeler, TinyImageInTheHeadsLayout) {
     float hot = 0;
     for (std::int64_t i = 0; i < level.class_targets.num_elements(); ++i) hot += level.class_targets.data<float>()[i];
     EXPECT_EQ(hot, 2.0f);
-    for (std::int64_t k = 0; k < 3; ++k) EXPECT_EQ(level.class_weights.at<float>({0, k, 1, 2}), 0.0f);  // ignored
+    EXPECT_EQ(level.class_weights.shape(), (Shape{1, 1, 4, 4}));   // [N, A, H, W]: one weight per anchor
+    EXPECT_EQ(level.class_weights.at<float>({0, 0, 1, 2}), 0.0f);  // ignored
     EXPECT_EQ(level.class_weights.at<float>({0, 0, 3, 3}), 1.0f);
     EXPECT_NEAR(level.box_targets.at<float>({0, 1, 2, 2}), -1.25f, k_code_tolerance);  // dy of anchor 10
     EXPECT_NEAR(level.box_targets.at<float>({0, 2, 0, 0}), -1.4384104f, k_code_tolerance);
-    EXPECT_EQ(level.box_weights.at<float>({0, 3, 2, 2}), 1.0f);
-    EXPECT_EQ(level.box_weights.at<float>({0, 3, 1, 2}), 0.0f);
+    EXPECT_EQ(level.box_weights.at<float>({0, 0, 2, 2}), 1.0f);
+    EXPECT_EQ(level.box_weights.at<float>({0, 0, 1, 2}), 0.0f);
 }
 
 // Two levels, A = 2 (ratios 1, 2), K = 2, a batch of 2 images: every element of the heads' layout equals
@@ -142,14 +143,12 @@ TEST(AnchorLabeler, HeadsLayoutOfABatch) {
                         for (std::int64_t k = 0; k < 2; ++k) {
                             EXPECT_EQ(out.class_targets.at<float>({n, a * 2 + k, i, j}),
                                       flat.class_targets.at<float>({index, k}));
-                            EXPECT_EQ(out.class_weights.at<float>({n, a * 2 + k, i, j}),
-                                      flat.class_weights.at<float>({index}));
                         }
+                        EXPECT_EQ(out.class_weights.at<float>({n, a, i, j}), flat.class_weights.at<float>({index}));
+                        EXPECT_EQ(out.box_weights.at<float>({n, a, i, j}), flat.box_weights.at<float>({index}));
                         for (std::int64_t c = 0; c < 4; ++c) {
                             EXPECT_EQ(out.box_targets.at<float>({n, a * 4 + c, i, j}),
                                       flat.box_targets.at<float>({index, c}));
-                            EXPECT_EQ(out.box_weights.at<float>({n, a * 4 + c, i, j}),
-                                      flat.box_weights.at<float>({index}));
                         }
                     }
                 }
@@ -190,13 +189,15 @@ TEST(AnchorLabeler, LossesTakeBothLayoutsAlike) {
                 }
             }
         }
+        // [1, A·C, H, W] read as [A, C, H, W], the per-anchor weights [1, A, H, W] as [A, H, W] (detection_loss.cpp).
         const double normalizer = static_cast<double>(head.num_positive);
-        focal_levels +=
-            loss::sigmoid_focal_loss(logits, head.levels[l].class_targets, normalizer, {}, head.levels[l].class_weights)
-                .value;
-        smooth_levels +=
-            loss::smooth_l1_loss(boxes, head.levels[l].box_targets, 4 * normalizer, {}, head.levels[l].box_weights)
-                .value;
+        const Shape by_anchor{9, 4, level.height, level.width}, weights{9, level.height, level.width};
+        focal_levels += loss::sigmoid_focal_loss(logits.reshape(by_anchor), head.levels[l].class_targets.reshape(by_anchor),
+                                                 normalizer, {}, head.levels[l].class_weights.reshape(weights))
+                            .value;
+        smooth_levels += loss::smooth_l1_loss(boxes.reshape(by_anchor), head.levels[l].box_targets.reshape(by_anchor),
+                                              4 * normalizer, {}, head.levels[l].box_weights.reshape(weights))
+                             .value;
     }
     const double normalizer = static_cast<double>(flat.num_positive);
     const double focal_flat =

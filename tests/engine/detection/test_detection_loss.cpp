@@ -26,25 +26,24 @@ Batch make_batch(std::uint64_t seed) {
     for (std::size_t level = 0; level < sizes.size(); ++level) {
         const auto [height, width] = sizes[level];
         const Shape class_shape{2, kAnchors * kClasses, height, width}, box_shape{2, kAnchors * 4, height, width};
+        const Shape anchor_shape{2, kAnchors, height, width};  // the weights: one per anchor
         batch.class_outputs.push_back(reference::random_uniform(class_shape, seed + level, -4.0, 2.0));
         batch.box_outputs.push_back(reference::random_uniform(box_shape, seed + 10 + level, -0.3, 0.3));
-        LevelTargets target{Tensor::zeros(class_shape, DType::F32), Tensor::zeros(class_shape, DType::F32),
-                            reference::random_uniform(box_shape, seed + 20 + level, -0.3, 0.3), Tensor::zeros(box_shape, DType::F32)};
+        LevelTargets target{Tensor::zeros(class_shape, DType::F32), Tensor::zeros(anchor_shape, DType::F32),
+                            reference::random_uniform(box_shape, seed + 20 + level, -0.3, 0.3), Tensor::zeros(anchor_shape, DType::F32)};
         for (std::int64_t n = 0; n < 2; ++n) {
             for (std::int64_t y = 0; y < height; ++y) {
                 for (std::int64_t x = 0; x < width; ++x) {
                     for (std::int64_t a = 0; a < kAnchors; ++a, ++anchor_counter) {
                         const bool positive = anchor_counter % 3 == 0;
                         const bool ignored = !positive && anchor_counter % 5 == 0;
+                        const std::int64_t anchor_offset = ((n * kAnchors + a) * height + y) * width + x;
+                        target.class_weights.data<float>()[anchor_offset] = ignored ? 0.0f : 1.0f;
+                        target.box_weights.data<float>()[anchor_offset] = positive ? 1.0f : 0.0f;
                         for (std::int64_t k = 0; k < kClasses; ++k) {
                             const std::int64_t channel = a * kClasses + k;
                             const std::int64_t offset = ((n * kAnchors * kClasses + channel) * height + y) * width + x;
-                            target.class_weights.data<float>()[offset] = ignored ? 0.0f : 1.0f;
                             target.class_targets.data<float>()[offset] = positive && k == (y * width + x + a) % kClasses ? 1.0f : 0.0f;
-                        }
-                        for (std::int64_t c = 0; c < 4; ++c) {
-                            const std::int64_t offset = ((n * kAnchors * 4 + a * 4 + c) * height + y) * width + x;
-                            target.box_weights.data<float>()[offset] = positive ? 1.0f : 0.0f;
                         }
                         batch.targets.num_positive += positive;
                     }
@@ -54,6 +53,13 @@ Batch make_batch(std::uint64_t seed) {
         batch.targets.levels.push_back(std::move(target));
     }
     return batch;
+}
+
+// The weight of channel entry i of [N, A·C, H, W] from the per-anchor weights [N, A, H, W].
+float weight_of(const Tensor& weights, std::int64_t channels_per_anchor, std::int64_t i) {
+    const std::int64_t plane = weights.dim(2) * weights.dim(3);
+    const std::int64_t channel_block = i / plane;  // n · A·C + a·C + c
+    return weights.data<float>()[(channel_block / channels_per_anchor) * plane + i % plane];
 }
 
 // The definitions, in double: focal −α_t (1 − p_t)^γ log p_t, huber 0.5x² or δ(|x| − δ/2).
@@ -67,12 +73,12 @@ double expected_value(const Batch& batch, const DetectionLossOptions& options) {
             const double p = 1 / (1 + std::exp(-x));
             const double p_t = positive ? p : 1 - p;
             const double alpha_t = positive ? options.focal.alpha : 1 - options.focal.alpha;
-            focal += target.class_weights.data<float>()[i] * -alpha_t * std::pow(1 - p_t, options.focal.gamma) * std::log(p_t);
+            focal += weight_of(target.class_weights, kClasses, i) * -alpha_t * std::pow(1 - p_t, options.focal.gamma) * std::log(p_t);
         }
         for (std::int64_t i = 0; i < target.box_targets.num_elements(); ++i) {
             const double residual = std::abs(double{batch.box_outputs[level].data<float>()[i]} - target.box_targets.data<float>()[i]);
             const double delta = options.box.delta;
-            huber += target.box_weights.data<float>()[i] * (residual <= delta ? 0.5 * residual * residual : delta * (residual - 0.5 * delta));
+            huber += weight_of(target.box_weights, 4, i) * (residual <= delta ? 0.5 * residual * residual : delta * (residual - 0.5 * delta));
         }
     }
     const double positives = std::max<double>(static_cast<double>(batch.targets.num_positive), 1.0);
@@ -131,7 +137,6 @@ TEST(DetectionLoss, TilesAddUpToTheWholeBatch) {
             const Tensor positives = columns(target.box_weights, begin, width);
             for (std::int64_t i = 0; i < positives.num_elements(); ++i) tiles[tile].targets.num_positive += positives.data<float>()[i] == 1.0f;
         }
-        tiles[tile].targets.num_positive /= 4;  // four box codes per positive anchor
     }
     DetectionLossPartial total;
     for (const Tile& tile : tiles) total += detection_loss_partial(tile.class_outputs, tile.box_outputs, tile.targets);

@@ -198,6 +198,42 @@ TEST(ArgmaxMatcherTiles, TilesOfRealAnchorsGiveTheWholeResult) {
     EXPECT_NE(std::find(forced.begin(), forced.end(), 4), forced.end());
 }
 
+TEST(ArgmaxMatcherBlocked, BoxesMatchedABlockAtATimeGiveTheMatrixResult) {
+    // 320×256 (H × W), levels 3..7: more than three blocks of 4,096 anchors. A box outside the image
+    // overlaps no anchor (its row ties at 0 everywhere: force-matched to anchor 0, across every block
+    // boundary); a tiny box is matched only by force; two padding rows.
+    const AnchorSet anchors = make_anchors(320, 256, AnchorOptions{});
+    ASSERT_GT(anchors.count(), 3 * 4096);
+    const std::vector<Box> ground_truth = {{10, 12, 40, 44},     {60, 5, 220, 150}, {130, 170, 133, 172},
+                                           {900, 900, 910, 910}, {0, 90, 256, 256}, {17, 200, 80, 230},
+                                           {0, 0, 0, 0},         {0, 0, 0, 0}};
+    const std::int64_t num_valid = 6;
+    const Tensor iou = iou_matrix(ground_truth, anchors.boxes, num_valid);
+    for (const MatcherOptions& options : all_flag_settings()) {
+        const Matches whole = match_anchors(iou, num_valid, options);
+        EXPECT_EQ(match_anchors(ground_truth, num_valid, anchors.boxes, options), whole);
+        // Shuffled subsets, each spanning blocks: partials from the boxes, combined as the all-reduce does.
+        const auto subsets = random_split(anchors.count(), {0.6, 0.4}, 5);
+        std::vector<std::vector<Box>> subset_boxes;
+        RowBestPartial all;
+        for (const auto& subset : subsets) {
+            std::vector<Box> boxes;
+            for (std::int64_t index : subset) boxes.push_back(anchors.boxes[static_cast<std::size_t>(index)]);
+            const RowBestPartial mine = row_best_partial(ground_truth, num_valid, boxes, subset);
+            all = all.best_iou.empty() ? mine : combine(all, mine);
+            subset_boxes.push_back(std::move(boxes));
+        }
+        Matches result(whole.size(), 99);
+        for (std::size_t s = 0; s < subsets.size(); ++s) {
+            const Matches part = match_anchor_subset(ground_truth, num_valid, subset_boxes[s], subsets[s], all, options);
+            for (std::size_t c = 0; c < subsets[s].size(); ++c) result[static_cast<std::size_t>(subsets[s][c])] = part[c];
+        }
+        EXPECT_EQ(result, whole);
+    }
+    const Matches forced = match_anchors(ground_truth, num_valid, anchors.boxes, options_of(0.5f, 0.5f, true, true));
+    EXPECT_EQ(forced[0], 3);  // the box outside the image forces the lowest anchor
+}
+
 TEST(OneHotGather, MatchedRowsAndZeros) {
     const Tensor rows = matrix_from(3, 2, {1, 2, 3, 4, 5, 6});
     const Tensor gathered = gather_by_one_hot(Matches{2, -1, 0, -2, 2}, rows);

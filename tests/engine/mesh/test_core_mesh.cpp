@@ -7,6 +7,7 @@
 #include "core/random.hpp"
 #include "networks/models.hpp"
 #include "networks/retinanet.hpp"
+#include "detection/detector.hpp"
 
 #include <gtest/gtest.h>
 
@@ -184,14 +185,29 @@ TEST(CoreMesh, ARunThatCannotFitFailsBeforeAnyWorkAndSaysWhatWouldFit) {
 // fit together, before building the rest (a run the kernel would kill part-way otherwise).
 TEST(CoreMesh, RefusesWhenItsCoresCannotFitThisMachinesMemoryBeforeBuildingTheRest) {
     const graph::Graph model = unet();
-    // What the host holds: every core's compiled graph, and the optimizer's slots once (only mesh core 0
-    // steps; each core's ledger counts its own slots, as a device core holds them).
-    std::int64_t cores_total = 0;
+    // What the host holds: every core's compiled graph with the loss gradients it hands to backward (its
+    // outputs, f32), the weights and the optimizer's slots once (the cores share mesh core 0's weights and
+    // only it steps; each core's ledger counts its own, as a device core holds them). A budget of exactly
+    // that builds, in whatever order the cores compile; one byte less is refused once all are measured.
+    std::int64_t cores_total = 0, held_once = 0;
     {
         mesh::CoreMesh unlimited(model, grid(kInput, {2, 2}), sgd());
-        for (std::int64_t core = 0; core < unlimited.num_cores(); ++core) cores_total += unlimited.executor(core).memory_report().total();
-        cores_total += unlimited.memory().front().optimizer_slots;
+        std::int64_t weight_bytes = 0;
+        for (const graph::ParameterSpec& spec : model.parameters()) weight_bytes += num_elements_of(spec.shape) * 4;
+        for (std::int64_t core = 0; core < unlimited.num_cores(); ++core) {
+            std::int64_t bytes = unlimited.executor(core).memory_report().total() - weight_bytes;
+            const graph::Graph& core_graph = unlimited.core_graphs().graphs[static_cast<std::size_t>(core)];
+            for (int output : core_graph.output_nodes()) bytes += num_elements_of(core_graph.node(output).output_shape) * 4;
+            cores_total += bytes;
+            for (std::size_t p = 0; p < model.parameters().size(); ++p) {  // shared, not copied
+                EXPECT_EQ(unlimited.executor(core).parameters()[p].value.raw_data(),
+                          unlimited.executor(0).parameters()[p].value.raw_data());
+            }
+        }
+        held_once = weight_bytes + unlimited.memory().front().optimizer_slots;
+        cores_total += held_once;
         ASSERT_GT(unlimited.memory().front().optimizer_slots, 0);
+        ASSERT_GT(unlimited.memory().back().weights, weight_bytes - 1);  // a core's ledger keeps counting its own copy
     }
     mesh::MeshConfig exact = grid(kInput, {2, 2});
     exact.host_memory_bytes = cores_total;
@@ -200,7 +216,8 @@ TEST(CoreMesh, RefusesWhenItsCoresCannotFitThisMachinesMemoryBeforeBuildingTheRe
     mesh::MeshConfig one_byte_short = exact;
     one_byte_short.host_memory_bytes = cores_total - 1;
     const std::string message = error_of([&] { mesh::CoreMesh mesh(model, one_byte_short, sgd()); });
-    EXPECT_NE(message.find("the 4 simulated core(s) need about"), std::string::npos) << message;
+    EXPECT_NE(message.find("the 4 simulated core(s) need "), std::string::npos) << message;
+    EXPECT_NE(message.find("measured on every one"), std::string::npos) << message;  // one byte short: known at the end
     EXPECT_NE(message.find("a run may use here"), std::string::npos) << message;
     EXPECT_NE(message.find("kernel workspace"), std::string::npos) << message;
     EXPECT_NE(message.find("TESSERA_HOST_MEMORY"), std::string::npos) << message;
@@ -274,11 +291,21 @@ TEST(CoreMesh, DetectorOutputsAreGatheredAndBadBatchesRefused) {
     const std::vector<Tensor> outputs = mesh.predict_outputs(images);
     ASSERT_EQ(outputs.size(), model.output_nodes().size());
 
+    // The loss of those outputs on the cores' tiles (each core its anchors' targets) against the single-core
+    // detector's on one image's whole outputs, averaged over the replicas as a training step averages.
+    const std::vector<detection::PaddedGroundTruth> truth = {
+        detection::pad_ground_truth(std::vector<detection::LabeledBox>{{{10, 12, 60, 70}, 3}, {{64, 20, 120, 90}, 1}}, 4),
+        detection::pad_ground_truth(std::vector<detection::LabeledBox>{{{5, 80, 40, 126}, 0}}, 4)};
+    const double mesh_loss = mesh.detection_loss(truth);
+    const detection::Detector detector(*config.detection, 128, 128);
+    double reference_loss = 0;
+
     graph::Executor reference(model);
     reference.initialize_parameters(config.seed);
     for (std::int64_t replica = 0; replica < 2; ++replica) {
         reference.forward(images.view_box({replica, 0, 0, 0}, {1, 3, 128, 128}).contiguous(), graph::Mode::Eval);
         const std::vector<Tensor> expected = reference.outputs();
+        reference_loss += detector.loss_and_gradients(expected, std::span(&truth[static_cast<std::size_t>(replica)], 1)).loss.value / 2;
         for (std::size_t o = 0; o < outputs.size(); ++o) {
             const std::vector<std::int64_t> begin{replica, 0, 0, 0};
             std::vector<std::int64_t> row(outputs[o].shape().begin(), outputs[o].shape().end());
@@ -294,7 +321,12 @@ TEST(CoreMesh, DetectorOutputsAreGatheredAndBadBatchesRefused) {
         }
     }
 
+    EXPECT_NEAR(mesh_loss, reference_loss, 1e-5 * reference_loss);
+    EXPECT_GT(reference_loss, 0.0);
+
     const std::vector<detection::PaddedGroundTruth> one_truth(1, detection::pad_ground_truth({}, 4));
+    const std::string eval_count = error_of([&] { mesh.detection_loss(one_truth); });
+    EXPECT_NE(eval_count.find("expected one ground truth per image (2), got 1"), std::string::npos) << eval_count;
     const std::string count = error_of([&] { mesh.train_step(images, one_truth); });
     EXPECT_NE(count.find("expected one ground truth per image (2), got 1"), std::string::npos) << count;
     const std::string shape = error_of([&] { mesh.predict_outputs(images.view_box({0, 0, 0, 0}, {1, 3, 128, 128}).contiguous()); });
