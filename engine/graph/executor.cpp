@@ -329,6 +329,11 @@ void Executor::initialize_parameters(std::uint64_t seed) {
             case Initializer::Zeros: value.fill(0.0); break;
             case Initializer::Ones: value.fill(1.0); break;
             case Initializer::Constant: value.fill(specs[p].constant); break;
+            case Initializer::Normal: {
+                SeededRandom random(seed, p);
+                for (std::int64_t i = 0; i < count; ++i) data[i] = static_cast<float>(specs[p].constant * random.normal());
+                break;
+            }
             case Initializer::HeNormal: {
                 SeededRandom random(seed, p);  // one stream per parameter: adding a layer leaves the others alone
                 const double sigma = std::sqrt(2.0 / static_cast<double>(std::max<std::int64_t>(specs[p].fan_in, 1)));

@@ -40,6 +40,7 @@ enum class Initializer {
     Zeros,
     Ones,
     Constant,  // every element ParameterSpec::constant (a detector's prior-probability bias)
+    Normal,    // N(0, constant²): RetinaNet's head convolutions, σ = 0.01 (the paper, the TPU model, torchvision)
 };
 
 struct ParameterSpec {

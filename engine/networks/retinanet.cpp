@@ -148,6 +148,9 @@ Graph make_retinanet(const RetinaNetConfig& config, const Shape& input) {
         for (int level = config.min_level; level <= config.max_level; ++level) {
             outputs.push_back(add_head(g, feature[static_cast<std::size_t>(level)], config, subnet, level, channels, owners));
         }
+        // The literature's initialisation of the subnets (Lin et al. 2017; the TPU model and torchvision
+        // alike): weights N(0, 0.01²), biases 0, and the class logits' bias at the prior probability.
+        for (int owner : owners) g.set_initializer(g.node(owner).parameters[0], graph::Initializer::Normal, retinanet_head_weight_sigma);
         if (subnet == "class") g.set_initializer(g.node(owners.back()).parameters[1], graph::Initializer::Constant, prior_bias);
     }
     g.set_output(outputs.front());

@@ -71,6 +71,8 @@ struct RetinaNetConfig {
 };
 
 inline constexpr double retinanet_prior_probability = 0.01;
+// σ of the subnets' convolution weights at initialisation (the backbone and the pyramid stay He-normal).
+inline constexpr double retinanet_head_weight_sigma = 0.01;
 
 // input: [N, C, H, W] (C = 3 for images), H and W divisible by 2^max_level (128 by default).
 graph::Graph make_retinanet(const RetinaNetConfig& config, const Shape& input);

@@ -281,17 +281,22 @@ struct Floors {
 };
 
 // A shared bias (a detector's head, one parameter for every level) sums over every node that uses it.
-Floors floors_of(std::size_t parameter, graph::Executor& reference, double learning_rate, int steps) {
-    const std::string& name = reference.parameters()[parameter].name;
+// With replicas the gradient compared is their mean: its terms are every replica's (a replica whose
+// image gives small gradients would otherwise set a floor far below the rounding of the others' sums).
+Floors floors_of(std::size_t parameter, std::span<graph::Executor* const> replicas, double learning_rate, int steps) {
+    const std::string& name = replicas.front()->parameters()[parameter].name;
     const std::string component = name.substr(name.rfind('.') + 1);
     if (component != "bias" && component != "shift") return {};
     std::vector<double> sums;
-    for (const graph::Node& node : reference.graph().nodes()) {
-        if (std::find(node.parameters.begin(), node.parameters.end(), static_cast<int>(parameter)) == node.parameters.end()) continue;
-        add_summed_magnitudes(reference.activation_gradient(node.id), sums);
+    for (graph::Executor* reference : replicas) {
+        for (const graph::Node& node : reference->graph().nodes()) {
+            if (std::find(node.parameters.begin(), node.parameters.end(), static_cast<int>(parameter)) == node.parameters.end()) continue;
+            add_summed_magnitudes(reference->activation_gradient(node.id), sums);
+        }
     }
     EXPECT_FALSE(sums.empty()) << "no layer uses " << name;
     double norm = 0;
+    for (double& sum : sums) sum /= static_cast<double>(replicas.size());
     for (double sum : sums) norm += sum * sum;
     const double gradient_floor = std::sqrt(norm);
     return {gradient_floor, learning_rate * steps * gradient_floor};
@@ -303,12 +308,17 @@ template <class ReferenceExecutor>
 void compare_state(mesh::CoreMesh& mesh, ReferenceExecutor&& reference_executor, double learning_rate, int steps,
                    Comparison& result) {
     const graph::Graph& model = mesh.model();
+    std::vector<graph::Executor*> replicas;  // the distinct reference executors
+    for (std::int64_t r = 0; r < mesh.num_replicas(); ++r) {
+        graph::Executor* executor = &reference_executor(r);
+        if (std::find(replicas.begin(), replicas.end(), executor) == replicas.end()) replicas.push_back(executor);
+    }
     for (std::int64_t core = 0; core < mesh.num_cores(); ++core) {
         graph::Executor& mine = mesh.executor(core);
         graph::Executor& ref = reference_executor(core / mesh.cores_per_replica());
         for (std::size_t p = 0; p < ref.parameters().size(); ++p) {
             const std::string& name = ref.parameters()[p].name;
-            const Floors floors = floors_of(p, ref, learning_rate, steps);
+            const Floors floors = floors_of(p, replicas, learning_rate, steps);
             result.tensors.push_back(
                 {name, "gradient", core, relative_error(mine.parameters()[p].gradient, ref.parameters()[p].gradient, floors.gradient)});
             result.tensors.push_back(
