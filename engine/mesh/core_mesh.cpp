@@ -92,6 +92,7 @@ struct CoreMesh::Impl {
     };
     std::unique_ptr<detection::Detector> detector;
     std::vector<DetectionTile> detection_tiles;
+    std::int64_t host_bytes = 0;  // measured when built (CoreMesh::host_bytes)
     std::vector<Core> cores;
     std::unique_ptr<ThreadPool> pool;
     std::unique_ptr<train::LearningRateSchedule> schedule;
@@ -796,6 +797,7 @@ CoreMesh::CoreMesh(graph::Graph model, MeshConfig mesh, train::TrainerConfig con
     // Mesh core 0 first (the others take its weights); compiling the others is independent: over the pool.
     build(0);
     impl.pool->run(impl.total_cores - 1, [&](std::int64_t c) { build(c + 1); });
+    if (impl.mesh.host_memory_bytes > 0 && !over_budget) impl.host_bytes = built_bytes + held_once;
     if (over_budget) {
         const graph::MemoryReport& r = *largest_report;
         const std::int64_t needed = built_bytes + (impl.total_cores - built_cores) * (smallest_core_bytes / 10 * 9) + held_once;
@@ -832,6 +834,7 @@ CoreMesh::CoreMesh(graph::Graph model, MeshConfig mesh, train::TrainerConfig con
 
 CoreMesh::~CoreMesh() = default;
 
+std::int64_t CoreMesh::host_bytes() const { return m_impl->host_bytes; }
 std::int64_t CoreMesh::num_cores() const { return m_impl->total_cores; }
 std::int64_t CoreMesh::cores_per_replica() const { return m_impl->per_replica; }
 std::int64_t CoreMesh::num_replicas() const { return m_impl->mesh.num_replicas; }

@@ -128,6 +128,10 @@ public:
     // and gradients would be 1.3 GB more).
     double detection_loss(std::span<const detection::PaddedGroundTruth> ground_truth);
 
+    // What the cores hold on this host, measured as they were compiled (each core's graph and loss
+    // gradients, the shared weights and optimizer slots once, a detector's targets per host thread);
+    // 0 when MeshConfig::host_memory_bytes was not set (nothing measured).
+    std::int64_t host_bytes() const;
     std::int64_t num_cores() const;
     std::int64_t cores_per_replica() const;
     std::int64_t num_replicas() const;

@@ -32,6 +32,10 @@ struct RunStart {
     double host_prediction_uncertainty_seconds = 0;
     std::vector<std::int64_t> core_memory_bytes; // the simulated cores' peaks (ledger), one per core
     std::int64_t core_capacity_bytes = 0;
+    // What the simulated cores hold on this host, as the mesh measured them when it compiled them
+    // (CoreMesh::host_bytes), and what a run may use here (TESSERA_HOST_MEMORY).
+    std::int64_t host_memory_bytes = 0;
+    std::int64_t host_memory_budget_bytes = 0;
     std::string data;                            // the dataset's description
     std::vector<std::string> notes;              // what opening the model_dir found (TrainingRun::notes)
 };

@@ -609,6 +609,8 @@ RunSummary TrainingRun::train(RunObserver* observer, const std::atomic<bool>* st
     impl.predict_on_host(start);
     for (const mesh::MemoryLedger& ledger : impl.mesh->memory()) start.core_memory_bytes.push_back(ledger.peak());
     start.core_capacity_bytes = impl.device.memory_per_core;
+    start.host_memory_bytes = impl.mesh->host_bytes();
+    start.host_memory_budget_bytes = static_cast<std::int64_t>(host_memory_budget_bytes());
     start.data = impl.dataset->describe();
     start.notes = impl.notes;
     if (observer) observer->on_start(start);

@@ -41,7 +41,7 @@ def main():
     out = run(cli, "validate", *presets)
     if out.count("ok    ") != len(presets):
         sys.exit(f"validate: expected {len(presets)} ok lines\n{out}")
-    for name in ("unet2d_em_4way", "unet3d_ct_8way"):
+    for name in ("unet2d_em_4way", "unet3d_ct_8way", "retinanet_2560_8cores"):
         if f"{name}.json: " not in out or "trainable" not in out.split(f"{name}.json: ")[1].splitlines()[0]:
             sys.exit(f"validate: {name} should be trainable\n{out}")
 
@@ -53,14 +53,15 @@ def main():
         f.write(text.replace('"steps_per_eval"', '"steps_per_evl"'))
     run(cli, "validate", bad, expect_code=2, expect=["steps_per_evl: unknown field; did you mean \"steps_per_eval\"?"])
     run(cli, "train", bad, expect_code=2, expect=["steps_per_evl"])
-    run(cli, "train", preset("retinanet_2560_8cores"), expect_code=2, expect=["plan-only"])
+    run(cli, "train", preset("unet3d_ct_256_16cores"), expect_code=2, expect=["plan-only"])
     run(cli, "train", "--help", expect=["--steps", "--model-dir"])
     run(cli, "predict", preset("unet2d_em_4way"), os.path.join(work, "missing.png"), expect_code=2, expect=["missing.png"])
 
     # The 2D and 3D presets train for two steps, evaluate and checkpoint.
     em_dir = os.path.join(work, "em")
     out = run(cli, "train", preset("unet2d_em_4way"), "--steps", "2", "--model-dir", em_dir, "--plain",
-              expect=["step 1/2 loss", "step 2/2 loss", "eval  step 2", "membrane", "checkpoint step 2", "summary"])
+              expect=["step 1/2 loss", "step 2/2 loss", "eval  step 2", "membrane", "checkpoint step 2", "summary",
+                      "the cores hold"])
     records = jsonl(os.path.join(em_dir, "metrics.jsonl"))
     if [r["step"] for r in records if r["kind"] == "train"] != [1, 2] or not any(r["kind"] == "eval" for r in records):
         sys.exit(f"metrics.jsonl: expected steps 1, 2 and an evaluation, got {records}")

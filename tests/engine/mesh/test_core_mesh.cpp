@@ -211,7 +211,7 @@ TEST(CoreMesh, RefusesWhenItsCoresCannotFitThisMachinesMemoryBeforeBuildingTheRe
     }
     mesh::MeshConfig exact = grid(kInput, {2, 2});
     exact.host_memory_bytes = cores_total;
-    EXPECT_NO_THROW(mesh::CoreMesh(model, exact, sgd()));
+    EXPECT_EQ(mesh::CoreMesh(model, exact, sgd()).host_bytes(), cores_total);
 
     mesh::MeshConfig one_byte_short = exact;
     one_byte_short.host_memory_bytes = cores_total - 1;
