@@ -44,6 +44,8 @@ RawImage read_raw(const std::filesystem::path& path) {
             return io_detail::read_nifti(path);
         case VolumeFormat::MetaImage:
             return io_detail::read_metaimage(path);
+        case VolumeFormat::Mgh:
+            return io_detail::read_mgh(path);
         case VolumeFormat::DicomSeries:
             return io_detail::read_dicom(path);
         case VolumeFormat::TiffStack:
@@ -191,6 +193,8 @@ void write_encoded(const ImageGeometry& geometry, const EncodedVoxels& voxels, c
     const std::string extension = full_extension(path);
     if (extension == ".nii" || extension == ".nii.gz") {
         io_detail::write_nifti(geometry, voxels, path);
+    } else if (extension == ".mgh" || extension == ".mgz") {
+        io_detail::write_mgh(geometry, voxels, path);
     } else {
         io_detail::write_metaimage(geometry, voxels, path);
     }
@@ -204,6 +208,8 @@ std::string_view volume_format_name(VolumeFormat format) {
             return "NIfTI";
         case VolumeFormat::MetaImage:
             return "MetaImage";
+        case VolumeFormat::Mgh:
+            return "MGH";
         case VolumeFormat::DicomSeries:
             return "DICOM series";
         case VolumeFormat::TiffStack:
@@ -215,11 +221,11 @@ std::string_view volume_format_name(VolumeFormat format) {
 }
 
 std::vector<std::string> supported_volume_extensions() {
-    return {".nii", ".nii.gz", ".mha", ".mhd", ".dcm", ".tif", ".tiff", ".png", ".jpg", ".jpeg"};
+    return {".nii", ".nii.gz", ".mha", ".mhd", ".mgh", ".mgz", ".dcm", ".tif", ".tiff", ".png", ".jpg", ".jpeg"};
 }
 
 std::vector<std::string> writable_volume_extensions() {
-    return {".nii", ".nii.gz", ".mha", ".mhd"};
+    return {".nii", ".nii.gz", ".mha", ".mhd", ".mgh", ".mgz"};
 }
 
 VolumeFormat detect_volume_format(const std::filesystem::path& path) {
@@ -231,6 +237,7 @@ VolumeFormat detect_volume_format(const std::filesystem::path& path) {
     const std::string extension = full_extension(path);
     if (extension == ".nii" || extension == ".nii.gz") return VolumeFormat::Nifti;
     if (extension == ".mha" || extension == ".mhd") return VolumeFormat::MetaImage;
+    if (extension == ".mgh" || extension == ".mgz") return VolumeFormat::Mgh;
     if (extension == ".dcm") return VolumeFormat::DicomSeries;
     if (extension == ".png" || extension == ".jpg" || extension == ".jpeg") return VolumeFormat::Image2D;
     if (extension == ".tif" || extension == ".tiff") {

@@ -398,6 +398,10 @@ CASES = [
     # MetaIO matches keys with their case: a lower-case key is another field to it.
     ("mha_key_case", metaimage("kc.mha", MHA + ["elementDataFile = LOCAL"], b"\0" * 128), ["info", "{in}"], 2,
      "MetaImage keys are case-sensitive", True),
+    # FreeSurfer's MGH: a file of another kind, and a 4D volume.
+    ("mgh_text", raw("notes.mgh", "not a volume\n" * 40), ["info", "{in}"], 2, "is not an MGH volume", True),
+    ("mgh_frames", raw("f.mgh", bytes([0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0, 2, 0, 0, 0, 2, 0, 0, 0, 5, 0, 0, 0, 0]) + bytes(284 - 24 + 40)),
+     ["info", "{in}"], 2, "holds 5 frames", True),
     # 2D images and DICOM
     ("png_text", raw("notes.png", "not a picture\n" * 10), ["info", "{in}"], 2, "notes.png", True),
     ("png_truncated", raw("cut.png", b"\x89PNG\r\n\x1a\n" + b"\0" * 30), ["info", "{in}"], 2, "cut.png", True),

@@ -11,6 +11,8 @@
 #include <cstring>
 #include <iterator>
 #include <numbers>
+#include <cstdlib>
+#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -526,8 +528,12 @@ TEST(VolumeIo, JpegAndTiffWrittenWithOpenCv) {
 
 class VolumeRoundTrip : public ::testing::TestWithParam<std::string> {
 protected:
-    // NIfTI stores geometry as float32; MetaImage as 17-digit text.
-    double tolerance() const { return GetParam().starts_with(".nii") ? 2e-5 : 1e-12; }
+    // NIfTI and MGH store geometry as float32 (MGH the centre, from which the origin is recomputed);
+    // MetaImage as 17-digit text.
+    double tolerance() const {
+        if (GetParam().starts_with(".mg")) return 5e-5;
+        return GetParam().starts_with(".nii") ? 2e-5 : 1e-12;
+    }
 };
 
 TEST_P(VolumeRoundTrip, FloatVolumeWithObliqueGeometry) {
@@ -585,12 +591,78 @@ TEST_P(VolumeRoundTrip, LabelMapsUseTheSmallestIntegerType) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(Formats, VolumeRoundTrip, ::testing::Values(".nii", ".nii.gz", ".mha", ".mhd"),
+INSTANTIATE_TEST_SUITE_P(Formats, VolumeRoundTrip, ::testing::Values(".nii", ".nii.gz", ".mha", ".mhd", ".mgh", ".mgz"),
                          [](const ::testing::TestParamInfo<std::string>& param_info) {
                              std::string name = param_info.param.substr(1);
                              std::replace(name.begin(), name.end(), '.', '_');
                              return name;
                          });
+
+// MGH against an independent reader and writer: nibabel (Debian's python3-nibabel, a test-only
+// dependency; Debian's own python3, where apt installs it). Tessera's file read by nibabel gives the
+// RAS affine of Tessera's LPS geometry and the voxels at their indices; nibabel's file read by Tessera
+// gives the affine nibabel was given.
+TEST(VolumeIo, MghAgreesWithNibabel) {
+    constexpr const char* python = "/usr/bin/python3";
+    if (std::system((std::string(python) + " -c 'import nibabel' > /dev/null 2>&1").c_str()) != 0) {
+        GTEST_SKIP() << python << " cannot import nibabel: install the Debian package python3-nibabel (make deps does)";
+    }
+    ScratchDir scratch;
+    const Volume volume = ramp_volume(oblique_geometry(true));
+    write_volume(volume, scratch / "tessera.mgz");
+    const std::string script =
+        "import nibabel, numpy, sys\n"
+        "image = nibabel.load(sys.argv[1])\n"
+        "data = numpy.asarray(image.dataobj)\n"
+        "values = list(image.affine[:3].ravel()) + [data[6, 4, 3], data[0, 0, 0], data.shape[0], data.shape[1], data.shape[2]]\n"
+        "open(sys.argv[2], 'w').write(' '.join(repr(float(v)) for v in values))\n"
+        "grid = numpy.arange(5 * 4 * 3, dtype=numpy.int16).reshape((5, 4, 3), order='F')\n"
+        "affine = numpy.array([[0, -0.8, 0, 10.5], [0, 0, 2.5, -20.0], [-1.2, 0, 0, 33.25], [0, 0, 0, 1]])\n"
+        "nibabel.save(nibabel.MGHImage(grid, affine), sys.argv[3])\n";
+    write_text(scratch / "check.py", script);
+    const std::string command = std::string(python) + " " + (scratch / "check.py").string() + " " +
+                                (scratch / "tessera.mgz").string() + " " + (scratch / "nibabel.txt").string() + " " +
+                                (scratch / "nibabel.mgz").string();
+    ASSERT_EQ(std::system(command.c_str()), 0) << command;
+
+    std::ifstream read_back(scratch / "nibabel.txt");
+    std::vector<double> values;
+    for (double value; read_back >> value;) values.push_back(value);
+    ASSERT_EQ(values.size(), 17u);
+    const ImageGeometry& g = volume.geometry;
+    for (int row = 0; row < 3; ++row) {
+        const double sign = row < 2 ? -1.0 : 1.0;  // LPS → RAS
+        for (int column = 0; column < 3; ++column) {
+            EXPECT_NEAR(values[static_cast<std::size_t>(4 * row + column)], sign * g.direction[row * 3 + column] * g.spacing[column], 1e-5)
+                << "affine " << row << ", " << column;
+        }
+        EXPECT_NEAR(values[static_cast<std::size_t>(4 * row + 3)], sign * g.origin[row], 1e-4) << "affine " << row << ", 3";
+    }
+    EXPECT_EQ(values[12], volume.value_at(6, 4, 3));
+    EXPECT_EQ(values[13], volume.value_at(0, 0, 0));
+    EXPECT_EQ(values[14], 7.0);
+    EXPECT_EQ(values[15], 5.0);
+    EXPECT_EQ(values[16], 4.0);
+
+    const Volume from_nibabel = read_volume(scratch / "nibabel.mgz");
+    EXPECT_EQ(from_nibabel.geometry.size, (std::array<std::int64_t, 3>{5, 4, 3}));
+    EXPECT_EQ(from_nibabel.source_scalar_type, "int16");
+    // The affine's columns are the axes' RAS steps: spacing 1.2, 0.8, 2.5; LPS flips the first two rows.
+    const std::array<double, 9> ras_columns{0, -0.8, 0, 0, 0, 2.5, -1.2, 0, 0};  // row-major, as written
+    const std::array<double, 3> spacing{1.2, 0.8, 2.5}, origin_ras{10.5, -20.0, 33.25};
+    for (int axis = 0; axis < 3; ++axis) {
+        EXPECT_NEAR(from_nibabel.geometry.spacing[axis], spacing[axis], 1e-6) << axis;
+        const double sign = axis < 2 ? -1.0 : 1.0;
+        EXPECT_NEAR(from_nibabel.geometry.origin[axis], sign * origin_ras[axis], 1e-4) << axis;
+        for (int row = 0; row < 3; ++row) {
+            EXPECT_NEAR(from_nibabel.geometry.direction[row * 3 + axis],
+                        (row < 2 ? -1.0 : 1.0) * ras_columns[row * 3 + axis] / spacing[axis], 1e-6) << row << ", " << axis;
+        }
+    }
+    for (std::int64_t k = 0; k < 3; ++k)
+        for (std::int64_t j = 0; j < 4; ++j)
+            for (std::int64_t i = 0; i < 5; ++i) EXPECT_EQ(from_nibabel.value_at(i, j, k), static_cast<float>(i + 5 * j + 20 * k));
+}
 
 TEST(VolumeIo, MhdKeepsItsVoxelsInARawFile) {
     ScratchDir scratch;

@@ -340,6 +340,32 @@ TEST(VolumeIoErrors, MetaImageHeadersMetaIoWouldReadDifferently) {
     EXPECT_EQ(read_volume(scratch / "fine.mha").geometry.size, (std::array<std::int64_t, 3>{4, 4, 2}));
 }
 
+// MGH: each damage named, before anything is allocated for the voxels.
+TEST(VolumeIoErrors, MghDamageIsNamed) {
+    ScratchDir scratch;
+    write_volume(ramp_volume(oblique_geometry()), scratch / "volume.mgh");
+    const std::vector<unsigned char> good = read_bytes(scratch / "volume.mgh");
+    const auto with = [&](std::size_t offset, std::vector<unsigned char> bytes, std::size_t keep = 0) {
+        std::vector<unsigned char> file(good.begin(), keep ? good.begin() + static_cast<std::ptrdiff_t>(keep) : good.end());
+        std::copy(bytes.begin(), bytes.end(), file.begin() + static_cast<std::ptrdiff_t>(offset));
+        write_bytes(scratch / "damaged.mgh", file);
+        return read_error(scratch / "damaged.mgh");
+    };
+    EXPECT_CONTAINS(with(0, {}, 200), "less than the format's 284-byte header");
+    EXPECT_CONTAINS(with(0, {0, 0, 0, 2}), "its first word (the format version) is 2");
+    EXPECT_CONTAINS(with(16, {0, 0, 0, 3}), "holds 3 frames (a 4D volume)");
+    EXPECT_CONTAINS(with(20, {0, 0, 0, 6}), "MGH type 6");
+    EXPECT_CONTAINS(with(4, {0xff, 0xff, 0xff, 0xff}), "its size is -1×5×4");
+    EXPECT_CONTAINS(with(30, {0, 0, 0, 0}), "voxel size 0 is 0 mm");
+    EXPECT_CONTAINS(with(0, {}, good.size() - 8), "is truncated: its header promises 7×5×4 float32 voxels (560 bytes after the header)");
+    // A gzip stream cut short.
+    write_volume(ramp_volume(oblique_geometry()), scratch / "volume.mgz");
+    std::vector<unsigned char> gz = read_bytes(scratch / "volume.mgz");
+    gz.resize(gz.size() / 2);
+    write_bytes(scratch / "cut.mgz", gz);
+    EXPECT_CONTAINS(read_error(scratch / "cut.mgz"), "cut.mgz");
+}
+
 TEST(VolumeIoErrors, WritingFailuresSayWhy) {
     ScratchDir scratch;
     const Volume volume = ramp_volume(oblique_geometry());

@@ -35,7 +35,7 @@ def volumes(cli):
         tmp = pathlib.Path(tmp)
         shapes = {"3d": "12,10,6", "2d": "9,7,1"}
         for tag, size in shapes.items():
-            for ext in ("nii", "nii.gz", "mha", "mhd"):
+            for ext in ("nii", "nii.gz", "mha", "mhd", "mgh", "mgz"):
                 out = tmp / f"{tag}.{ext}"
                 labels = tmp / f"{tag}_labels.{ext}"
                 if ext == "mhd":  # the data file must be fuzz.raw, next to fuzz.mhd (fuzz_metaimage_mhd.cpp)
@@ -57,6 +57,10 @@ def volumes(cli):
             header = (tmp / tag / "fuzz.mhd").read_bytes()
             raw = (tmp / tag / "fuzz.raw").read_bytes()
             put("metaimage_mhd", f"phantom_{tag}.mhd", header + MHD_SEPARATOR + raw)
+            # fuzz_mgh reads an input with the gzip magic as .mgz, any other as .mgh.
+            put("mgh", f"phantom_{tag}.mgh", (tmp / f"{tag}.mgh").read_bytes())
+            put("mgh", f"labels_{tag}.mgh", (tmp / f"{tag}_labels.mgh").read_bytes())
+            put("mgh", f"phantom_{tag}.mgz", (tmp / f"{tag}.mgz").read_bytes())
         # A NIfTI-2 header is not written by the engine: make one from the NIfTI-1 file.
         put("nifti", "phantom_3d_nifti2.nii", nifti2_from_nifti1((tmp / "3d.nii").read_bytes()))
 
