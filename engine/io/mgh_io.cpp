@@ -9,8 +9,9 @@
 //
 // Geometry: vox2ras = [Mdc · diag(sizes) | c_ras − Mdc · diag(sizes) · dims / 2] (dims / 2, not
 // (dims − 1) / 2: FreeSurfer's centre); RAS becomes LPS by flipping x and y. Without goodRASFlag
-// FreeSurfer assumes 1 mm coronal slices (x_ras = (−1, 0, 0), y_ras = (0, 0, −1), z_ras = (0, 1, 0))
-// centred at 0, and so does this reader, with a warning.
+// FreeSurfer assumes 1 mm coronal slices, LIA (x_ras = (−1, 0, 0), y_ras = (0, 0, −1), z_ras = (0, 1, 0):
+// mri.c's ras_good_flag == 0 case) centred at 0, and so does this reader, with a warning. (nibabel 5
+// assumes another default there, y toward superior.)
 #include "io/raw_image.hpp"
 
 #include "core/error.hpp"

@@ -358,6 +358,18 @@ TEST(VolumeIoErrors, MghDamageIsNamed) {
     EXPECT_CONTAINS(with(4, {0xff, 0xff, 0xff, 0xff}), "its size is -1×5×4");
     EXPECT_CONTAINS(with(30, {0, 0, 0, 0}), "voxel size 0 is 0 mm");
     EXPECT_CONTAINS(with(0, {}, good.size() - 8), "is truncated: its header promises 7×5×4 float32 voxels (560 bytes after the header)");
+    // No RAS geometry (goodRASFlag 0): FreeSurfer's default, 1 mm LIA slices centred at 0 (mri.c's
+    // ras_good_flag == 0 case), said in a warning.
+    std::vector<unsigned char> flat = good;
+    flat[28] = flat[29] = 0;
+    write_bytes(scratch / "flat.mgh", flat);
+    const Volume assumed = read_volume(scratch / "flat.mgh");
+    ASSERT_EQ(assumed.warnings.size(), 1u);
+    EXPECT_CONTAINS(assumed.warnings[0], "goodRASFlag 0");
+    EXPECT_EQ(assumed.geometry.spacing, (std::array<double, 3>{1, 1, 1}));
+    // LPS columns of x → left, y → inferior, z → anterior.
+    EXPECT_EQ(assumed.geometry.direction, (std::array<double, 9>{1, 0, 0, 0, 0, -1, 0, -1, 0}));
+    EXPECT_EQ(assumed.geometry.origin, (std::array<double, 3>{-3.5, 2.0, 2.5}));  // centre voxel (3.5, 2.5, 2) at 0
     // A gzip stream cut short.
     write_volume(ramp_volume(oblique_geometry()), scratch / "volume.mgz");
     std::vector<unsigned char> gz = read_bytes(scratch / "volume.mgz");
