@@ -24,7 +24,7 @@ DEBIAN_PACKAGES := \
 	libvtk9-dev libopencv-dev libeigen3-dev libdnnl-dev zlib1g-dev \
 	nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev \
 	xvfb xauth libgl1-mesa-dri fonts-dejavu-core \
-	insighttoolkit5-examples python3-pydicom qt6-svg-dev python3-protobuf python3-nibabel \
+	insighttoolkit5-examples python3-pydicom qt6-svg-dev python3-protobuf python3-nibabel teem-apps \
 	clang-16 libclang-rt-16-dev libomp-16-dev llvm-16
 
 .PHONY: all deps peer-deps configure build run test bench peer-bench screenshots clean

@@ -246,7 +246,7 @@ int run(int argc, char** argv) {
     std::string phantom_out, phantom_labels, phantom_size = "128,128,96", phantom_spacing = "1,1,1";
     std::uint64_t phantom_seed = 1;
     CLI::App* phantom = app.add_subcommand("phantom", "Write a seeded synthetic CT phantom");
-    phantom->add_option("out", phantom_out, "Output image (.nii, .nii.gz, .mha, .mhd, .mgh, .mgz)")->required();
+    phantom->add_option("out", phantom_out, "Output image (.nii, .nii.gz, .mha, .mhd, .nrrd, .nhdr, .mgh, .mgz)")->required();
     phantom->add_option("--labels", phantom_labels, "Output label map");
     phantom->add_option("--size", phantom_size, "Voxels along x,y,z (z = 1 for 2D)")->capture_default_str();
     phantom->add_option("--spacing", phantom_spacing, "Voxel spacing x,y,z in mm")->capture_default_str();
@@ -256,7 +256,7 @@ int run(int argc, char** argv) {
     bool convert_as_labels = false;
     CLI::App* convert = app.add_subcommand("convert", "Convert an image between formats");
     convert->add_option("in", convert_in, "Input image or DICOM folder")->required();
-    convert->add_option("out", convert_out, "Output image (.nii, .nii.gz, .mha, .mhd, .mgh, .mgz)")->required();
+    convert->add_option("out", convert_out, "Output image (.nii, .nii.gz, .mha, .mhd, .nrrd, .nhdr, .mgh, .mgz)")->required();
     convert->add_flag("--labels", convert_as_labels, "Treat the image as a label map (integer values)");
 
     std::string plan_experiment, plan_json_out, plan_device;

@@ -217,8 +217,8 @@ RawImage read_mgh(const std::filesystem::path& path) {
     const double flip[3] = {-1, -1, 1};  // RAS → LPS
     for (std::size_t axis = 0; axis < 3; ++axis) {
         geometry.spacing[axis] = sizes[axis];
-        geometry.origin[axis] = flip[axis] * origin_ras[axis];
-        for (std::size_t c = 0; c < 3; ++c) geometry.direction[c * 3 + axis] = flip[c] * mdc[3 * axis + c];
+        geometry.origin[axis] = flip[axis] * origin_ras[axis] + 0.0;  // + 0.0: no −0
+        for (std::size_t c = 0; c < 3; ++c) geometry.direction[c * 3 + axis] = flip[c] * mdc[3 * axis + c] + 0.0;
     }
     raw.scalar_type = scalar_type;
     raw.source_scalar_type = std::string(scalar_type_name(scalar_type));

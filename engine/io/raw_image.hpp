@@ -70,6 +70,10 @@ void write_nifti(const ImageGeometry& geometry, const EncodedVoxels& voxels, con
 RawImage read_metaimage(const std::filesystem::path& path);
 void write_metaimage(const ImageGeometry& geometry, const EncodedVoxels& voxels, const std::filesystem::path& path);
 
+// NRRD: .nrrd (attached data), .nhdr (a detached data file beside it).
+RawImage read_nrrd(const std::filesystem::path& path);
+void write_nrrd(const ImageGeometry& geometry, const EncodedVoxels& voxels, const std::filesystem::path& path);
+
 // FreeSurfer's .mgh and .mgz (gzipped).
 RawImage read_mgh(const std::filesystem::path& path);
 void write_mgh(const ImageGeometry& geometry, const EncodedVoxels& voxels, const std::filesystem::path& path);

@@ -46,6 +46,8 @@ RawImage read_raw(const std::filesystem::path& path) {
             return io_detail::read_metaimage(path);
         case VolumeFormat::Mgh:
             return io_detail::read_mgh(path);
+        case VolumeFormat::Nrrd:
+            return io_detail::read_nrrd(path);
         case VolumeFormat::DicomSeries:
             return io_detail::read_dicom(path);
         case VolumeFormat::TiffStack:
@@ -195,6 +197,8 @@ void write_encoded(const ImageGeometry& geometry, const EncodedVoxels& voxels, c
         io_detail::write_nifti(geometry, voxels, path);
     } else if (extension == ".mgh" || extension == ".mgz") {
         io_detail::write_mgh(geometry, voxels, path);
+    } else if (extension == ".nrrd" || extension == ".nhdr") {
+        io_detail::write_nrrd(geometry, voxels, path);
     } else {
         io_detail::write_metaimage(geometry, voxels, path);
     }
@@ -210,6 +214,8 @@ std::string_view volume_format_name(VolumeFormat format) {
             return "MetaImage";
         case VolumeFormat::Mgh:
             return "MGH";
+        case VolumeFormat::Nrrd:
+            return "NRRD";
         case VolumeFormat::DicomSeries:
             return "DICOM series";
         case VolumeFormat::TiffStack:
@@ -221,11 +227,11 @@ std::string_view volume_format_name(VolumeFormat format) {
 }
 
 std::vector<std::string> supported_volume_extensions() {
-    return {".nii", ".nii.gz", ".mha", ".mhd", ".mgh", ".mgz", ".dcm", ".tif", ".tiff", ".png", ".jpg", ".jpeg"};
+    return {".nii", ".nii.gz", ".mha", ".mhd", ".nrrd", ".nhdr", ".mgh", ".mgz", ".dcm", ".tif", ".tiff", ".png", ".jpg", ".jpeg"};
 }
 
 std::vector<std::string> writable_volume_extensions() {
-    return {".nii", ".nii.gz", ".mha", ".mhd", ".mgh", ".mgz"};
+    return {".nii", ".nii.gz", ".mha", ".mhd", ".nrrd", ".nhdr", ".mgh", ".mgz"};
 }
 
 VolumeFormat detect_volume_format(const std::filesystem::path& path) {
@@ -238,6 +244,7 @@ VolumeFormat detect_volume_format(const std::filesystem::path& path) {
     if (extension == ".nii" || extension == ".nii.gz") return VolumeFormat::Nifti;
     if (extension == ".mha" || extension == ".mhd") return VolumeFormat::MetaImage;
     if (extension == ".mgh" || extension == ".mgz") return VolumeFormat::Mgh;
+    if (extension == ".nrrd" || extension == ".nhdr") return VolumeFormat::Nrrd;
     if (extension == ".dcm") return VolumeFormat::DicomSeries;
     if (extension == ".png" || extension == ".jpg" || extension == ".jpeg") return VolumeFormat::Image2D;
     if (extension == ".tif" || extension == ".tiff") {

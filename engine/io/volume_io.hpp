@@ -1,9 +1,9 @@
 // Reading and writing volumes and label maps.
 //
-// Formats read: NIfTI-1/2 (.nii, .nii.gz), MetaImage (.mha, .mhd + data file), FreeSurfer's MGH (.mgh,
-// .mgz), DICOM (a folder holding one series, or a single .dcm file), TIFF (.tif/.tiff: several pages are
+// Formats read: NIfTI-1/2 (.nii, .nii.gz), MetaImage (.mha, .mhd + data file), NRRD (.nrrd, .nhdr + data
+// file), FreeSurfer's MGH (.mgh, .mgz), DICOM (a folder holding one series, or a single .dcm file), TIFF (.tif/.tiff: several pages are
 // a stack of slices, one page a 2D image), PNG and JPEG (2D images, colour converted to luminance).
-// Formats written: .nii, .nii.gz, .mha, .mhd (+ .raw beside it), .mgh, .mgz.
+// Formats written: .nii, .nii.gz, .mha, .mhd (+ .raw beside it), .nrrd, .nhdr (+ .raw), .mgh, .mgz.
 //
 //   Volume ct = read_volume("case01/ct.nii.gz");        // voxels f32 [D, H, W], rescale applied
 //   LabelMap organs = read_label_map("case01/organs.nii.gz");
@@ -25,7 +25,7 @@
 
 namespace tessera {
 
-enum class VolumeFormat { Nifti, MetaImage, Mgh, DicomSeries, TiffStack, Image2D };
+enum class VolumeFormat { Nifti, MetaImage, Nrrd, Mgh, DicomSeries, TiffStack, Image2D };
 
 std::string_view volume_format_name(VolumeFormat format);  // "NIfTI", "MetaImage", ...
 
@@ -48,7 +48,8 @@ Volume read_volume(const std::filesystem::path& path);
 // rescale), else the error names the first offending voxel.
 LabelMap read_label_map(const std::filesystem::path& path);
 
-// Writes .nii, .nii.gz, .mha, .mhd (the .mhd's data goes to a .raw of the same stem), .mgh or .mgz (MGH
+// Writes .nii, .nii.gz, .mha, .mhd (the .mhd's data goes to a .raw of the same stem), .nrrd (gzip),
+// .nhdr (its data to a .raw, like .mhd), .mgh or .mgz (MGH
 // stores uint8, int16, int32 or float32: other types become the nearest that holds every value). Volumes are
 // stored in their source_scalar_type when every voxel fits it exactly, else float32; label maps as
 // uint8, int16 or int32, the smallest that holds their range. NIfTI needs an orthonormal direction

@@ -398,6 +398,10 @@ CASES = [
     # MetaIO matches keys with their case: a lower-case key is another field to it.
     ("mha_key_case", metaimage("kc.mha", MHA + ["elementDataFile = LOCAL"], b"\0" * 128), ["info", "{in}"], 2,
      "MetaImage keys are case-sensitive", True),
+    # NRRD: a file of another kind, and a detached header whose data file is missing.
+    ("nrrd_text", raw("notes.nrrd", "not a volume\n" * 10), ["info", "{in}"], 2, "does not start with the magic NRRD0001", True),
+    ("nhdr_missing_data", raw("m.nhdr", "NRRD0004\ntype: uchar\ndimension: 3\nsizes: 4 4 2\nencoding: raw\ndata file: m.raw\n"),
+     ["info", "{in}"], 2, "which does not exist", True),
     # FreeSurfer's MGH: a file of another kind, and a 4D volume.
     ("mgh_text", raw("notes.mgh", "not a volume\n" * 40), ["info", "{in}"], 2, "is not an MGH volume", True),
     ("mgh_frames", raw("f.mgh", bytes([0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0, 2, 0, 0, 0, 2, 0, 0, 0, 5, 0, 0, 0, 0]) + bytes(284 - 24 + 40)),

@@ -531,7 +531,7 @@ protected:
     // NIfTI and MGH store geometry as float32 (MGH the centre, from which the origin is recomputed);
     // MetaImage as 17-digit text.
     double tolerance() const {
-        if (GetParam().starts_with(".mg")) return 5e-5;
+        if (GetParam().starts_with(".mg")) return 5e-5;  // NRRD: 17-digit text, like MetaImage
         return GetParam().starts_with(".nii") ? 2e-5 : 1e-12;
     }
 };
@@ -591,7 +591,8 @@ TEST_P(VolumeRoundTrip, LabelMapsUseTheSmallestIntegerType) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(Formats, VolumeRoundTrip, ::testing::Values(".nii", ".nii.gz", ".mha", ".mhd", ".mgh", ".mgz"),
+INSTANTIATE_TEST_SUITE_P(Formats, VolumeRoundTrip,
+                         ::testing::Values(".nii", ".nii.gz", ".mha", ".mhd", ".nrrd", ".nhdr", ".mgh", ".mgz"),
                          [](const ::testing::TestParamInfo<std::string>& param_info) {
                              std::string name = param_info.param.substr(1);
                              std::replace(name.begin(), name.end(), '.', '_');
@@ -662,6 +663,56 @@ TEST(VolumeIo, MghAgreesWithNibabel) {
     for (std::int64_t k = 0; k < 3; ++k)
         for (std::int64_t j = 0; j < 4; ++j)
             for (std::int64_t i = 0; i < 5; ++i) EXPECT_EQ(from_nibabel.value_at(i, j, k), static_cast<float>(i + 5 * j + 20 * k));
+}
+
+// NRRD against Teem, the format's reference implementation (Debian's teem-apps, a test-only dependency):
+// teem-unu reads Tessera's .nrrd (gzip) and .nhdr (raw) and finds the voxels at their indices; Tessera
+// reads what teem-unu makes (RAS space, a big-endian int16 raw file behind a detached header, and the
+// same as gzip attached) with its geometry.
+TEST(VolumeIo, NrrdAgreesWithTeem) {
+    if (std::system("teem-unu about > /dev/null 2>&1") != 0) {
+        GTEST_SKIP() << "teem-unu is missing: install the Debian package teem-apps (make deps does)";
+    }
+    ScratchDir scratch;
+    const Volume volume = ramp_volume(oblique_geometry(true));
+    write_volume(volume, scratch / "tessera.nrrd");
+    write_volume(volume, scratch / "tessera.nhdr");
+    const auto run = [&](const std::string& command) {
+        const std::string full = "cd " + scratch.path().string() + " && " + command + " > out.txt 2>&1";
+        EXPECT_EQ(std::system(full.c_str()), 0) << command;
+        std::ifstream in(scratch / "out.txt");
+        return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    };
+    for (const char* name : {"tessera.nrrd", "tessera.nhdr"}) {
+        // Voxel (i, j, k) = (6, 4, 3): slice the slowest axis first.
+        const std::string value = run(std::string("teem-unu slice -a 2 -p 3 -i ") + name +
+                                      " | teem-unu slice -a 1 -p 4 | teem-unu slice -a 0 -p 6 | teem-unu save -f text");
+        EXPECT_FLOAT_EQ(std::stof(value), volume.value_at(6, 4, 3)) << name;
+        const std::string header = run(std::string("teem-unu head ") + name);
+        EXPECT_NE(header.find("space: left-posterior-superior"), std::string::npos) << header;
+    }
+
+    std::vector<unsigned char> big_endian;
+    for (int value = 0; value < 60; ++value) {
+        big_endian.push_back(static_cast<unsigned char>(value >> 8));
+        big_endian.push_back(static_cast<unsigned char>(value & 0xff));
+    }
+    write_bytes(scratch / "data.raw", big_endian);
+    run("teem-unu make -h -i data.raw -t short -s 5 4 3 -en big -e raw -spc RAS -orig '(10.5,-20,33.25)' "
+        "-dirs '(0,-0.8,0) (0,0,2.5) (-1.2,0,0)' -o teem.nhdr");
+    run("teem-unu save -f nrrd -e gzip -i teem.nhdr -o teem.nrrd");
+    for (const char* name : {"teem.nhdr", "teem.nrrd"}) {
+        const Volume read = read_volume(scratch / name);
+        EXPECT_EQ(read.geometry.size, (std::array<std::int64_t, 3>{5, 4, 3})) << name;
+        EXPECT_EQ(read.source_scalar_type, "int16");
+        EXPECT_EQ(read.geometry.spacing, (std::array<double, 3>{0.8, 2.5, 1.2})) << name;
+        EXPECT_EQ(read.geometry.origin, (std::array<double, 3>{-10.5, 20.0, 33.25})) << name;  // RAS → LPS
+        // Columns: axis 0 along RAS −A = LPS +P; axis 1 along S; axis 2 along RAS −R = LPS +L.
+        EXPECT_EQ(read.geometry.direction, (std::array<double, 9>{0, 0, 1, 1, 0, 0, 0, 1, 0})) << name;
+        for (std::int64_t k = 0; k < 3; ++k)
+            for (std::int64_t j = 0; j < 4; ++j)
+                for (std::int64_t i = 0; i < 5; ++i) EXPECT_EQ(read.value_at(i, j, k), static_cast<float>(i + 5 * j + 20 * k));
+    }
 }
 
 TEST(VolumeIo, MhdKeepsItsVoxelsInARawFile) {

@@ -340,6 +340,41 @@ TEST(VolumeIoErrors, MetaImageHeadersMetaIoWouldReadDifferently) {
     EXPECT_EQ(read_volume(scratch / "fine.mha").geometry.size, (std::array<std::int64_t, 3>{4, 4, 2}));
 }
 
+// NRRD: each damage named by field, before the voxels are read.
+TEST(VolumeIoErrors, NrrdDamageIsNamed) {
+    ScratchDir scratch;
+    const std::string float_data(7 * 5 * 4 * 4, '\0');
+    const auto nrrd = [&](const std::string& name, const std::string& fields, const std::string& data) {
+        write_text(scratch / name, "NRRD0004\n" + fields + "\n" + data);
+        return read_error(scratch / name);
+    };
+    const std::string basics = "type: float\ndimension: 3\nsizes: 7 5 4\nendian: little\n";
+    write_text(scratch / "text.nrrd", "hello\n");
+    EXPECT_CONTAINS(read_error(scratch / "text.nrrd"), "does not start with the magic NRRD0001");
+    EXPECT_CONTAINS(nrrd("empty.nrrd", "", ""), "no 'type:' field");
+    EXPECT_CONTAINS(nrrd("type.nrrd", "type: block\ndimension: 3\nsizes: 7 5 4\nencoding: raw\n", float_data), "NRRD type 'block'");
+    EXPECT_CONTAINS(nrrd("sizes.nrrd", "type: float\ndimension: 3\nsizes: 7 5\nendian: little\nencoding: raw\n", float_data),
+                    "'sizes' lists 2 extents for dimension 3");
+    EXPECT_CONTAINS(nrrd("short.nrrd", basics + "encoding: raw\n", float_data.substr(10)), "is truncated");
+    EXPECT_CONTAINS(nrrd("bzip.nrrd", basics + "encoding: bzip2\n", float_data), "encoding 'bzip2'");
+    EXPECT_CONTAINS(nrrd("endian.nrrd", "type: float\ndimension: 3\nsizes: 7 5 4\nencoding: raw\n", float_data),
+                    "no 'endian:' field");
+    EXPECT_CONTAINS(nrrd("again.nrrd", basics + "sizes: 7 5 4\nencoding: raw\n", float_data), "gives 'sizes' again");
+    EXPECT_CONTAINS(nrrd("four.nrrd", "type: float\ndimension: 4\nsizes: 2 7 5 4\nendian: little\nencoding: raw\n", float_data),
+                    "holds a 4D array (2×7×5×4)");
+    EXPECT_CONTAINS(nrrd("space.nrrd", basics + "space: left-anterior-inferior\nencoding: raw\n", float_data),
+                    "NRRD space 'left-anterior-inferior'");
+    EXPECT_CONTAINS(nrrd("dirs.nrrd", basics + "space: LPS\nspace directions: (1,0,0) (0,1,0)\nencoding: raw\n", float_data),
+                    "2 entries for 3 axes");
+    EXPECT_CONTAINS(nrrd("outside.nhdr", basics + "encoding: raw\ndata file: ../elsewhere.raw\n", ""), "outside the header's folder");
+    EXPECT_CONTAINS(nrrd("gz.nrrd", basics + "encoding: gzip\n", "not gzip at all"), "gz.nrrd");
+    // Text voxels outside their type (the fuzzer's 1e84 as a short): named, not converted.
+    EXPECT_CONTAINS(nrrd("text.nrrd", "type: short\ndimension: 2\nsizes: 2 2\nencoding: text\n", "1 2 1e84 4\n"),
+                    "holds the text voxel 1e+84 (number 2), which a int16 cannot hold");
+    EXPECT_CONTAINS(nrrd("half.nrrd", "type: uchar\ndimension: 2\nsizes: 2 2\nencoding: text\n", "1 2 3.5 4\n"),
+                    "holds the text voxel 3.5");
+}
+
 // MGH: each damage named, before anything is allocated for the voxels.
 TEST(VolumeIoErrors, MghDamageIsNamed) {
     ScratchDir scratch;

@@ -6,7 +6,8 @@
 Volumes come from `tessera-cli phantom` (the engine's own writers), experiments and device presets from
 resources/, DICOM files from python3-pydicom's test files, PNG, TIFF, safetensors and checkpoint indexes
 are written here from their specifications (standard library only). Crash reproducers found by fuzzing
-live beside the seeds (named repro-*) and are kept: this script only (re)writes seed-* files.
+live beside the seeds (named repro-*) and are kept: this script only (re)writes seed-* files. So are the
+NRRD files Teem wrote (corpus/nrrd/teem_*: `teem-unu make` and `teem-unu save -e gzip|text|hex`).
 """
 import json
 import pathlib
@@ -35,7 +36,7 @@ def volumes(cli):
         tmp = pathlib.Path(tmp)
         shapes = {"3d": "12,10,6", "2d": "9,7,1"}
         for tag, size in shapes.items():
-            for ext in ("nii", "nii.gz", "mha", "mhd", "mgh", "mgz"):
+            for ext in ("nii", "nii.gz", "mha", "mhd", "nrrd", "mgh", "mgz"):
                 out = tmp / f"{tag}.{ext}"
                 labels = tmp / f"{tag}_labels.{ext}"
                 if ext == "mhd":  # the data file must be fuzz.raw, next to fuzz.mhd (fuzz_metaimage_mhd.cpp)
@@ -57,6 +58,8 @@ def volumes(cli):
             header = (tmp / tag / "fuzz.mhd").read_bytes()
             raw = (tmp / tag / "fuzz.raw").read_bytes()
             put("metaimage_mhd", f"phantom_{tag}.mhd", header + MHD_SEPARATOR + raw)
+            put("nrrd", f"phantom_{tag}.nrrd", (tmp / f"{tag}.nrrd").read_bytes())
+            put("nrrd", f"labels_{tag}.nrrd", (tmp / f"{tag}_labels.nrrd").read_bytes())
             # fuzz_mgh reads an input with the gzip magic as .mgz, any other as .mgh.
             put("mgh", f"phantom_{tag}.mgh", (tmp / f"{tag}.mgh").read_bytes())
             put("mgh", f"labels_{tag}.mgh", (tmp / f"{tag}_labels.mgh").read_bytes())

@@ -39,8 +39,8 @@ namespace tessera::ui {
 namespace {
 constexpr int max_recent_files = 10;
 const QString image_filter = QStringLiteral(
-    "Images (*.nii *.nii.gz *.mha *.mhd *.mgh *.mgz *.png *.jpg *.jpeg *.tif *.tiff);;NIfTI (*.nii *.nii.gz);;"
-    "MetaImage (*.mha *.mhd);;FreeSurfer MGH (*.mgh *.mgz);;2D images and TIFF stacks (*.png *.jpg *.jpeg *.tif *.tiff);;"
+    "Images (*.nii *.nii.gz *.mha *.mhd *.nrrd *.nhdr *.mgh *.mgz *.png *.jpg *.jpeg *.tif *.tiff);;NIfTI (*.nii *.nii.gz);;"
+    "MetaImage (*.mha *.mhd);;NRRD (*.nrrd *.nhdr);;FreeSurfer MGH (*.mgh *.mgz);;2D images and TIFF stacks (*.png *.jpg *.jpeg *.tif *.tiff);;"
     "All files (*)");
 
 std::filesystem::path toPath(const QString& path) { return std::filesystem::path(path.toStdString()); }
@@ -367,7 +367,7 @@ void MainWindow::chooseLabelMap() {
 void MainWindow::saveImageAs() {
     if (!m_model->hasVolume()) return;
     const QString path = QFileDialog::getSaveFileName(this, tr("Save image"), QString(),
-                                                      tr("NIfTI (*.nii.gz *.nii);;MetaImage (*.mha *.mhd);;FreeSurfer MGH (*.mgz *.mgh)"));
+                                                      tr("NIfTI (*.nii.gz *.nii);;MetaImage (*.mha *.mhd);;NRRD (*.nrrd *.nhdr);;FreeSurfer MGH (*.mgz *.mgh)"));
     if (path.isEmpty()) return;
     try {
         tessera::write_volume(*m_model->volume(), toPath(path));
@@ -380,7 +380,7 @@ void MainWindow::saveImageAs() {
 void MainWindow::saveLabelMapAs() {
     if (!m_model->labelMap()) return;
     const QString path = QFileDialog::getSaveFileName(this, tr("Save label map"), QString(),
-                                                      tr("NIfTI (*.nii.gz *.nii);;MetaImage (*.mha *.mhd);;FreeSurfer MGH (*.mgz *.mgh)"));
+                                                      tr("NIfTI (*.nii.gz *.nii);;MetaImage (*.mha *.mhd);;NRRD (*.nrrd *.nhdr);;FreeSurfer MGH (*.mgz *.mgh)"));
     if (path.isEmpty()) return;
     try {
         tessera::write_label_map(*m_model->labelMap(), toPath(path));
