@@ -10,7 +10,6 @@
 #include "io/raw_image.hpp"
 #include "io/vtk_support.hpp"
 
-#include "core/user_files.hpp"
 
 #include <vtkImageData.h>
 #include <vtkMetaImageReader.h>
@@ -34,12 +33,7 @@ namespace tessera::io_detail {
 
 namespace {
 
-struct MetaElementType {
-    std::string_view name;
-    ScalarType scalar_type;
-};
-
-constexpr MetaElementType meta_element_types[] = {
+constexpr NamedScalarType meta_element_types[] = {
     {"MET_UCHAR", ScalarType::U8},      {"MET_CHAR", ScalarType::I8},   {"MET_USHORT", ScalarType::U16},
     {"MET_SHORT", ScalarType::I16},     {"MET_UINT", ScalarType::U32},  {"MET_INT", ScalarType::I32},
     {"MET_ULONG", ScalarType::U32},     {"MET_LONG", ScalarType::I32},  {"MET_ULONG_LONG", ScalarType::U64},
@@ -47,7 +41,7 @@ constexpr MetaElementType meta_element_types[] = {
 };
 
 std::string_view meta_name_of(ScalarType type) {
-    for (const MetaElementType& element : meta_element_types) {
+    for (const NamedScalarType& element : meta_element_types) {
         // MET_ULONG / MET_LONG share their types with MET_UINT / MET_INT; the latter come first.
         if (element.scalar_type == type) return element.name;
     }
@@ -319,7 +313,7 @@ RawImage read_metaimage(const std::filesystem::path& path) {
     const std::string* type_text = header.find({"elementtype"});
     TESSERA_CHECK(type_text != nullptr, quoted(path) << " has no ElementType in its MetaImage header");
     const auto element = std::find_if(std::begin(meta_element_types), std::end(meta_element_types),
-                                      [&](const MetaElementType& e) { return e.name == *type_text; });
+                                      [&](const NamedScalarType& e) { return e.name == *type_text; });
     TESSERA_CHECK(element != std::end(meta_element_types),
                   quoted(path) << " stores voxels as " << *type_text << ", an unsupported voxel type: Tessera "
                                << "reads one integer or floating-point value per voxel (MET_UCHAR ... MET_DOUBLE).");
@@ -346,26 +340,8 @@ RawImage read_metaimage(const std::filesystem::path& path) {
     TESSERA_CHECK(local || lower(data_file) != "local",
                   quoted(path) << " says ElementDataFile = " << data_file << ": MetaImage readers take LOCAL, Local or local "
                                << "for voxels in the same file; write one of those.");
-    const std::filesystem::path data_path = local ? path : path.parent_path() / data_file;
-    if (!local) {
-        // A header names its data file; it must not reach out of its folder (ElementDataFile =
-        // /etc/passwd would read any file as pixels), unless the user opts in.
-        std::error_code error;
-        const std::filesystem::path folder = std::filesystem::weakly_canonical(std::filesystem::absolute(path).parent_path(), error);
-        const std::filesystem::path resolved = std::filesystem::weakly_canonical(std::filesystem::absolute(data_path), error);
-        const auto [folder_end, ignored] = std::mismatch(folder.begin(), folder.end(), resolved.begin(), resolved.end());
-        const char* opt_in = std::getenv("TESSERA_ALLOW_EXTERNAL_DATA_FILES");
-        TESSERA_CHECK(folder_end == folder.end() || (opt_in != nullptr && std::string(opt_in) == "1"),
-                      quoted(path) << " keeps its voxels in " << quoted(resolved) << " (ElementDataFile = " << data_file
-                                   << "), outside the header's folder " << quoted(folder)
-                                   << ". Tessera reads data files only beside their header: copy the data file there (and "
-                                      "name it without a folder), or set TESSERA_ALLOW_EXTERNAL_DATA_FILES=1 if you trust this header.");
-        const FileKind kind = file_kind(data_path);
-        TESSERA_CHECK(kind != FileKind::Missing, quoted(path) << " keeps its voxels in " << quoted(data_path)
-                                                              << ", which does not exist: copy the data file next to the header.");
-        TESSERA_CHECK(kind == FileKind::Regular, quoted(path) << " keeps its voxels in " << quoted(data_path) << ", which is "
-                                                              << file_kind_name(kind) << ", not a regular file.");
-    }
+    const std::filesystem::path data_path =
+        local ? path : checked_data_file(path, data_file, "ElementDataFile = " + data_file);
     const std::uint64_t element_bytes = scalar_type_size(element->scalar_type);
     std::uint64_t num_voxels = 1;
     for (std::int64_t extent : dim_size) {

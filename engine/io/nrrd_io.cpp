@@ -11,7 +11,6 @@
 #include "io/raw_image.hpp"
 
 #include "core/error.hpp"
-#include "core/user_files.hpp"
 
 #include <zlib.h>
 
@@ -32,11 +31,7 @@ namespace tessera::io_detail {
 
 namespace {
 
-struct NrrdType {
-    std::string_view name;
-    ScalarType scalar_type;
-};
-constexpr NrrdType nrrd_types[] = {
+constexpr NamedScalarType nrrd_types[] = {
     {"signed char", ScalarType::I8},      {"int8", ScalarType::I8},        {"int8_t", ScalarType::I8},
     {"uchar", ScalarType::U8},            {"unsigned char", ScalarType::U8}, {"uint8", ScalarType::U8},
     {"uint8_t", ScalarType::U8},          {"short", ScalarType::I16},      {"short int", ScalarType::I16},
@@ -359,7 +354,7 @@ RawImage read_nrrd(const std::filesystem::path& path) {
     const NrrdHeader header = parse_header(path);
 
     const std::string type_text = lower_trimmed(required(path, header, "type"));
-    const auto type = std::find_if(std::begin(nrrd_types), std::end(nrrd_types), [&](const NrrdType& t) { return t.name == type_text; });
+    const auto type = std::find_if(std::begin(nrrd_types), std::end(nrrd_types), [&](const NamedScalarType& t) { return t.name == type_text; });
     TESSERA_CHECK(type != std::end(nrrd_types), quoted(path) << " stores voxels of NRRD type '" << type_text
                                                              << "', which Tessera does not read: it reads the integer types, "
                                                                 "float and double.");
@@ -415,22 +410,8 @@ RawImage read_nrrd(const std::filesystem::path& path) {
         TESSERA_CHECK(data_file->rfind("LIST", 0) != 0 && std::count(data_file->begin(), data_file->end(), ' ') == 0,
                       quoted(path) << " spreads its voxels over several files (data file: " << *data_file
                                    << "): Tessera reads one data file; save it as a single .nrrd.");
-        data_path = path.parent_path() / *data_file;
+        data_path = checked_data_file(path, *data_file, "data file: " + *data_file);
         detached = true;
-        std::error_code error;
-        const std::filesystem::path folder = std::filesystem::weakly_canonical(std::filesystem::absolute(path).parent_path(), error);
-        const std::filesystem::path resolved = std::filesystem::weakly_canonical(std::filesystem::absolute(data_path), error);
-        const auto [folder_end, ignored] = std::mismatch(folder.begin(), folder.end(), resolved.begin(), resolved.end());
-        const char* opt_in = std::getenv("TESSERA_ALLOW_EXTERNAL_DATA_FILES");
-        TESSERA_CHECK(folder_end == folder.end() || (opt_in != nullptr && std::string(opt_in) == "1"),
-                      quoted(path) << " keeps its voxels in " << quoted(resolved) << " (data file: " << *data_file
-                                   << "), outside the header's folder. Tessera reads data files only beside their header: copy "
-                                      "it there, or set TESSERA_ALLOW_EXTERNAL_DATA_FILES=1 if you trust this header.");
-        const FileKind kind = file_kind(data_path);
-        TESSERA_CHECK(kind != FileKind::Missing, quoted(path) << " keeps its voxels in " << quoted(data_path)
-                                                              << ", which does not exist: copy the data file next to the header.");
-        TESSERA_CHECK(kind == FileKind::Regular, quoted(path) << " keeps its voxels in " << quoted(data_path) << ", which is "
-                                                              << file_kind_name(kind) << ", not a regular file.");
     }
     const std::uint64_t data_bytes = num_voxels * element_bytes;
     std::vector<std::byte> bytes = read_data(path, data_path, detached, header, encoding, data_bytes, scalar_type, num_voxels);

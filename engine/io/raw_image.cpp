@@ -2,10 +2,12 @@
 
 #include "core/memory_budget.hpp"
 #include "core/units.hpp"
+#include "core/user_files.hpp"
 
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <type_traits>
 
@@ -133,6 +135,27 @@ void check_volume_budget(const std::filesystem::path& path, const std::string& s
                                << " a volume may use on this machine. If the header is right, raise TESSERA_MAX_VOLUME_BYTES "
                                   "(e.g. TESSERA_MAX_VOLUME_BYTES=64GiB) on a machine with that much memory, or crop the volume; "
                                   "otherwise the header is damaged.");
+}
+
+std::filesystem::path checked_data_file(const std::filesystem::path& header, const std::string& name,
+                                        const std::string& field_text) {
+    const std::filesystem::path data_path = header.parent_path() / name;
+    std::error_code error;
+    const std::filesystem::path folder = std::filesystem::weakly_canonical(std::filesystem::absolute(header).parent_path(), error);
+    const std::filesystem::path resolved = std::filesystem::weakly_canonical(std::filesystem::absolute(data_path), error);
+    const auto [folder_end, ignored] = std::mismatch(folder.begin(), folder.end(), resolved.begin(), resolved.end());
+    const char* opt_in = std::getenv("TESSERA_ALLOW_EXTERNAL_DATA_FILES");
+    TESSERA_CHECK(folder_end == folder.end() || (opt_in != nullptr && std::string(opt_in) == "1"),
+                  quoted(header) << " keeps its voxels in " << quoted(resolved) << " (" << field_text
+                                 << "), outside the header's folder " << quoted(folder)
+                                 << ". Tessera reads data files only beside their header: copy the data file there (and "
+                                    "name it without a folder), or set TESSERA_ALLOW_EXTERNAL_DATA_FILES=1 if you trust this header.");
+    const FileKind kind = file_kind(data_path);
+    TESSERA_CHECK(kind != FileKind::Missing, quoted(header) << " keeps its voxels in " << quoted(data_path)
+                                                            << ", which does not exist: copy the data file next to the header.");
+    TESSERA_CHECK(kind == FileKind::Regular, quoted(header) << " keeps its voxels in " << quoted(data_path) << ", which is "
+                                                            << file_kind_name(kind) << ", not a regular file.");
+    return data_path;
 }
 
 std::string quoted(const std::filesystem::path& path) {

@@ -26,6 +26,12 @@ bool is_integer(ScalarType type);
 // Inverse of scalar_type_name; false for names it does not know.
 bool scalar_type_from_name(std::string_view name, ScalarType& type);
 
+// A format's name for an element type ("MET_SHORT", "unsigned short"): the formats' lookup tables.
+struct NamedScalarType {
+    std::string_view name;
+    ScalarType scalar_type;
+};
+
 struct RawImage {
     ImageGeometry geometry;  // in the order of the file, LPS mm
     ScalarType scalar_type = ScalarType::F32;
@@ -56,6 +62,13 @@ struct EncodedVoxels {
 // allocates. `size_text` is the grid as the header gives it ("512×512×1000").
 void check_volume_budget(const std::filesystem::path& path, const std::string& size_text, std::uint64_t num_voxels,
                          std::uint64_t stored_bytes_per_voxel);
+
+// The data file a header names (`field_text`: how the header writes it, "ElementDataFile = x.raw"), as
+// MetaImage and NRRD headers do: a regular file beside the header. One outside the header's folder
+// (ElementDataFile = /etc/passwd would read any file as voxels) only with
+// TESSERA_ALLOW_EXTERNAL_DATA_FILES=1.
+std::filesystem::path checked_data_file(const std::filesystem::path& header, const std::string& name,
+                                        const std::string& field_text);
 
 // "'dir/file.nii.gz'": how messages name a file.
 std::string quoted(const std::filesystem::path& path);
