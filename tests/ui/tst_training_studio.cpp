@@ -120,8 +120,11 @@ private slots:
 
         // Opened again from its model_dir: its charts, exported as CSV with one row per step.
         charts->clear();
+        window.runPanel()->modelDirEdit()->setText(scratch.filePath(QStringLiteral("another_run")));
         QVERIFY(window.openRun(model_dir.toStdString()));
         QVERIFY(charts->runs().contains(QStringLiteral("em_run")));
+        // The model_dir field names the opened run: Train resumes it.
+        QCOMPARE(QDir(window.runPanel()->modelDirEdit()->text()).canonicalPath(), QDir(model_dir).canonicalPath());
         // The Run dock says what the opened run holds: its last step and loss, in the list and the status line.
         const QString last_step = QString::number(history.steps.back().step);
         QVERIFY2(window.runPanel()->statusLabel()->text().contains(QStringLiteral("trained to step ") + last_step),

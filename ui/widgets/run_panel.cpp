@@ -408,6 +408,8 @@ void RunPanel::addFinishedRun(const std::filesystem::path& model_dir) {
 }
 
 void RunPanel::addOpenedRun(const std::filesystem::path& model_dir, const tessera::run::MetricsHistory& history) {
+    // The opened run is the one Train would resume (a model_dir with checkpoints resumes from its latest).
+    m_model_dir->setText(path_text(std::filesystem::absolute(model_dir)));
     QTreeWidgetItem* item = itemFor(model_dir);
     item->setText(StatusColumn, tr("opened"));
     QString message = tr("Opened %1").arg(runName(model_dir));
