@@ -133,6 +133,7 @@ private slots:
         QCOMPARE(rows.size(), 1);
         QCOMPARE(rows.front()->text(2), last_step);
         QCOMPARE(rows.front()->text(3), QString::number(history.steps.back().loss, 'f', 4));
+        QVERIFY2(rows.front()->text(4).startsWith(QStringLiteral("Dice 0.")), qPrintable(rows.front()->text(4)));  // its last evaluation
         const QString csv = scratch.filePath(QStringLiteral("loss.csv"));
         QVERIFY(charts->exportChart(RunCharts::Chart::Loss, csv));
         QFile file(csv);

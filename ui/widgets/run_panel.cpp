@@ -28,7 +28,15 @@ namespace tessera::ui {
 
 namespace {
 
-enum RunColumn { NameColumn, StatusColumn, StepColumn, LossColumn, DiceColumn, DirColumn };
+enum RunColumn { NameColumn, StatusColumn, StepColumn, LossColumn, ScoreColumn, DirColumn };
+
+// An evaluation's headline score, as the run list shows it: mean Dice for segmentation, accuracy for a
+// classifier, AP@[.5:.95] for a detector.
+QString score_text(const tessera::run::EvalRecord& eval) {
+    if (eval.is_detection) return QObject::tr("AP %1").arg(eval.detection.ap, 0, 'f', 4);
+    if (eval.classes.empty()) return QObject::tr("accuracy %1").arg(eval.accuracy, 0, 'f', 4);
+    return QObject::tr("Dice %1").arg(eval.mean_dice, 0, 'f', 4);
+}
 
 QString duration_text(double seconds) { return QString::fromStdString(format_duration(seconds)); }
 
@@ -111,7 +119,9 @@ RunPanel::RunPanel(PartitionDesign* design, RunController* controller, ViewerMod
 
     auto* splitter = new QSplitter(Qt::Vertical, this);
     m_runs = new QTreeWidget(splitter);
-    m_runs->setHeaderLabels({tr("Run"), tr("Status"), tr("Step"), tr("Loss"), tr("Dice"), tr("model_dir")});
+    m_runs->setHeaderLabels({tr("Run"), tr("Status"), tr("Step"), tr("Loss"), tr("Score"), tr("model_dir")});
+    m_runs->headerItem()->setToolTip(ScoreColumn, tr("The last evaluation's mean Dice (segmentation), accuracy (a "
+                                                     "classifier) or AP@[.5:.95] (a detector)"));
     m_runs->setRootIsDecorated(false);
     m_runs->setToolTip(tr("The runs of this session and those opened; double-click to show a run's charts again"));
     connect(m_runs, &QTreeWidget::itemDoubleClicked, this, [this](QTreeWidgetItem* item) {
@@ -320,9 +330,7 @@ void RunPanel::showStepTimeline(int chosen) {
 }
 
 void RunPanel::onEvaluated(const tessera::run::EvalRecord& eval) {
-    itemFor(m_running_dir)->setText(DiceColumn, eval.is_detection ? tr("AP %1").arg(eval.detection.ap, 0, 'f', 4)
-                                                : eval.classes.empty() ? QString::number(eval.accuracy, 'f', 4)
-                                                                       : QString::number(eval.mean_dice, 'f', 4));
+    itemFor(m_running_dir)->setText(ScoreColumn, score_text(eval));
     showScores(eval);
 }
 
@@ -419,7 +427,10 @@ void RunPanel::addOpenedRun(const std::filesystem::path& model_dir, const tesser
         item->setText(LossColumn, QString::number(last.loss, 'f', 4));
         message += tr(": trained to step %1 (loss %2)").arg(last.step).arg(last.loss, 0, 'f', 4);
     }
-    if (!history.evals.empty()) message += tr(", last evaluated at step %1").arg(history.evals.back().step);
+    if (!history.evals.empty()) {
+        item->setText(ScoreColumn, score_text(history.evals.back()));
+        message += tr(", last evaluated at step %1").arg(history.evals.back().step);
+    }
     m_status->setText(message + QStringLiteral("."));
 }
 
