@@ -183,14 +183,7 @@ RawImage read_mgh(const std::filesystem::path& path) {
     TESSERA_CHECK(done == data_bytes, quoted(path) << " is truncated: its header promises " << size_text(header) << " "
                                                    << scalar_type_name(scalar_type) << " voxels (" << data_bytes
                                                    << " bytes) but the data ends after " << done << ". Get a complete copy.");
-    if constexpr (std::endian::native == std::endian::little) {
-        if (element_bytes > 1) {
-            for (std::uint64_t index = 0; index < num_voxels; ++index) {
-                std::byte* element = voxels.get() + index * element_bytes;
-                std::reverse(element, element + element_bytes);
-            }
-        }
-    }
+    if constexpr (std::endian::native == std::endian::little) swap_byte_order(voxels.get(), num_voxels, element_bytes);
 
     RawImage raw;
     ImageGeometry& geometry = raw.geometry;
@@ -228,37 +221,11 @@ RawImage read_mgh(const std::filesystem::path& path) {
 }
 
 void write_mgh(const ImageGeometry& geometry, const EncodedVoxels& voxels, const std::filesystem::path& path) {
-    // MGH stores uint8, int16, int32 and float32: other types go to the nearest of those that holds
-    // every value (the voxels came from f32 or i32 tensors, so float32 and int32 are exact).
-    std::int32_t code = 3;
-    ScalarType stored = ScalarType::F32;
-    switch (voxels.scalar_type) {
-        case ScalarType::U8: code = 0; stored = ScalarType::U8; break;
-        case ScalarType::I8:
-        case ScalarType::I16: code = 4; stored = ScalarType::I16; break;
-        case ScalarType::U16:
-        case ScalarType::I32: code = 1; stored = ScalarType::I32; break;
-        default: break;
-    }
-    const std::size_t in_bytes = scalar_type_size(voxels.scalar_type);
-    const std::size_t out_bytes = scalar_type_size(stored);
-    const std::size_t count = voxels.bytes.size() / in_bytes;
-    const auto value_at = [&](std::size_t index) -> double {
-        const std::byte* p = voxels.bytes.data() + index * in_bytes;
-        switch (voxels.scalar_type) {
-            case ScalarType::U8: return static_cast<double>(*reinterpret_cast<const std::uint8_t*>(p));
-            case ScalarType::I8: return static_cast<double>(*reinterpret_cast<const std::int8_t*>(p));
-            case ScalarType::U16: { std::uint16_t v; std::memcpy(&v, p, 2); return v; }
-            case ScalarType::I16: { std::int16_t v; std::memcpy(&v, p, 2); return v; }
-            case ScalarType::U32: { std::uint32_t v; std::memcpy(&v, p, 4); return v; }
-            case ScalarType::I32: { std::int32_t v; std::memcpy(&v, p, 4); return v; }
-            case ScalarType::U64: { std::uint64_t v; std::memcpy(&v, p, 8); return static_cast<double>(v); }
-            case ScalarType::I64: { std::int64_t v; std::memcpy(&v, p, 8); return static_cast<double>(v); }
-            case ScalarType::F32: { float v; std::memcpy(&v, p, 4); return v; }
-            case ScalarType::F64: { double v; std::memcpy(&v, p, 8); return v; }
-        }
-        return 0;
-    };
+    // volume_io chose a type MGH stores (its stored_type): uint8, int16, int32 or float32.
+    const auto type = std::find_if(std::begin(mgh_types), std::end(mgh_types),
+                                   [&](const MghType& t) { return t.scalar_type == voxels.scalar_type; });
+    TESSERA_ASSERT(type != std::end(mgh_types), "MGH cannot store " << scalar_type_name(voxels.scalar_type) << " voxels");
+    const std::int32_t code = type->code;
 
     // The geometry in RAS: direction columns and origin with x and y flipped.
     const double flip[3] = {-1, -1, 1};
@@ -282,17 +249,9 @@ void write_mgh(const ImageGeometry& geometry, const EncodedVoxels& voxels, const
     }
     header.resize(mgh_header_bytes, '\0');
 
-    std::string data;
-    data.reserve(count * out_bytes);
-    for (std::size_t index = 0; index < count; ++index) {
-        const double value = value_at(index);
-        switch (stored) {
-            case ScalarType::U8: data.push_back(static_cast<char>(static_cast<std::uint8_t>(value))); break;
-            case ScalarType::I16: put_big_endian<std::int16_t>(data, static_cast<std::int16_t>(value)); break;
-            case ScalarType::I32: put_big_endian<std::int32_t>(data, static_cast<std::int32_t>(value)); break;
-            default: put_big_endian<float>(data, static_cast<float>(value)); break;
-        }
-    }
+    std::string data(reinterpret_cast<const char*>(voxels.bytes.data()), voxels.bytes.size());  // big-endian below
+    swap_byte_order(reinterpret_cast<std::byte*>(data.data()), data.size() / scalar_type_size(voxels.scalar_type),
+                    scalar_type_size(voxels.scalar_type));
 
     const bool compressed = full_extension(path) == ".mgz";
     gzFile file = gzopen(path.c_str(), compressed ? "wb6" : "wbT");

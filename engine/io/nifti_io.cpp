@@ -416,12 +416,7 @@ std::shared_ptr<std::byte[]> read_nifti_voxels(const std::filesystem::path& path
                                              << " voxels (" << data_bytes << " bytes from byte " << offset << ") but the "
                                              << (header.compressed ? "compressed data ends" : "file ends") << " after "
                                              << done << " of them. Get a complete copy.");
-    if (header.swapped && element_bytes > 1) {
-        for (std::uint64_t index = 0; index < num_voxels; ++index) {
-            std::byte* element = voxels.get() + index * element_bytes;
-            std::reverse(element, element + element_bytes);
-        }
-    }
+    if (header.swapped) swap_byte_order(voxels.get(), num_voxels, element_bytes);
     return voxels;
 }
 

@@ -193,26 +193,6 @@ std::vector<double> parse_numbers(const std::filesystem::path& path, const std::
     return values;
 }
 
-// Whether a text voxel converts to `type` exactly enough: whole and in range for integers, within the
-// finite range for float (the conversion of anything else is undefined).
-bool fits(double value, ScalarType type) {
-    if (!std::isfinite(value)) return false;
-    const auto within = [&](double lowest, double highest) { return value >= lowest && value <= highest && value == std::floor(value); };
-    switch (type) {
-        case ScalarType::U8: return within(0, 255);
-        case ScalarType::I8: return within(-128, 127);
-        case ScalarType::U16: return within(0, 65535);
-        case ScalarType::I16: return within(-32768, 32767);
-        case ScalarType::U32: return within(0, 4294967295.0);
-        case ScalarType::I32: return within(-2147483648.0, 2147483647.0);
-        case ScalarType::U64: return within(0, 18446744073709549568.0);  // the largest double below 2^64
-        case ScalarType::I64: return within(-9223372036854775808.0, 9223372036854774784.0);
-        case ScalarType::F32: return std::abs(value) <= std::numeric_limits<float>::max();
-        case ScalarType::F64: return true;
-    }
-    return false;
-}
-
 // The voxel bytes after decoding the encoding (still in the file's byte order for raw and gzip).
 std::vector<std::byte> read_data(const std::filesystem::path& path, const std::filesystem::path& data_path, bool detached,
                                  const NrrdHeader& header, const std::string& encoding, std::uint64_t data_bytes,
@@ -320,30 +300,19 @@ std::vector<std::byte> read_data(const std::filesystem::path& path, const std::f
                                                        << data_bytes << " bytes its header promises");
         return bytes;
     }
-    // Text: numbers in native order afterwards (the caller skips the byte swap for text).
+    // Text: each number checked against the file's type and kept as float64 (the caller reads the buffer
+    // as float64, with the file's type as the source type).
     std::istringstream numbers(text);
-    const std::size_t element = scalar_type_size(scalar_type);
+    bytes.resize(static_cast<std::size_t>(num_voxels * sizeof(double)));
     for (std::uint64_t index = 0; index < num_voxels; ++index) {
         double value = 0;
         TESSERA_CHECK(static_cast<bool>(numbers >> value), quoted(path) << " holds " << index << " of the " << num_voxels
                                                                         << " text voxels its header promises (or a non-number "
                                                                         << "among them)");
-        TESSERA_CHECK(fits(value, scalar_type), quoted(path) << " holds the text voxel " << value << " (number " << index
-                                                             << "), which a " << scalar_type_name(scalar_type)
-                                                             << " cannot hold. The file is damaged, or its type is wrong.");
-        std::byte* out = bytes.data() + index * element;
-        switch (scalar_type) {
-            case ScalarType::U8: { const auto v = static_cast<std::uint8_t>(value); std::memcpy(out, &v, 1); break; }
-            case ScalarType::I8: { const auto v = static_cast<std::int8_t>(value); std::memcpy(out, &v, 1); break; }
-            case ScalarType::U16: { const auto v = static_cast<std::uint16_t>(value); std::memcpy(out, &v, 2); break; }
-            case ScalarType::I16: { const auto v = static_cast<std::int16_t>(value); std::memcpy(out, &v, 2); break; }
-            case ScalarType::U32: { const auto v = static_cast<std::uint32_t>(value); std::memcpy(out, &v, 4); break; }
-            case ScalarType::I32: { const auto v = static_cast<std::int32_t>(value); std::memcpy(out, &v, 4); break; }
-            case ScalarType::U64: { const auto v = static_cast<std::uint64_t>(value); std::memcpy(out, &v, 8); break; }
-            case ScalarType::I64: { const auto v = static_cast<std::int64_t>(value); std::memcpy(out, &v, 8); break; }
-            case ScalarType::F32: { const auto v = static_cast<float>(value); std::memcpy(out, &v, 4); break; }
-            case ScalarType::F64: std::memcpy(out, &value, 8); break;
-        }
+        TESSERA_CHECK(holds_exactly(scalar_type, value), quoted(path) << " holds the text voxel " << value << " (number " << index
+                                                                      << "), which a " << scalar_type_name(scalar_type)
+                                                                      << " cannot hold. The file is damaged, or its type is wrong.");
+        std::memcpy(bytes.data() + index * sizeof(double), &value, sizeof(double));
     }
     return bytes;
 }
@@ -401,7 +370,7 @@ RawImage read_nrrd(const std::filesystem::path& path) {
                       quoted(path) << " claims sizes " << size_text << ", which is not plausible: the header is damaged.");
         num_voxels *= static_cast<std::uint64_t>(extent);
     }
-    check_volume_budget(path, size_text, num_voxels, element_bytes);
+    check_volume_budget(path, size_text, num_voxels, text_encoding ? sizeof(double) : element_bytes);
 
     // Where the voxels are.
     std::filesystem::path data_path = path;
@@ -415,12 +384,8 @@ RawImage read_nrrd(const std::filesystem::path& path) {
     }
     const std::uint64_t data_bytes = num_voxels * element_bytes;
     std::vector<std::byte> bytes = read_data(path, data_path, detached, header, encoding, data_bytes, scalar_type, num_voxels);
-    const bool swap = !text_encoding && element_bytes > 1 && big_endian == (std::endian::native == std::endian::little);
-    if (swap) {
-        for (std::uint64_t index = 0; index < num_voxels; ++index) {
-            std::byte* element = bytes.data() + index * element_bytes;
-            std::reverse(element, element + element_bytes);
-        }
+    if (!text_encoding && big_endian == (std::endian::native == std::endian::little)) {
+        swap_byte_order(bytes.data(), num_voxels, element_bytes);
     }
 
     // Geometry.
@@ -487,7 +452,7 @@ RawImage read_nrrd(const std::filesystem::path& path) {
                       quoted(path) << " has a malformed NRRD 'space origin': " << *origin_text);
         for (std::size_t c = 0; c < origin[0].size(); ++c) geometry.origin[c] = flip[c] * origin[0][c] + 0.0;
     }
-    raw.scalar_type = scalar_type;
+    raw.scalar_type = text_encoding ? ScalarType::F64 : scalar_type;  // text voxels come back as float64
     raw.source_scalar_type = std::string(scalar_type_name(scalar_type));
     auto owner = std::make_shared<std::vector<std::byte>>(std::move(bytes));
     raw.voxels = owner->data();

@@ -137,6 +137,34 @@ void check_volume_budget(const std::filesystem::path& path, const std::string& s
                                   "otherwise the header is damaged.");
 }
 
+void swap_byte_order(std::byte* elements, std::uint64_t count, std::size_t element_bytes) {
+    if (element_bytes < 2) return;
+    for (std::uint64_t index = 0; index < count; ++index) {
+        std::byte* element = elements + index * element_bytes;
+        std::reverse(element, element + element_bytes);
+    }
+}
+
+bool holds_exactly(ScalarType type, double value) {
+    if (!std::isfinite(value)) return false;
+    const auto whole_in = [&](double lowest, double highest) {
+        return value >= lowest && value <= highest && std::nearbyint(value) == value;
+    };
+    switch (type) {
+        case ScalarType::U8: return whole_in(0, 255);
+        case ScalarType::I8: return whole_in(-128, 127);
+        case ScalarType::U16: return whole_in(0, 65535);
+        case ScalarType::I16: return whole_in(-32768, 32767);
+        case ScalarType::U32: return whole_in(0, 4294967295.0);
+        case ScalarType::I32: return whole_in(-2147483648.0, 2147483647.0);
+        case ScalarType::U64: return whole_in(0, 9007199254740992.0);
+        case ScalarType::I64: return whole_in(-9007199254740992.0, 9007199254740992.0);
+        case ScalarType::F32: return std::abs(value) <= std::numeric_limits<float>::max();
+        case ScalarType::F64: return true;
+    }
+    return false;
+}
+
 std::filesystem::path checked_data_file(const std::filesystem::path& header, const std::string& name,
                                         const std::string& field_text) {
     const std::filesystem::path data_path = header.parent_path() / name;

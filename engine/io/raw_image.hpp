@@ -63,6 +63,13 @@ struct EncodedVoxels {
 void check_volume_budget(const std::filesystem::path& path, const std::string& size_text, std::uint64_t num_voxels,
                          std::uint64_t stored_bytes_per_voxel);
 
+// Reverses the bytes of each of `count` elements of `element_bytes` (a file's other byte order).
+void swap_byte_order(std::byte* elements, std::uint64_t count, std::size_t element_bytes);
+
+// Whether `type` holds `value` exactly: a whole number in its range for the integer types (64-bit ones up
+// to 2^53, where doubles stop counting every integer), a finite value in range for float32 and float64.
+bool holds_exactly(ScalarType type, double value);
+
 // The data file a header names (`field_text`: how the header writes it, "ElementDataFile = x.raw"), as
 // MetaImage and NRRD headers do: a regular file beside the header. One outside the header's folder
 // (ElementDataFile = /etc/passwd would read any file as voxels) only with

@@ -121,60 +121,14 @@ EncodedVoxels encode_as(const Source* values, std::int64_t count, ScalarType typ
     return {};
 }
 
-// Range of whole numbers an integer type holds exactly (as double).
-void integer_range(ScalarType type, double& lowest, double& highest) {
-    switch (type) {
-        case ScalarType::U8:
-            lowest = 0;
-            highest = 255;
-            return;
-        case ScalarType::I8:
-            lowest = -128;
-            highest = 127;
-            return;
-        case ScalarType::U16:
-            lowest = 0;
-            highest = 65535;
-            return;
-        case ScalarType::I16:
-            lowest = -32768;
-            highest = 32767;
-            return;
-        case ScalarType::U32:
-            lowest = 0;
-            highest = 4294967295.0;
-            return;
-        case ScalarType::I32:
-            lowest = -2147483648.0;
-            highest = 2147483647.0;
-            return;
-        // Beyond 2^53 doubles skip integers; f32 voxels never get there exactly anyway.
-        case ScalarType::U64:
-            lowest = 0;
-            highest = 9007199254740992.0;
-            return;
-        case ScalarType::I64:
-            lowest = -9007199254740992.0;
-            highest = 9007199254740992.0;
-            return;
-        default:
-            lowest = 0;
-            highest = -1;
-            return;
-    }
-}
-
 // The volume's source type when every voxel fits it exactly, else float32.
 ScalarType volume_write_type(const Volume& volume, const float* values, std::int64_t count) {
     ScalarType source{};
     if (!io_detail::scalar_type_from_name(volume.source_scalar_type, source) || !io_detail::is_integer(source)) {
         return ScalarType::F32;
     }
-    double lowest = 0, highest = 0;
-    integer_range(source, lowest, highest);
     for (std::int64_t index = 0; index < count; ++index) {
-        const double value = values[index];
-        if (!(value >= lowest && value <= highest) || std::nearbyint(value) != value) return ScalarType::F32;
+        if (!io_detail::holds_exactly(source, values[index])) return ScalarType::F32;
     }
     return source;
 }
@@ -189,6 +143,27 @@ ScalarType label_write_type(const std::int32_t* labels, std::int64_t count) {
     if (lowest >= 0 && highest <= 255) return ScalarType::U8;
     if (lowest >= -32768 && highest <= 32767) return ScalarType::I16;
     return ScalarType::I32;
+}
+
+// The type `path`'s format stores for voxels chosen as `type`. MGH stores uint8, int16, int32 and float32
+// only: int8 and uint16 widen to the next that holds them, wider integers go to float32 (exact: every
+// voxel written comes from an f32 or i32 tensor, and i32 label maps are never wider than int32).
+ScalarType stored_type(ScalarType type, const std::filesystem::path& path) {
+    const std::string extension = full_extension(path);
+    if (extension != ".mgh" && extension != ".mgz") return type;
+    switch (type) {
+        case ScalarType::U8:
+        case ScalarType::I16:
+        case ScalarType::I32:
+        case ScalarType::F32:
+            return type;
+        case ScalarType::I8:
+            return ScalarType::I16;
+        case ScalarType::U16:
+            return ScalarType::I32;
+        default:
+            return ScalarType::F32;
+    }
 }
 
 void write_encoded(const ImageGeometry& geometry, const EncodedVoxels& voxels, const std::filesystem::path& path) {
@@ -305,7 +280,7 @@ void write_volume(const Volume& volume, const std::filesystem::path& path) {
     const Tensor dense = volume.voxels.contiguous();
     const float* values = dense.data<float>();
     const std::int64_t count = dense.num_elements();
-    write_encoded(volume.geometry, encode_as(values, count, volume_write_type(volume, values, count)), path);
+    write_encoded(volume.geometry, encode_as(values, count, stored_type(volume_write_type(volume, values, count), path)), path);
 }
 
 void write_label_map(const LabelMap& label_map, const std::filesystem::path& path) {
@@ -314,7 +289,7 @@ void write_label_map(const LabelMap& label_map, const std::filesystem::path& pat
     const Tensor dense = label_map.labels.contiguous();
     const std::int32_t* labels = dense.data<std::int32_t>();
     const std::int64_t count = dense.num_elements();
-    write_encoded(label_map.geometry, encode_as(labels, count, label_write_type(labels, count)), path);
+    write_encoded(label_map.geometry, encode_as(labels, count, stored_type(label_write_type(labels, count), path)), path);
 }
 
 }  // namespace tessera

@@ -715,6 +715,21 @@ TEST(VolumeIo, NrrdAgreesWithTeem) {
     }
 }
 
+// MGH stores uint8, int16, int32 and float32: a uint16 volume widens to int32, a uint32 one to float32,
+// with every value kept.
+TEST(VolumeIo, MghWidensTypesItCannotStore) {
+    ScratchDir scratch;
+    Volume original = ramp_volume(oblique_geometry(), 0.0f);
+    original.voxels.data<float>()[0] = 60000.0f;
+    for (const auto& [source, stored] : {std::pair{"uint16", "int32"}, std::pair{"uint32", "float32"}, std::pair{"int8", "float32"}}) {
+        original.source_scalar_type = source;  // int8: 60000 does not fit, so float32 before MGH's choice
+        write_volume(original, scratch / "widened.mgz");
+        const Volume read = read_volume(scratch / "widened.mgz");
+        EXPECT_EQ(read.source_scalar_type, stored) << source;
+        EXPECT_TRUE(same_voxels(original, read)) << source;
+    }
+}
+
 TEST(VolumeIo, MhdKeepsItsVoxelsInARawFile) {
     ScratchDir scratch;
     const Volume original = ramp_volume(oblique_geometry());
