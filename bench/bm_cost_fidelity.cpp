@@ -121,6 +121,18 @@ int main(int argc, char** argv) {
                     }
                     std::printf("  core 0's layers (halos apart): in the mesh %.2f / %.2f ms, profiled alone %.2f / %.2f ms\n",
                                 mesh_sum[0] * 1e3, mesh_sum[1] * 1e3, profile_sum[0] * 1e3, profile_sum[1] * 1e3);
+                    // Every core's profile: one slow layer anywhere moves the whole prediction.
+                    for (std::size_t core = 0; core < profile.size(); ++core) {
+                        double total = 0, slowest = 0;
+                        std::size_t slowest_node = 0;
+                        for (std::size_t node = 0; node < profile[core].size(); ++node) {
+                            const double seconds = profile[core][node].forward_seconds + profile[core][node].backward_seconds;
+                            total += seconds;
+                            if (seconds > slowest) slowest = seconds, slowest_node = node;
+                        }
+                        std::printf("  core %zu profiled %.2f ms, slowest layer %s %.2f ms\n", core, total * 1e3,
+                                    mesh.model().node(static_cast<int>(slowest_node)).name.c_str(), slowest * 1e3);
+                    }
                 };
             }
             const mesh::FidelityResult result = mesh::measure_fidelity(fidelity_case, model, options);

@@ -68,6 +68,8 @@ struct Executor::Impl {
     }
 
 
+    int kernel_threads = 1;
+
     Impl(const Graph& g, ExecutorOptions o) : graph(g), options(o) {}
 
     // A shared parameter's users read the parameter's current storage (a driver may have replaced it).
@@ -150,6 +152,7 @@ struct Executor::Impl {
 
 Executor::Executor(const Graph& graph, ExecutorOptions options) : m_impl(std::make_unique<Impl>(graph, options)) {
     Impl& impl = *m_impl;
+    impl.kernel_threads = ops::num_threads();
     TESSERA_CHECK(graph.input_node() >= 0, "graph '" << graph.name() << "' has no input");
     TESSERA_CHECK(graph.output_node() != graph.input_node(), "graph '" << graph.name() << "' has no output op");
     const std::vector<std::vector<int>> consumers = graph.consumers();
@@ -554,6 +557,8 @@ Tensor Executor::activation_gradient(int node) const {
 }
 
 std::span<const NodeTiming> Executor::timings() const { return m_impl->timings; }
+
+int Executor::kernel_threads() const { return m_impl->kernel_threads; }
 
 std::int64_t Executor::workspace_bytes() const {
     const Impl& impl = *m_impl;

@@ -123,6 +123,9 @@ public:
     // Bytes held by the compiled graph: activations, gradients, workspaces, reordered copies.
     std::int64_t workspace_bytes() const;
     MemoryReport memory_report() const;
+    // Threads its kernels were created for (oneDNN fixes them then): the caller's OpenMP team size when
+    // the executor was compiled. A simulated core's executor must say 1 (mesh/thread_pool.hpp).
+    int kernel_threads() const;
 
 private:
     struct Impl;

@@ -794,8 +794,11 @@ CoreMesh::CoreMesh(graph::Graph model, MeshConfig mesh, train::TrainerConfig con
         const std::int64_t rest = (impl.total_cores - built_cores) * (smallest_core_bytes / 10 * 9);
         if (built_bytes + rest + held_once > impl.mesh.host_memory_bytes) over_budget = true;
     };
-    // Mesh core 0 first (the others take its weights); compiling the others is independent: over the pool.
-    build(0);
+    // Mesh core 0 first (the others take its weights); compiling the others is independent. Every core
+    // is compiled on the pool, core 0 too: oneDNN fixes a kernel's thread count when it creates it, and
+    // one created here with the caller's team (2 threads) opened a team of its own at every call inside
+    // a single-threaded core task — more threads than host cores, every core's kernels slowed 2–5×.
+    impl.pool->run(1, [&](std::int64_t) { build(0); });
     impl.pool->run(impl.total_cores - 1, [&](std::int64_t c) { build(c + 1); });
     if (impl.mesh.host_memory_bytes > 0 && !over_budget) impl.host_bytes = built_bytes + held_once;
     if (over_budget) {

@@ -4,6 +4,7 @@
 #include "mesh_test_support.hpp"
 #include "support/error_of.hpp"
 #include "mesh/thread_pool.hpp"
+#include "ops/dnnl_support.hpp"
 #include "core/random.hpp"
 #include "networks/models.hpp"
 #include "networks/retinanet.hpp"
@@ -109,6 +110,26 @@ TEST(CoreMesh, RunsAreBitReproducibleForAGivenSeedAndLayout) {
         EXPECT_EQ(std::memcmp(&loss_a, &loss_b, sizeof loss_a), 0) << "step " << step;
     }
     test::expect_identical_weights(a, b, model);
+}
+
+// oneDNN fixes a kernel's threads when it creates it. Core 0 was once compiled on the caller's thread
+// with its 2-thread team: each of its kernels then opened a team of its own inside a single-threaded
+// core task, oversubscribing the host and slowing every core's kernels 2–5× (bm_partition: 1.26× the
+// unpartitioned step, 1.03× after).
+TEST(CoreMesh, EveryCoresKernelsAreCreatedSingleThreadedWhateverTheCallersTeam) {
+    const int callers_threads = ops::num_threads();
+    ops::set_num_threads(2);
+    const graph::Graph model = unet();
+    for (int host_threads : {1, 2}) {
+        mesh::MeshConfig config = grid(kInput, {2, 2});
+        config.host_threads = host_threads;
+        mesh::CoreMesh mesh(model, config, sgd());
+        for (std::int64_t core = 0; core < mesh.num_cores(); ++core) {
+            EXPECT_EQ(mesh.executor(core).kernel_threads(), 1) << "core " << core << ", " << host_threads << " host thread(s)";
+        }
+        EXPECT_EQ(ops::num_threads(), 2) << "the caller's team comes back after the mesh compiled";
+    }
+    ops::set_num_threads(callers_threads);
 }
 
 TEST(CoreMesh, EveryCoreHoldsTheSameWeightsAfterAStep) {
