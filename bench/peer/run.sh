@@ -21,8 +21,11 @@ python=/usr/bin/python3
 tessera=$build/bench/tessera_step
 [ -x "$tessera" ] || { echo "build first: $tessera is missing" >&2; exit 1; }
 export OMP_WAIT_POLICY=PASSIVE
-peak=$("$build/bench/fma_peak" 2 | sed 's/fma_peak_gflops=//')
+peaks=$("$build/bench/fma_peak" 2)
+peak=$(echo "$peaks" | sed -n 's/fma_peak_gflops=//p')
 echo "machine FMA peak (fp32, 2 threads): $peak GFLOP/s"
+bf16_peak=$(echo "$peaks" | sed -n 's/bf16_dot_peak_gflops=//p')
+[ -n "$bf16_peak" ] && echo "machine bf16 dot-product peak (VDPBF16PS, 2 threads): $bf16_peak GFLOP/s — bf16 convolutions can beat f32 only if this is well above the FMA peak (or with AMX)"
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 median() { sort -n | awk '{v[NR]=$1} END {if (NR % 2) print v[(NR+1)/2]; else printf "%.3f\n", (v[NR/2]+v[NR/2+1])/2}'; }
 spread() { sort -n | awk '{v[NR]=$1} END {printf "%.1f–%.1f", v[1], v[NR]}'; }

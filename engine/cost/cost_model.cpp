@@ -358,6 +358,14 @@ LayerCost CostModel::host_layer(const graph::Graph& model, int id, const partiti
         if (backward_rate > 0) set(result.backward, backward_fixed + static_cast<double>(result.backward.bytes) / (backward_rate * 1e9));
     };
     const int rank = static_cast<int>(node.output_shape.size()) - 2;
+    // bf16 convolutions run at the rate calibration measured against f32 (host_calibration.cpp), for
+    // the layers the executor computes in bf16: 16 channels or more, not reading the input image.
+    auto bf16_factor = [&](std::int64_t in_channels, std::int64_t out_channels, bool backward) {
+        if (precision != graph::Precision::BF16 || std::min(in_channels, out_channels) < 16) return 1.0;
+        if (model.node(node.inputs[0]).kind == OpKind::Input) return 1.0;
+        const double ratio = host_rate("conv" + std::to_string(rank) + "d.bf16_ratio" + (backward ? ".bwd" : ".fwd"));
+        return ratio > 0 ? ratio : 1.0;
+    };
     switch (node.kind) {
         case OpKind::Conv: {
             const Node& source = model.node(node.inputs[0]);
@@ -383,6 +391,7 @@ LayerCost CostModel::host_layer(const graph::Graph& model, int id, const partiti
                     fixed = fixed_cost(stem, channels, backward);
                 }
                 PassCost& pass = backward ? result.backward : result.forward;
+                rate *= bf16_factor(in_channels, out_channels, backward);
                 if (rate > 0) set(pass, fixed + pass.flops / (rate * narrow_factor * 1e9));
             }
             break;
@@ -392,7 +401,8 @@ LayerCost CostModel::host_layer(const graph::Graph& model, int id, const partiti
             const std::int64_t channels = std::min(source.output_shape[1], node.output_shape[1]);
             const std::string stem = "conv" + std::to_string(rank) + "d.k1";
             for (bool backward : {false, true}) {
-                const double rate = conv_rate(rank, 1, false, channels, backward);
+                const double rate = conv_rate(rank, 1, false, channels, backward) *
+                                    bf16_factor(source.output_shape[1], node.output_shape[1], backward);
                 PassCost& pass = backward ? result.backward : result.forward;
                 if (rate > 0) set(pass, fixed_cost(stem, channels, backward) + pass.flops / (rate * 1e9));
             }

@@ -36,9 +36,11 @@ double spread(std::vector<double> values) {
 // Runs a small graph forward and backward `repeats` times, single-threaded, with the simulated cores'
 // kernels, and returns the fastest forward and backward seconds of node `node`; adds the spread of
 // the forward-plus-backward times to `spreads`.
-std::pair<double, double> time_node(const graph::Graph& g, int node, int repeats, std::vector<double>& spreads) {
+std::pair<double, double> time_node(const graph::Graph& g, int node, int repeats, std::vector<double>& spreads,
+                                    graph::Precision precision = graph::Precision::F32) {
     graph::ExecutorOptions options;
     options.distributed_reductions = true;
+    options.precision = precision;
     graph::Executor executor(g, options);
     executor.initialize_parameters(1);
     const Tensor input = normal_tensor(g.node(g.input_node()).output_shape, 2);
@@ -98,6 +100,7 @@ public:
         measure_convolutions();
         measure_narrow_tiles();
         set_peak_from_convolutions();
+        measure_bf16_convolutions();
         measure_memory_ops();
         measure_loss();
         measure_phase_overhead();
@@ -231,7 +234,42 @@ private:
         for (const auto& [key, value] : measured) {
             if (key.rfind("conv", 0) == 0) device.peak_flops_f32 = std::max(device.peak_flops_f32, value * 1e9);
         }
-        device.peak_flops_bf16 = device.peak_flops_f16 = device.peak_flops_f32;
+        device.peak_flops_bf16 = device.peak_flops_f16 = device.peak_flops_f32;  // bf16: measured next
+    }
+
+    // bf16 convolutions against f32 ones of the same shape, interleaved: whether a CPU's bf16 path is
+    // faster is measured, not assumed. AVX512-BF16 without AMX can be slower than f32 — on a Xeon
+    // model 207 in a VM (no AMX), VDPBF16PS retires at half the rate of f32 FMAs per FLOP, and
+    // oneDNN's bf16 convolutions ran at 0.55× their f32 rate. Layers the executor keeps in f32
+    // (under 16 channels, the first and the output layer) do not use the ratio.
+    void measure_bf16_convolutions() {
+        const CalibrationOptions& options = m_options;
+        auto& measured = m_device.measured;
+        std::vector<double>& spreads = m_spreads;
+        double ratio_2d = 1;
+        for (int rank : {2, 3}) {
+            say("bf16 convolution " + std::to_string(rank) + "D");
+            const std::int64_t channels = rank == 3 ? 16 : 32;
+            graph::Graph g("calibration");
+            int x = g.input(shape_of(rank, 8, extent_for(rank, channels, channels, options.quick ? 3e7 : 1.5e8)));
+            x = g.conv(g.relu(x, "relu"), channels, ops::ConvAttributes::same(rank, 3), "before");
+            const int layer = g.conv(x, channels, ops::ConvAttributes::same(rank, 3), "layer");
+            g.set_output(g.conv(layer, channels, ops::ConvAttributes::same(rank, 3), "after"));
+            std::vector<double> f32_forward, f32_backward, bf16_forward, bf16_backward;
+            for (int round = 0; round < 2; ++round) {
+                const auto [f32_fwd, f32_bwd] = time_node(g, layer, options.repeats, spreads, graph::Precision::F32);
+                const auto [bf16_fwd, bf16_bwd] = time_node(g, layer, options.repeats, spreads, graph::Precision::BF16);
+                f32_forward.push_back(f32_fwd);
+                f32_backward.push_back(f32_bwd);
+                bf16_forward.push_back(bf16_fwd);
+                bf16_backward.push_back(bf16_bwd);
+            }
+            const std::string stem = "conv" + std::to_string(rank) + "d.bf16_ratio";
+            measured[stem + ".fwd"] = fastest(f32_forward) / std::max(fastest(bf16_forward), 1e-12);
+            measured[stem + ".bwd"] = fastest(f32_backward) / std::max(fastest(bf16_backward), 1e-12);
+            if (rank == 2) ratio_2d = measured[stem + ".fwd"];
+        }
+        m_device.peak_flops_bf16 = m_device.peak_flops_f32 * ratio_2d;
     }
 
     // Memory-bound ops behind a convolution, as inside a model (the activations arrive in the kernels'

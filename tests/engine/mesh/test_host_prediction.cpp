@@ -105,13 +105,47 @@ TEST(HostStepPrediction, GradientReductionAndUpdateFollowTheMeasuredConstants) {
     EXPECT_NEAR(slower_update - step.step_seconds, 6 * parameters * 2e-9, 1e-12);  // six updates, 2 ns more each
 }
 
+TEST(HostStepPrediction, Bf16ConvolutionsRunAtTheMeasuredRatioWhereTheExecutorComputesInBf16) {
+    // A 3×3 convolution of 32 channels, one of 8 (kept f32 by the executor) and the first layer (reads the
+    // f32 image): with bf16_ratio 0.5 only the first costs twice its f32 FLOP time in bf16.
+    graph::Graph g("bf16");
+    const int image = g.input({1, 1, 32, 32});
+    const int first = g.conv(image, 32, ops::ConvAttributes::same(2, 3), "first");
+    const int wide = g.conv(first, 32, ops::ConvAttributes::same(2, 3), "wide");
+    const int narrow = g.conv(wide, 8, ops::ConvAttributes::same(2, 3), "narrow");
+    g.set_output(narrow);
+    cost::Device host = hand_made_host();
+    for (const char* pass : {".fwd", ".bwd"}) {
+        for (std::int64_t c : {8, 16, 32}) host.measured["conv2d.k3.c" + std::to_string(c) + pass] = 10;  // GFLOP/s
+        for (std::int64_t c : {8, 16, 32}) host.measured["conv2d.first.c" + std::to_string(c) + pass] = 10;
+    }
+    auto seconds = [&](int id, graph::Precision precision) {
+        const cost::LayerCost layer = cost::CostModel(host).layer(g, id, nullptr, precision);
+        return std::pair{layer.forward.seconds, layer.backward.seconds};
+    };
+    host.measured["conv2d.bf16_ratio.fwd"] = 0.5;
+    host.measured["conv2d.bf16_ratio.bwd"] = 0.25;
+    const auto [wide_f32_fwd, wide_f32_bwd] = seconds(wide, graph::Precision::F32);
+    const auto [wide_bf16_fwd, wide_bf16_bwd] = seconds(wide, graph::Precision::BF16);
+    ASSERT_GT(wide_f32_fwd, 0);
+    EXPECT_NEAR(wide_bf16_fwd / wide_f32_fwd, 2.0, 1e-9);
+    EXPECT_NEAR(wide_bf16_bwd / wide_f32_bwd, 4.0, 1e-9);
+    EXPECT_EQ(seconds(narrow, graph::Precision::BF16), seconds(narrow, graph::Precision::F32));
+    EXPECT_EQ(seconds(first, graph::Precision::BF16), seconds(first, graph::Precision::F32));
+    // Without a measured ratio (a preset from before it was measured), bf16 runs at the f32 rate.
+    host.measured.erase("conv2d.bf16_ratio.fwd");
+    host.measured.erase("conv2d.bf16_ratio.bwd");
+    EXPECT_EQ(seconds(wide, graph::Precision::BF16).first, wide_f32_fwd);
+}
+
 TEST(HostCalibration, MeasuresTheEndOfAStepAndItsOwnNoise) {
     const cost::Device host = mesh::calibrate_host({.threads = 2, .repeats = 2, .quick = true});
     // Differences of measured times may come out at zero on a noisy machine, never below.
     for (const char* key : {"gradient_reduce_us_per_tensor", "gradient_reduce_us_per_tensor_core", "gradient_reduce_us_per_tensor_replica",
                             "gradient_reduce_ns_per_parameter", "gradient_reduce_ns_per_parameter_core",
                             "gradient_reduce_ns_per_parameter_replica", "finite_checks_ns_per_parameter", "update_ns_per_parameter",
-                            "phase_overhead_us", "noise_percent"}) {
+                            "phase_overhead_us", "noise_percent", "conv2d.bf16_ratio.fwd", "conv2d.bf16_ratio.bwd", "conv3d.bf16_ratio.fwd",
+                            "conv3d.bf16_ratio.bwd"}) {
         ASSERT_TRUE(host.measured.count(key)) << key;
         EXPECT_TRUE(std::isfinite(host.measured.at(key))) << key;
         EXPECT_GE(host.measured.at(key), 0) << key;
