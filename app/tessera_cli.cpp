@@ -70,7 +70,11 @@ void describe_labels(const tessera::LabelMap& labels) {
     std::printf("labels   %s\n", labels.source_path.c_str());
     for (const std::string& warning : labels.warnings) std::printf("warning  %s\n", warning.c_str());
     for (const auto& [label, count] : counts) {
-        std::printf("  label %d: %lld voxels (%.1f%%)\n", label, static_cast<long long>(count),
+        // The name the file gives the label (a .seg.nrrd's segment), if any.
+        const auto named = std::find_if(labels.descriptions.begin(), labels.descriptions.end(),
+                                        [label](const tessera::LabelDescription& d) { return d.value == label; });
+        const std::string name = named != labels.descriptions.end() ? " '" + named->name + "'" : "";
+        std::printf("  label %d%s: %lld voxels (%.1f%%)\n", label, name.c_str(), static_cast<long long>(count),
                     100.0 * static_cast<double>(count) / static_cast<double>(labels.geometry.num_voxels()));
     }
 }

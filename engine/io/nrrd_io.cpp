@@ -80,6 +80,7 @@ std::string trimmed(const std::string& text) {
 
 struct NrrdHeader {
     std::map<std::string, std::string> fields;  // lower-case field name → value
+    std::map<std::string, std::string> key_values;  // 'key:=value' pairs, as written (escapes undone)
     std::map<std::string, int> line_of;
     std::uint64_t header_bytes = 0;             // where attached data starts
 };
@@ -116,7 +117,23 @@ NrrdHeader parse_header(const std::filesystem::path& path) {
         const bool printable = std::all_of(line.begin(), line.end(), [](unsigned char c) { return c >= 32 || c == '\t'; });
         TESSERA_CHECK(printable && line.size() < 4096, quoted(path) << " has a damaged NRRD header: line " << line_number
                                                                     << " is not text. Get a fresh copy.");
-        if (line.find(":=") != std::string::npos) continue;  // key/value pairs: kept by the file, not needed here
+        if (const std::size_t pair = line.find(":="); pair != std::string::npos) {
+            // NRRD escapes a newline as \n and a backslash as \\ in key/value pairs.
+            auto unescaped = [](const std::string& text) {
+                std::string out;
+                for (std::size_t i = 0; i < text.size(); ++i) {
+                    if (text[i] == '\\' && i + 1 < text.size() && (text[i + 1] == 'n' || text[i + 1] == '\\')) {
+                        out += text[i + 1] == 'n' ? '\n' : '\\';
+                        ++i;
+                    } else {
+                        out += text[i];
+                    }
+                }
+                return out;
+            };
+            header.key_values[unescaped(line.substr(0, pair))] = unescaped(line.substr(pair + 2));
+            continue;
+        }
         const std::size_t colon = line.find(": ");
         TESSERA_CHECK(colon != std::string::npos, quoted(path) << " has a damaged NRRD header: line " << line_number << " ('"
                                                                << line.substr(0, 60) << "') is neither 'field: value', "
@@ -319,6 +336,60 @@ std::vector<std::byte> read_data(const std::filesystem::path& path, const std::f
 
 }  // namespace
 
+// 3D Slicer's segmentation file (.seg.nrrd) names its segments in key/value pairs: SegmentN_Name,
+// SegmentN_LabelValue, SegmentN_Color ("r g b" in [0, 1]) and SegmentN_Layer. Names are cosmetic, so a
+// segment that cannot be read is left out with a warning rather than refusing the labels.
+std::vector<LabelDescription> slicer_segments(const NrrdHeader& header, std::vector<std::string>& warnings) {
+    std::vector<LabelDescription> segments;
+    for (int index = 0;; ++index) {
+        const std::string prefix = "Segment" + std::to_string(index) + "_";
+        const auto name = header.key_values.find(prefix + "Name");
+        const auto value = header.key_values.find(prefix + "LabelValue");
+        if (name == header.key_values.end() && value == header.key_values.end()) break;
+        const std::string what = "segment " + std::to_string(index) + (name != header.key_values.end() ? " ('" + name->second + "')" : "");
+        if (value == header.key_values.end()) {
+            warnings.push_back(what + " has no " + prefix + "LabelValue: left out of the label names");
+            continue;
+        }
+        char* end = nullptr;
+        const long long label = std::strtoll(value->second.c_str(), &end, 10);
+        if (end == value->second.c_str() || *end != '\0' || label < 1 || label > std::numeric_limits<std::int32_t>::max()) {
+            warnings.push_back(what + " has label value '" + value->second + "', not a whole number from 1: left out of the label names");
+            continue;
+        }
+        if (const auto layer = header.key_values.find(prefix + "Layer"); layer != header.key_values.end() && layer->second != "0") {
+            warnings.push_back(what + " is on layer " + layer->second + " of a segmentation with overlapping segments; Tessera reads "
+                               "layer 0 only: export the segmentation as a label map from 3D Slicer to keep every segment");
+            continue;
+        }
+        LabelDescription description;
+        description.value = static_cast<std::int32_t>(label);
+        description.name = name != header.key_values.end() ? name->second : "Segment " + std::to_string(index);
+        if (const auto color = header.key_values.find(prefix + "Color"); color != header.key_values.end()) {
+            std::istringstream in(color->second);
+            std::array<float, 3> rgb{};
+            if (in >> rgb[0] >> rgb[1] >> rgb[2] && (in >> std::ws).eof() &&
+                std::all_of(rgb.begin(), rgb.end(), [](float c) { return c >= 0.0f && c <= 1.0f; })) {
+                description.color = rgb;
+            } else {
+                warnings.push_back(what + " has colour '" + color->second + "', not three numbers from 0 to 1: default colour used");
+            }
+        }
+        segments.push_back(std::move(description));
+    }
+    std::sort(segments.begin(), segments.end(), [](const LabelDescription& a, const LabelDescription& b) { return a.value < b.value; });
+    for (std::size_t i = 1; i < segments.size(); ++i) {
+        if (segments[i].value == segments[i - 1].value) {
+            warnings.push_back("segments '" + segments[i - 1].name + "' and '" + segments[i].name + "' both have label value " +
+                               std::to_string(segments[i].value) + ": the first is shown");
+        }
+    }
+    segments.erase(std::unique(segments.begin(), segments.end(),
+                               [](const LabelDescription& a, const LabelDescription& b) { return a.value == b.value; }),
+                   segments.end());
+    return segments;
+}
+
 RawImage read_nrrd(const std::filesystem::path& path) {
     const NrrdHeader header = parse_header(path);
 
@@ -457,6 +528,7 @@ RawImage read_nrrd(const std::filesystem::path& path) {
     auto owner = std::make_shared<std::vector<std::byte>>(std::move(bytes));
     raw.voxels = owner->data();
     raw.owner = owner;
+    raw.label_descriptions = slicer_segments(header, raw.warnings);
     return raw;
 }
 

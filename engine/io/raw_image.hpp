@@ -43,6 +43,7 @@ struct RawImage {
     double intercept = 0.0;
     std::string source_scalar_type;  // element type in the file, as scalar_type_name
     std::vector<std::string> warnings;  // what the reader let through (Volume::warnings)
+    std::vector<LabelDescription> label_descriptions;  // segments a label file names (.seg.nrrd)
 };
 
 // f32 [D, H, W] with slope and intercept applied.

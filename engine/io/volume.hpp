@@ -13,6 +13,7 @@
 #include "tensor/tensor.hpp"
 
 #include <array>
+#include <optional>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -54,11 +55,20 @@ struct Volume {
     }
 };
 
+// What a label value stands for, as the file that holds the labels says it (3D Slicer's .seg.nrrd
+// segments): a name and, where given, a display colour.
+struct LabelDescription {
+    std::int32_t value = 0;
+    std::string name;
+    std::optional<std::array<float, 3>> color;  // RGB in [0, 1]
+};
+
 struct LabelMap {
     ImageGeometry geometry;
     Tensor labels;  // [D, H, W] = [k, j, i], i32; 0 is background
     std::string source_path;
     std::vector<std::string> warnings;  // as Volume::warnings
+    std::vector<LabelDescription> descriptions;  // by value; empty when the file names none
 
     std::int32_t label_at(std::int64_t i, std::int64_t j, std::int64_t k) const {
         return labels.data<std::int32_t>()[(k * geometry.size[1] + j) * geometry.size[0] + i];

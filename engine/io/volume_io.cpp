@@ -271,6 +271,7 @@ LabelMap read_label_map(const std::filesystem::path& path) {
     label_map.labels = io_detail::to_label_voxels(raw, path);
     label_map.source_path = path.string();
     label_map.warnings = raw.warnings;
+    label_map.descriptions = raw.label_descriptions;
     return label_map;
 }
 

@@ -715,6 +715,78 @@ TEST(VolumeIo, NrrdAgreesWithTeem) {
     }
 }
 
+// 3D Slicer's .seg.nrrd names its segments in key/value pairs. Written here by Teem (teem-unu make -kv,
+// an independent writer of the pairs), read back as label descriptions: names, values and colours, sorted
+// by value, a name with spaces and a backslash kept as written.
+TEST(VolumeIo, SlicerSegmentNamesAndColoursAreReadAsLabelDescriptions) {
+    if (std::system("teem-unu about > /dev/null 2>&1") != 0) {
+        GTEST_SKIP() << "teem-unu is missing: install the Debian package teem-apps (make deps does)";
+    }
+    ScratchDir scratch;
+    std::vector<unsigned char> labels(5 * 4 * 3, 0);
+    labels[7] = 1;
+    labels[30] = 2;
+    write_bytes(scratch / "labels.raw", labels);
+    const std::string command = "cd " + scratch.path().string() +
+                                " && teem-unu make -i labels.raw -t uchar -s 5 4 3 -e raw -spc LPS -dirs '(1,0,0) (0,1,0) (0,0,1)' -o teem.seg.nrrd"
+                                " -kv 'Segment0_ID:=Segment_2' 'Segment0_Name:=Liver' 'Segment0_Color:=0.866667 0.509804 0.396078'"
+                                " 'Segment0_LabelValue:=2' 'Segment0_Layer:=0'"
+                                " 'Segment1_ID:=Segment_1' 'Segment1_Name:=Left kidney \\ cortex' 'Segment1_Color:=0.5 0.25 1'"
+                                " 'Segment1_LabelValue:=1' 'Segment1_Layer:=0' 'Segmentation_MasterRepresentation:=Binary labelmap'"
+                                " > out.txt 2>&1";
+    ASSERT_EQ(std::system(command.c_str()), 0) << command;
+    const LabelMap read = read_label_map(scratch / "teem.seg.nrrd");
+    EXPECT_TRUE(read.warnings.empty()) << read.warnings.front();
+    ASSERT_EQ(read.descriptions.size(), 2u);
+    EXPECT_EQ(read.descriptions[0].value, 1);
+    EXPECT_EQ(read.descriptions[0].name, "Left kidney \\ cortex");
+    ASSERT_TRUE(read.descriptions[0].color.has_value());
+    EXPECT_EQ(*read.descriptions[0].color, (std::array<float, 3>{0.5f, 0.25f, 1.0f}));
+    EXPECT_EQ(read.descriptions[1].value, 2);
+    EXPECT_EQ(read.descriptions[1].name, "Liver");
+    ASSERT_TRUE(read.descriptions[1].color.has_value());
+    EXPECT_FLOAT_EQ((*read.descriptions[1].color)[0], 0.866667f);
+    EXPECT_EQ(read.label_at(2, 1, 0), 1);
+    EXPECT_EQ(read.label_at(0, 2, 1), 2);
+    // A plain NRRD (no segments) describes nothing.
+    write_label_map(read, scratch / "plain.nrrd");
+    EXPECT_TRUE(read_label_map(scratch / "plain.nrrd").descriptions.empty());
+}
+
+// Segment entries Tessera cannot use are left out with a warning naming the segment; the labels still
+// open (names are cosmetic) and the good segments keep theirs.
+TEST(VolumeIo, DamagedSegmentEntriesAreLeftOutWithAWarning) {
+    ScratchDir scratch;
+    std::string header =
+        "NRRD0004\ntype: uint8\ndimension: 3\nsizes: 2 2 1\nencoding: raw\nspace: left-posterior-superior\n"
+        "space directions: (1,0,0) (0,1,0) (0,0,1)\n"
+        "Segment0_Name:=Good\nSegment0_LabelValue:=1\nSegment0_Color:=0 1 0\n"
+        "Segment1_Name:=No value\n"
+        "Segment2_Name:=Zero\nSegment2_LabelValue:=0\n"
+        "Segment3_Name:=Other layer\nSegment3_LabelValue:=3\nSegment3_Layer:=1\n"
+        "Segment4_Name:=Bad colour\nSegment4_LabelValue:=4\nSegment4_Color:=0.5 2 0\n"
+        "Segment5_Name:=Same as good\nSegment5_LabelValue:=1\n\n";
+    std::vector<unsigned char> bytes(header.begin(), header.end());
+    for (unsigned char voxel : {0, 1, 4, 1}) bytes.push_back(voxel);
+    write_bytes(scratch / "damaged.seg.nrrd", bytes);
+    const LabelMap read = read_label_map(scratch / "damaged.seg.nrrd");
+    ASSERT_EQ(read.descriptions.size(), 2u);
+    EXPECT_EQ(read.descriptions[0].name, "Good");
+    EXPECT_EQ(read.descriptions[1].name, "Bad colour");
+    EXPECT_FALSE(read.descriptions[1].color.has_value());
+    const std::string all = [&] {
+        std::string text;
+        for (const std::string& warning : read.warnings) text += warning + "\n";
+        return text;
+    }();
+    EXPECT_NE(all.find("segment 1 ('No value') has no Segment1_LabelValue"), std::string::npos) << all;
+    EXPECT_NE(all.find("segment 2 ('Zero') has label value '0'"), std::string::npos) << all;
+    EXPECT_NE(all.find("segment 3 ('Other layer') is on layer 1"), std::string::npos) << all;
+    EXPECT_NE(all.find("segment 4 ('Bad colour') has colour '0.5 2 0'"), std::string::npos) << all;
+    EXPECT_NE(all.find("'Good' and 'Same as good' both have label value 1"), std::string::npos) << all;
+    EXPECT_EQ(read.label_at(0, 1, 0), 4);
+}
+
 // MGH stores uint8, int16, int32 and float32: a uint16 volume widens to int32, a uint32 one to float32,
 // with every value kept.
 TEST(VolumeIo, MghWidensTypesItCannotStore) {

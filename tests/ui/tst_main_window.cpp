@@ -8,6 +8,7 @@
 #include "widgets/slice_view.hpp"
 
 #include <QComboBox>
+#include <QFile>
 #include <QMenu>
 #include <QMimeData>
 #include <QSettings>
@@ -15,6 +16,9 @@
 #include <QTemporaryDir>
 #include <QTreeWidget>
 #include <QUrl>
+
+#include <fstream>
+#include <iterator>
 
 using namespace tessera;
 using namespace tessera::ui;
@@ -96,6 +100,45 @@ private slots:
         first->setCheckState(0, Qt::Unchecked);
         QVERIFY(!window.model()->isLabelVisible(4));
         QTRY_COMPARE(window.legend()->labelList()->topLevelItem(0)->checkState(0), Qt::Unchecked);
+    }
+
+    // A .seg.nrrd's segment names and colours reach the legend and the overlay (3D Slicer's key/value
+    // pairs, appended here to the detached header Tessera writes for the skull-strip labels).
+    void segmentNamesAndColoursFromASlicerSegmentation() {
+        QTemporaryDir scratch;
+        const std::string header = scratch.filePath(QStringLiteral("skull.seg.nhdr")).toStdString();
+        write_label_map(read_label_map(example("KmeansTest_T1RawSkullStrip.nii.gz").toStdString()), header);
+        std::string text;
+        {
+            std::ifstream in(header);
+            text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+        }
+        while (!text.empty() && text.back() == '\n') text.pop_back();
+        text += "\nSegment0_Name:=White matter\nSegment0_LabelValue:=5\nSegment0_Color:=0 0 1\n"
+                "Segment1_Name:=Grey matter\nSegment1_LabelValue:=4\n";
+        std::ofstream(header, std::ios::trunc) << text;
+
+        MainWindow window;
+        window.show();
+        QVERIFY(window.openImage(example("KmeansTest_T1UCharRaw.nii.gz")));
+        // The cursor on white matter before the labels open: the status bar must name it once they do.
+        const tessera::LabelMap opened = read_label_map(header);
+        std::array<std::int64_t, 3> white{-1, -1, -1};
+        for (std::int64_t k = 0; k < opened.geometry.size[2] && white[0] < 0; ++k)
+            for (std::int64_t j = 0; j < opened.geometry.size[1] && white[0] < 0; ++j)
+                for (std::int64_t i = 0; i < opened.geometry.size[0] && white[0] < 0; ++i)
+                    if (opened.label_at(i, j, k) == 5) white = {i, j, k};
+        window.model()->setCursor(white);
+        QVERIFY2(window.openLabelMap(QString::fromStdString(header)), qPrintable(window.lastError()));
+        QVERIFY2(window.statusText().contains(QStringLiteral("label 5 (White matter)")), qPrintable(window.statusText()));
+        QCOMPARE(window.legend()->labelName(5), QStringLiteral("White matter"));
+        QCOMPARE(window.legend()->labelName(4), QStringLiteral("Grey matter"));
+        QCOMPARE(window.legend()->labelName(6), QStringLiteral("Label 6"));  // the file names no segment 6
+        QCOMPARE(window.model()->labelColor(5), QColor(0, 0, 255));
+        QTRY_COMPARE(window.legend()->labelList()->topLevelItem(1)->text(0), QStringLiteral("White matter"));
+        // A plain label map opened after it names nothing.
+        QVERIFY(window.openLabelMap(example("KmeansTest_T1RawSkullStrip.nii.gz")));
+        QCOMPARE(window.legend()->labelName(5), QStringLiteral("Label 5"));
     }
 
     void badFilesAreReportedAndLoseNothing() {

@@ -316,9 +316,18 @@ bool MainWindow::openLabelMap(const QString& path) {
     try {
         auto labels = std::make_shared<tessera::LabelMap>(tessera::read_label_map(toPath(path)));
         const std::vector<std::string> warnings = labels->warnings;
+        // Names and colours the file gives its labels (a .seg.nrrd's segments) go to the legend and overlay.
+        // Set after the label map, which refuses another grid: a refused file changes nothing.
+        const std::vector<tessera::LabelDescription> descriptions = labels->descriptions;
         m_model->setLabelMap(std::move(labels));
+        std::map<std::int32_t, QString> names;
+        for (const tessera::LabelDescription& description : descriptions) {
+            names[description.value] = QString::fromStdString(description.name);
+            if (const auto& rgb = description.color) m_model->setLabelColor(description.value, QColor::fromRgbF((*rgb)[0], (*rgb)[1], (*rgb)[2]));
+        }
+        m_legend->setLabelNames(std::move(names));
+        updateStatus();  // the status bar names the label under the cursor
         QApplication::restoreOverrideCursor();
-        m_legend->setLabelNames({});
         if (!warnings.empty()) showWarning(tr("Opened with warnings"), warningText(path, warnings));
         return true;
     } catch (const std::exception& error) {
