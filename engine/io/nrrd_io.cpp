@@ -365,6 +365,8 @@ std::vector<LabelDescription> slicer_segments(const NrrdHeader& header, std::vec
         LabelDescription description;
         description.value = static_cast<std::int32_t>(label);
         description.name = name != header.key_values.end() ? name->second : "Segment " + std::to_string(index);
+        // One line in a legend or a status bar: control characters (an escaped newline) become spaces.
+        std::replace_if(description.name.begin(), description.name.end(), [](unsigned char c) { return c < 32 || c == 127; }, ' ');
         if (const auto color = header.key_values.find(prefix + "Color"); color != header.key_values.end()) {
             std::istringstream in(color->second);
             std::array<float, 3> rgb{};

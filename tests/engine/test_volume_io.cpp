@@ -765,14 +765,16 @@ TEST(VolumeIo, DamagedSegmentEntriesAreLeftOutWithAWarning) {
         "Segment2_Name:=Zero\nSegment2_LabelValue:=0\n"
         "Segment3_Name:=Other layer\nSegment3_LabelValue:=3\nSegment3_Layer:=1\n"
         "Segment4_Name:=Bad colour\nSegment4_LabelValue:=4\nSegment4_Color:=0.5 2 0\n"
-        "Segment5_Name:=Same as good\nSegment5_LabelValue:=1\n\n";
+        "Segment5_Name:=Same as good\nSegment5_LabelValue:=1\n"
+        "Segment6_Name:=Two\\nlines\tand a tab\nSegment6_LabelValue:=6\n\n";
     std::vector<unsigned char> bytes(header.begin(), header.end());
     for (unsigned char voxel : {0, 1, 4, 1}) bytes.push_back(voxel);
     write_bytes(scratch / "damaged.seg.nrrd", bytes);
     const LabelMap read = read_label_map(scratch / "damaged.seg.nrrd");
-    ASSERT_EQ(read.descriptions.size(), 2u);
+    ASSERT_EQ(read.descriptions.size(), 3u);
     EXPECT_EQ(read.descriptions[0].name, "Good");
     EXPECT_EQ(read.descriptions[1].name, "Bad colour");
+    EXPECT_EQ(read.descriptions[2].name, "Two lines and a tab");  // an escaped newline and a tab: one line
     EXPECT_FALSE(read.descriptions[1].color.has_value());
     const std::string all = [&] {
         std::string text;
