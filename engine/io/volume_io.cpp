@@ -1,6 +1,8 @@
 // Format detection and the public read/write entry points; the formats live in <format>_io.cpp.
 #include "io/volume_io.hpp"
 
+#include "io/label_descriptions.hpp"
+
 #include "io/raw_image.hpp"
 
 #include "core/user_files.hpp"
@@ -272,6 +274,8 @@ LabelMap read_label_map(const std::filesystem::path& path) {
     label_map.source_path = path.string();
     label_map.warnings = raw.warnings;
     label_map.descriptions = raw.label_descriptions;
+    // A file that names nothing itself may have a sidecar that does (MRIcron's aal.nii.txt and .lut).
+    if (label_map.descriptions.empty()) label_map.descriptions = find_label_descriptions(path, label_map.warnings);
     return label_map;
 }
 

@@ -2,6 +2,7 @@
 // recent files and drag-and-drop.
 #include "data/examples.hpp"
 #include "gl_test_main.hpp"
+#include "io/label_descriptions.hpp"
 #include "io/volume_io.hpp"
 #include "widgets/label_legend.hpp"
 #include "widgets/main_window.hpp"
@@ -139,6 +140,41 @@ private slots:
         // A plain label map opened after it names nothing.
         QVERIFY(window.openLabelMap(example("KmeansTest_T1RawSkullStrip.nii.gz")));
         QCOMPARE(window.legend()->labelName(5), QStringLiteral("Label 5"));
+    }
+
+    // An atlas's MRIcron sidecars beside it name the labels when it opens; a label description file
+    // opened explicitly renames them; the legend saved as ITK-SNAP's file reads back the same; a bad file
+    // is refused and the names stay.
+    void labelDescriptionsFromSidecarsFilesAndBack() {
+        QTemporaryDir scratch;
+        const std::filesystem::path dir = scratch.path().toStdString();
+        write_label_map(read_label_map(example("KmeansTest_T1RawSkullStrip.nii.gz").toStdString()), dir / "tissue.nii.gz");
+        std::ofstream(dir / "tissue.nii.txt") << "4 Grey_matter\n5 White_matter\n6 CSF\n";
+        MainWindow window;
+        window.show();
+        QVERIFY(window.openImage(example("KmeansTest_T1UCharRaw.nii.gz")));
+        QVERIFY(window.openLabelMap(QString::fromStdString((dir / "tissue.nii.gz").string())));
+        QCOMPARE(window.legend()->labelName(6), QStringLiteral("CSF"));
+
+        std::ofstream(dir / "itksnap.txt") << "    5   10  20  30     1  1  1    \"Cerebral white matter\"\n";
+        QVERIFY2(window.openLabelDescriptions(QString::fromStdString((dir / "itksnap.txt").string())), qPrintable(window.lastError()));
+        QCOMPARE(window.legend()->labelName(5), QStringLiteral("Cerebral white matter"));
+        QCOMPARE(window.legend()->labelName(6), QStringLiteral("Label 6"));  // that file names 5 only
+        QCOMPARE(window.model()->labelColor(5), QColor(10, 20, 30));
+
+        const QString saved = QString::fromStdString((dir / "legend.txt").string());
+        QVERIFY(window.saveLabelDescriptions(saved));
+        const std::vector<LabelDescription> back = read_label_descriptions(saved.toStdString());
+        QCOMPARE(back.size(), std::size_t{3});  // every label the legend lists
+        QCOMPARE(QString::fromStdString(back[1].name), QStringLiteral("Cerebral white matter"));
+        QCOMPARE(back[1].value, 5);
+        QVERIFY(back[1].color.has_value() && (*back[1].color)[0] == 10 / 255.0f);
+        QCOMPARE(QString::fromStdString(back[2].name), QStringLiteral("Label 6"));
+
+        std::ofstream(dir / "broken.txt") << "5 White 999 0 0 255\n";
+        QVERIFY(!window.openLabelDescriptions(QString::fromStdString((dir / "broken.txt").string())));
+        QVERIFY2(window.lastError().contains(QStringLiteral("broken.txt' line 1")), qPrintable(window.lastError()));
+        QCOMPARE(window.legend()->labelName(5), QStringLiteral("Cerebral white matter"));
     }
 
     void badFilesAreReportedAndLoseNothing() {

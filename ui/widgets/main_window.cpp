@@ -1,6 +1,7 @@
 #include "widgets/main_window.hpp"
 
 #include "data/phantom.hpp"
+#include "io/label_descriptions.hpp"
 #include "io/volume_io.hpp"
 #include "widgets/detection_view.hpp"
 #include "widgets/label_legend.hpp"
@@ -157,15 +158,28 @@ void MainWindow::createActions() {
     QAction* save_image = file->addAction(tr("&Save Image As…"), this, &MainWindow::saveImageAs);
     save_image->setShortcut(QKeySequence::SaveAs);
     QAction* save_labels = file->addAction(tr("Save Label &Map As…"), this, &MainWindow::saveLabelMapAs);
+    QAction* open_descriptions = file->addAction(tr("Open Label &Descriptions…"), this, [this] {
+        const QString path = QFileDialog::getOpenFileName(
+            this, tr("Open label descriptions"), QSettings().value(QStringLiteral("lastDirectory")).toString(),
+            tr("Label descriptions (*.txt *.ctbl *.lut *.label);;All files (*)"));
+        if (!path.isEmpty()) openLabelDescriptions(path);
+    });
+    open_descriptions->setToolTip(tr("Name and colour the labels from an ITK-SNAP label description file, a 3D Slicer or "
+                                     "FreeSurfer colour table, or MRIcron's .txt / .lut"));
+    QAction* save_descriptions = file->addAction(tr("Save Label D&escriptions As…"), this, [this] {
+        const QString path = QFileDialog::getSaveFileName(this, tr("Save label descriptions"), QString(),
+                                                          tr("ITK-SNAP label descriptions (*.txt)"));
+        if (!path.isEmpty()) saveLabelDescriptions(path);
+    });
+    save_descriptions->setToolTip(tr("Save the legend's names and colours as an ITK-SNAP label description file"));
     QAction* close_labels = file->addAction(tr("&Close Label Map"), this, [this] { m_model->clearLabelMap(); });
     file->addSeparator();
     QAction* quit = file->addAction(tr("&Quit"), this, &QWidget::close);
     quit->setShortcut(QKeySequence::Quit);
-    for (QAction* action : {save_image, save_labels, close_labels}) action->setEnabled(false);
+    for (QAction* action : {save_image, save_labels, close_labels, open_descriptions, save_descriptions}) action->setEnabled(false);
     connect(m_model, &ViewerModel::volumeChanged, this, [this, save_image] { save_image->setEnabled(m_model->hasVolume()); });
-    connect(m_model, &ViewerModel::labelMapChanged, this, [this, save_labels, close_labels] {
-        save_labels->setEnabled(m_model->labelMap() != nullptr);
-        close_labels->setEnabled(m_model->labelMap() != nullptr);
+    connect(m_model, &ViewerModel::labelMapChanged, this, [this, save_labels, close_labels, open_descriptions, save_descriptions] {
+        for (QAction* action : {save_labels, close_labels, open_descriptions, save_descriptions}) action->setEnabled(m_model->labelMap() != nullptr);
     });
 
     QMenu* view = menuBar()->addMenu(tr("&View"));
@@ -320,19 +334,56 @@ bool MainWindow::openLabelMap(const QString& path) {
         // Set after the label map, which refuses another grid: a refused file changes nothing.
         const std::vector<tessera::LabelDescription> descriptions = labels->descriptions;
         m_model->setLabelMap(std::move(labels));
-        std::map<std::int32_t, QString> names;
-        for (const tessera::LabelDescription& description : descriptions) {
-            names[description.value] = QString::fromStdString(description.name);
-            if (const auto& rgb = description.color) m_model->setLabelColor(description.value, QColor::fromRgbF((*rgb)[0], (*rgb)[1], (*rgb)[2]));
-        }
-        m_legend->setLabelNames(std::move(names));
-        updateStatus();  // the status bar names the label under the cursor
+        applyLabelDescriptions(descriptions);
         QApplication::restoreOverrideCursor();
         if (!warnings.empty()) showWarning(tr("Opened with warnings"), warningText(path, warnings));
         return true;
     } catch (const std::exception& error) {
         QApplication::restoreOverrideCursor();
         showError(tr("Cannot open label map"), QString::fromStdString(error.what()));
+        return false;
+    }
+}
+
+// Names and colours a file gives the labels (a .seg.nrrd's segments, an atlas's sidecars, a label
+// description file) go to the legend, the overlay and the status bar; labels it does not name keep
+// "Label N".
+void MainWindow::applyLabelDescriptions(const std::vector<tessera::LabelDescription>& descriptions) {
+    std::map<std::int32_t, QString> names;
+    for (const tessera::LabelDescription& description : descriptions) {
+        if (!description.name.empty()) names[description.value] = QString::fromStdString(description.name);
+        if (const auto& rgb = description.color) m_model->setLabelColor(description.value, QColor::fromRgbF((*rgb)[0], (*rgb)[1], (*rgb)[2]));
+    }
+    m_legend->setLabelNames(std::move(names));
+    updateStatus();  // the status bar names the label under the cursor
+}
+
+bool MainWindow::openLabelDescriptions(const QString& path) {
+    if (!m_model->labelMap()) {
+        showError(tr("Cannot open label descriptions"), tr("Open a label map first: the descriptions name its labels."));
+        return false;
+    }
+    try {
+        applyLabelDescriptions(tessera::read_label_descriptions(toPath(path)));
+        return true;
+    } catch (const std::exception& error) {
+        showError(tr("Cannot open label descriptions"), QString::fromStdString(error.what()));
+        return false;
+    }
+}
+
+bool MainWindow::saveLabelDescriptions(const QString& path) {
+    std::vector<tessera::LabelDescription> legend;
+    for (std::int32_t label : m_model->presentLabels()) {
+        const QColor color = m_model->labelColor(label);
+        legend.push_back({label, m_legend->labelName(label).toStdString(),
+                          std::array<float, 3>{static_cast<float>(color.redF()), static_cast<float>(color.greenF()), static_cast<float>(color.blueF())}});
+    }
+    try {
+        tessera::write_itksnap_label_descriptions(legend, toPath(path));
+        return true;
+    } catch (const std::exception& error) {
+        showError(tr("Cannot save label descriptions"), QString::fromStdString(error.what()));
         return false;
     }
 }

@@ -58,6 +58,10 @@ public:
     // Each returns false and shows the engine's message (non-modal) when the file cannot be used.
     bool openImage(const QString& path);
     bool openLabelMap(const QString& path);
+    // Names and colours for the open label map from an ITK-SNAP, 3D Slicer, FreeSurfer or MRIcron file
+    // (io/label_descriptions.hpp); the legend saved as an ITK-SNAP label description file.
+    bool openLabelDescriptions(const QString& path);
+    bool saveLabelDescriptions(const QString& path);
     void showPhantom(bool two_dimensional);
     void showVolume(std::shared_ptr<const tessera::Volume> volume, std::shared_ptr<const tessera::LabelMap> labels,
                     std::map<std::int32_t, QString> label_names = {});
@@ -103,6 +107,7 @@ private slots:
     void saveImageAs();
     void saveLabelMapAs();
     void updateStatus();
+    void applyLabelDescriptions(const std::vector<tessera::LabelDescription>& descriptions);
     void onHoveredVoxel(std::array<std::int64_t, 3> voxel);
     void onVolumeChanged();
     void onWindowLevelChanged();
