@@ -25,7 +25,7 @@ niceness="${FUZZ_NICE:-10}"
 out="${FUZZ_OUT:-$build/fuzz-out/$(date +%Y%m%d-%H%M%S)}"
 
 all_targets=(nifti nifti_gz metaimage_mha metaimage_mhd nrrd mgh dicom tiff png
-             experiment partition_dims device safetensors checkpoint_index)
+             experiment partition_dims device safetensors checkpoint_index label_descriptions)
 targets=("$@")
 [ ${#targets[@]} -eq 0 ] && targets=("${all_targets[@]}")
 
@@ -34,7 +34,7 @@ max_len() {
     case "$1" in
         nifti|nifti_gz|metaimage_mha|metaimage_mhd|nrrd|mgh|dicom|tiff|png) echo 65536 ;;
         safetensors) echo 16384 ;;
-        experiment|device) echo 8192 ;;
+        experiment|device|label_descriptions) echo 8192 ;;
         checkpoint_index) echo 4096 ;;
         partition_dims) echo 512 ;;
         *) echo 4096 ;;
