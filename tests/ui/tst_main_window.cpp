@@ -9,6 +9,9 @@
 #include "widgets/slice_view.hpp"
 
 #include <QComboBox>
+#include <QHeaderView>
+#include <QLineEdit>
+#include <QPushButton>
 #include <QFile>
 #include <QMenu>
 #include <QMimeData>
@@ -230,6 +233,62 @@ private slots:
         window.showPhantom(false);
         QCOMPARE(window.model()->presentLabels(), (std::vector<std::int32_t>{1, 2, 3, 4, 5}));
         QCOMPARE(window.legend()->labelName(2), QStringLiteral("lung"));
+    }
+
+    // The legend with real input: typing in the search field filters rows by name, a header click sorts
+    // by name, a double-click shows one label alone and a second shows all again, the buttons show and
+    // hide every label.
+    void legendSearchSortIsolateAndShowHideAll() {
+        MainWindow window;
+        window.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&window));
+        window.showPhantom(false);
+        LabelLegend* legend = window.legend();
+        QTreeWidget* list = legend->labelList();
+        QCOMPARE(list->topLevelItemCount(), 5);
+        auto visible_rows = [&] {
+            QStringList names;
+            for (int row = 0; row < list->topLevelItemCount(); ++row) {
+                if (!list->topLevelItem(row)->isHidden()) names << list->topLevelItem(row)->text(0);
+            }
+            return names;
+        };
+        QTest::keyClicks(legend->searchField(), QStringLiteral("LUN"));
+        QCOMPARE(visible_rows(), QStringList{QStringLiteral("lung")});
+        legend->searchField()->clear();
+        QCOMPARE(visible_rows().size(), 5);
+
+        // Sorted by value first; a click on the Label header sorts by name.
+        QCOMPARE(list->topLevelItem(0)->text(1), QStringLiteral("1"));
+        QTest::mouseClick(list->header()->viewport(), Qt::LeftButton, {},
+                          QPoint(list->header()->sectionViewportPosition(0) + 5, list->header()->height() / 2));
+        QStringList names = visible_rows();
+        QStringList sorted = names;
+        std::sort(sorted.begin(), sorted.end(), [](const QString& a, const QString& b) { return a.compare(b, Qt::CaseInsensitive) < 0; });
+        QCOMPARE(names, sorted);
+
+        auto row_of = [&](std::int32_t label) {
+            for (int row = 0; row < list->topLevelItemCount(); ++row) {
+                if (list->topLevelItem(row)->text(1) == QString::number(label)) return list->topLevelItem(row);
+            }
+            return static_cast<QTreeWidgetItem*>(nullptr);
+        };
+        // A double-click as a mouse makes it: press and release, then the second press that Qt reports as one.
+        auto double_click = [&](std::int32_t label) {
+            const QPoint at = list->visualItemRect(row_of(label)).center();
+            QTest::mouseClick(list->viewport(), Qt::LeftButton, {}, at);
+            QTest::mouseDClick(list->viewport(), Qt::LeftButton, {}, at);
+        };
+        double_click(2);
+        QTRY_VERIFY(window.model()->isLabelVisible(2) && !window.model()->isLabelVisible(1) && !window.model()->isLabelVisible(5));
+        QTRY_COMPARE(row_of(1)->checkState(0), Qt::Unchecked);
+        double_click(2);
+        QTRY_VERIFY(window.model()->isLabelVisible(1) && window.model()->isLabelVisible(5));
+
+        QTest::mouseClick(legend->hideAllButton(), Qt::LeftButton);
+        for (std::int32_t label : window.model()->presentLabels()) QVERIFY(!window.model()->isLabelVisible(label));
+        QTest::mouseClick(legend->showAllButton(), Qt::LeftButton);
+        for (std::int32_t label : window.model()->presentLabels()) QVERIFY(window.model()->isLabelVisible(label));
     }
 
     void twoDimensionalImagesShowOneView() {

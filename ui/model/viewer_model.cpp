@@ -172,6 +172,16 @@ void ViewerModel::setLabelColor(std::int32_t label, QColor color) {
     emit labelDisplayChanged();
 }
 
+void ViewerModel::setVisibleLabels(const std::set<std::int32_t>& shown) {
+    std::set<std::int32_t> hidden;
+    for (std::int32_t label : m_present_labels) {
+        if (!shown.contains(label)) hidden.insert(label);
+    }
+    if (hidden == m_hidden_labels) return;
+    m_hidden_labels = std::move(hidden);
+    emit labelDisplayChanged();
+}
+
 void ViewerModel::setLabelVisible(std::int32_t label, bool visible) {
     if (visible == isLabelVisible(label)) return;
     if (visible) {

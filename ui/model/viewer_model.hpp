@@ -76,6 +76,8 @@ public:
     void setLabelColor(std::int32_t label, QColor color);
     bool isLabelVisible(std::int32_t label) const { return !m_hidden_labels.contains(label); }
     void setLabelVisible(std::int32_t label, bool visible);
+    // Every present label shown but `shown` (one change, one signal: the legend's show/hide all and isolate).
+    void setVisibleLabels(const std::set<std::int32_t>& shown);
     const std::vector<std::int32_t>& presentLabels() const { return m_present_labels; }  // without 0
 
 signals:
