@@ -6,8 +6,58 @@
 #include <algorithm>
 #include <cmath>
 #include <set>
+#include <tuple>
+#include <limits>
+#include <cstring>
 
 namespace tessera::data {
+
+LabelRule LabelRule::range(std::int32_t low, std::int32_t high, std::int32_t class_index, std::string key) {
+    LabelRule rule(low, class_index);
+    rule.high = high;
+    rule.key = std::move(key);
+    return rule;
+}
+
+std::string LabelRule::text() const {
+    if (!key.empty()) return key;
+    return low == high ? std::to_string(low) : std::to_string(low) + "-" + std::to_string(high);
+}
+
+std::optional<LabelRule> parse_label_rule_key(const std::string& key, std::int32_t class_index) {
+    constexpr long long lowest = std::numeric_limits<std::int32_t>::min(), highest = std::numeric_limits<std::int32_t>::max();
+    // A whole number filling `text` in int32's range.
+    auto number = [&](const std::string& text) -> std::optional<long long> {
+        if (text.empty() || text.find_first_not_of("-0123456789") != std::string::npos) return std::nullopt;
+        std::size_t used = 0;
+        long long value = 0;
+        try {
+            value = std::stoll(text, &used);
+        } catch (const std::exception&) {
+            return std::nullopt;
+        }
+        if (used != text.size() || value < lowest || value > highest) return std::nullopt;
+        return value;
+    };
+    auto rule = [&](long long low, long long high) -> std::optional<LabelRule> {
+        if (low < lowest || high > highest || low > high) return std::nullopt;
+        return LabelRule::range(static_cast<std::int32_t>(low), static_cast<std::int32_t>(high), class_index, key);
+    };
+    if (const auto single = number(key)) return rule(*single, *single);
+    for (const auto& [prefix, low_offset, high_offset, above] :
+         {std::tuple{">=", 0, 0, true}, std::tuple{"<=", 0, 0, false}, std::tuple{">", 1, 0, true}, std::tuple{"<", 0, -1, false}}) {
+        if (key.rfind(prefix, 0) != 0) continue;
+        const auto bound = number(key.substr(std::strlen(prefix)));
+        if (!bound) return std::nullopt;
+        return above ? rule(*bound + low_offset, highest) : rule(lowest, *bound + high_offset);
+    }
+    // A range low-high: the separating dash is the first one after the first character (low may be negative).
+    const std::size_t dash = key.find('-', 1);
+    if (dash == std::string::npos) return std::nullopt;
+    const auto low = number(key.substr(0, dash)), high = number(key.substr(dash + 1));
+    if (!low || !high) return std::nullopt;
+    return rule(*low, *high);
+}
 
 std::string_view source_kind_name(SourceKind kind) {
     switch (kind) {
@@ -65,11 +115,20 @@ void validate(const DataConfig& config) {
     TESSERA_CHECK(std::isfinite(config.noise), "data.noise must be a number (< 0 for the source's default), got " << config.noise);
     TESSERA_CHECK(config.source != SourceKind::Folder || !config.images_dir.empty(),
                   "data.images is empty: the folder source needs the folder holding the training images");
-    std::set<std::int32_t> mapped_from;
-    for (const auto& [from, to] : config.label_mapping) {
-        TESSERA_CHECK(mapped_from.insert(from).second,
-                      "data.label_mapping lists label " << from << " twice: give each file label one class");
-        TESSERA_CHECK(to >= 0, "data.label_mapping maps label " << from << " to class " << to << ": classes are ≥ 0");
+    const auto& rules = config.label_mapping;
+    for (std::size_t a = 0; a < rules.size(); ++a) {
+        TESSERA_CHECK(rules[a].low <= rules[a].high, "data.label_mapping's range '" << rules[a].text() << "' is empty: write it low-high");
+        TESSERA_CHECK(rules[a].to >= 0, "data.label_mapping maps label " << rules[a].text() << " to class " << rules[a].to
+                                                                          << ": classes are ≥ 0");
+        for (std::size_t b = 0; b < a; ++b) {
+            if (rules[a].high < rules[b].low || rules[b].high < rules[a].low) continue;
+            const std::int32_t shared = std::max(rules[a].low, rules[b].low);
+            if (rules[a].low == rules[a].high && rules[b].low == rules[b].high) {
+                TESSERA_REJECT("data.label_mapping lists label " << shared << " twice: give each file label one class");
+            }
+            TESSERA_REJECT("data.label_mapping's '" << rules[b].text() << "' and '" << rules[a].text() << "' both cover label " << shared
+                                                    << ": give each file label one class (narrow a range, e.g. '1-3' and '5-255' around 4)");
+        }
     }
     if (config.normalization == Normalization::Window) {
         TESSERA_CHECK(std::isfinite(config.window_low) && std::isfinite(config.window_high) &&

@@ -31,6 +31,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -81,6 +82,23 @@ struct AugmentConfig {
     // Fake images (classification) are not augmented: random noise has nothing to learn invariance to.
 };
 
+// One entry of data.label_mapping: the file labels [low, high] become class `to`. The experiment file
+// writes it as a key — "4", a range "1-255", or a threshold ">0", ">=1", "<10", "<=9" — which `key`
+// keeps for messages.
+struct LabelRule {
+    std::int32_t low = 0, high = 0;  // inclusive
+    std::int32_t to = 0;
+    std::string key;
+    LabelRule() = default;
+    LabelRule(std::int32_t label, std::int32_t class_index) : low(label), high(label), to(class_index) {}
+    static LabelRule range(std::int32_t low, std::int32_t high, std::int32_t class_index, std::string key = "");
+    bool covers(std::int32_t label) const { return label >= low && label <= high; }
+    std::string text() const;  // the key, or "4" / "1-255" when built in code
+};
+
+// Reads a data.label_mapping key ("4", "1-255", ">0", ">=1", "<10", "<=9"); nothing when it is none of them.
+std::optional<LabelRule> parse_label_rule_key(const std::string& key, std::int32_t class_index);
+
 struct DataConfig {
     SourceKind source = SourceKind::SyntheticEm;
     std::uint64_t seed = 1;
@@ -96,8 +114,8 @@ struct DataConfig {
     // annotations' file_name entries name.
     std::filesystem::path images_dir{}, labels_dir{};
     // File label -> class; empty = identity (ExampleMri: non-zero -> 1). Labels not in a non-empty
-    // mapping become 0 (background).
-    std::vector<std::pair<std::int32_t, std::int32_t>> label_mapping{};
+    // mapping become 0 (background). A rule covers one label or a range of them.
+    std::vector<LabelRule> label_mapping{};
     Normalization normalization = Normalization::ZScore;
     double window_low = 0, window_high = 1;
     StaticShape static_shape = StaticShape::Crop;

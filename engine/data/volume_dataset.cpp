@@ -53,16 +53,14 @@ LoadedVolume slab(const LoadedVolume& volume, int axis, std::int64_t begin, std:
 
 // ---- label mapping ----------------------------------------------------------------------------
 
-LabelMapping::LabelMapping(std::vector<std::pair<std::int32_t, std::int32_t>> pairs, bool nonzero_to_one_when_empty,
-                           std::int64_t num_classes)
-    : m_pairs(std::move(pairs)), m_nonzero_to_one(m_pairs.empty() && nonzero_to_one_when_empty),
-      m_num_classes(num_classes) {}
+LabelMapping::LabelMapping(std::vector<LabelRule> rules, bool nonzero_to_one_when_empty, std::int64_t num_classes)
+    : m_rules(std::move(rules)), m_nonzero_to_one(m_rules.empty() && nonzero_to_one_when_empty), m_num_classes(num_classes) {}
 
 std::int32_t LabelMapping::operator()(std::int32_t label) const {
     if (m_nonzero_to_one) return label != 0 ? 1 : 0;
-    if (m_pairs.empty()) return label;
-    for (const auto& [from, to] : m_pairs) {
-        if (from == label) return to;
+    if (m_rules.empty()) return label;
+    for (const LabelRule& rule : m_rules) {
+        if (rule.covers(label)) return rule.to;  // rules do not overlap (validate_config)
     }
     return 0;  // not in a non-empty mapping: background
 }
@@ -103,9 +101,9 @@ void LabelMapping::apply(Tensor& labels, const std::string& where) const {
 
 std::string LabelMapping::describe() const {
     if (m_nonzero_to_one) return "non-zero→1";
-    if (m_pairs.empty()) return "as in the files";
+    if (m_rules.empty()) return "as in the files";
     std::ostringstream text;
-    for (const auto& [from, to] : m_pairs) text << from << "→" << to << ", ";
+    for (const LabelRule& rule : m_rules) text << rule.text() << "→" << rule.to << ", ";
     text << "others→0";
     return text.str();
 }

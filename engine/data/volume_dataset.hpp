@@ -40,19 +40,18 @@ struct VolumePlan {
 // defaults to non-zero -> 1), with the errors for labels the model has no class for.
 class LabelMapping {
 public:
-    LabelMapping(std::vector<std::pair<std::int32_t, std::int32_t>> pairs, bool nonzero_to_one_when_empty,
-                 std::int64_t num_classes);
+    LabelMapping(std::vector<LabelRule> rules, bool nonzero_to_one_when_empty, std::int64_t num_classes);
     std::int32_t operator()(std::int32_t label) const;
     // Throws unless `label` maps into [0, num_classes); `where` names its file or source and `name` is
     // the label's meaning when known ("lesion").
     void check(std::int32_t label, const std::string& where, const std::string& name = "") const;
     // Maps labels [any shape, dense] in place; throws (as check) at the first label without a class.
     void apply(Tensor& labels, const std::string& where) const;
-    bool is_identity() const { return m_pairs.empty() && !m_nonzero_to_one; }
-    std::string describe() const;  // "1→1, 2→1, others→0", "non-zero→1"
+    bool is_identity() const { return m_rules.empty() && !m_nonzero_to_one; }
+    std::string describe() const;  // "1→1, 2-255→1, others→0", "non-zero→1"
 
 private:
-    std::vector<std::pair<std::int32_t, std::int32_t>> m_pairs;
+    std::vector<LabelRule> m_rules;
     bool m_nonzero_to_one = false;
     std::int64_t m_num_classes = 0;
 };

@@ -486,23 +486,33 @@ data::DataConfig parse_data(const Reader& read, const Json& root, const Experime
         }
     }
     if (const Json* mapping = read.find(d, "label_mapping")) {
-        if (!mapping->is_object()) read.fail("data.label_mapping", "expected an object from file label to class, e.g. {\"4\": 1, \"5\": 1}, got " + type_name(*mapping));
+        if (!mapping->is_object()) {
+            read.fail("data.label_mapping", "expected an object from file label to class, e.g. {\"4\": 1, \"1-255\": 1, \">0\": 1}, got " +
+                                                type_name(*mapping));
+        }
         for (const auto& item : mapping->items()) {
             const std::string here = join_path("data.label_mapping", item.key());
-            std::size_t used = 0;
-            long long from = 0;
-            try {
-                from = std::stoll(item.key(), &used);
-            } catch (const std::exception&) {
-                used = 0;
-            }
-            if (used != item.key().size()) read.fail(here, "expected a whole-number file label as the key, got " + in_quotes(item.key()));
             if (!item.value().is_number_integer() || item.value().get<std::int64_t>() < 0 ||
                 item.value().get<std::int64_t>() >= e.model.num_classes) {
                 read.fail(here, "expected a class from 0 to " + std::to_string(e.model.num_classes - 1) + " (model.num_classes is " +
                                     std::to_string(e.model.num_classes) + "), got " + shown(item.value()));
             }
-            config.label_mapping.emplace_back(static_cast<std::int32_t>(from), item.value().get<std::int32_t>());
+            const auto rule = data::parse_label_rule_key(item.key(), item.value().get<std::int32_t>());
+            if (!rule) {
+                // Other ways people write a range or a threshold, offered as what the key was meant to be.
+                std::string suggestion = item.key();
+                for (const auto& [written, meant] : {std::pair<std::string, std::string>{"..", "-"}, {":", "-"}, {" to ", "-"},
+                                                     {"\u2013", "-"}, {"\u2265", ">="}, {"\u2264", "<="}, {"=>", ">="}, {"=<", "<="}, {" ", ""}}) {
+                    for (std::size_t at = suggestion.find(written); at != std::string::npos; at = suggestion.find(written, at + meant.size())) {
+                        suggestion.replace(at, written.size(), meant);
+                    }
+                }
+                const bool meant = suggestion != item.key() && data::parse_label_rule_key(suggestion, 0).has_value();
+                read.fail(here, "expected a file label as the key — a whole number (\"4\"), a range (\"1-255\", low to high) or a "
+                                "threshold (\">0\", \">=1\", \"<10\", \"<=9\") — got " + in_quotes(item.key()) +
+                                    (meant ? "; did you mean " + in_quotes(suggestion) + "?" : ""));
+            }
+            config.label_mapping.push_back(*rule);
         }
     }
     if (const Json* normalization = read.find(d, "normalization")) {

@@ -448,6 +448,11 @@ CASES = [
     ("experiment_empty", experiment(text=""), ["validate", "{in}"], 2, "not valid JSON", False),
     ("experiment_duplicate_key", experiment(text='{"version": 1, "version": 1}'), ["validate", "{in}"], 2, "duplicate key", False),
     ("experiment_typo_field", experiment(text='{"version": 1, "modle": {}}'), ["validate", "{in}"], 2, 'did you mean "model"', False),
+    # label_mapping keys: a range written another way, and two keys covering one label.
+    ("label_mapping_range_dots", experiment(data={"source": "synthetic_em", "label_mapping": {"1..255": 1}}), ["validate", "{in}"], 2,
+     'did you mean "1-255"?', False),
+    ("label_mapping_overlap", experiment(data={"source": "synthetic_em", "label_mapping": {">0": 1, "4": 0}}), ["validate", "{in}"], 2,
+     "both cover label 4", False),
     ("experiment_dims_product", experiment(input_partition_dims=[[1, 3, 1, 1], None]), ["validate", "{in}"], 2, "multiply to 3", False),
     ("experiment_dims_zero", experiment(input_partition_dims=[[1, 0, 1, 1], None]), ["validate", "{in}"], 2, "input_partition_dims", False),
     ("experiment_input_4096", experiment(input={"size": [8192, 8192]}, data={"image_size": [8192, 8192]}), ["validate", "{in}"], 2,

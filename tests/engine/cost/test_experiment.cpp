@@ -140,7 +140,14 @@ TEST(Experiment, TrainingSchemaErrorsNameThePathWhatIsAllowedAndWhatCame) {
     expect_message(R"("data": {"source": "folder", "labels": "l"}, "steps": 1)", "data.images: missing; a folder source needs");
     expect_message(R"("data": {"source": "synthetic_em", "images": "x"}, "steps": 1)", "data.images: only a \"folder\" source reads folders");
     expect_message(R"("data": {"source": "synthetic_em", "label_mapping": {"four": 1}}, "steps": 1)",
-                   "data.label_mapping.four: expected a whole-number file label as the key, got \"four\"");
+                   "data.label_mapping.four: expected a file label as the key — a whole number (\"4\"), a range (\"1-255\", low to "
+                   "high) or a threshold (\">0\", \">=1\", \"<10\", \"<=9\") — got \"four\"");
+    expect_message(R"("data": {"source": "synthetic_em", "label_mapping": {"1..255": 1}}, "steps": 1)",
+                   "got \"1..255\"; did you mean \"1-255\"?");
+    expect_message(R"("data": {"source": "synthetic_em", "label_mapping": {"≥ 1": 1}}, "steps": 1)", "did you mean \">=1\"?");
+    expect_message(R"("data": {"source": "synthetic_em", "label_mapping": {"9-3": 1}}, "steps": 1)", "got \"9-3\"");
+    expect_message(R"("data": {"source": "synthetic_em", "label_mapping": {"1-255": 1, "4": 0}}, "steps": 1)",
+                   "data.label_mapping's '1-255' and '4' both cover label 4: give each file label one class");
     expect_message(R"("data": {"source": "synthetic_em", "label_mapping": {"4": 2}}, "steps": 1)",
                    "data.label_mapping.4: expected a class from 0 to 1 (model.num_classes is 2), got 2");
     expect_message(R"("data": {"source": "synthetic_em", "normalization": {"window": [5, 1]}}, "steps": 1)",

@@ -414,6 +414,51 @@ TEST(DataDataset, LabelMappingAndLabelsWithoutAClass) {
     EXPECT_EQ(label_values(mapped->training_batch(0).labels), (std::set<std::int32_t>{2}));
 }
 
+// data.label_mapping keys as the experiment file writes them: single labels, ranges (negative ends too)
+// and thresholds, each the labels it covers; keys that are none of them read as nothing.
+TEST(DataDataset, LabelMappingKeysCoverSingleLabelsRangesAndThresholds) {
+    auto covered = [](const std::string& key) {
+        const auto rule = parse_label_rule_key(key, 1);
+        EXPECT_TRUE(rule.has_value()) << key;
+        return rule ? std::pair{rule->low, rule->high} : std::pair{0, -1};
+    };
+    constexpr std::int32_t max = std::numeric_limits<std::int32_t>::max(), min = std::numeric_limits<std::int32_t>::min();
+    EXPECT_EQ(covered("4"), (std::pair{4, 4}));
+    EXPECT_EQ(covered("-2"), (std::pair{-2, -2}));
+    EXPECT_EQ(covered("1-255"), (std::pair{1, 255}));
+    EXPECT_EQ(covered("-5--1"), (std::pair{-5, -1}));
+    EXPECT_EQ(covered(">0"), (std::pair{1, max}));
+    EXPECT_EQ(covered(">=1"), (std::pair{1, max}));
+    EXPECT_EQ(covered("<10"), (std::pair{min, 9}));
+    EXPECT_EQ(covered("<=9"), (std::pair{min, 9}));
+    for (const char* bad : {"four", "", "9-3", "1-", "-", ">", ">=x", "1.5", "4 ", "1-2-3", "99999999999", ">2147483647"}) {
+        EXPECT_FALSE(parse_label_rule_key(bad, 1).has_value()) << bad;
+    }
+    EXPECT_EQ(parse_label_rule_key(">0", 1)->text(), ">0");
+    EXPECT_EQ(LabelRule::range(1, 255, 1).text(), "1-255");
+}
+
+// A range and a threshold map a folder's labels; overlapping rules are refused naming both.
+TEST(DataDataset, LabelMappingRangesAndThresholdsMapAFoldersLabels) {
+    ScratchDir scratch;
+    // Labels 0, 3, 7, 200 by slice: an instance-labelled segmentation.
+    write_pair(scratch / "case.nii.gz", scratch / "case_seg.nii.gz", {8, 8, 4}, [](auto, auto, auto) { return 0.0f; },
+               [](std::int64_t z, std::int64_t, std::int64_t) { return std::array<int, 4>{0, 3, 7, 200}[static_cast<std::size_t>(z)]; });
+    DataConfig folder;
+    folder.source = SourceKind::Folder;
+    folder.images_dir = scratch.path();
+    folder.holdout_fraction = 0;
+    folder.label_mapping = {*parse_label_rule_key(">0", 1)};  // every instance: foreground
+    EXPECT_EQ(label_values(make_dataset(folder, {1, 1, 4, 8, 8}, 2)->training_batch(0).labels), (std::set<std::int32_t>{0, 1}));
+    folder.label_mapping = {*parse_label_rule_key("1-9", 1), *parse_label_rule_key(">=100", 2)};
+    const auto two = make_dataset(folder, {1, 1, 4, 8, 8}, 3);
+    EXPECT_EQ(label_values(two->training_batch(0).labels), (std::set<std::int32_t>{0, 1, 2}));
+    EXPECT_NE(two->describe().find("labels mapped 1-9→1, >=100→2, others→0"), std::string::npos) << two->describe();
+    folder.label_mapping = {*parse_label_rule_key("1-9", 1), *parse_label_rule_key(">=5", 2)};
+    const std::string overlap = error_message([&] { make_dataset(folder, {1, 1, 4, 8, 8}, 3); });
+    EXPECT_NE(overlap.find("data.label_mapping's '1-9' and '>=5' both cover label 5"), std::string::npos) << overlap;
+}
+
 TEST(DataDataset, ConfigAndShapeErrorsNameTheFieldAndTheFix) {
     const auto message_for = [](DataConfig config, Shape input = {1, 1, 16, 16}, std::int64_t num_classes = 2) {
         return error_message([&] { make_dataset(config, input, num_classes); });
