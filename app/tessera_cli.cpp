@@ -73,7 +73,7 @@ void describe_labels(const tessera::LabelMap& labels) {
         // The name the file gives the label (a .seg.nrrd's segment), if any.
         const auto named = std::find_if(labels.descriptions.begin(), labels.descriptions.end(),
                                         [label](const tessera::LabelDescription& d) { return d.value == label; });
-        const std::string name = named != labels.descriptions.end() ? " '" + named->name + "'" : "";
+        const std::string name = named != labels.descriptions.end() && !named->name.empty() ? " '" + named->name + "'" : "";
         std::printf("  label %d%s: %lld voxels (%.1f%%)\n", label, name.c_str(), static_cast<long long>(count),
                     100.0 * static_cast<double>(count) / static_cast<double>(labels.geometry.num_voxels()));
     }

@@ -215,13 +215,13 @@ std::vector<LabelDescription> find_label_descriptions(const std::filesystem::pat
         try {
             std::vector<LabelDescription> read = read_label_descriptions(sidecar);
             const bool names_given = std::any_of(read.begin(), read.end(), [](const LabelDescription& d) { return !d.name.empty(); });
-            // A .lut's 255 colours describe labels only where a name file names them.
+            // A .lut's 255 colours go to the labels a name file names (all of them when none does).
             merge_label_descriptions(names_given ? names : colours_only, read);
         } catch (const Error& error) {
             warnings.push_back(std::string("label names not read from ") + sidecar.filename().string() + ": " + error.what());
         }
     }
-    if (names.empty()) return {};
+    if (names.empty()) return colours_only;  // colours without names (MRIcron's brodmann.nii.lut alone)
     for (LabelDescription& d : names) {
         if (d.color) continue;
         const auto colour = std::find_if(colours_only.begin(), colours_only.end(), [&](const LabelDescription& x) { return x.value == d.value; });

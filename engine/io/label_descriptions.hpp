@@ -34,8 +34,9 @@ std::vector<std::filesystem::path> label_description_sidecars(const std::filesys
 // (MRIcron keeps names and colours in two files); what `into` already has is kept.
 void merge_label_descriptions(std::vector<LabelDescription>& into, const std::vector<LabelDescription>& more);
 
-// The sidecars' descriptions merged, for a label map that names nothing itself. Unreadable sidecars
-// are skipped with a warning added to `warnings`.
+// The sidecars' descriptions merged, for a label map that names nothing itself: the named labels with
+// their colours, or a colour table's colours alone (empty names) when no sidecar names any. Unreadable
+// sidecars are skipped with a warning added to `warnings`.
 std::vector<LabelDescription> find_label_descriptions(const std::filesystem::path& label_map, std::vector<std::string>& warnings);
 
 // An ITK-SNAP label description file (opens in ITK-SNAP's Label Editor and here), background first.

@@ -103,9 +103,13 @@ TEST(LabelDescriptions, MricronSidecarsBesideALabelMapNameAndColourIt) {
     EXPECT_EQ(described(read.descriptions, 2).color, rgb(0, 200, 0));
     EXPECT_EQ(described(read.descriptions, 45).name, "Cuneus_L");
     EXPECT_EQ(described(read.descriptions, 45).color, rgb(0, 0, 100));
-    // Without the names, a colour table alone describes nothing; without any sidecar, nothing either.
+    // Without the names, the colour table alone colours every value (MRIcron's brodmann.nii.lut has no
+    // .txt); without any sidecar, nothing is described.
     std::filesystem::remove(scratch / "aal.nii.txt");
-    EXPECT_TRUE(read_label_map(scratch / "aal.nii.gz").descriptions.empty());
+    const LabelMap colours = read_label_map(scratch / "aal.nii.gz");
+    ASSERT_EQ(colours.descriptions.size(), 255u);
+    EXPECT_EQ(described(colours.descriptions, 2).color, rgb(0, 200, 0));
+    EXPECT_TRUE(described(colours.descriptions, 2).name.empty());
     std::filesystem::remove(scratch / "aal.nii.lut");
     EXPECT_TRUE(read_label_map(scratch / "aal.nii.gz").descriptions.empty());
 }

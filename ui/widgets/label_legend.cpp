@@ -57,6 +57,7 @@ LabelLegend::LabelLegend(ViewerModel* model, QWidget* parent) : QWidget(parent),
     m_list->setRootIsDecorated(false);
     m_list->header()->setSectionResizeMode(0, QHeaderView::Stretch);
     m_list->header()->setSectionResizeMode(1, QHeaderView::ResizeToContents);
+    m_list->header()->setStretchLastSection(false);  // the names get the width, the values what they need
     m_list->setSortingEnabled(true);
     m_list->sortByColumn(1, Qt::AscendingOrder);
     m_list->setContextMenuPolicy(Qt::CustomContextMenu);
