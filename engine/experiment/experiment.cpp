@@ -507,10 +507,10 @@ data::DataConfig parse_data(const Reader& read, const Json& root, const Experime
                         suggestion.replace(at, written.size(), meant);
                     }
                 }
-                const bool meant = suggestion != item.key() && data::parse_label_rule_key(suggestion, 0).has_value();
+                const bool suggested = suggestion != item.key() && data::parse_label_rule_key(suggestion, 0).has_value();
                 read.fail(here, "expected a file label as the key — a whole number (\"4\"), a range (\"1-255\", low to high) or a "
                                 "threshold (\">0\", \">=1\", \"<10\", \"<=9\") — got " + in_quotes(item.key()) +
-                                    (meant ? "; did you mean " + in_quotes(suggestion) + "?" : ""));
+                                    (suggested ? "; did you mean " + in_quotes(suggestion) + "?" : ""));
             }
             config.label_mapping.push_back(*rule);
         }

@@ -2,6 +2,7 @@
 
 #include "core/error.hpp"
 #include "io/atomic_file.hpp"
+#include "io/raw_image.hpp"
 
 #include <algorithm>
 #include <array>
@@ -21,12 +22,6 @@
 namespace tessera {
 
 namespace {
-
-// Appended piece by piece: GCC 12 warns falsely (-Wrestrict) on "literal" + std::string.
-std::string quoted_path(const std::filesystem::path& path) {
-    std::string text("'");
-    return text.append(path.string()).append("'");
-}
 
 constexpr std::uintmax_t kMaxDescriptionBytes = 16u << 20;  // FreeSurferColorLUT.txt is ~1 MB
 constexpr std::uintmax_t kLutBytes = 768;                     // MRIcron / ImageJ: R[256] G[256] B[256]
@@ -55,10 +50,10 @@ std::optional<std::array<float, 3>> rgb_255(const std::string& r, const std::str
 // The MRIcron / ImageJ binary colour table: entry v is (R[v], G[v], B[v]); entry 0 is the background.
 std::vector<LabelDescription> read_lut(const std::filesystem::path& path) {
     std::ifstream in(path, std::ios::binary);
-    TESSERA_CHECK(in.is_open(), "cannot open " << quoted_path(path));
+    TESSERA_CHECK(in.is_open(), "cannot open " << io_detail::quoted(path));
     std::array<unsigned char, kLutBytes> bytes{};
     in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-    TESSERA_CHECK(in.gcount() == static_cast<std::streamsize>(kLutBytes), "cannot read " << quoted_path(path));
+    TESSERA_CHECK(in.gcount() == static_cast<std::streamsize>(kLutBytes), "cannot read " << io_detail::quoted(path));
     std::vector<LabelDescription> descriptions;
     for (int value = 1; value < 256; ++value) {
         LabelDescription d;
@@ -104,7 +99,7 @@ LabelDescription parse_line(const std::filesystem::path& path, int line_number, 
     bool unterminated = false;
     const std::vector<std::string> f = fields_of(line, unterminated);
     auto fail = [&](const std::string& why) {
-        TESSERA_REJECT(quoted_path(path) << " line " << line_number << " ('" << line.substr(0, 80) << "'): " << why
+        TESSERA_REJECT(io_detail::quoted(path) << " line " << line_number << " ('" << line.substr(0, 80) << "'): " << why
                                          << ". Expected a label description: ITK-SNAP's 'IDX R G B A VIS MSH \"LABEL\"', "
                                             "a colour table's 'index name R G B A' (3D Slicer, FreeSurfer) or MRIcron's "
                                             "'index name'");
@@ -136,7 +131,7 @@ std::vector<LabelDescription> sorted_unique(std::vector<LabelDescription> descri
     std::stable_sort(descriptions.begin(), descriptions.end(), [](const LabelDescription& a, const LabelDescription& b) { return a.value < b.value; });
     for (std::size_t i = 1; i < descriptions.size(); ++i) {
         TESSERA_CHECK(descriptions[i].value != descriptions[i - 1].value,
-                      quoted_path(path) << " describes label " << descriptions[i].value << " twice ('" << descriptions[i - 1].name
+                      io_detail::quoted(path) << " describes label " << descriptions[i].value << " twice ('" << descriptions[i - 1].name
                                         << "' and '" << descriptions[i].name << "'): keep one line per label");
     }
     return descriptions;
@@ -147,18 +142,18 @@ std::vector<LabelDescription> sorted_unique(std::vector<LabelDescription> descri
 std::vector<LabelDescription> read_label_descriptions(const std::filesystem::path& path) {
     std::error_code error;
     const std::uintmax_t size = std::filesystem::file_size(path, error);
-    TESSERA_CHECK(!error, "cannot read label descriptions " << quoted_path(path) << ": " << error.message());
-    TESSERA_CHECK(size <= kMaxDescriptionBytes, quoted_path(path) << " is " << size << " bytes, too large for a label description file "
+    TESSERA_CHECK(!error, "cannot read label descriptions " << io_detail::quoted(path) << ": " << error.message());
+    TESSERA_CHECK(size <= kMaxDescriptionBytes, io_detail::quoted(path) << " is " << size << " bytes, too large for a label description file "
                                                                   << "(at most " << kMaxDescriptionBytes << ")");
     std::string extension = path.extension().string();
     std::transform(extension.begin(), extension.end(), extension.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
     if (extension == ".lut") {
-        TESSERA_CHECK(size == kLutBytes, quoted_path(path) << " is " << size << " bytes: an MRIcron colour table (.lut) holds "
+        TESSERA_CHECK(size == kLutBytes, io_detail::quoted(path) << " is " << size << " bytes: an MRIcron colour table (.lut) holds "
                                                            << kLutBytes << " (256 red, 256 green, 256 blue)");
         return read_lut(path);
     }
     std::ifstream in(path, std::ios::binary);
-    TESSERA_CHECK(in.is_open(), "cannot open " << quoted_path(path));
+    TESSERA_CHECK(in.is_open(), "cannot open " << io_detail::quoted(path));
     std::vector<LabelDescription> descriptions;
     std::string line;
     int line_number = 0;
@@ -169,7 +164,7 @@ std::vector<LabelDescription> read_label_descriptions(const std::filesystem::pat
         const std::size_t first = line.find_first_not_of(" \t");
         if (first == std::string::npos || line[first] == '#') continue;
         TESSERA_CHECK(std::none_of(line.begin(), line.end(), [](unsigned char c) { return c < 32 && c != '\t'; }),
-                      quoted_path(path) << " line " << line_number << " holds control characters: is it a text file?");
+                      io_detail::quoted(path) << " line " << line_number << " holds control characters: is it a text file?");
         LabelDescription d = parse_line(path, line_number, line);
         if (d.value != 0) descriptions.push_back(std::move(d));  // the background is not a label
     }

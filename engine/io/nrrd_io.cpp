@@ -85,6 +85,20 @@ struct NrrdHeader {
     std::uint64_t header_bytes = 0;             // where attached data starts
 };
 
+// A key/value pair's text with NRRD's escapes undone: \n is a newline, \\ a backslash.
+std::string unescaped(const std::string& text) {
+    std::string out;
+    for (std::size_t i = 0; i < text.size(); ++i) {
+        if (text[i] == '\\' && i + 1 < text.size() && (text[i + 1] == 'n' || text[i + 1] == '\\')) {
+            out += text[i + 1] == 'n' ? '\n' : '\\';
+            ++i;
+        } else {
+            out += text[i];
+        }
+    }
+    return out;
+}
+
 NrrdHeader parse_header(const std::filesystem::path& path) {
     constexpr std::size_t max_header_bytes = 1 << 20;
     std::ifstream in(path, std::ios::binary);
@@ -118,19 +132,6 @@ NrrdHeader parse_header(const std::filesystem::path& path) {
         TESSERA_CHECK(printable && line.size() < 4096, quoted(path) << " has a damaged NRRD header: line " << line_number
                                                                     << " is not text. Get a fresh copy.");
         if (const std::size_t pair = line.find(":="); pair != std::string::npos) {
-            // NRRD escapes a newline as \n and a backslash as \\ in key/value pairs.
-            auto unescaped = [](const std::string& text) {
-                std::string out;
-                for (std::size_t i = 0; i < text.size(); ++i) {
-                    if (text[i] == '\\' && i + 1 < text.size() && (text[i + 1] == 'n' || text[i + 1] == '\\')) {
-                        out += text[i + 1] == 'n' ? '\n' : '\\';
-                        ++i;
-                    } else {
-                        out += text[i];
-                    }
-                }
-                return out;
-            };
             header.key_values[unescaped(line.substr(0, pair))] = unescaped(line.substr(pair + 2));
             continue;
         }

@@ -670,9 +670,7 @@ TEST(VolumeIo, MghAgreesWithNibabel) {
 // reads what teem-unu makes (RAS space, a big-endian int16 raw file behind a detached header, and the
 // same as gzip attached) with its geometry.
 TEST(VolumeIo, NrrdAgreesWithTeem) {
-    if (std::system("teem-unu about > /dev/null 2>&1") != 0) {
-        GTEST_SKIP() << "teem-unu is missing: install the Debian package teem-apps (make deps does)";
-    }
+    TESSERA_REQUIRE_DATA("/usr/bin/teem-unu", "teem-apps (make deps installs it)");
     ScratchDir scratch;
     const Volume volume = ramp_volume(oblique_geometry(true));
     write_volume(volume, scratch / "tessera.nrrd");
@@ -719,9 +717,7 @@ TEST(VolumeIo, NrrdAgreesWithTeem) {
 // an independent writer of the pairs), read back as label descriptions: names, values and colours, sorted
 // by value, a name with spaces and a backslash kept as written.
 TEST(VolumeIo, SlicerSegmentNamesAndColoursAreReadAsLabelDescriptions) {
-    if (std::system("teem-unu about > /dev/null 2>&1") != 0) {
-        GTEST_SKIP() << "teem-unu is missing: install the Debian package teem-apps (make deps does)";
-    }
+    TESSERA_REQUIRE_DATA("/usr/bin/teem-unu", "teem-apps (make deps installs it)");
     ScratchDir scratch;
     std::vector<unsigned char> labels(5 * 4 * 3, 0);
     labels[7] = 1;
