@@ -25,7 +25,8 @@ DEBIAN_PACKAGES := \
 	nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev \
 	xvfb xauth libgl1-mesa-dri fonts-dejavu-core \
 	insighttoolkit5-examples python3-pydicom qt6-svg-dev python3-protobuf python3-nibabel teem-apps \
-	clang-16 libclang-rt-16-dev libomp-16-dev llvm-16
+	clang-16 libclang-rt-16-dev libomp-16-dev llvm-16 \
+	libopenmpi-dev openmpi-bin
 
 .PHONY: all deps peer-deps configure build run test bench peer-bench screenshots clean
 

@@ -7,14 +7,18 @@
 #include "core/units.hpp"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstring>
+#include <exception>
 #include <map>
 #include <limits>
 #include <mutex>
 #include <optional>
 #include <sstream>
+#include <type_traits>
 
 namespace tessera::mesh {
 
@@ -74,6 +78,9 @@ struct CoreMesh::Impl {
     partition::CoreGraphs core_graphs;
     std::int64_t per_replica = 1;  // cores in one replica
     std::int64_t total_cores = 1;
+    std::shared_ptr<Transport> transport;
+    CorePlacement placement{1, 1};
+    std::int64_t first_local = 0, end_local = 1;  // this rank's cores: [first_local, end_local)
 
     struct Core {
         std::int64_t replica = 0, index = 0;  // index within the replica
@@ -103,6 +110,15 @@ struct CoreMesh::Impl {
     std::int64_t parameter_bytes = 0;                        // the model's parameters in f32: one copy's bytes
     // Per halo exchange: for each core, the (receiving core, transfer) pairs whose rows it owns.
     std::vector<std::vector<std::vector<std::pair<std::int64_t, std::size_t>>>> outgoing;
+    // Per halo exchange: the transfers between this rank and another, in one order every rank agrees on
+    // (owner core, then receiving core, then transfer), each with the bytes it travels in.
+    struct RemoteTransfer {
+        std::int64_t owner = 0, receiver = 0;  // mesh cores
+        std::size_t index = 0;                 // in the receiver's transfers
+        bool outgoing = false;                 // this rank owns the rows (forward: sends them)
+        std::vector<std::byte> staging;        // header (the sender's layout) + rows
+    };
+    std::vector<std::vector<RemoteTransfer>> remote;
 
     std::vector<CoreEvent> events;
     StepSummary summary;
@@ -114,28 +130,99 @@ struct CoreMesh::Impl {
 
     double now() const { return std::chrono::duration<double>(Clock::now() - step_start).count(); }
 
-    // Runs task(core) on every core over the pool; records each core's wait at the barrier.
+    bool single_rank() const { return transport->num_ranks() == 1; }
+    bool is_local(std::int64_t core) const { return core >= first_local && core < end_local; }
+    Core& first_local_core() { return cores[static_cast<std::size_t>(first_local)]; }
+    const Core& first_local_core() const { return cores[static_cast<std::size_t>(first_local)]; }
+    std::span<Core> local_cores() {
+        return std::span<Core>(cores).subspan(static_cast<std::size_t>(first_local), static_cast<std::size_t>(end_local - first_local));
+    }
+    std::span<const Core> local_cores() const {
+        return std::span<const Core>(cores).subspan(static_cast<std::size_t>(first_local),
+                                                    static_cast<std::size_t>(end_local - first_local));
+    }
+
+    // Runs task(core) on this rank's cores over the pool; records each core's wait at the barrier.
     template <class Task>
     void each_core(StepPhase phase, int layer, Task&& task) {
         std::vector<double> finished(cores.size(), 0.0);
-        pool->run(total_cores, [&](std::int64_t c) {
-            task(cores[static_cast<std::size_t>(c)]);
-            finished[static_cast<std::size_t>(c)] = now();
+        pool->run(end_local - first_local, [&](std::int64_t i) {
+            const auto c = static_cast<std::size_t>(first_local + i);
+            task(cores[c]);
+            finished[c] = now();
         });
         const double end = now();
-        for (std::size_t c = 0; c < cores.size(); ++c) {
+        for (auto c = static_cast<std::size_t>(first_local); c < static_cast<std::size_t>(end_local); ++c) {
             if (end - finished[c] > 1e-6) {
                 cores[c].events.push_back({static_cast<std::int64_t>(c), layer, EventKind::Wait, phase, finished[c], end, 0, 0, -1});
             }
         }
     }
 
+    // Hands every rank what the others wrote for their own cores: write(core, writer) on this rank's
+    // cores, then read(core, reader) for every other rank's, in core order. Nothing moves on one rank.
+    template <class Write, class Read>
+    void share_core_values(Write&& write, Read&& read) {
+        if (single_rank()) return;
+        ByteWriter writer;
+        for (std::int64_t c = first_local; c < end_local; ++c) write(c, writer);
+        const std::vector<std::vector<std::byte>> gathered = transport->all_gather(writer.bytes());
+        for (int rank = 0; rank < transport->num_ranks(); ++rank) {
+            if (rank == transport->rank()) continue;
+            ByteReader reader(gathered[static_cast<std::size_t>(rank)]);
+            for (std::int64_t c = placement.first_core(rank); c < placement.end_core(rank); ++c) read(c, reader);
+            TESSERA_ASSERT(reader.done(), "rank " << rank << " sent more than its cores' values");
+        }
+    }
+
+    // Bytes from `root` to every rank, any size.
+    void broadcast_bytes(std::vector<std::byte>& bytes, int root) {
+        if (single_rank()) return;
+        auto size = static_cast<std::int64_t>(bytes.size());
+        transport->broadcast(std::as_writable_bytes(std::span(&size, 1)), root);
+        bytes.resize(static_cast<std::size_t>(size));
+        transport->broadcast(bytes, root);
+    }
+
+    // Every rank learns whether any failed: the first failure (in rank order) is thrown on all of them,
+    // with the rank and host named when it was another's; a rank's own is rethrown as it was.
+    void agree_on_failure(const std::exception_ptr& local_failure) {
+        if (single_rank()) {
+            if (local_failure) std::rethrow_exception(local_failure);
+            return;
+        }
+        ByteWriter writer;
+        std::string message;
+        if (local_failure) {
+            try {
+                std::rethrow_exception(local_failure);
+            } catch (const std::exception& error) {
+                message = error.what();
+            }
+        }
+        writer.put_string(message);
+        writer.put_string(transport->host_name());
+        const std::vector<std::vector<std::byte>> gathered = transport->all_gather(writer.bytes());
+        for (int rank = 0; rank < transport->num_ranks(); ++rank) {
+            ByteReader reader(gathered[static_cast<std::size_t>(rank)]);
+            const std::string failure = reader.get_string();
+            const std::string host = reader.get_string();
+            if (failure.empty()) continue;
+            if (rank == transport->rank()) std::rethrow_exception(local_failure);
+            TESSERA_REJECT(failure << " (on MPI rank " << rank << ", host " << host << ")");
+        }
+    }
+
     // Sums each group's partials in core order (a fixed order: bit-reproducible) and hands the totals
-    // back. Groups: the replica, or every core (cross-replica).
+    // back. Groups: the replica, or every core (cross-replica). Across ranks every rank gathers every
+    // core's partials and adds them in the same order (they are a few numbers per channel).
     void all_reduce(std::vector<std::vector<double>>& partials, bool across_replicas, StepPhase phase, int layer) {
         const double start = now();
+        share_core_values([&](std::int64_t c, ByteWriter& out) { out.put_span(std::span<const double>(partials[static_cast<std::size_t>(c)])); },
+                          [&](std::int64_t c, ByteReader& in) { partials[static_cast<std::size_t>(c)] = in.get_vector<double>(); });
         const std::int64_t group_size = across_replicas ? total_cores : per_replica;
         for (std::int64_t first = 0; first < total_cores; first += group_size) {
+            if (first + group_size <= first_local || first >= end_local) continue;  // no core of this rank's
             std::vector<double> total = partials[static_cast<std::size_t>(first)];
             for (std::int64_t c = first + 1; c < first + group_size; ++c) {
                 const auto& part = partials[static_cast<std::size_t>(c)];
@@ -144,8 +231,8 @@ struct CoreMesh::Impl {
             for (std::int64_t c = first; c < first + group_size; ++c) partials[static_cast<std::size_t>(c)] = total;
         }
         const double end = now();
-        const auto bytes = static_cast<std::int64_t>(partials[0].size() * sizeof(double));
-        for (std::int64_t c = 0; c < total_cores; ++c) {
+        const auto bytes = static_cast<std::int64_t>(partials[static_cast<std::size_t>(first_local)].size() * sizeof(double));
+        for (std::int64_t c = first_local; c < end_local; ++c) {
             cores[static_cast<std::size_t>(c)].events.push_back(
                 {c, layer, EventKind::AllReduce, phase, start, end, 0, ring_bytes(bytes, group_size), -1});
         }
@@ -164,7 +251,7 @@ struct CoreMesh::Impl {
     }
 
     void reductions(int local, Pass pass, StepPhase phase) {
-        const int phases = cores[0].executor->reduction_phases(local, pass);
+        const int phases = first_local_core().executor->reduction_phases(local, pass);
         const graph::Node& node = core_graphs.graphs[0].node(local);
         const bool across_replicas = node.kind == graph::OpKind::BatchNorm && mesh.cross_replica_batch_norm;
         for (int p = 0; p < phases; ++p) {
@@ -180,32 +267,105 @@ struct CoreMesh::Impl {
                                        start, now(), flops, 0, -1});
             });
             all_reduce(partials, across_replicas, phase, layer_of(local));
-            for (std::size_t c = 0; c < cores.size(); ++c) cores[c].executor->reduction_total(local, pass, p, partials[c]);
+            for (Core& core : local_cores()) {
+                core.executor->reduction_total(local, pass, p, partials[static_cast<std::size_t>(mesh_core(core.replica, core.index))]);
+            }
         }
     }
 
     std::int64_t mesh_core(std::int64_t replica, std::int64_t index) const { return replica * per_replica + index; }
 
     // Where a step's first non-finite value came from, for the message that stops the run: an input
-    // tile, else the first layer (in graph order) whose output holds one, and on which core.
-    std::string locate_non_finite_forward() const {
-        for (const Core& core : cores) {
+    // tile, else the first layer (in graph order) whose output holds one, and on which core. Collective:
+    // each rank looks at its own cores and the first finding over all ranks wins.
+    std::string locate_non_finite_forward() {
+        constexpr std::int64_t none = std::numeric_limits<std::int64_t>::max();
+        // Found at (node, core); node −1: the input tile.
+        std::array<std::int64_t, 2> found{none, none};
+        for (const Core& core : local_cores()) {
             if (!train::tensor_is_finite(core.images)) {
-                return "the input tile of core " + std::to_string(mesh_core(core.replica, core.index)) +
-                       " holds NaN or infinite voxels. Clean the data (see data.non_finite)";
+                found = {-1, mesh_core(core.replica, core.index)};
+                break;
             }
         }
-        const auto& nodes = cores[0].executor->graph().nodes();
-        for (std::size_t node = 0; node < nodes.size(); ++node) {
-            for (const Core& core : cores) {
+        const auto& nodes = first_local_core().executor->graph().nodes();
+        for (std::size_t node = 0; node < nodes.size() && found[0] == none; ++node) {
+            for (const Core& core : local_cores()) {
                 if (!train::tensor_is_finite(core.executor->activation(static_cast<int>(node)))) {
-                    return "the output of layer '" + nodes[node].name + "' on core " + std::to_string(mesh_core(core.replica, core.index)) +
-                           " is the first to hold NaN or infinite values: training diverged. Lower the learning rate, or use "
-                           "dynamic loss scaling in reduced precision";
+                    found = {static_cast<std::int64_t>(node), mesh_core(core.replica, core.index)};
+                    break;
                 }
             }
         }
+        if (!single_rank()) {
+            ByteWriter writer;
+            writer.put(found);
+            for (const std::vector<std::byte>& bytes : transport->all_gather(writer.bytes())) {
+                ByteReader reader(bytes);
+                found = std::min(found, reader.get<std::array<std::int64_t, 2>>());
+            }
+        }
+        if (found[0] == -1) {
+            return "the input tile of core " + std::to_string(found[1]) + " holds NaN or infinite voxels. Clean the data (see data.non_finite)";
+        }
+        if (found[0] != none) {
+            return "the output of layer '" + nodes[static_cast<std::size_t>(found[0])].name + "' on core " + std::to_string(found[1]) +
+                   " is the first to hold NaN or infinite values: training diverged. Lower the learning rate, or use "
+                   "dynamic loss scaling in reduced precision";
+        }
         return "every layer's output is finite, the loss overflowed. Lower the learning rate";
+    }
+
+    // The rows a remote transfer travels in: the sender's layout, then the box. A receive is posted
+    // with room for the largest layout (blocks of 16); the message is as long as the sender's.
+    static constexpr std::size_t staging_header = sizeof(ops::PackedLayout);
+    static constexpr std::int32_t largest_block = 16;
+    static std::size_t staging_bytes(const ops::TileBuffer& like, const ops::Box& extent, ops::PackedLayout layout) {
+        return staging_header +
+               static_cast<std::size_t>(ops::packed_elements(like.shape[0], like.channels(), layout, extent) * like.element_size());
+    }
+    static void pack(const ops::TileBuffer& from, const ops::Box& origin, const ops::Box& extent, std::vector<std::byte>& staging) {
+        const ops::PackedLayout layout = ops::packed_layout(from);
+        TESSERA_ASSERT(layout.block <= largest_block, "halo rows travel in blocks of at most " << largest_block << " channels, the buffer has "
+                                                                                              << layout.block);
+        staging.resize(staging_bytes(from, extent, layout));
+        std::memcpy(staging.data(), &layout, staging_header);
+        const ops::TileBuffer packed =
+            ops::packed_buffer(from.dtype, from.shape[0], from.channels(), layout, extent, staging.data() + staging_header);
+        ops::copy_box(from, origin, packed, ops::Box(extent.size(), 0), extent);
+    }
+    // The packed rows of `staging` as a buffer shaped like `like`'s box.
+    static ops::TileBuffer unpacked(const ops::TileBuffer& like, const ops::Box& extent, std::vector<std::byte>& staging) {
+        ops::PackedLayout layout;
+        std::memcpy(&layout, staging.data(), staging_header);
+        return ops::packed_buffer(like.dtype, like.shape[0], like.channels(), layout, extent, staging.data() + staging_header);
+    }
+
+    // Posts the receives of a halo exchange's remote transfers (forward: rows this rank's cores receive;
+    // backward: halo gradients coming home to the rows' owners here).
+    void post_remote_receives(std::size_t halo_index, bool backward) {
+        const partition::HaloExchange& halo = core_graphs.halos[halo_index];
+        for (RemoteTransfer& transfer : remote[halo_index]) {
+            if (transfer.outgoing != backward) continue;  // forward: receive what others own; backward: what I own
+            const Core& here = cores[static_cast<std::size_t>(backward ? transfer.owner : transfer.receiver)];
+            const partition::HaloTransfer& rows =
+                halo.transfers[static_cast<std::size_t>(transfer.receiver % per_replica)][transfer.index];
+            const ops::TileBuffer like = backward ? here.executor->gradient_buffer(halo.producer_node)
+                                                  : here.executor->value_buffer(halo.halo_node);
+            transfer.staging.resize(staging_bytes(like, rows.extent, ops::PackedLayout{largest_block, 0}));
+            const int peer_rank = placement.owner(backward ? transfer.receiver : transfer.owner);
+            transport->post_receive(peer_rank, backward ? MessageTag::BackwardHalo : MessageTag::ForwardHalo, transfer.staging);
+        }
+    }
+
+    // Posts the sends packed by the cores' phase (forward: rows this rank owns; backward: halo gradients
+    // its cores received rows for).
+    void post_remote_sends(std::size_t halo_index, bool backward) {
+        for (RemoteTransfer& transfer : remote[halo_index]) {
+            if (transfer.outgoing == backward) continue;
+            const int peer_rank = placement.owner(backward ? transfer.owner : transfer.receiver);
+            transport->post_send(peer_rank, backward ? MessageTag::BackwardHalo : MessageTag::ForwardHalo, transfer.staging);
+        }
     }
 
     void forward(graph::Mode mode) {
@@ -216,6 +376,9 @@ struct CoreMesh::Impl {
             const int layer = layer_of(local);
             reductions(local, Pass::Forward, StepPhase::Forward);
             const partition::HaloExchange* halo = core_graphs.halo_for(local);
+            const auto halo_index = halo ? static_cast<std::size_t>(halo - core_graphs.halos.data()) : 0;
+            const bool crosses_ranks = halo && !remote[halo_index].empty();
+            if (crosses_ranks) post_remote_receives(halo_index, false);
             each_core(StepPhase::Forward, layer, [&](Core& core) {
                 const std::int64_t me = mesh_core(core.replica, core.index);
                 const graph::Graph& g = core_graphs.graphs[static_cast<std::size_t>(core.index)];
@@ -227,12 +390,42 @@ struct CoreMesh::Impl {
                 const ops::TileBuffer buffer = core.executor->value_buffer(local);
                 for (const partition::HaloTransfer& transfer : halo->transfers[static_cast<std::size_t>(core.index)]) {
                     const std::int64_t peer = mesh_core(core.replica, transfer.peer);
+                    if (!is_local(peer)) continue;  // arrives below
                     start = now();
                     const ops::TileBuffer source =
                         cores[static_cast<std::size_t>(peer)].executor->value_buffer(halo->producer_node);
                     ops::copy_box(source, transfer.peer_origin, buffer, transfer.buffer_origin, transfer.extent);
                     core.events.push_back({me, layer, EventKind::Halo, StepPhase::Forward, start, now(), 0,
                                            transfer.elements * buffer.element_size(), peer});
+                }
+                if (!crosses_ranks) return;
+                // Rows this core owns that cores of other ranks need.
+                const ops::TileBuffer rows = core.executor->value_buffer(halo->producer_node);
+                for (RemoteTransfer& remote_transfer : remote[halo_index]) {
+                    if (!remote_transfer.outgoing || remote_transfer.owner != me) continue;
+                    const partition::HaloTransfer& transfer =
+                        halo->transfers[static_cast<std::size_t>(remote_transfer.receiver % per_replica)][remote_transfer.index];
+                    pack(rows, transfer.peer_origin, transfer.extent, remote_transfer.staging);
+                }
+            });
+            if (!crosses_ranks) continue;
+            post_remote_sends(halo_index, false);
+            const double wait_start = now();
+            transport->wait_all();
+            const double wait_end = now();
+            each_core(StepPhase::Forward, layer, [&](Core& core) {
+                const std::int64_t me = mesh_core(core.replica, core.index);
+                const ops::TileBuffer buffer = core.executor->value_buffer(local);
+                for (RemoteTransfer& remote_transfer : remote[halo_index]) {
+                    if (remote_transfer.outgoing || remote_transfer.receiver != me) continue;
+                    const partition::HaloTransfer& transfer =
+                        halo->transfers[static_cast<std::size_t>(core.index)][remote_transfer.index];
+                    const double start = now();
+                    ops::copy_box(unpacked(buffer, transfer.extent, remote_transfer.staging), ops::Box(transfer.extent.size(), 0), buffer,
+                                  transfer.buffer_origin, transfer.extent);
+                    // The message's time on the wire is the wait every core of this rank shared.
+                    core.events.push_back({me, layer, EventKind::Halo, StepPhase::Forward, wait_start, wait_end + (now() - start), 0,
+                                           transfer.elements * buffer.element_size(), remote_transfer.owner});
                 }
             });
         }
@@ -248,19 +441,38 @@ struct CoreMesh::Impl {
             const int layer = layer_of(local);
             const partition::HaloExchange* halo = core_graphs.halo_for(local);
             if (halo && !halo->carries_gradient) continue;  // the input data needs no gradient
-            const bool has_phases = cores[0].executor->reduction_phases(local, Pass::Backward) > 0;
+            const auto halo_index = halo ? static_cast<std::size_t>(halo - core_graphs.halos.data()) : 0;
+            const bool crosses_ranks = halo && !remote[halo_index].empty();
+            const bool has_phases = first_local_core().executor->reduction_phases(local, Pass::Backward) > 0;
             reductions(local, Pass::Backward, StepPhase::Backward);
+            if (crosses_ranks) post_remote_receives(halo_index, true);
             each_core(StepPhase::Backward, layer, [&](Core& core) {
                 const double start = now();
                 core.executor->backward_node(local);
                 const double flops =
                     has_phases ? 0.0 : core_graphs.graphs[static_cast<std::size_t>(core.index)].cost(local).backward_flops;
-                core.events.push_back({mesh_core(core.replica, core.index), layer, EventKind::Compute, StepPhase::Backward,
-                                       start, now(), flops, 0, -1});
+                const std::int64_t me = mesh_core(core.replica, core.index);
+                core.events.push_back({me, layer, EventKind::Compute, StepPhase::Backward, start, now(), flops, 0, -1});
+                if (!crosses_ranks) return;
+                // The halo gradients of rows owned on other ranks go home.
+                const ops::TileBuffer gradient = core.executor->gradient_buffer(local);
+                for (RemoteTransfer& remote_transfer : remote[halo_index]) {
+                    if (remote_transfer.outgoing || remote_transfer.receiver != me) continue;
+                    const partition::HaloTransfer& transfer = halo->transfers[static_cast<std::size_t>(core.index)][remote_transfer.index];
+                    pack(gradient, transfer.buffer_origin, transfer.extent, remote_transfer.staging);
+                }
             });
             if (!halo) continue;
-            // Halo gradients go home: each owner adds what its neighbours received from it, senders in order.
-            const auto& sends = outgoing[static_cast<std::size_t>(halo - core_graphs.halos.data())];
+            double wait_start = 0, wait_end = 0;
+            if (crosses_ranks) {
+                post_remote_sends(halo_index, true);
+                wait_start = now();
+                transport->wait_all();
+                wait_end = now();
+            }
+            // Halo gradients go home: each owner adds what its neighbours received from it, senders in order
+            // (from another rank's core: the rows that came in its message).
+            const auto& sends = outgoing[halo_index];
             each_core(StepPhase::Backward, layer, [&](Core& core) {
                 const std::int64_t me = mesh_core(core.replica, core.index);
                 const ops::TileBuffer target = core.executor->gradient_buffer(halo->producer_node);
@@ -268,13 +480,57 @@ struct CoreMesh::Impl {
                     const partition::HaloTransfer& transfer = halo->transfers[static_cast<std::size_t>(receiver)][index];
                     const std::int64_t peer = mesh_core(core.replica, receiver);
                     const double start = now();
-                    const ops::TileBuffer source = cores[static_cast<std::size_t>(peer)].executor->gradient_buffer(local);
-                    ops::add_box(source, transfer.buffer_origin, target, transfer.peer_origin, transfer.extent);
-                    core.events.push_back({me, layer, EventKind::Halo, StepPhase::Backward, start, now(), 0,
+                    double event_start = start, waited = 0;
+                    if (is_local(peer)) {
+                        const ops::TileBuffer source = cores[static_cast<std::size_t>(peer)].executor->gradient_buffer(local);
+                        ops::add_box(source, transfer.buffer_origin, target, transfer.peer_origin, transfer.extent);
+                    } else {
+                        RemoteTransfer& message = find_remote(halo_index, me, peer, index);
+                        ops::add_box(unpacked(target, transfer.extent, message.staging), ops::Box(transfer.extent.size(), 0), target,
+                                     transfer.peer_origin, transfer.extent);
+                        event_start = wait_start;
+                        waited = wait_end - wait_start;
+                    }
+                    core.events.push_back({me, layer, EventKind::Halo, StepPhase::Backward, event_start, event_start + waited + (now() - start), 0,
                                            transfer.elements * target.element_size(), peer});
                 }
                 core.executor->gradient_changed(halo->producer_node);
             });
+        }
+    }
+
+    // Replica r's batch-norm buffer b (a clone), from the rank holding the replica's first core.
+    Tensor replica_buffer(std::int64_t replica, std::size_t b) {
+        const std::int64_t core = mesh_core(replica, 0);
+        Tensor value = is_local(core) ? cores[static_cast<std::size_t>(core)].executor->buffers()[b].clone()
+                                      : Tensor::zeros(first_local_core().executor->buffers()[b].shape(), first_local_core().executor->buffers()[b].dtype());
+        if (!single_rank()) transport->broadcast(as_bytes(value), placement.owner(core));
+        return value;
+    }
+
+    RemoteTransfer& find_remote(std::size_t halo_index, std::int64_t owner, std::int64_t receiver, std::size_t index) {
+        for (RemoteTransfer& transfer : remote[halo_index]) {
+            if (transfer.owner == owner && transfer.receiver == receiver && transfer.index == index) return transfer;
+        }
+        TESSERA_FAIL("no remote transfer from core " << owner << " to core " << receiver);
+    }
+
+    // The transfers of every halo exchange that cross between this rank and another, in the order both
+    // sides post them.
+    void plan_remote_transfers() {
+        remote.assign(core_graphs.halos.size(), {});
+        if (single_rank()) return;
+        const int me = transport->rank();
+        for (std::size_t h = 0; h < core_graphs.halos.size(); ++h) {
+            for (std::int64_t owner = 0; owner < total_cores; ++owner) {
+                const std::int64_t replica = owner / per_replica;
+                for (const auto& [receiver_index, t] : outgoing[h][static_cast<std::size_t>(owner % per_replica)]) {
+                    const std::int64_t receiver = mesh_core(replica, receiver_index);
+                    const int owner_rank = placement.owner(owner), receiver_rank = placement.owner(receiver);
+                    if (owner_rank == receiver_rank || (owner_rank != me && receiver_rank != me)) continue;
+                    remote[h].push_back({owner, receiver, t, owner_rank == me, {}});
+                }
+            }
         }
     }
 
@@ -376,6 +632,8 @@ struct CoreMesh::Impl {
         });
         std::vector<LossPartial> totals(static_cast<std::size_t>(mesh.num_replicas));
         if (!output_replicated) {
+            share_core_values([&](std::int64_t c, ByteWriter& out) { write_partial(partials[static_cast<std::size_t>(c)], out); },
+                              [&](std::int64_t c, ByteReader& in) { partials[static_cast<std::size_t>(c)] = read_partial(in); });
             for (std::int64_t r = 0; r < mesh.num_replicas; ++r) {
                 LossPartial total = partials[static_cast<std::size_t>(mesh_core(r, 0))];
                 for (std::int64_t i = 1; i < per_replica; ++i) total += partials[static_cast<std::size_t>(mesh_core(r, i))];
@@ -391,9 +649,47 @@ struct CoreMesh::Impl {
             if (core.index == 0) replica_loss[static_cast<std::size_t>(core.replica)] = value;
             gradients[c] = std::move(gradient);
         });
+        // Each replica's loss from whichever rank holds its first core.
+        share_core_values(
+            [&](std::int64_t c, ByteWriter& out) {
+                if (c % per_replica == 0) out.put(replica_loss[static_cast<std::size_t>(c / per_replica)]);
+            },
+            [&](std::int64_t c, ByteReader& in) {
+                if (c % per_replica == 0) replica_loss[static_cast<std::size_t>(c / per_replica)] = in.get<double>();
+            });
         double loss_sum = 0;
         for (double value : replica_loss) loss_sum += value;
         return loss_sum / static_cast<double>(mesh.num_replicas);
+    }
+
+    static void write_partial(const LossPartial& partial, ByteWriter& out) {
+        const loss::CrossEntropyPartial& ce = partial.cross_entropy;
+        out.put(ce.weighted_nll_sum);
+        out.put(ce.weight_sum);
+        out.put(ce.num_counted);
+        out.put(ce.num_ignored);
+        const loss::DicePartial& dice = partial.dice;
+        out.put_span(std::span<const double>(dice.intersection));
+        out.put_span(std::span<const double>(dice.probability_sum));
+        out.put_span(std::span<const std::int64_t>(dice.label_count));
+        out.put(dice.num_counted);
+        out.put(dice.num_ignored);
+    }
+
+    static LossPartial read_partial(ByteReader& in) {
+        LossPartial partial;
+        loss::CrossEntropyPartial& ce = partial.cross_entropy;
+        ce.weighted_nll_sum = in.get<double>();
+        ce.weight_sum = in.get<double>();
+        ce.num_counted = in.get<std::int64_t>();
+        ce.num_ignored = in.get<std::int64_t>();
+        loss::DicePartial& dice = partial.dice;
+        dice.intersection = in.get_vector<double>();
+        dice.probability_sum = in.get_vector<double>();
+        dice.label_count = in.get_vector<std::int64_t>();
+        dice.num_counted = in.get<std::int64_t>();
+        dice.num_ignored = in.get<std::int64_t>();
+        return partial;
     }
 
     void check_detection_batch(const Tensor& images, std::span<const detection::PaddedGroundTruth> ground_truth) const {
@@ -555,7 +851,7 @@ struct CoreMesh::Impl {
         result.learning_rate = schedule->value(step);
         result.loss_scale = loss_scaler->scale();
         step_start = Clock::now();
-        for (Core& core : cores) core.events.clear();
+        for (Core& core : local_cores()) core.events.clear();
 
         scatter();
         forward(graph::Mode::Train);
@@ -588,50 +884,130 @@ struct CoreMesh::Impl {
     // first core whose own gradient is not finite (-1 when all are).
     std::vector<std::int64_t> all_reduce_weight_gradients() {
         const std::size_t num_parameters = model.parameters().size();
-        std::vector<std::int64_t> non_finite_core(num_parameters, -1);
-        auto gradient_of = [&](std::int64_t core, std::size_t index) -> Tensor& {
-            return cores[static_cast<std::size_t>(core)].executor->parameters()[index].gradient;
-        };
         const double reduce_start = now();
+        std::vector<Tensor> totals = mesh.reduction == ReductionOrder::Fast && !single_rank() ? fast_gradient_sums()
+                                                                                               : chained_gradient_sums();
+        std::vector<std::int64_t> non_finite_core(num_parameters, -1);
+        std::vector<std::int64_t> first_bad(num_parameters, std::numeric_limits<std::int64_t>::max());
+        bool any_non_finite = false;
+        for (std::size_t p = 0; p < num_parameters; ++p) {
+            if (train::tensor_is_finite(totals[p])) continue;
+            any_non_finite = true;  // the same on every rank: every rank holds the same totals
+            for (const Core& core : local_cores()) {
+                if (!train::tensor_is_finite(core.executor->parameters()[p].gradient)) {
+                    first_bad[p] = mesh_core(core.replica, core.index);
+                    break;
+                }
+            }
+        }
+        if (any_non_finite) {
+            transport->all_reduce_min(first_bad);
+            for (std::size_t p = 0; p < num_parameters; ++p) {
+                if (first_bad[p] != std::numeric_limits<std::int64_t>::max()) non_finite_core[p] = first_bad[p];
+            }
+        }
         pool->run(static_cast<std::int64_t>(num_parameters), [&](std::int64_t p) {
-            const auto index = static_cast<std::size_t>(p);
-            const std::int64_t summed_cores = replicated_parameter[index] ? 1 : per_replica;
-            Tensor total;
-            for (std::int64_t r = 0; r < mesh.num_replicas; ++r) {
-                Tensor replica_sum = gradient_of(mesh_core(r, 0), index).clone();
-                float* rs = replica_sum.data<float>();
-                for (std::int64_t i = 1; i < summed_cores; ++i) {
-                    const float* g = gradient_of(mesh_core(r, i), index).data<float>();
-                    for (std::int64_t e = 0; e < replica_sum.num_elements(); ++e) rs[e] += g[e];
-                }
-                if (r == 0) {
-                    total = std::move(replica_sum);
-                } else {
-                    float* sum = total.data<float>();
-                    for (std::int64_t e = 0; e < total.num_elements(); ++e) sum[e] += rs[e];
-                }
-            }
-            if (mesh.num_replicas > 1) {
-                const auto inverse = 1.0f / static_cast<float>(mesh.num_replicas);
-                float* sum = total.data<float>();
-                for (std::int64_t e = 0; e < total.num_elements(); ++e) sum[e] *= inverse;
-            }
-            if (!train::tensor_is_finite(total)) {
-                for (std::int64_t c = 0; c < total_cores; ++c) {
-                    if (!train::tensor_is_finite(gradient_of(c, index))) {
-                        non_finite_core[index] = c;
-                        break;
-                    }
-                }
-            }
-            for (std::int64_t c = 0; c < total_cores; ++c) gradient_of(c, index).copy_from(total);
+            for (Core& core : local_cores()) core.executor->parameters()[static_cast<std::size_t>(p)].gradient.copy_from(totals[static_cast<std::size_t>(p)]);
         });
         const double reduce_end = now();
-        for (std::int64_t c = 0; c < total_cores; ++c) {
+        for (std::int64_t c = first_local; c < end_local; ++c) {
             cores[static_cast<std::size_t>(c)].events.push_back({c, -1, EventKind::AllReduce, StepPhase::Update, reduce_start,
                                                                 reduce_end, 0, ring_bytes(parameter_bytes, total_cores), -1});
         }
         return non_finite_core;
+    }
+
+    // The in-process order across ranks: a chain. Rank k receives from rank k − 1 the sum of the replicas
+    // completed before its first core and the running sum of the replica its first core continues, adds its
+    // own cores in order, and passes both on; the last rank scales by 1/R and broadcasts. Within a rank
+    // the parameters are summed in parallel.
+    std::vector<Tensor> chained_gradient_sums() {
+        const auto& specs = model.parameters();
+        const std::size_t num_parameters = specs.size();
+        const int rank = transport->rank(), ranks = transport->num_ranks();
+        std::vector<Tensor> total(num_parameters), open(num_parameters);  // completed replicas; the replica under way
+        const auto receive = [&](std::vector<Tensor>& sums) {
+            for (std::size_t p = 0; p < num_parameters; ++p) {
+                sums[p] = Tensor::zeros(specs[p].shape, DType::F32);
+                transport->post_receive(rank - 1, MessageTag::GradientChain, as_bytes(sums[p]));
+            }
+        };
+        if (rank > 0) {
+            if (first_local / per_replica >= 1) receive(total);
+            if (first_local % per_replica != 0) receive(open);
+            transport->wait_all();
+        }
+        pool->run(static_cast<std::int64_t>(num_parameters), [&](std::int64_t parameter) {
+            const auto p = static_cast<std::size_t>(parameter);
+            for (std::int64_t c = first_local; c < end_local; ++c) {
+                const std::int64_t replica = c / per_replica, index = c % per_replica;
+                const Tensor& gradient = cores[static_cast<std::size_t>(c)].executor->parameters()[p].gradient;
+                if (index == 0) {
+                    open[p] = gradient.clone();
+                } else if (!replicated_parameter[p]) {
+                    float* sum = open[p].data<float>();
+                    const float* g = gradient.data<float>();
+                    for (std::int64_t e = 0; e < open[p].num_elements(); ++e) sum[e] += g[e];
+                }
+                if (index + 1 < per_replica) continue;
+                if (replica == 0) {
+                    total[p] = std::move(open[p]);
+                } else {
+                    float* sum = total[p].data<float>();
+                    const float* rs = open[p].data<float>();
+                    for (std::int64_t e = 0; e < total[p].num_elements(); ++e) sum[e] += rs[e];
+                }
+                open[p] = Tensor();
+            }
+            if (end_local == total_cores && mesh.num_replicas > 1) {
+                const auto inverse = 1.0f / static_cast<float>(mesh.num_replicas);
+                float* sum = total[p].data<float>();
+                for (std::int64_t e = 0; e < total[p].num_elements(); ++e) sum[e] *= inverse;
+            }
+        });
+        if (ranks == 1) return total;
+        if (rank + 1 < ranks) {
+            if (end_local / per_replica >= 1) {
+                for (const Tensor& sum : total) transport->post_send(rank + 1, MessageTag::GradientChain, as_bytes(sum));
+            }
+            if (end_local % per_replica != 0) {
+                for (const Tensor& sum : open) transport->post_send(rank + 1, MessageTag::GradientChain, as_bytes(sum));
+            }
+            transport->wait_all();
+            for (std::size_t p = 0; p < num_parameters; ++p) total[p] = Tensor::zeros(specs[p].shape, DType::F32);
+        }
+        for (Tensor& sum : total) transport->broadcast(as_bytes(sum), ranks - 1);
+        return total;
+    }
+
+    // Each rank sums its own cores in order, then the library's all-reduce adds the ranks' sums.
+    std::vector<Tensor> fast_gradient_sums() {
+        const auto& specs = model.parameters();
+        std::vector<Tensor> total(specs.size());
+        pool->run(static_cast<std::int64_t>(specs.size()), [&](std::int64_t parameter) {
+            const auto p = static_cast<std::size_t>(parameter);
+            total[p] = Tensor::zeros(specs[p].shape, DType::F32);
+            float* sum = total[p].data<float>();
+            for (std::int64_t c = first_local; c < end_local; ++c) {
+                if (replicated_parameter[p] && c % per_replica != 0) continue;
+                const float* g = cores[static_cast<std::size_t>(c)].executor->parameters()[p].gradient.data<float>();
+                for (std::int64_t e = 0; e < total[p].num_elements(); ++e) sum[e] += g[e];
+            }
+        });
+        for (Tensor& sum : total) {
+            transport->all_reduce_sum(std::span<float>(sum.data<float>(), static_cast<std::size_t>(sum.num_elements())));
+            if (mesh.num_replicas > 1) {
+                const auto inverse = 1.0f / static_cast<float>(mesh.num_replicas);
+                float* values = sum.data<float>();
+                for (std::int64_t e = 0; e < sum.num_elements(); ++e) values[e] *= inverse;
+            }
+        }
+        return total;
+    }
+
+    static std::span<std::byte> as_bytes(const Tensor& tensor) {
+        auto* data = const_cast<std::byte*>(reinterpret_cast<const std::byte*>(tensor.raw_data()));
+        return {data, static_cast<std::size_t>(tensor.num_elements()) * static_cast<std::size_t>(dtype_size(tensor.dtype()))};
     }
 
     // Update: every core the same (its own optimizer state, the same gradients), as a single core's
@@ -646,26 +1022,32 @@ struct CoreMesh::Impl {
         };
         context.aftermath = " Nothing of this step was saved.";
         std::vector<std::span<Parameter>> copies;
-        for (Core& core : cores) copies.push_back(core.executor->parameters());
+        for (Core& core : local_cores()) copies.push_back(core.executor->parameters());
         const bool applied = train::finish_update(
             *loss_scaler, result.loss_scale, copies,
             [&] {
                 // Every core would compute the same bits from the same all-reduced gradients, and on the
-                // host they share mesh core 0's weights: core 0 computes the update, once, so the host
-                // keeps one set of optimizer slots instead of one per core (a core's ledger still counts
-                // its own: a device core holds them).
+                // host a rank's cores share its first core's weights: that core computes the update, once,
+                // so the host keeps one set of optimizer slots per rank instead of one per core (a core's
+                // ledger still counts its own: a device core holds them).
                 each_core(StepPhase::Update, -1, [&](Core& core) {
-                    if (&core != &cores.front()) return;
+                    if (&core != &first_local_core()) return;
                     const double start = now();
                     core.optimizer->step(core.executor->parameters(), result.learning_rate);
-                    core.events.push_back({0, -1, EventKind::Compute, StepPhase::Update, start, now(), 0, 0, -1});
+                    core.events.push_back({first_local, -1, EventKind::Compute, StepPhase::Update, start, now(), 0, 0, -1});
                 });
             },
             context);
-        for (const Core& core : cores) {
-            train::check_statistics(core.executor->buffers(), core.executor->graph(), context,
-                                    " on core " + std::to_string(mesh_core(core.replica, core.index)));
+        std::exception_ptr failure;
+        try {
+            for (const Core& core : local_cores()) {
+                train::check_statistics(core.executor->buffers(), core.executor->graph(), context,
+                                        " on core " + std::to_string(mesh_core(core.replica, core.index)));
+            }
+        } catch (...) {
+            failure = std::current_exception();
         }
+        agree_on_failure(failure);  // BN statistics differ by replica, so by rank
         return applied;
     }
 
@@ -673,7 +1055,18 @@ struct CoreMesh::Impl {
     // halo volume to compare them with.
     void summarize_step() {
         events.clear();
-        for (Core& core : cores) events.insert(events.end(), core.events.begin(), core.events.end());
+        for (Core& core : local_cores()) events.insert(events.end(), core.events.begin(), core.events.end());
+        if (!single_rank()) {
+            static_assert(std::is_trivially_copyable_v<CoreEvent>);
+            ByteWriter writer;
+            writer.put_span(std::span<const CoreEvent>(events));
+            events.clear();
+            for (const std::vector<std::byte>& bytes : transport->all_gather(writer.bytes())) {
+                ByteReader reader(bytes);
+                const std::vector<CoreEvent> rank_events = reader.get_vector<CoreEvent>();
+                events.insert(events.end(), rank_events.begin(), rank_events.end());
+            }
+        }
         std::stable_sort(events.begin(), events.end(),
                          [](const CoreEvent& a, const CoreEvent& b) { return a.start_seconds < b.start_seconds; });
         StepSummary result;
@@ -702,27 +1095,34 @@ struct CoreMesh::Impl {
         for (const partition::HaloExchange& halo : core_graphs.halos) {
             const std::int64_t layer_elements = plan.halo_elements(halo.layer);
             result.analytic_halo_bytes += layer_elements * (halo.carries_gradient ? 2 : 1) * mesh.num_replicas *
-                                          cores[0].executor->value_buffer(halo.halo_node).element_size();
+                                          first_local_core().executor->value_buffer(halo.halo_node).element_size();
         }
         result.halo_fraction_of_compute = result.compute_seconds > 0 ? result.halo_seconds / result.compute_seconds : 0;
         summary = std::move(result);
     }
 };
 
-CoreMesh::CoreMesh(graph::Graph model, MeshConfig mesh, train::TrainerConfig config)
+CoreMesh::CoreMesh(graph::Graph model, MeshConfig mesh, train::TrainerConfig config, std::shared_ptr<Transport> transport)
     : m_impl(std::make_unique<Impl>(std::move(model), std::move(mesh), std::move(config))) {
     Impl& impl = *m_impl;
+    impl.transport = transport ? std::move(transport) : std::make_shared<SingleProcess>();
     TESSERA_CHECK(impl.mesh.num_replicas >= 1, "a mesh needs at least one replica, got " << impl.mesh.num_replicas);
     TESSERA_CHECK(impl.mesh.core_memory_bytes > 0, "a core's memory capacity must be positive, got " << impl.mesh.core_memory_bytes);
     train::validate(impl.config.optimizer);
     train::validate(impl.config.schedule);
     impl.per_replica = impl.plan.num_cores();
     impl.total_cores = impl.per_replica * impl.mesh.num_replicas;
+    impl.placement = CorePlacement(impl.total_cores, impl.transport->num_ranks());
+    impl.first_local = impl.placement.first_core(impl.transport->rank());
+    impl.end_local = impl.placement.end_core(impl.transport->rank());
+    const std::int64_t local_count = impl.end_local - impl.first_local;
     impl.pool = std::make_unique<ThreadPool>(std::max(1, impl.mesh.host_threads));
     impl.schedule = train::make_schedule(impl.config.schedule);
     impl.loss_scaler = train::make_loss_scaler(impl.config.loss_scale);
     impl.output_replicated = impl.plan.tile(impl.model.output_node(), 0).replicated;
     if (impl.config.detection) {
+        TESSERA_CHECK(impl.single_rank(), "a detection mesh runs in one process: its anchor matching is reduced over a replica's cores "
+                                          "in shared memory. Start it without mpirun (or with one rank)");
         const Shape& input = impl.model.node(impl.model.input_node()).output_shape;
         TESSERA_CHECK(input.size() == 4, "a detection mesh needs a 2D image input [N, C, H, W], got " << shape_to_string(input));
         impl.detector = std::make_unique<detection::Detector>(*impl.config.detection, input[2], input[3]);
@@ -756,7 +1156,7 @@ CoreMesh::CoreMesh(graph::Graph model, MeshConfig mesh, train::TrainerConfig con
     std::atomic<bool> over_budget{false};
     const std::int64_t slot_bytes =
         static_cast<std::int64_t>(train::make_optimizer(impl.config.optimizer)->slot_names().size()) * impl.parameter_bytes;
-    const std::int64_t target_bytes = std::min<std::int64_t>(impl.mesh.host_threads, impl.total_cores) * impl.largest_target_bytes();
+    const std::int64_t target_bytes = std::min<std::int64_t>(impl.mesh.host_threads, local_count) * impl.largest_target_bytes();
     const std::int64_t held_once = impl.parameter_bytes + slot_bytes + target_bytes;
     const auto build = [&](std::int64_t c) {
         if (over_budget) return;
@@ -765,12 +1165,12 @@ CoreMesh::CoreMesh(graph::Graph model, MeshConfig mesh, train::TrainerConfig con
         core.index = c % impl.per_replica;
         core.executor = std::make_unique<graph::Executor>(impl.core_graphs.graphs[static_cast<std::size_t>(core.index)], options);
         core.executor->initialize_parameters(impl.config.seed);  // and its batch-norm statistics
-        if (c > 0) {
-            // Every core holds the same weights (the same initialisation, the same update): on the host they
-            // share mesh core 0's storage, which the kernels read at each call. A core's ledger still counts
-            // its own copy, as a device core holds one.
+        if (c > impl.first_local) {
+            // Every core holds the same weights (the same initialisation, the same update): on the host a
+            // rank's cores share its first core's storage, which the kernels read at each call. A core's
+            // ledger still counts its own copy, as a device core holds one.
             const std::span<Parameter> own = core.executor->parameters();
-            const std::span<const Parameter> first = impl.cores.front().executor->parameters();
+            const std::span<const Parameter> first = impl.first_local_core().executor->parameters();
             for (std::size_t p = 0; p < own.size(); ++p) own[p].value = first[p].value;
         }
         core.optimizer = train::make_optimizer(impl.config.optimizer);
@@ -791,23 +1191,32 @@ CoreMesh::CoreMesh(graph::Graph model, MeshConfig mesh, train::TrainerConfig con
         // the cores of a mesh differ by their halos, a few percent (at 2560² core 0 holds 2 % more than
         // the others; counting the rest as the largest refused a mesh that fits). The whole mesh, once
         // built, is checked on what it measured.
-        const std::int64_t rest = (impl.total_cores - built_cores) * (smallest_core_bytes / 10 * 9);
+        const std::int64_t rest = (local_count - built_cores) * (smallest_core_bytes / 10 * 9);
         if (built_bytes + rest + held_once > impl.mesh.host_memory_bytes) over_budget = true;
     };
-    // Mesh core 0 first (the others take its weights); compiling the others is independent. Every core
-    // is compiled on the pool, core 0 too: oneDNN fixes a kernel's thread count when it creates it, and
-    // one created here with the caller's team (2 threads) opened a team of its own at every call inside
-    // a single-threaded core task — more threads than host cores, every core's kernels slowed 2–5×.
-    impl.pool->run(1, [&](std::int64_t) { build(0); });
-    impl.pool->run(impl.total_cores - 1, [&](std::int64_t c) { build(c + 1); });
-    if (impl.mesh.host_memory_bytes > 0 && !over_budget) impl.host_bytes = built_bytes + held_once;
-    if (over_budget) {
-        const graph::MemoryReport& r = *largest_report;
-        const std::int64_t needed = built_bytes + (impl.total_cores - built_cores) * (smallest_core_bytes / 10 * 9) + held_once;
-        const bool measured_all = built_cores == impl.total_cores;
-        std::ostringstream detection_part;
-        if (target_bytes > 0) detection_part << "; detection targets, " << format_gib(target_bytes);
-        TESSERA_REJECT("the " << impl.total_cores << " simulated core(s) need " << (measured_all ? "" : "at least ") << format_gib(needed)
+    // This rank's first core first (the others take its weights); compiling the others is independent.
+    // Every core is compiled on the pool, the first too: oneDNN fixes a kernel's thread count when it
+    // creates it, and one created here with the caller's team (2 threads) opened a team of its own at
+    // every call inside a single-threaded core task — more threads than host cores, every core's
+    // kernels slowed 2–5×.
+    std::exception_ptr failure;
+    try {
+        impl.pool->run(1, [&](std::int64_t) { build(impl.first_local); });
+        impl.pool->run(local_count - 1, [&](std::int64_t c) { build(impl.first_local + c + 1); });
+    } catch (...) {
+        failure = std::current_exception();
+    }
+    if (!failure && impl.mesh.host_memory_bytes > 0 && !over_budget) impl.host_bytes = built_bytes + held_once;
+    if (!failure && over_budget) {
+        try {
+            const graph::MemoryReport& r = *largest_report;
+            const std::int64_t needed = built_bytes + (local_count - built_cores) * (smallest_core_bytes / 10 * 9) + held_once;
+            const bool measured_all = built_cores == local_count;
+            std::ostringstream detection_part;
+            if (target_bytes > 0) detection_part << "; detection targets, " << format_gib(target_bytes);
+            std::ostringstream whose;
+            if (!impl.single_rank()) whose << " of MPI rank " << impl.transport->rank();
+            TESSERA_REJECT("the " << local_count << " simulated core(s)" << whose.str() << " need " << (measured_all ? "" : "at least ") << format_gib(needed)
                               << " of this machine's memory, more than the " << format_gib(impl.mesh.host_memory_bytes)
                               << " a run may use here ("
                               << (measured_all ? "measured on every one" : "measured on the " + std::to_string(built_cores) + " compiled first")
@@ -818,8 +1227,24 @@ CoreMesh::CoreMesh(graph::Graph model, MeshConfig mesh, train::TrainerConfig con
                               << ", loss gradients " << format_gib(impl.output_bytes(largest_index))
                               << "; weights, held once, " << format_gib(impl.parameter_bytes) << "; optimizer slots, held once, "
                               << format_gib(slot_bytes) << detection_part.str()
-                              << "). Train a smaller input (input.size) or batch, plan it instead (tessera-cli plan), or "
-                                 "raise TESSERA_HOST_MEMORY on a machine with more memory.");
+                              << "). Train a smaller input (input.size) or batch, plan it instead (tessera-cli plan), "
+                              << (impl.single_rank() ? "" : "spread the cores over more MPI ranks, ")
+                              << "or raise TESSERA_HOST_MEMORY on a machine with more memory.");
+        } catch (...) {
+            failure = std::current_exception();
+        }
+    }
+    impl.agree_on_failure(failure);
+    if (!impl.single_rank()) {
+        // The initialisation is deterministic, but rank 0's weights and statistics are the ones every
+        // rank starts from (hosts with another libm could round an initialiser differently).
+        Impl::Core& first = impl.first_local_core();
+        for (Parameter& parameter : first.executor->parameters()) impl.transport->broadcast(Impl::as_bytes(parameter.value), 0);
+        for (Tensor& buffer : first.executor->buffers()) impl.transport->broadcast(Impl::as_bytes(buffer), 0);
+        for (Impl::Core& core : impl.local_cores()) {
+            if (&core == &first) continue;
+            for (std::size_t b = 0; b < first.executor->buffers().size(); ++b) core.executor->buffers()[b].copy_from(first.executor->buffers()[b]);
+        }
     }
 
     impl.outgoing.resize(impl.core_graphs.halos.size());
@@ -833,39 +1258,40 @@ CoreMesh::CoreMesh(graph::Graph model, MeshConfig mesh, train::TrainerConfig con
             }
         }
     }
+    impl.plan_remote_transfers();
 }
 
 CoreMesh::~CoreMesh() = default;
 
 std::int64_t CoreMesh::host_bytes() const { return m_impl->host_bytes; }
+Transport& CoreMesh::transport() const { return *m_impl->transport; }
+bool CoreMesh::owns_core(std::int64_t core) const { return m_impl->is_local(core); }
 std::int64_t CoreMesh::num_cores() const { return m_impl->total_cores; }
 std::int64_t CoreMesh::cores_per_replica() const { return m_impl->per_replica; }
 std::int64_t CoreMesh::num_replicas() const { return m_impl->mesh.num_replicas; }
 std::int64_t CoreMesh::step() const { return m_impl->step; }
 
 std::vector<train::NamedTensor> CoreMesh::weights() const {
-    const Impl& impl = *m_impl;
-    graph::Executor& first = *impl.cores[0].executor;
+    Impl& impl = *m_impl;
+    graph::Executor& first = *impl.first_local_core().executor;  // every rank holds the same weights
     std::vector<train::NamedTensor> entries;
     for (const Parameter& parameter : first.parameters()) entries.push_back({parameter.name, parameter.value.clone()});
     const auto& buffers = first.graph().buffers();
-    const auto values = first.buffers();
-    for (std::size_t b = 0; b < buffers.size(); ++b) entries.push_back({buffers[b].name, values[b].clone()});
+    for (std::size_t b = 0; b < buffers.size(); ++b) entries.push_back({buffers[b].name, impl.replica_buffer(0, b)});
     return entries;
 }
 
 std::vector<train::NamedTensor> CoreMesh::training_state() const {
-    const Impl& impl = *m_impl;
+    Impl& impl = *m_impl;
     std::vector<train::NamedTensor> entries;
-    for (train::NamedTensor& entry : impl.cores[0].optimizer->state()) entries.push_back({"optimizer/" + entry.name, std::move(entry.value)});
+    // Every rank's first core stepped the same optimizer on the same gradients.
+    for (train::NamedTensor& entry : impl.first_local_core().optimizer->state()) entries.push_back({"optimizer/" + entry.name, std::move(entry.value)});
     for (train::NamedTensor& entry : impl.loss_scaler->state()) entries.push_back(std::move(entry));
     entries.push_back(train::make_counter_entry("mesh/step", impl.step));
+    const auto& buffers = impl.first_local_core().executor->graph().buffers();
     for (std::int64_t replica = 1; replica < impl.mesh.num_replicas; ++replica) {
-        graph::Executor& executor = *impl.cores[static_cast<std::size_t>(replica * impl.per_replica)].executor;
-        const auto& buffers = executor.graph().buffers();
-        const auto values = executor.buffers();
         for (std::size_t b = 0; b < buffers.size(); ++b) {
-            entries.push_back({"replica" + std::to_string(replica) + "/" + buffers[b].name, values[b].clone()});
+            entries.push_back({"replica" + std::to_string(replica) + "/" + buffers[b].name, impl.replica_buffer(replica, b)});
         }
     }
     return entries;
@@ -884,7 +1310,7 @@ void CoreMesh::load_checkpoint(const std::vector<train::NamedTensor>& weights, c
         return entry->value;
     };
     // Check everything before changing anything.
-    graph::Executor& first = *impl.cores[0].executor;
+    graph::Executor& first = *impl.first_local_core().executor;
     const auto& buffer_specs = first.graph().buffers();
     std::vector<const Tensor*> parameter_values, buffer_values;
     for (const Parameter& parameter : first.parameters()) parameter_values.push_back(&require(weights, parameter.name, parameter.value, "weights"));
@@ -905,15 +1331,16 @@ void CoreMesh::load_checkpoint(const std::vector<train::NamedTensor>& weights, c
     }
     const std::int64_t step_value = train::read_counter_entry(*step);
     impl.loss_scaler->load_state(scaler_state);
-    for (Impl::Core& core : impl.cores) {
-        if (&core == &impl.cores.front()) {  // the other cores share its weights
+    for (Impl::Core& core : impl.local_cores()) {
+        const bool first_core = &core == &impl.first_local_core();
+        if (first_core) {  // this rank's other cores share its weights
             for (std::size_t p = 0; p < parameter_values.size(); ++p) core.executor->parameters()[p].value.copy_from(*parameter_values[p]);
         }
         const auto& values = replica_buffers[static_cast<std::size_t>(core.replica)];
         for (std::size_t b = 0; b < values.size(); ++b) core.executor->buffers()[b].copy_from(*values[b]);
         core.optimizer->reset();
-        // Only mesh core 0 steps its optimizer (update()); the others never hold slots.
-        if (!optimizer_state.empty() && &core == &impl.cores.front()) core.optimizer->load_state(optimizer_state);
+        // Only a rank's first core steps its optimizer (update()); the others never hold slots.
+        if (!optimizer_state.empty() && first_core) core.optimizer->load_state(optimizer_state);
     }
     impl.step = step_value;
 }
@@ -926,13 +1353,15 @@ const StepSummary& CoreMesh::summary() const { return m_impl->summary; }
 
 graph::Executor& CoreMesh::executor(std::int64_t core) {
     TESSERA_CHECK(core >= 0 && core < m_impl->total_cores, "the mesh has cores 0.." << m_impl->total_cores - 1 << ", got " << core);
+    TESSERA_CHECK(m_impl->is_local(core), "core " << core << " runs on MPI rank " << m_impl->placement.owner(core) << ", not on this rank ("
+                                                  << m_impl->transport->rank() << ")");
     return *m_impl->cores[static_cast<std::size_t>(core)].executor;
 }
 
 std::vector<MemoryLedger> CoreMesh::memory() const {
-    const Impl& impl = *m_impl;
-    std::vector<MemoryLedger> ledgers;
-    for (const Impl::Core& core : impl.cores) {
+    Impl& impl = *m_impl;
+    std::vector<MemoryLedger> ledgers(static_cast<std::size_t>(impl.total_cores));
+    for (const Impl::Core& core : impl.local_cores()) {
         const graph::MemoryReport report = core.executor->memory_report();
         MemoryLedger ledger;
         ledger.core = impl.mesh_core(core.replica, core.index);
@@ -953,13 +1382,39 @@ std::vector<MemoryLedger> CoreMesh::memory() const {
         std::sort(ledger.largest.begin(), ledger.largest.end(),
                   [](const MemoryItem& a, const MemoryItem& b) { return a.bytes > b.bytes; });
         if (ledger.largest.size() > 5) ledger.largest.resize(5);
-        ledgers.push_back(std::move(ledger));
+        ledgers[static_cast<std::size_t>(ledger.core)] = std::move(ledger);
     }
+    impl.share_core_values(
+        [&](std::int64_t c, ByteWriter& out) {
+            const MemoryLedger& ledger = ledgers[static_cast<std::size_t>(c)];
+            for (std::int64_t value : {ledger.weights, ledger.optimizer_slots, ledger.weight_gradients, ledger.activations, ledger.halo_buffers,
+                                       ledger.activation_gradients, ledger.workspace, ledger.capacity}) {
+                out.put(value);
+            }
+            out.put(static_cast<std::int64_t>(ledger.largest.size()));
+            for (const MemoryItem& item : ledger.largest) {
+                out.put_string(item.name);
+                out.put(item.bytes);
+            }
+        },
+        [&](std::int64_t c, ByteReader& in) {
+            MemoryLedger& ledger = ledgers[static_cast<std::size_t>(c)];
+            ledger.core = c;
+            for (std::int64_t* value : {&ledger.weights, &ledger.optimizer_slots, &ledger.weight_gradients, &ledger.activations,
+                                        &ledger.halo_buffers, &ledger.activation_gradients, &ledger.workspace, &ledger.capacity}) {
+                *value = in.get<std::int64_t>();
+            }
+            ledger.largest.resize(static_cast<std::size_t>(in.get<std::int64_t>()));
+            for (MemoryItem& item : ledger.largest) {
+                item.name = in.get_string();
+                item.bytes = in.get<std::int64_t>();
+            }
+        });
     return ledgers;
 }
 
 void CoreMesh::check_memory() const {
-    const Impl& impl = *m_impl;
+    Impl& impl = *m_impl;
     const std::vector<MemoryLedger> ledgers = memory();
     const auto worst = std::max_element(ledgers.begin(), ledgers.end(),
                                         [](const MemoryLedger& a, const MemoryLedger& b) { return a.peak() < b.peak(); });
@@ -1025,7 +1480,7 @@ train::EvalResult CoreMesh::evaluate(const Tensor& images, const Tensor& labels)
     TESSERA_CHECK(!impl.detector, "a detection mesh is evaluated on boxes (mAP), not on labels");
     impl.check_batch(images, labels);
     impl.step_start = Clock::now();
-    for (Impl::Core& core : impl.cores) core.events.clear();
+    for (Impl::Core& core : impl.local_cores()) core.events.clear();
     impl.each_core(StepPhase::Forward, -1, [&](Impl::Core& core) {
         core.executor->begin_forward(impl.tile_of(images, core.replica, core.index, true), graph::Mode::Eval);
     });
@@ -1065,7 +1520,7 @@ std::vector<Tensor> CoreMesh::predict_outputs(const Tensor& images) {
                                  << " (the model's batch of " << input_shape[0] << " per replica), got "
                                  << dtype_name(images.dtype()) << " " << shape_to_string(images.shape()));
     impl.step_start = Clock::now();
-    for (Impl::Core& core : impl.cores) core.events.clear();
+    for (Impl::Core& core : impl.local_cores()) core.events.clear();
     impl.each_core(StepPhase::Forward, -1, [&](Impl::Core& core) {
         core.executor->begin_forward(impl.tile_of(images, core.replica, core.index, true), graph::Mode::Eval);
     });
@@ -1112,7 +1567,7 @@ double CoreMesh::detection_loss(std::span<const detection::PaddedGroundTruth> gr
     const std::int64_t batch = impl.model.node(impl.model.input_node()).output_shape[0];
     TESSERA_CHECK(static_cast<std::int64_t>(ground_truth.size()) == batch * impl.mesh.num_replicas,
                   "expected one ground truth per image (" << batch * impl.mesh.num_replicas << "), got " << ground_truth.size());
-    for (Impl::Core& core : impl.cores) {
+    for (Impl::Core& core : impl.local_cores()) {
         const auto first = ground_truth.begin() + core.replica * batch;
         core.ground_truth.assign(first, first + batch);
     }
@@ -1129,16 +1584,35 @@ Tensor CoreMesh::gather_activation_gradient(int model_node, std::int64_t replica
 }
 
 Tensor CoreMesh::gather_tiles(int model_node, std::int64_t replica, bool gradient) const {
-    const Impl& impl = *m_impl;
+    Impl& impl = *m_impl;
     TESSERA_CHECK(replica >= 0 && replica < impl.mesh.num_replicas,
                   "the mesh has replicas 0.." << impl.mesh.num_replicas - 1 << ", got " << replica);
     const int local = impl.core_graphs.local_node[static_cast<std::size_t>(impl.model.node(model_node).id)];
-    std::vector<Tensor> tiles;
+    std::vector<Tensor> tiles(static_cast<std::size_t>(impl.total_cores));
     for (std::int64_t i = 0; i < impl.per_replica; ++i) {
-        const graph::Executor& executor = *impl.cores[static_cast<std::size_t>(impl.mesh_core(replica, i))].executor;
-        tiles.push_back(gradient ? executor.activation_gradient(local) : executor.activation(local));
+        const std::int64_t core = impl.mesh_core(replica, i);
+        if (!impl.is_local(core)) continue;
+        const graph::Executor& executor = *impl.cores[static_cast<std::size_t>(core)].executor;
+        tiles[static_cast<std::size_t>(core)] = gradient ? executor.activation_gradient(local) : executor.activation(local);
     }
-    return gather(*this, tiles, model_node);
+    // Tiles held by other ranks: each rank writes its own of this replica (a shape and the values).
+    impl.share_core_values(
+        [&](std::int64_t c, ByteWriter& out) {
+            const Tensor& tile = tiles[static_cast<std::size_t>(c)];
+            if (!tile.is_defined()) return;
+            TESSERA_ASSERT(tile.dtype() == DType::F32, "gathered tiles are f32");
+            out.put_span(std::span<const std::int64_t>(tile.shape()));
+            out.put_span(std::span<const float>(tile.data<float>(), static_cast<std::size_t>(tile.num_elements())));
+        },
+        [&](std::int64_t c, ByteReader& in) {
+            if (c / impl.per_replica != replica) return;
+            Tensor tile = Tensor::zeros(in.get_vector<std::int64_t>(), DType::F32);
+            const std::vector<float> values = in.get_vector<float>();
+            std::copy(values.begin(), values.end(), tile.data<float>());
+            tiles[static_cast<std::size_t>(c)] = std::move(tile);
+        });
+    std::vector<Tensor> replica_tiles(tiles.begin() + impl.mesh_core(replica, 0), tiles.begin() + impl.mesh_core(replica, 0) + impl.per_replica);
+    return gather(*this, replica_tiles, model_node);
 }
 
 }  // namespace tessera::mesh

@@ -13,6 +13,12 @@
 // Reductions add in a fixed order, so a run is bit-reproducible for a given seed and layout. Every op,
 // exchange and reduction is recorded as an event for the timelines and the cost model.
 //
+// The cores may be spread over processes (mesh/transport.hpp: MPI ranks, each owning a contiguous block
+// of cores). Every rank then constructs the mesh and calls every member below in the same order with the
+// same arguments (collectively); each compiles and steps only its own cores, and what crosses ranks —
+// halos, reductions, gradients, events, gathered tiles, checkpoints — goes through the transport. With
+// ReductionOrder::Reproducible the result is bitwise that of one process.
+//
 //   MeshConfig mesh;
 //   mesh.grid = partition::SpatialGrid::even({4, 1, 256, 256}, {2, 2});   // 4 cores per replica
 //   CoreMesh cores(networks::make_unet(unet, {4, 1, 256, 256}), mesh, trainer_config);
@@ -23,6 +29,7 @@
 #include "graph/executor.hpp"
 #include "partition/core_graph.hpp"
 #include "partition/tiling.hpp"
+#include "mesh/transport.hpp"
 #include "train/trainer.hpp"
 
 #include <memory>
@@ -42,6 +49,8 @@ struct MeshConfig {
     // measures each core as it compiles it and refuses, before the rest are built, once the cores
     // cannot fit (a run the kernel would otherwise kill part-way).
     std::int64_t host_memory_bytes = 0;
+    // Across ranks (one process: the same either way).
+    ReductionOrder reduction = ReductionOrder::Reproducible;
 };
 
 enum class EventKind { Compute, Halo, AllReduce, Wait };
@@ -101,8 +110,9 @@ struct MemoryLedger {
 
 class CoreMesh {
 public:
-    // model: one replica's model (its input's batch is the per-replica batch).
-    CoreMesh(graph::Graph model, MeshConfig mesh, train::TrainerConfig config);
+    // model: one replica's model (its input's batch is the per-replica batch). transport: the ranks the
+    // cores are spread over (none: this process holds them all).
+    CoreMesh(graph::Graph model, MeshConfig mesh, train::TrainerConfig config, std::shared_ptr<Transport> transport = {});
     ~CoreMesh();
     CoreMesh(const CoreMesh&) = delete;
     CoreMesh& operator=(const CoreMesh&) = delete;
@@ -131,7 +141,9 @@ public:
     // What the cores hold on this host, measured as they were compiled (each core's graph and loss
     // gradients, the shared weights and optimizer slots once, a detector's targets per host thread);
     // 0 when MeshConfig::host_memory_bytes was not set (nothing measured).
-    std::int64_t host_bytes() const;
+    std::int64_t host_bytes() const;  // this rank's
+    Transport& transport() const;
+    bool owns_core(std::int64_t core) const;  // compiled and stepped by this rank
     std::int64_t num_cores() const;
     std::int64_t cores_per_replica() const;
     std::int64_t num_replicas() const;
@@ -139,7 +151,7 @@ public:
     const graph::Graph& model() const;
     const partition::TilingPlan& plan() const;
     const partition::CoreGraphs& core_graphs() const;
-    graph::Executor& executor(std::int64_t core);
+    graph::Executor& executor(std::int64_t core);  // one of this rank's cores
     const MeshConfig& config() const;
 
     const std::vector<CoreEvent>& events() const;  // of the last step, by start time

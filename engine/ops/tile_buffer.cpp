@@ -132,6 +132,51 @@ void add_box(const TileBuffer& from, const Box& from_origin, const TileBuffer& t
     run_rows(from, from_origin, to, to_origin, extent, Operation::Add);
 }
 
+PackedLayout packed_layout(const TileBuffer& buffer) {
+    switch (row_kind(buffer)) {
+        case RowKind::Blocked: return {static_cast<std::int32_t>(buffer.block), 0};
+        case RowKind::ChannelsLast: return {1, 1};
+        case RowKind::Plain:
+        case RowKind::Other: break;  // without whole rows a buffer is copied element by element either way
+    }
+    return {1, 0};
+}
+
+std::int64_t packed_elements(std::int64_t batch, std::int64_t channels, PackedLayout layout, const Box& extent) {
+    std::int64_t elements = batch * ((channels + layout.block - 1) / layout.block * layout.block);
+    for (std::int64_t size : extent) elements *= size;
+    return elements;
+}
+
+TileBuffer packed_buffer(DType dtype, std::int64_t batch, std::int64_t channels, PackedLayout layout, const Box& extent,
+                         void* data) {
+    TESSERA_ASSERT(extent.size() == 2 || extent.size() == 3, "a packed box is 2D or 3D");
+    TESSERA_ASSERT(layout.block >= 1 && (layout.block == 1 || !layout.channels_last), "a packed layout is blocked or channels-last, not both");
+    TileBuffer packed;
+    packed.data = data;
+    packed.dtype = dtype;
+    packed.shape = {batch, channels};
+    packed.shape.insert(packed.shape.end(), extent.begin(), extent.end());
+    const bool volume = extent.size() == 3;
+    const std::int64_t depth = volume ? extent[0] : 1;
+    const std::int64_t height = extent[extent.size() - 2], width = extent.back();
+    const std::int64_t plane = depth * height * width;  // elements of one channel (or block lane)
+    const std::int64_t x_stride = layout.block > 1 ? layout.block : (layout.channels_last ? channels : 1);
+    packed.spatial_stride = {volume ? height * width * x_stride : 0, width * x_stride, x_stride};
+    if (layout.block > 1) {
+        packed.block = layout.block;
+        packed.block_stride = plane * layout.block;
+        packed.batch_stride = (channels + layout.block - 1) / layout.block * packed.block_stride;
+    } else if (layout.channels_last) {
+        packed.block_stride = 1;
+        packed.batch_stride = plane * channels;
+    } else {
+        packed.block_stride = plane;
+        packed.batch_stride = plane * channels;
+    }
+    return packed;
+}
+
 void zero_box(const TileBuffer& buffer, const Box& origin, const Box& extent) {
     const Walk w = make_walk(buffer, origin, extent);
     const std::int64_t batch = buffer.shape[0], channels = buffer.channels();

@@ -43,6 +43,18 @@ void copy_box(const TileBuffer& from, const Box& from_origin, const TileBuffer& 
 // to += from over the box (bf16: added in f32 and rounded once).
 void add_box(const TileBuffer& from, const Box& from_origin, const TileBuffer& to, const Box& to_origin,
              const Box& extent);
+// How a halo travels between processes: one box of a buffer (every N and C), dense, in the buffer's
+// layout kind (plain, channels-last, or channel-blocked with lanes padded to whole blocks), so that
+// copy_box into and out of it moves whole rows and add_box from it adds exactly as from the buffer.
+// The sender's layout goes with the rows: the receiver's own buffers may have been laid out otherwise.
+struct PackedLayout {
+    std::int32_t block = 1;          // channel block (1: not blocked)
+    std::int32_t channels_last = 0;  // 1: channels innermost (block 1)
+};
+PackedLayout packed_layout(const TileBuffer& buffer);
+std::int64_t packed_elements(std::int64_t batch, std::int64_t channels, PackedLayout layout, const Box& extent);
+TileBuffer packed_buffer(DType dtype, std::int64_t batch, std::int64_t channels, PackedLayout layout, const Box& extent,
+                         void* data);
 // Zeros a box of the buffer.
 void zero_box(const TileBuffer& buffer, const Box& origin, const Box& extent);
 

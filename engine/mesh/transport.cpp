@@ -1,0 +1,67 @@
+#include "mesh/transport.hpp"
+
+#include "core/error.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <unistd.h>
+
+namespace tessera::mesh {
+
+std::string_view reduction_order_name(ReductionOrder order) {
+    return order == ReductionOrder::Reproducible ? "reproducible" : "fast";
+}
+
+ReductionOrder parse_reduction_order(std::string_view text) {
+    if (text == "reproducible") return ReductionOrder::Reproducible;
+    if (text == "fast") return ReductionOrder::Fast;
+    TESSERA_REJECT("the reduction is \"reproducible\" (gradients summed in core order: the same bits whatever the number of "
+                   "ranks) or \"fast\" (the MPI library's all-reduce), got \""
+                   << text << "\"");
+}
+
+std::string SingleProcess::host_name() const {
+    char name[256] = {};
+    if (gethostname(name, sizeof(name) - 1) != 0) return "localhost";
+    return name;
+}
+
+void SingleProcess::post_send(int to_rank, MessageTag, std::span<const std::byte>) {
+    TESSERA_FAIL("a single-process mesh has no rank " << to_rank << " to send to");
+}
+
+void SingleProcess::post_receive(int from_rank, MessageTag, std::span<std::byte>) {
+    TESSERA_FAIL("a single-process mesh has no rank " << from_rank << " to receive from");
+}
+
+std::vector<std::vector<std::byte>> SingleProcess::all_gather(std::span<const std::byte> mine) {
+    return {std::vector<std::byte>(mine.begin(), mine.end())};
+}
+
+CorePlacement::CorePlacement(std::int64_t num_cores, int num_ranks) {
+    TESSERA_CHECK(num_ranks >= 1, "a mesh runs on at least one rank, got " << num_ranks);
+    TESSERA_CHECK(num_cores >= num_ranks,
+                  "the mesh has " << num_cores << " simulated core(s), fewer than the " << num_ranks
+                                  << " MPI ranks it was started on: every rank must own at least one core. Start it with at most "
+                                  << num_cores << " ranks (mpirun -np " << num_cores << "), or partition the input more ways");
+    m_first.resize(static_cast<std::size_t>(num_ranks) + 1);
+    const std::int64_t base = num_cores / num_ranks, extra = num_cores % num_ranks;
+    for (int rank = 0; rank <= num_ranks; ++rank) {
+        m_first[static_cast<std::size_t>(rank)] = rank * base + std::min<std::int64_t>(rank, extra);
+    }
+}
+
+int CorePlacement::owner(std::int64_t core) const {
+    const auto after = std::upper_bound(m_first.begin(), m_first.end(), core);
+    TESSERA_ASSERT(core >= 0 && after != m_first.end(), "core " << core << " is outside the mesh");
+    return static_cast<int>(after - m_first.begin()) - 1;
+}
+
+void ByteReader::take(void* out, std::size_t size) {
+    TESSERA_ASSERT(m_offset + size <= m_bytes.size(),
+                   "a message ended after " << m_bytes.size() << " bytes, " << m_offset + size << " expected");
+    if (size > 0) std::memcpy(out, m_bytes.data() + m_offset, size);
+    m_offset += size;
+}
+
+}  // namespace tessera::mesh

@@ -1,0 +1,170 @@
+#include "mpi/mpi_transport.hpp"
+
+#include "core/error.hpp"
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdlib>
+#include <vector>
+
+namespace tessera::mpi {
+
+namespace {
+
+// MPI counts are ints: larger buffers travel in pieces of at most 1 GiB (both sides split alike).
+constexpr std::size_t largest_piece = std::size_t{1} << 30;
+
+void check(int code, const char* call) {
+    if (code == MPI_SUCCESS) return;
+    char text[MPI_MAX_ERROR_STRING] = {};
+    int length = 0;
+    MPI_Error_string(code, text, &length);
+    TESSERA_REJECT(call << " failed: " << std::string(text, static_cast<std::size_t>(length)));
+}
+
+class MpiTransport final : public mesh::Transport {
+public:
+    MpiTransport() {
+        check(MPI_Comm_dup(MPI_COMM_WORLD, &m_comm), "MPI_Comm_dup");
+        // Errors come back as codes (and become engine errors naming the call) rather than aborting inside MPI.
+        check(MPI_Comm_set_errhandler(m_comm, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+        check(MPI_Comm_rank(m_comm, &m_rank), "MPI_Comm_rank");
+        check(MPI_Comm_size(m_comm, &m_size), "MPI_Comm_size");
+        char name[MPI_MAX_PROCESSOR_NAME] = {};
+        int length = 0;
+        check(MPI_Get_processor_name(name, &length), "MPI_Get_processor_name");
+        m_host.assign(name, static_cast<std::size_t>(length));
+    }
+    ~MpiTransport() override {
+        int finalized = 0;
+        MPI_Finalized(&finalized);
+        if (!finalized) MPI_Comm_free(&m_comm);
+    }
+
+    int rank() const override { return m_rank; }
+    int num_ranks() const override { return m_size; }
+    std::string host_name() const override { return m_host; }
+    std::string backend_name() const override { return "mpi"; }
+
+    void post_send(int to_rank, mesh::MessageTag tag, std::span<const std::byte> data) override {
+        for (std::size_t offset = 0; offset == 0 || offset < data.size(); offset += largest_piece) {
+            const std::size_t size = std::min(largest_piece, data.size() - offset);
+            MPI_Request request;
+            check(MPI_Isend(data.data() + offset, static_cast<int>(size), MPI_BYTE, to_rank, static_cast<int>(tag), m_comm, &request),
+                  "MPI_Isend");
+            m_requests.push_back(request);
+        }
+    }
+
+    void post_receive(int from_rank, mesh::MessageTag tag, std::span<std::byte> data) override {
+        for (std::size_t offset = 0; offset == 0 || offset < data.size(); offset += largest_piece) {
+            const std::size_t size = std::min(largest_piece, data.size() - offset);
+            MPI_Request request;
+            check(MPI_Irecv(data.data() + offset, static_cast<int>(size), MPI_BYTE, from_rank, static_cast<int>(tag), m_comm, &request),
+                  "MPI_Irecv");
+            m_requests.push_back(request);
+        }
+    }
+
+    void wait_all() override {
+        if (m_requests.empty()) return;
+        const int code = MPI_Waitall(static_cast<int>(m_requests.size()), m_requests.data(), MPI_STATUSES_IGNORE);
+        m_requests.clear();
+        check(code, "MPI_Waitall");
+    }
+
+    void broadcast(std::span<std::byte> data, int root) override {
+        for (std::size_t offset = 0; offset < data.size(); offset += largest_piece) {
+            const std::size_t size = std::min(largest_piece, data.size() - offset);
+            check(MPI_Bcast(data.data() + offset, static_cast<int>(size), MPI_BYTE, root, m_comm), "MPI_Bcast");
+        }
+    }
+
+    std::vector<std::vector<std::byte>> all_gather(std::span<const std::byte> mine) override {
+        TESSERA_CHECK(mine.size() < static_cast<std::size_t>(INT_MAX), "a rank's share of a gather is limited to 2 GiB, got " << mine.size());
+        const int my_size = static_cast<int>(mine.size());
+        std::vector<int> sizes(static_cast<std::size_t>(m_size)), offsets(static_cast<std::size_t>(m_size));
+        check(MPI_Allgather(&my_size, 1, MPI_INT, sizes.data(), 1, MPI_INT, m_comm), "MPI_Allgather");
+        long long total = 0;
+        for (int r = 0; r < m_size; ++r) {
+            offsets[static_cast<std::size_t>(r)] = static_cast<int>(total);
+            total += sizes[static_cast<std::size_t>(r)];
+        }
+        TESSERA_CHECK(total < INT_MAX, "a gather over every rank is limited to 2 GiB, got " << total << " bytes");
+        std::vector<std::byte> all(static_cast<std::size_t>(total));
+        check(MPI_Allgatherv(mine.data(), my_size, MPI_BYTE, all.data(), sizes.data(), offsets.data(), MPI_BYTE, m_comm), "MPI_Allgatherv");
+        std::vector<std::vector<std::byte>> per_rank(static_cast<std::size_t>(m_size));
+        for (int r = 0; r < m_size; ++r) {
+            const auto begin = all.begin() + offsets[static_cast<std::size_t>(r)];
+            per_rank[static_cast<std::size_t>(r)].assign(begin, begin + sizes[static_cast<std::size_t>(r)]);
+        }
+        return per_rank;
+    }
+
+    void all_reduce_sum(std::span<float> values) override {
+        for (std::size_t offset = 0; offset < values.size(); offset += largest_piece / sizeof(float)) {
+            const std::size_t count = std::min(largest_piece / sizeof(float), values.size() - offset);
+            check(MPI_Allreduce(MPI_IN_PLACE, values.data() + offset, static_cast<int>(count), MPI_FLOAT, MPI_SUM, m_comm), "MPI_Allreduce");
+        }
+    }
+
+    void all_reduce_min(std::span<std::int64_t> values) override {
+        check(MPI_Allreduce(MPI_IN_PLACE, values.data(), static_cast<int>(values.size()), MPI_INT64_T, MPI_MIN, m_comm), "MPI_Allreduce");
+    }
+
+    void barrier() override { check(MPI_Barrier(m_comm), "MPI_Barrier"); }
+
+private:
+    MPI_Comm m_comm = MPI_COMM_NULL;
+    int m_rank = 0, m_size = 1;
+    std::string m_host;
+    std::vector<MPI_Request> m_requests;
+};
+
+}  // namespace
+
+Session::Session(int& argc, char**& argv) {
+    int provided = 0;
+    check(MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
+    TESSERA_CHECK(provided >= MPI_THREAD_FUNNELED,
+                  "the MPI library offers no threads beside MPI calls (MPI_THREAD_FUNNELED); the mesh runs its cores on host threads");
+}
+
+Session::~Session() {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Finalize();
+}
+
+int Session::rank() const {
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    return rank;
+}
+
+int Session::num_ranks() const {
+    int size = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    return size;
+}
+
+bool launched_by_mpi_launcher() {
+    for (const char* variable : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "SLURM_STEP_ID"}) {
+        if (std::getenv(variable)) return true;
+    }
+    return false;
+}
+
+std::shared_ptr<mesh::Transport> make_transport() { return std::make_shared<MpiTransport>(); }
+
+void abort_job(int exit_code) {
+    int initialized = 0, finalized = 0;
+    MPI_Initialized(&initialized);
+    MPI_Finalized(&finalized);
+    if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, exit_code);
+    std::_Exit(exit_code);
+}
+
+}  // namespace tessera::mpi
