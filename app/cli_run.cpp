@@ -7,12 +7,14 @@
 #include "cost/memory_model.hpp"
 #include "experiment/experiment.hpp"
 #include "experiment/tpu_compatibility.hpp"
+#include "mpi/mpi_transport.hpp"
 #include "run/training_run.hpp"
 
 #include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <sstream>
 #include <string>
 #include <unistd.h>
@@ -188,6 +190,7 @@ run::RunOptions run_options(const RunArguments& arguments, std::string_view comm
     }
     options.host_threads = arguments.threads;
     options.write_predictions = !arguments.no_predictions;
+    if (!arguments.reduction.empty()) options.reduction = train::parse_reduction_order(arguments.reduction);
     return options;
 }
 
@@ -265,7 +268,20 @@ int validate_command(const std::vector<std::string>& experiments) {
     return worst;
 }
 
-int train_command(const RunArguments& arguments) {
+// The number of processes an MPI launcher started this one among (1 when none did).
+int launched_processes() {
+    for (const char* variable : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}) {
+        if (const char* value = std::getenv(variable)) {
+            try {
+                return std::max(1, std::stoi(value));
+            } catch (const std::exception&) {
+            }
+        }
+    }
+    return 1;
+}
+
+int train_in_this_process(const RunArguments& arguments) {
     return guarded(
         [&] {
             auto training = std::make_unique<run::TrainingRun>(experiment::load_experiment(arguments.experiment),
@@ -281,6 +297,62 @@ int train_command(const RunArguments& arguments) {
             std::signal(SIGTERM, SIG_DFL);
             return summary.stopped ? exit_interrupted : exit_ok;
         });
+}
+
+// One rank of `mpirun -np K tessera-cli train … --backend mpi`: rank 0 runs the training (data, model_dir,
+// progress), the others follow it. Any rank's error ends the whole job at once with its exit code, the
+// rank and host named: the others would otherwise wait for it in a collective.
+int train_over_mpi(const RunArguments& arguments) {
+    int argc = 0;
+    char** argv = nullptr;
+    mpi::Session session(argc, argv);
+    const std::shared_ptr<mesh::Transport> transport = mpi::make_transport();
+    const int rank = transport->rank();
+    const auto fail = [&](const Error& error, bool started) {
+        std::fprintf(stderr, "tessera-cli: MPI rank %d of %d on %s: %s\n", rank, transport->num_ranks(), transport->host_name().c_str(),
+                     error.what());
+        mpi::abort_job(error.is_internal() || started ? exit_failure : exit_bad_input);
+    };
+    run::RunOptions options = run_options(arguments, "train", run::ModelDirAccess::Write);
+    options.transport = transport;
+    if (rank > 0) {
+        try {
+            run::follow_training_run(experiment::load_experiment(arguments.experiment), options);
+        } catch (const Error& error) {
+            fail(error, false);
+        }
+        return exit_ok;
+    }
+    std::unique_ptr<run::TrainingRun> training;
+    try {
+        training = std::make_unique<run::TrainingRun>(experiment::load_experiment(arguments.experiment), options);
+        training->load_checkpoint();
+    } catch (const Error& error) {
+        fail(error, false);
+    }
+    try {
+        ConsoleObserver console(!arguments.plain && isatty(STDOUT_FILENO));
+        install_stop_handlers();
+        const run::RunSummary summary = training->train(&console, &g_stop_requested);
+        training.reset();  // tells the other ranks the run is over
+        return summary.stopped ? exit_interrupted : exit_ok;
+    } catch (const Error& error) {
+        fail(error, true);
+    }
+    return exit_failure;
+}
+
+int train_command(const RunArguments& arguments) {
+    if (arguments.backend == "mpi") return train_over_mpi(arguments);
+    const int processes = launched_processes();
+    if (processes > 1) {
+        std::fprintf(stderr,
+                     "tessera-cli: started as one of %d processes by an MPI launcher, but without --backend mpi: every process would "
+                     "train the whole mesh into the same model_dir. Add --backend mpi to spread the cores over the %d ranks.\n",
+                     processes, processes);
+        return exit_bad_input;
+    }
+    return train_in_this_process(arguments);
 }
 
 int eval_command(const RunArguments& arguments) {

@@ -23,6 +23,8 @@ struct RunArguments {
     bool no_predictions = false;
     bool plain = false;  // plain lines even on a terminal
     bool random_weights = false;  // eval/predict without a checkpoint (smoke tests)
+    std::string backend = "single-process";  // train: "single-process" or "mpi" (the cores spread over the job's ranks)
+    std::string reduction;                   // train: overrides the experiment's "reduction" when set
 };
 
 // Checks each file and prints its TPU compatibility; a failed TPU rule alone keeps exit 0 (cli_run.cpp).

@@ -8,6 +8,7 @@
 //   tessera-cli calibrate [--out <host.json>] [--threads 2] [--quick] [--check]
 //   tessera-cli validate <experiment.json>...
 //   tessera-cli train <experiment.json> [--steps N] [--model-dir DIR] [--threads 2] [--plain]
+//                     [--backend mpi] [--reduction reproducible|fast]     (under mpirun -np K or srun)
 //   tessera-cli eval <experiment.json> [--model-dir DIR]
 //   tessera-cli predict <experiment.json> <image>... [--out DIR] [--model-dir DIR]
 //
@@ -303,6 +304,15 @@ int run(int argc, char** argv) {
             command->add_option("--steps", steps_override, "Train this many steps instead of the experiment's")
                 ->check(whole_number_in("--steps", 1, 1'000'000'000));
             command->add_flag("--plain", run_arguments.plain, "Plain progress lines even on a terminal");
+            command->add_option("--backend", run_arguments.backend,
+                                "Where the simulated cores run: this process, or spread over the ranks of an MPI job "
+                                "(mpirun -np K tessera-cli train ... --backend mpi; srun under Slurm)")
+                ->check(CLI::IsMember({"single-process", "mpi"}))
+                ->capture_default_str();
+            command->add_option("--reduction", run_arguments.reduction,
+                                "Weight gradients across MPI ranks: reproducible (the bits of one process) or fast (MPI_Allreduce); "
+                                "default: the experiment's \"reduction\"")
+                ->check(CLI::IsMember({"reproducible", "fast"}));
         } else {
             command->add_flag("--random-weights", run_arguments.random_weights,
                               "Run even when the model_dir holds no checkpoint (random weights: for smoke tests only)");

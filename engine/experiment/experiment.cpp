@@ -683,6 +683,7 @@ void parse_training(const Reader& read, const Json& root, Experiment& e) {
     t.steps_per_eval = read.integer(root, "", "steps_per_eval", 0, 100000000, 0);
     t.steps_per_checkpoint = read.integer(root, "", "steps_per_checkpoint", 0, 100000000, 0);
     t.keep_checkpoints = read.integer(root, "", "keep_checkpoints", 1, 1000, 3);
+    t.reduction = train::parse_reduction_order(read.choice(root, "", "reduction", {"reproducible", "fast"}, "reproducible"));
     if (const auto model_dir = read.string(root, "", "model_dir")) {
         if (model_dir->empty()) read.fail("model_dir", "expected a folder for checkpoints and metrics, got an empty string");
         t.model_dir = *model_dir;
@@ -786,7 +787,7 @@ Experiment parse_experiment(const std::string& json_text, const std::string& ori
     read.check_fields(root, "", {"version", "name", "notes", "model", "input", "global_batch", "num_cores_per_replica",
                                  "num_replicas", "input_partition_dims", "tile_boundaries", "per_host_input_for_training", "device",
                                  "precision", "optimizer", "data", "steps", "steps_per_eval", "steps_per_checkpoint",
-                                 "keep_checkpoints", "model_dir", "seed", "schedule", "loss", "loss_scale", "evaluation", "detection"});
+                                 "keep_checkpoints", "reduction", "model_dir", "seed", "schedule", "loss", "loss_scale", "evaluation", "detection"});
     Experiment e;
     e.origin = origin;
     e.text = json_text;

@@ -38,6 +38,7 @@
 #include "graph/executor.hpp"
 #include "partition/partition_spec.hpp"
 #include "partition/tiling.hpp"
+#include "train/reduction_order.hpp"
 #include "train/trainer.hpp"
 
 #include <filesystem>
@@ -67,6 +68,8 @@ struct TrainingSpec {
     std::int64_t steps_per_eval = 0;         // evaluate every this many steps (and at the end); 0: at the end only
     std::int64_t steps_per_checkpoint = 0;   // 0: every steps_per_eval (or at the end)
     std::int64_t keep_checkpoints = 3;       // the last K are kept
+    // Weight gradients across MPI ranks ("reduction"); one process sums in core order either way.
+    train::ReductionOrder reduction = train::ReductionOrder::Reproducible;
     std::filesystem::path model_dir;         // checkpoints, metrics, predictions; relative to the working directory
     std::uint64_t seed = 1;                  // weights, and the data's unless data.seed is given
     train::ScheduleConfig schedule;

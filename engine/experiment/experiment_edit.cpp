@@ -38,6 +38,7 @@ const std::vector<std::string_view>& schema_order(std::string_view parent) {
                                                        "steps_per_eval",
                                                        "steps_per_checkpoint",
                                                        "keep_checkpoints",
+                                                       "reduction",
                                                        "evaluation",
                                                        "model_dir",
                                                        "seed"};

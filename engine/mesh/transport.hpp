@@ -14,6 +14,8 @@
 //   CoreMesh cores(model, mesh_config, trainer_config, transport);
 #pragma once
 
+#include "train/reduction_order.hpp"
+
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -24,12 +26,9 @@
 
 namespace tessera::mesh {
 
-// How weight gradients are summed across ranks. Reproducible: in mesh-core order, the bits of the
-// in-process mesh whatever the number of ranks (a chain through the ranks, then a broadcast).
-// Fast: each rank sums its own cores, then the library's all-reduce (its order, its speed).
-enum class ReductionOrder { Reproducible, Fast };
-std::string_view reduction_order_name(ReductionOrder order);
-ReductionOrder parse_reduction_order(std::string_view text);  // "reproducible" | "fast"
+// How weight gradients are summed across ranks (train/reduction_order.hpp); reproducible goes through a
+// chain of the ranks in core order, then a broadcast.
+using train::ReductionOrder;
 
 // Tags keep the mesh's message streams apart (each stream's messages match in posting order).
 enum class MessageTag : int { ForwardHalo = 11, BackwardHalo = 12, GradientChain = 13 };

@@ -27,6 +27,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <exception>
+#include <functional>
 #include <numeric>
 
 namespace tessera::run {
@@ -35,6 +37,66 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 namespace {
+
+// What rank 0 asks the other ranks' meshes to do, each followed by its arguments (a run spread over MPI).
+enum class MeshCommand : std::int32_t { TrainStep = 1, Evaluate, Memory, Weights, TrainingState, LoadCheckpoint, Finish };
+
+void put_tensor(mesh::ByteWriter& out, const Tensor& tensor) {
+    const Tensor plain = tensor.contiguous();
+    out.put(static_cast<std::int32_t>(plain.dtype()));
+    out.put_span(std::span<const std::int64_t>(plain.shape()));
+    out.put_span(std::span<const std::byte>(static_cast<const std::byte*>(plain.raw_data()), plain.num_bytes()));
+}
+
+Tensor get_tensor(mesh::ByteReader& in) {
+    const auto dtype = static_cast<DType>(in.get<std::int32_t>());
+    Tensor tensor = Tensor::empty(in.get_vector<std::int64_t>(), dtype);
+    const std::vector<std::byte> bytes = in.get_vector<std::byte>();
+    TESSERA_ASSERT(bytes.size() == tensor.num_bytes(), "a tensor's bytes do not match its shape");
+    std::copy(bytes.begin(), bytes.end(), static_cast<std::byte*>(tensor.raw_data()));
+    return tensor;
+}
+
+void put_entries(mesh::ByteWriter& out, const std::vector<train::NamedTensor>& entries) {
+    out.put(static_cast<std::int64_t>(entries.size()));
+    for (const train::NamedTensor& entry : entries) {
+        out.put_string(entry.name);
+        put_tensor(out, entry.value);
+    }
+}
+
+std::vector<train::NamedTensor> get_entries(mesh::ByteReader& in) {
+    std::vector<train::NamedTensor> entries(static_cast<std::size_t>(in.get<std::int64_t>()));
+    for (train::NamedTensor& entry : entries) {
+        entry.name = in.get_string();
+        entry.value = get_tensor(in);
+    }
+    return entries;
+}
+
+// Bytes from `root` to every rank: their size, then them.
+void broadcast_message(mesh::Transport& transport, std::vector<std::byte>& bytes, int root) {
+    auto size = static_cast<std::int64_t>(bytes.size());
+    transport.broadcast(std::as_writable_bytes(std::span(&size, 1)), root);
+    bytes.resize(static_cast<std::size_t>(size));
+    transport.broadcast(bytes, root);
+}
+
+// The run's mesh, built the same way on every rank.
+std::unique_ptr<mesh::CoreMesh> make_run_mesh(const experiment::Experiment& x, const RunOptions& options, const cost::Device& device) {
+    check_fits_host(x);  // a first estimate, before the cores allocate anything; the mesh measures them as it compiles them
+    mesh::MeshConfig mesh;
+    mesh.num_replicas = x.partition.num_replicas;
+    mesh.grid = experiment::tile_grid(x);  // tile_boundaries, or input_partition_dims' even pieces
+    mesh.core_memory_bytes = device.memory_per_core;
+    mesh.host_threads = options.host_threads;
+    mesh.host_memory_bytes = static_cast<std::int64_t>(host_memory_budget_bytes());
+    mesh.reduction = options.reduction.value_or(x.training.reduction);
+    const graph::Graph model = experiment::build_model(x, experiment::replica_input_shape(x));
+    auto cores = std::make_unique<mesh::CoreMesh>(model, mesh, experiment::trainer_config(x), options.transport);
+    cores->check_memory();  // out of simulated memory: say so before any step
+    return cores;
+}
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
@@ -201,6 +263,49 @@ struct TrainingRun::Impl {
 
     std::unique_ptr<detection::Detector> detector;  // a RetinaNet's anchors and loss, for evaluation
 
+    // ---- the mesh's collective calls: on a run spread over MPI, the other ranks are told first ----
+    bool spread() const { return options.transport && options.transport->num_ranks() > 1; }
+    void command(MeshCommand what, const std::function<void(mesh::ByteWriter&)>& arguments = {}) {
+        if (!spread()) return;
+        mesh::ByteWriter out;
+        out.put(what);
+        if (arguments) arguments(out);
+        broadcast_message(*options.transport, out.buffer(), 0);
+    }
+    train::StepResult mesh_train_step(const Tensor& images, const Tensor& labels) {
+        command(MeshCommand::TrainStep, [&](mesh::ByteWriter& out) {
+            put_tensor(out, images);
+            put_tensor(out, labels);
+        });
+        return mesh->train_step(images, labels);
+    }
+    train::EvalResult mesh_evaluate(const Tensor& images, const Tensor& labels) {
+        command(MeshCommand::Evaluate, [&](mesh::ByteWriter& out) {
+            put_tensor(out, images);
+            put_tensor(out, labels);
+        });
+        return mesh->evaluate(images, labels);
+    }
+    std::vector<mesh::MemoryLedger> mesh_memory() {
+        command(MeshCommand::Memory);
+        return mesh->memory();
+    }
+    std::vector<train::NamedTensor> mesh_weights() {
+        command(MeshCommand::Weights);
+        return mesh->weights();
+    }
+    std::vector<train::NamedTensor> mesh_training_state() {
+        command(MeshCommand::TrainingState);
+        return mesh->training_state();
+    }
+    void mesh_load_checkpoint(const std::vector<train::NamedTensor>& weights, const std::vector<train::NamedTensor>& state) {
+        command(MeshCommand::LoadCheckpoint, [&](mesh::ByteWriter& out) {
+            put_entries(out, weights);
+            put_entries(out, state);
+        });
+        mesh->load_checkpoint(weights, state);
+    }
+
     bool is_segmentation() const { return experiment.model.kind == experiment::ModelKind::UNet; }
     bool is_detection() const { return experiment.model.kind == experiment::ModelKind::RetinaNet; }
 
@@ -355,7 +460,7 @@ struct TrainingRun::Impl {
             // The profile's executors, each about one simulated core's memory, live beside the mesh's:
             // what the compiled cores hold, measured (the estimate undercounts the kernels' workspace).
             std::int64_t run_bytes = 0;
-            for (const mesh::MemoryLedger& ledger : mesh->memory()) run_bytes += ledger.peak();
+            for (const mesh::MemoryLedger& ledger : mesh_memory()) run_bytes += ledger.peak();
             const std::int64_t profile_bytes =
                 run_bytes / mesh->num_cores() * mesh::profiled_executors(profile, mesh->cores_per_replica());
             const auto budget = static_cast<std::int64_t>(host_memory_budget_bytes());
@@ -391,7 +496,7 @@ struct TrainingRun::Impl {
             for (const std::string& line : skipped) notes.push_back("skipped the checkpoint of " + line);
             if (checkpoint) {
                 try {
-                    mesh->load_checkpoint(checkpoint->weights, checkpoint->state);
+                    mesh_load_checkpoint(checkpoint->weights, checkpoint->state);
                 } catch (const Error& error) {
                     TESSERA_REJECT("cannot resume from " << checkpoint->info.weights.string() << ": " << error.what());
                 }
@@ -420,7 +525,7 @@ struct TrainingRun::Impl {
         Shape label_shape{batch_shape[0]};
         if (is_segmentation()) label_shape.insert(label_shape.end(), batch_shape.begin() + 2, batch_shape.end());
         const Tensor labels = Tensor::zeros(label_shape, DType::I32);
-        const train::EvalResult result = mesh->evaluate(images, labels);
+        const train::EvalResult result = mesh_evaluate(images, labels);
         std::vector<std::int64_t> out_begin(result.logits.rank(), 0), out_extent(result.logits.shape().begin(), result.logits.shape().end());
         out_extent[0] = count;
         return result.logits.view_box(out_begin, out_extent).clone();
@@ -528,7 +633,7 @@ struct TrainingRun::Impl {
 
     CheckpointRecord checkpoint() {
         const auto start = Clock::now();
-        std::vector<train::NamedTensor> state = mesh->training_state();
+        std::vector<train::NamedTensor> state = mesh_training_state();
         state.push_back(train::make_counter_entry("run/next_batch", mesh->step()));
         const std::map<std::string, std::string> metadata = {
             {"experiment", experiment.name.empty() ? experiment.origin : experiment.name},
@@ -536,7 +641,7 @@ struct TrainingRun::Impl {
             {"seed", std::to_string(experiment.training.seed)},
             {"layout", layout_description(experiment)},
         };
-        const CheckpointInfo info = model_dir->save(mesh->step(), mesh->weights(), state, metadata, experiment.training.keep_checkpoints);
+        const CheckpointInfo info = model_dir->save(mesh->step(), mesh_weights(), state, metadata, experiment.training.keep_checkpoints);
         has_checkpoint = true;  // the weights in the mesh are now saved ones: evaluate() after train() may use them
         return {info.step, info.weights, seconds_since(start)};
     }
@@ -560,16 +665,9 @@ TrainingRun::TrainingRun(experiment::Experiment e, RunOptions options) : m_impl(
         impl.detector = std::make_unique<detection::Detector>(*experiment::trainer_config(x).detection, input[2], input[3]);
     }
 
-    check_fits_host(x);  // a first estimate, before the cores allocate anything; the mesh measures them as it compiles them
-    mesh::MeshConfig mesh;
-    mesh.num_replicas = x.partition.num_replicas;
-    mesh.grid = experiment::tile_grid(x);  // tile_boundaries, or input_partition_dims' even pieces
-    mesh.core_memory_bytes = impl.device.memory_per_core;
-    mesh.host_threads = impl.options.host_threads;
-    mesh.host_memory_bytes = static_cast<std::int64_t>(host_memory_budget_bytes());
-    const graph::Graph model = experiment::build_model(x, experiment::replica_input_shape(x));
-    impl.mesh = std::make_unique<mesh::CoreMesh>(model, mesh, experiment::trainer_config(x));
-    impl.mesh->check_memory();  // out of simulated memory: say so before any step
+    TESSERA_CHECK(!impl.options.transport || impl.options.transport->rank() == 0,
+                  "a run spread over MPI is built on rank 0; the other ranks follow it (follow_training_run)");
+    impl.mesh = make_run_mesh(x, impl.options, impl.device);
 
     cost::SimulationOptions simulation;
     simulation.precision = x.precision;
@@ -584,7 +682,52 @@ TrainingRun::TrainingRun(experiment::Experiment e, RunOptions options) : m_impl(
     impl.notes = impl.model_dir->notes();
 }
 
-TrainingRun::~TrainingRun() = default;
+TrainingRun::~TrainingRun() {
+    // The other ranks wait for rank 0's next command: the last one lets them finish. A run ending by an
+    // error leaves them waiting; the launcher's abort (tessera-cli calls it) ends them.
+    if (std::uncaught_exceptions() > 0) return;
+    try {
+        m_impl->command(MeshCommand::Finish);
+    } catch (const std::exception&) {
+    }
+}
+
+void follow_training_run(const experiment::Experiment& x, const RunOptions& options) {
+    TESSERA_CHECK(options.transport && options.transport->rank() > 0, "follow_training_run runs on the ranks other than 0 of an MPI run");
+    experiment::check_trainable(x);
+    const cost::Device device = cost::load_device_preset(x.device);
+    std::unique_ptr<mesh::CoreMesh> cores = make_run_mesh(x, options, device);
+    mesh::Transport& transport = *options.transport;
+    for (;;) {
+        std::vector<std::byte> message;
+        broadcast_message(transport, message, 0);
+        mesh::ByteReader in(message);
+        switch (in.get<MeshCommand>()) {
+            case MeshCommand::TrainStep: {
+                const Tensor images = get_tensor(in);
+                const Tensor labels = get_tensor(in);
+                cores->train_step(images, labels);
+                break;
+            }
+            case MeshCommand::Evaluate: {
+                const Tensor images = get_tensor(in);
+                const Tensor labels = get_tensor(in);
+                cores->evaluate(images, labels);
+                break;
+            }
+            case MeshCommand::Memory: cores->memory(); break;
+            case MeshCommand::Weights: cores->weights(); break;
+            case MeshCommand::TrainingState: cores->training_state(); break;
+            case MeshCommand::LoadCheckpoint: {
+                const std::vector<train::NamedTensor> weights = get_entries(in);
+                const std::vector<train::NamedTensor> state = get_entries(in);
+                cores->load_checkpoint(weights, state);
+                break;
+            }
+            case MeshCommand::Finish: return;
+        }
+    }
+}
 
 RunSummary TrainingRun::train(RunObserver* observer, const std::atomic<bool>* stop) {
     Impl& impl = *m_impl;
@@ -607,7 +750,7 @@ RunSummary TrainingRun::train(RunObserver* observer, const std::atomic<bool>* st
     start.device = impl.device.id;
     start.predicted_step_seconds = impl.predicted_step_seconds;
     impl.predict_on_host(start);
-    for (const mesh::MemoryLedger& ledger : impl.mesh->memory()) start.core_memory_bytes.push_back(ledger.peak());
+    for (const mesh::MemoryLedger& ledger : impl.mesh_memory()) start.core_memory_bytes.push_back(ledger.peak());
     start.core_capacity_bytes = impl.device.memory_per_core;
     start.host_memory_bytes = impl.mesh->host_bytes();
     start.host_memory_budget_bytes = static_cast<std::int64_t>(host_memory_budget_bytes());
@@ -630,7 +773,7 @@ RunSummary TrainingRun::train(RunObserver* observer, const std::atomic<bool>* st
             const data::Batch batch = batches.next();
             const auto step_start = Clock::now();
             const train::StepResult result = impl.is_detection() ? impl.mesh->train_step(batch.images, batch.ground_truth)
-                                                                 : impl.mesh->train_step(batch.images, batch.labels);
+                                                                 : impl.mesh_train_step(batch.images, batch.labels);
             StepRecord record;
             record.host_seconds = seconds_since(step_start);
             record.step = step + 1;
@@ -641,7 +784,7 @@ RunSummary TrainingRun::train(RunObserver* observer, const std::atomic<bool>* st
             record.predicted_seconds = impl.predicted_step_seconds;
             record.images_per_second = static_cast<double>(x.global_batch) / record.host_seconds;
             record.halo_bytes = impl.mesh->summary().halo_bytes;
-            for (const mesh::MemoryLedger& ledger : impl.mesh->memory()) record.core_peak_bytes.push_back(ledger.peak());
+            for (const mesh::MemoryLedger& ledger : impl.mesh_memory()) record.core_peak_bytes.push_back(ledger.peak());
             record.wall_time = unix_time();
             TESSERA_CHECK(std::isfinite(record.loss),
                           "the loss became " << record.loss << " at step " << record.step

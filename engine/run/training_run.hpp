@@ -44,6 +44,11 @@ struct RunOptions {
     // A run stopped between evaluations is evaluated where it stopped, and the evaluation logged like
     // the others (a benchmark over a time budget: its last steps count).
     bool evaluate_when_stopped = false;
+    // The ranks the simulated cores are spread over (none: this process holds them all). Rank 0 builds
+    // the TrainingRun — it reads the data and owns the model_dir — and every other rank calls
+    // follow_training_run with the same experiment and options.
+    std::shared_ptr<mesh::Transport> transport;
+    std::optional<mesh::ReductionOrder> reduction;    // overrides the experiment's partition.reduction
 };
 
 // What the simulated cores of `experiment` hold together on this host, estimated from the model and
@@ -57,6 +62,11 @@ void check_fits_host(const experiment::Experiment& experiment);
 
 // model_dir when neither the experiment nor the options name one: runs/<experiment file stem>.
 std::filesystem::path default_model_dir(const experiment::Experiment& experiment);
+
+// The other ranks of a run spread over MPI: builds this rank's cores of the same mesh and steps them as
+// rank 0's TrainingRun directs (every train step, evaluation, checkpoint and restore), until it ends.
+// Reads no data and writes nothing: rank 0 sends the batches and keeps the model_dir.
+void follow_training_run(const experiment::Experiment& experiment, const RunOptions& options);
 
 class TrainingRun {
 public:
