@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <sstream>
 #include <string>
+#include <sched.h>
 #include <unistd.h>
 
 namespace tessera::cli {
@@ -315,6 +316,14 @@ int train_over_mpi(const RunArguments& arguments) {
     };
     run::RunOptions options = run_options(arguments, "train", run::ModelDirAccess::Write);
     options.transport = transport;
+    // mpirun binds each rank to one core by default (with few ranks): more threads than that share it.
+    cpu_set_t allowed;
+    if (sched_getaffinity(0, sizeof allowed, &allowed) == 0 && CPU_COUNT(&allowed) < arguments.threads) {
+        std::fprintf(stderr,
+                     "tessera-cli: note: MPI rank %d may run on %d host core(s) (the launcher bound it) but --threads %d asks for %d: "
+                     "its threads will share them. Start mpirun with --bind-to none (or --map-by slot:PE=%d), or pass --threads %d.\n",
+                     rank, CPU_COUNT(&allowed), arguments.threads, arguments.threads, arguments.threads, CPU_COUNT(&allowed));
+    }
     if (rank > 0) {
         try {
             run::follow_training_run(experiment::load_experiment(arguments.experiment), options);

@@ -123,6 +123,7 @@ struct CoreMesh::Impl {
     std::vector<CoreEvent> events;
     StepSummary summary;
     Clock::time_point step_start;
+    double step_halo_wait = 0, step_gradient_reduce = 0;  // this rank's, this step (StepSummary)
 
     Impl(graph::Graph m, MeshConfig me, train::TrainerConfig c)
         : model(std::move(m)), mesh(std::move(me)), config(std::move(c)), plan(model, mesh.grid),
@@ -413,6 +414,7 @@ struct CoreMesh::Impl {
             const double wait_start = now();
             transport->wait_all();
             const double wait_end = now();
+            step_halo_wait += wait_end - wait_start;
             each_core(StepPhase::Forward, layer, [&](Core& core) {
                 const std::int64_t me = mesh_core(core.replica, core.index);
                 const ops::TileBuffer buffer = core.executor->value_buffer(local);
@@ -469,6 +471,7 @@ struct CoreMesh::Impl {
                 wait_start = now();
                 transport->wait_all();
                 wait_end = now();
+                step_halo_wait += wait_end - wait_start;
             }
             // Halo gradients go home: each owner adds what its neighbours received from it, senders in order
             // (from another rank's core: the rows that came in its message).
@@ -852,6 +855,7 @@ struct CoreMesh::Impl {
         result.loss_scale = loss_scaler->scale();
         step_start = Clock::now();
         for (Core& core : local_cores()) core.events.clear();
+        step_halo_wait = step_gradient_reduce = 0;
 
         scatter();
         forward(graph::Mode::Train);
@@ -910,6 +914,7 @@ struct CoreMesh::Impl {
             for (Core& core : local_cores()) core.executor->parameters()[static_cast<std::size_t>(p)].gradient.copy_from(totals[static_cast<std::size_t>(p)]);
         });
         const double reduce_end = now();
+        step_gradient_reduce = reduce_end - reduce_start;
         for (std::int64_t c = first_local; c < end_local; ++c) {
             cores[static_cast<std::size_t>(c)].events.push_back({c, -1, EventKind::AllReduce, StepPhase::Update, reduce_start,
                                                                 reduce_end, 0, ring_bytes(parameter_bytes, total_cores), -1});
@@ -1098,6 +1103,10 @@ struct CoreMesh::Impl {
                                           first_local_core().executor->value_buffer(halo.halo_node).element_size();
         }
         result.halo_fraction_of_compute = result.compute_seconds > 0 ? result.halo_seconds / result.compute_seconds : 0;
+        if (!single_rank()) {
+            result.rank_halo_wait_seconds = step_halo_wait;
+            result.rank_gradient_reduce_seconds = step_gradient_reduce;
+        }
         summary = std::move(result);
     }
 };

@@ -84,6 +84,10 @@ struct StepSummary {
     double halo_seconds = 0;
     double all_reduce_seconds = 0;
     double halo_fraction_of_compute = 0;   // halo_seconds / compute_seconds
+    // This rank's, when the mesh is spread over MPI ranks (0 in one process): waiting for halo messages
+    // from other ranks, and the weight-gradient all-reduce (its own cores' sum included).
+    double rank_halo_wait_seconds = 0;
+    double rank_gradient_reduce_seconds = 0;
 };
 
 struct MemoryItem {

@@ -33,9 +33,21 @@ using train::ReductionOrder;
 // Tags keep the mesh's message streams apart (each stream's messages match in posting order).
 enum class MessageTag : int { ForwardHalo = 11, BackwardHalo = 12, GradientChain = 13 };
 
+// What this rank sent and how long it waited, since the transport was made (or reset).
+struct TransportCounters {
+    std::int64_t messages_sent = 0;     // point-to-point
+    std::int64_t bytes_sent = 0;        // point-to-point
+    std::int64_t collectives = 0;       // broadcasts, gathers, all-reduces, barriers
+    std::int64_t collective_bytes = 0;  // this rank's contribution to them
+    double wait_seconds = 0;            // in wait_all: messages not yet arrived
+    double collective_seconds = 0;      // inside collectives (their waiting included)
+};
+
 class Transport {
 public:
     virtual ~Transport() = default;
+    const TransportCounters& counters() const { return m_counters; }
+    void reset_counters() { m_counters = {}; }
     virtual int rank() const = 0;
     virtual int num_ranks() const = 0;
     virtual std::string host_name() const = 0;  // this rank's host, for messages naming a rank
@@ -53,6 +65,9 @@ public:
     virtual void all_reduce_sum(std::span<float> values) = 0;       // the library's order
     virtual void all_reduce_min(std::span<std::int64_t> values) = 0;
     virtual void barrier() = 0;
+
+protected:
+    TransportCounters m_counters;
 };
 
 // One process holds every core: nothing to send, every collective returns what it was given.

@@ -5,6 +5,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
 #include <cstdlib>
 #include <vector>
@@ -22,6 +23,10 @@ void check(int code, const char* call) {
     int length = 0;
     MPI_Error_string(code, text, &length);
     TESSERA_REJECT(call << " failed: " << std::string(text, static_cast<std::size_t>(length)));
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 class MpiTransport final : public mesh::Transport {
@@ -55,6 +60,8 @@ public:
             check(MPI_Isend(data.data() + offset, static_cast<int>(size), MPI_BYTE, to_rank, static_cast<int>(tag), m_comm, &request),
                   "MPI_Isend");
             m_requests.push_back(request);
+            ++m_counters.messages_sent;
+            m_counters.bytes_sent += static_cast<std::int64_t>(size);
         }
     }
 
@@ -70,12 +77,15 @@ public:
 
     void wait_all() override {
         if (m_requests.empty()) return;
+        const auto start = std::chrono::steady_clock::now();
         const int code = MPI_Waitall(static_cast<int>(m_requests.size()), m_requests.data(), MPI_STATUSES_IGNORE);
+        m_counters.wait_seconds += seconds_since(start);
         m_requests.clear();
         check(code, "MPI_Waitall");
     }
 
     void broadcast(std::span<std::byte> data, int root) override {
+        const Collective counted(*this, data.size());
         for (std::size_t offset = 0; offset < data.size(); offset += largest_piece) {
             const std::size_t size = std::min(largest_piece, data.size() - offset);
             check(MPI_Bcast(data.data() + offset, static_cast<int>(size), MPI_BYTE, root, m_comm), "MPI_Bcast");
@@ -84,6 +94,7 @@ public:
 
     std::vector<std::vector<std::byte>> all_gather(std::span<const std::byte> mine) override {
         TESSERA_CHECK(mine.size() < static_cast<std::size_t>(INT_MAX), "a rank's share of a gather is limited to 2 GiB, got " << mine.size());
+        const Collective counted(*this, mine.size());
         const int my_size = static_cast<int>(mine.size());
         std::vector<int> sizes(static_cast<std::size_t>(m_size)), offsets(static_cast<std::size_t>(m_size));
         check(MPI_Allgather(&my_size, 1, MPI_INT, sizes.data(), 1, MPI_INT, m_comm), "MPI_Allgather");
@@ -104,6 +115,7 @@ public:
     }
 
     void all_reduce_sum(std::span<float> values) override {
+        const Collective counted(*this, values.size_bytes());
         for (std::size_t offset = 0; offset < values.size(); offset += largest_piece / sizeof(float)) {
             const std::size_t count = std::min(largest_piece / sizeof(float), values.size() - offset);
             check(MPI_Allreduce(MPI_IN_PLACE, values.data() + offset, static_cast<int>(count), MPI_FLOAT, MPI_SUM, m_comm), "MPI_Allreduce");
@@ -111,12 +123,29 @@ public:
     }
 
     void all_reduce_min(std::span<std::int64_t> values) override {
+        const Collective counted(*this, values.size_bytes());
         check(MPI_Allreduce(MPI_IN_PLACE, values.data(), static_cast<int>(values.size()), MPI_INT64_T, MPI_MIN, m_comm), "MPI_Allreduce");
     }
 
-    void barrier() override { check(MPI_Barrier(m_comm), "MPI_Barrier"); }
+    void barrier() override {
+        const Collective counted(*this, 0);
+        check(MPI_Barrier(m_comm), "MPI_Barrier");
+    }
 
 private:
+    // Counts a collective and its time, whatever way it leaves.
+    struct Collective {
+        Collective(MpiTransport& transport, std::size_t bytes) : owner(transport), start(std::chrono::steady_clock::now()) {
+            ++owner.m_counters.collectives;
+            owner.m_counters.collective_bytes += static_cast<std::int64_t>(bytes);
+        }
+        ~Collective() { owner.m_counters.collective_seconds += seconds_since(start); }
+        Collective(const Collective&) = delete;
+        Collective& operator=(const Collective&) = delete;
+        MpiTransport& owner;
+        std::chrono::steady_clock::time_point start;
+    };
+
     MPI_Comm m_comm = MPI_COMM_NULL;
     int m_rank = 0, m_size = 1;
     std::string m_host;
