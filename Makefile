@@ -28,7 +28,7 @@ DEBIAN_PACKAGES := \
 	clang-16 libclang-rt-16-dev libomp-16-dev llvm-16 \
 	libopenmpi-dev openmpi-bin
 
-.PHONY: all deps peer-deps configure build run test bench peer-bench screenshots clean
+.PHONY: all deps peer-deps slurm-deps configure build run test bench peer-bench screenshots clean
 
 all: build
 
@@ -49,6 +49,16 @@ deps:
 PEER_PACKAGES := python3-torch python3-torchvision
 peer-deps: deps
 	@missing=$$(for p in $(PEER_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q "install ok installed" || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+
+# Slurm (slurmctld + slurmd) for bench/mpi/slurm_local.sh, which runs a Tessera job under Slurm on this
+# machine: not needed to build, run or test.
+SLURM_PACKAGES := slurm-wlm
+slurm-deps: deps
+	@missing=$$(for p in $(SLURM_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q "install ok installed" || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \

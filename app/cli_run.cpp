@@ -90,6 +90,7 @@ public:
         std::printf("cores       %lld simulated (%s), %s per core at most (capacity %s)\n", static_cast<long long>(s.num_cores),
                     s.layout.c_str(), format_gib(*std::max_element(s.core_memory_bytes.begin(), s.core_memory_bytes.end())).c_str(),
                     format_gib(s.core_capacity_bytes).c_str());
+        if (!s.ranks.empty()) std::printf("ranks       %s\n", s.ranks.c_str());
         if (s.host_memory_bytes > 0) {
             std::printf("host        the cores hold %s of the %s a run may use here (TESSERA_HOST_MEMORY)\n",
                         format_gib(s.host_memory_bytes).c_str(), format_gib(s.host_memory_budget_bytes).c_str());

@@ -80,6 +80,7 @@ struct CoreMesh::Impl {
     std::int64_t total_cores = 1;
     std::shared_ptr<Transport> transport;
     CorePlacement placement{1, 1};
+    std::vector<std::string> rank_hosts;
     std::int64_t first_local = 0, end_local = 1;  // this rank's cores: [first_local, end_local)
 
     struct Core {
@@ -1244,7 +1245,13 @@ CoreMesh::CoreMesh(graph::Graph model, MeshConfig mesh, train::TrainerConfig con
         }
     }
     impl.agree_on_failure(failure);
-    if (!impl.single_rank()) {
+    if (impl.single_rank()) {
+        impl.rank_hosts = {impl.transport->host_name()};
+    } else {
+        const std::string host = impl.transport->host_name();
+        for (const std::vector<std::byte>& bytes : impl.transport->all_gather(std::as_bytes(std::span(host.data(), host.size())))) {
+            impl.rank_hosts.emplace_back(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+        }
         // The initialisation is deterministic, but rank 0's weights and statistics are the ones every
         // rank starts from (hosts with another libm could round an initialiser differently).
         Impl::Core& first = impl.first_local_core();
@@ -1273,6 +1280,8 @@ CoreMesh::CoreMesh(graph::Graph model, MeshConfig mesh, train::TrainerConfig con
 CoreMesh::~CoreMesh() = default;
 
 std::int64_t CoreMesh::host_bytes() const { return m_impl->host_bytes; }
+const CorePlacement& CoreMesh::placement() const { return m_impl->placement; }
+const std::vector<std::string>& CoreMesh::rank_hosts() const { return m_impl->rank_hosts; }
 Transport& CoreMesh::transport() const { return *m_impl->transport; }
 bool CoreMesh::owns_core(std::int64_t core) const { return m_impl->is_local(core); }
 std::int64_t CoreMesh::num_cores() const { return m_impl->total_cores; }

@@ -148,6 +148,8 @@ public:
     std::int64_t host_bytes() const;  // this rank's
     Transport& transport() const;
     bool owns_core(std::int64_t core) const;  // compiled and stepped by this rank
+    const CorePlacement& placement() const;   // which rank owns which cores
+    const std::vector<std::string>& rank_hosts() const;  // each rank's host
     std::int64_t num_cores() const;
     std::int64_t cores_per_replica() const;
     std::int64_t num_replicas() const;

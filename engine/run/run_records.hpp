@@ -24,6 +24,8 @@ struct RunStart {
     bool resumed = false;
     std::string layout;                          // "2 replicas × input_partition_dims [1, 2, 2, 1]"
     std::int64_t num_cores = 1, cores_per_replica = 1, num_replicas = 1;
+    // Spread over MPI ranks: "2 MPI ranks: cores 0–3 on node1, 4–7 on node2" (empty in one process).
+    std::string ranks;
     std::string device;                          // the preset the prediction is for
     double predicted_step_seconds = 0;           // on that device
     // The same step on this host's simulated cores, when `tessera-cli calibrate` wrote a host preset for

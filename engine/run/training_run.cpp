@@ -747,6 +747,15 @@ RunSummary TrainingRun::train(RunObserver* observer, const std::atomic<bool>* st
     start.num_cores = impl.mesh->num_cores();
     start.cores_per_replica = impl.mesh->cores_per_replica();
     start.num_replicas = impl.mesh->num_replicas();
+    if (impl.spread()) {
+        const mesh::CorePlacement& placement = impl.mesh->placement();
+        start.ranks = std::to_string(placement.num_ranks()) + " MPI ranks: ";
+        for (int rank = 0; rank < placement.num_ranks(); ++rank) {
+            const std::int64_t first = placement.first_core(rank), last = placement.end_core(rank) - 1;
+            start.ranks += (rank ? ", " : "") + (first == last ? "core " + std::to_string(first) : "cores " + std::to_string(first) + "–" + std::to_string(last)) +
+                           " on " + impl.mesh->rank_hosts()[static_cast<std::size_t>(rank)];
+        }
+    }
     start.device = impl.device.id;
     start.predicted_step_seconds = impl.predicted_step_seconds;
     impl.predict_on_host(start);
