@@ -925,90 +925,93 @@ struct CoreMesh::Impl {
 
     // The in-process order across ranks: a chain. Rank k receives from rank k − 1 the sum of the replicas
     // completed before its first core and the running sum of the replica its first core continues, adds its
-    // own cores in order, and passes both on; the last rank scales by 1/R and broadcasts. Within a rank
-    // the parameters are summed in parallel.
+    // own cores in order, and passes both on; the last rank scales by 1/R and broadcasts. Every parameter
+    // travels in one flat buffer (one message per hop, one broadcast); within a rank the parameters are
+    // summed in parallel.
     std::vector<Tensor> chained_gradient_sums() {
         const auto& specs = model.parameters();
         const std::size_t num_parameters = specs.size();
         const int rank = transport->rank(), ranks = transport->num_ranks();
-        std::vector<Tensor> total(num_parameters), open(num_parameters);  // completed replicas; the replica under way
-        const auto receive = [&](std::vector<Tensor>& sums) {
-            for (std::size_t p = 0; p < num_parameters; ++p) {
-                sums[p] = Tensor::zeros(specs[p].shape, DType::F32);
-                transport->post_receive(rank - 1, MessageTag::GradientChain, as_bytes(sums[p]));
-            }
-        };
+        std::vector<std::int64_t> offset(num_parameters + 1, 0);
+        for (std::size_t p = 0; p < num_parameters; ++p) offset[p + 1] = offset[p] + num_elements_of(specs[p].shape);
+        std::vector<float> total(static_cast<std::size_t>(offset.back())), open(total.size());  // completed replicas; the replica under way
+        const auto bytes_of = [](std::vector<float>& sums) { return std::as_writable_bytes(std::span(sums)); };
         if (rank > 0) {
-            if (first_local / per_replica >= 1) receive(total);
-            if (first_local % per_replica != 0) receive(open);
+            if (first_local / per_replica >= 1) transport->post_receive(rank - 1, MessageTag::GradientChain, bytes_of(total));
+            if (first_local % per_replica != 0) transport->post_receive(rank - 1, MessageTag::GradientChain, bytes_of(open));
             transport->wait_all();
         }
+        const bool last_rank = end_local == total_cores;
         pool->run(static_cast<std::int64_t>(num_parameters), [&](std::int64_t parameter) {
             const auto p = static_cast<std::size_t>(parameter);
+            float* replica_sum = open.data() + offset[p];
+            float* sum = total.data() + offset[p];
+            const std::int64_t count = offset[p + 1] - offset[p];
             for (std::int64_t c = first_local; c < end_local; ++c) {
                 const std::int64_t replica = c / per_replica, index = c % per_replica;
-                const Tensor& gradient = cores[static_cast<std::size_t>(c)].executor->parameters()[p].gradient;
+                const float* g = cores[static_cast<std::size_t>(c)].executor->parameters()[p].gradient.data<float>();
                 if (index == 0) {
-                    open[p] = gradient.clone();
+                    std::copy(g, g + count, replica_sum);
                 } else if (!replicated_parameter[p]) {
-                    float* sum = open[p].data<float>();
-                    const float* g = gradient.data<float>();
-                    for (std::int64_t e = 0; e < open[p].num_elements(); ++e) sum[e] += g[e];
+                    for (std::int64_t e = 0; e < count; ++e) replica_sum[e] += g[e];
                 }
                 if (index + 1 < per_replica) continue;
                 if (replica == 0) {
-                    total[p] = std::move(open[p]);
+                    std::copy(replica_sum, replica_sum + count, sum);
                 } else {
-                    float* sum = total[p].data<float>();
-                    const float* rs = open[p].data<float>();
-                    for (std::int64_t e = 0; e < total[p].num_elements(); ++e) sum[e] += rs[e];
+                    for (std::int64_t e = 0; e < count; ++e) sum[e] += replica_sum[e];
                 }
-                open[p] = Tensor();
             }
-            if (end_local == total_cores && mesh.num_replicas > 1) {
+            if (last_rank && mesh.num_replicas > 1) {
                 const auto inverse = 1.0f / static_cast<float>(mesh.num_replicas);
-                float* sum = total[p].data<float>();
-                for (std::int64_t e = 0; e < total[p].num_elements(); ++e) sum[e] *= inverse;
+                for (std::int64_t e = 0; e < count; ++e) sum[e] *= inverse;
             }
         });
-        if (ranks == 1) return total;
-        if (rank + 1 < ranks) {
-            if (end_local / per_replica >= 1) {
-                for (const Tensor& sum : total) transport->post_send(rank + 1, MessageTag::GradientChain, as_bytes(sum));
+        if (ranks > 1) {
+            if (rank + 1 < ranks) {
+                if (end_local / per_replica >= 1) transport->post_send(rank + 1, MessageTag::GradientChain, bytes_of(total));
+                if (end_local % per_replica != 0) transport->post_send(rank + 1, MessageTag::GradientChain, bytes_of(open));
+                transport->wait_all();
             }
-            if (end_local % per_replica != 0) {
-                for (const Tensor& sum : open) transport->post_send(rank + 1, MessageTag::GradientChain, as_bytes(sum));
-            }
-            transport->wait_all();
-            for (std::size_t p = 0; p < num_parameters; ++p) total[p] = Tensor::zeros(specs[p].shape, DType::F32);
+            transport->broadcast(bytes_of(total), ranks - 1);
         }
-        for (Tensor& sum : total) transport->broadcast(as_bytes(sum), ranks - 1);
-        return total;
+        std::vector<Tensor> totals(num_parameters);
+        for (std::size_t p = 0; p < num_parameters; ++p) {
+            totals[p] = Tensor::empty(specs[p].shape, DType::F32);
+            std::copy(total.begin() + offset[p], total.begin() + offset[p + 1], totals[p].data<float>());
+        }
+        return totals;
     }
 
-    // Each rank sums its own cores in order, then the library's all-reduce adds the ranks' sums.
+    // Each rank sums its own cores in order, then the library's all-reduce adds the ranks' sums (one
+    // flat buffer).
     std::vector<Tensor> fast_gradient_sums() {
         const auto& specs = model.parameters();
-        std::vector<Tensor> total(specs.size());
-        pool->run(static_cast<std::int64_t>(specs.size()), [&](std::int64_t parameter) {
+        const std::size_t num_parameters = specs.size();
+        std::vector<std::int64_t> offset(num_parameters + 1, 0);
+        for (std::size_t p = 0; p < num_parameters; ++p) offset[p + 1] = offset[p] + num_elements_of(specs[p].shape);
+        std::vector<float> total(static_cast<std::size_t>(offset.back()), 0.0f);
+        pool->run(static_cast<std::int64_t>(num_parameters), [&](std::int64_t parameter) {
             const auto p = static_cast<std::size_t>(parameter);
-            total[p] = Tensor::zeros(specs[p].shape, DType::F32);
-            float* sum = total[p].data<float>();
+            float* sum = total.data() + offset[p];
+            const std::int64_t count = offset[p + 1] - offset[p];
             for (std::int64_t c = first_local; c < end_local; ++c) {
                 if (replicated_parameter[p] && c % per_replica != 0) continue;
                 const float* g = cores[static_cast<std::size_t>(c)].executor->parameters()[p].gradient.data<float>();
-                for (std::int64_t e = 0; e < total[p].num_elements(); ++e) sum[e] += g[e];
+                for (std::int64_t e = 0; e < count; ++e) sum[e] += g[e];
             }
         });
-        for (Tensor& sum : total) {
-            transport->all_reduce_sum(std::span<float>(sum.data<float>(), static_cast<std::size_t>(sum.num_elements())));
-            if (mesh.num_replicas > 1) {
-                const auto inverse = 1.0f / static_cast<float>(mesh.num_replicas);
-                float* values = sum.data<float>();
-                for (std::int64_t e = 0; e < sum.num_elements(); ++e) values[e] *= inverse;
-            }
+        transport->all_reduce_sum(total);
+        if (mesh.num_replicas > 1) {
+            const auto inverse = 1.0f / static_cast<float>(mesh.num_replicas);
+            for (float& value : total) value *= inverse;
         }
-        return total;
+        std::vector<Tensor> totals(num_parameters);
+        for (std::size_t p = 0; p < num_parameters; ++p) {
+            totals[p] = Tensor::empty(specs[p].shape, DType::F32);
+            std::copy(total.begin() + offset[p], total.begin() + offset[p + 1], totals[p].data<float>());
+        }
+        return totals;
     }
 
     static std::span<std::byte> as_bytes(const Tensor& tensor) {
