@@ -6,6 +6,7 @@
 //   tessera-cli convert <in> <out>
 //   tessera-cli plan <experiment.json> [--sweep] [--json <out.json>] [--device <preset>] [--overlap]
 //   tessera-cli calibrate [--out <host.json>] [--threads 2] [--quick] [--check]
+//   mpirun -np K tessera-cli calibrate --network [--out <host.json>] [--quick]
 //   tessera-cli validate <experiment.json>...
 //   tessera-cli train <experiment.json> [--steps N] [--model-dir DIR] [--threads 2] [--plain]
 //                     [--backend mpi] [--reduction reproducible|fast]     (under mpirun -np K or srun)
@@ -19,6 +20,8 @@
 #include "core/units.hpp"
 #include "mesh/fidelity.hpp"
 #include "mesh/host_calibration.hpp"
+#include "mesh/network_calibration.hpp"
+#include "mpi/mpi_transport.hpp"
 #include "cost/planner.hpp"
 #include "data/examples.hpp"
 #include "experiment/experiment.hpp"
@@ -238,6 +241,39 @@ CLI::Validator whole_number_in(const std::string& option, long long lowest, long
         "INT in [" + std::to_string(lowest) + ", " + std::to_string(highest) + "]");
 }
 
+// `mpirun -np K tessera-cli calibrate --network`: the network between the ranks, added to the host preset
+// rank 0 reads (calibrated first, for the threads each rank will run).
+int calibrate_network_command(const std::string& out_option, bool quick) {
+    int argc = 0;
+    char** argv = nullptr;
+    tessera::mpi::Session session(argc, argv);
+    const std::shared_ptr<tessera::mesh::Transport> transport = tessera::mpi::make_transport();
+    try {
+        const std::filesystem::path out =
+            out_option.empty() ? tessera::cost::devices_directory() / "host.json" : std::filesystem::path(out_option);
+        const tessera::mesh::NetworkCalibration network = tessera::mesh::measure_network(*transport, quick);
+        if (transport->rank() != 0) return tessera::cli::exit_ok;
+        TESSERA_CHECK(std::filesystem::exists(out), "no host preset at " << out.string()
+                                                                         << " to add the network to: calibrate the host first "
+                                                                            "(tessera-cli calibrate --threads <threads per rank>), then the network");
+        tessera::cost::Device host = tessera::cost::load_device_file(out);
+        for (const auto& [name, value] : network.as_measured()) host.measured[name] = value;
+        host.sources.push_back("cluster_*: mpirun -np " + std::to_string(network.ranks) + " tessera-cli calibrate --network (ping-pong, all-gather, all-reduce)");
+        tessera::mesh::write_device_file(host, out);
+        std::printf("network between %d ranks on %s: latency %.1f us, bandwidth %.2f GB/s, all-gather %.1f us", network.ranks,
+                    transport->host_name().c_str(), network.latency_seconds * 1e6, network.bandwidth_bytes_per_second * 1e-9,
+                    network.gather_seconds * 1e6);
+        for (const auto& [bytes, seconds] : network.all_reduce_seconds) {
+            std::printf(", all-reduce %.0f KiB %.1f us", bytes / 1024.0, seconds * 1e6);
+        }
+        std::printf("\nnoise: %.1f%%\nwrote %s\n", network.noise_percent, out.string().c_str());
+        return tessera::cli::exit_ok;
+    } catch (const tessera::Error& error) {
+        std::fprintf(stderr, "tessera-cli: MPI rank %d: %s\n", transport->rank(), error.what());
+        tessera::mpi::abort_job(error.is_internal() ? exit_failure : exit_bad_input);
+    }
+}
+
 int run(int argc, char** argv) {
     CLI::App app{"tessera-cli: headless Tessera (volumes, phantoms, planning, training)"};
     app.set_version_flag("--version", TESSERA_VERSION);
@@ -282,6 +318,10 @@ int run(int argc, char** argv) {
         ->capture_default_str()
         ->check(whole_number_in("--threads", 1, 256));
     calibrate->add_flag("--quick", calibrate_quick, "Fewer measurements (a rougher preset, in a second)");
+    bool calibrate_network = false;
+    calibrate->add_flag("--network", calibrate_network,
+                        "Under mpirun -np K (K >= 2): measure the network between the ranks (ping-pong latency and bandwidth, "
+                        "all-gather, all-reduce) and add it to the host preset, for predictions of meshes spread over ranks");
     bool calibrate_check = false;
     calibrate->add_flag("--check", calibrate_check,
                         "Then train a few validation cases on the simulated cores and print predicted against measured step "
@@ -345,6 +385,8 @@ int run(int argc, char** argv) {
     try {
         if (*plan) {
             return run_plan(plan_experiment, plan_sweep, plan_json_out, plan_device, plan_overlap);
+        } else if (*calibrate && calibrate_network) {
+            return calibrate_network_command(calibrate_out, calibrate_quick);
         } else if (*calibrate) {
             tessera::mesh::CalibrationOptions options;
             options.threads = calibrate_threads;

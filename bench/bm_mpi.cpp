@@ -5,7 +5,10 @@
 // ranks of one core each.
 //
 // Usage: [mpirun -np K] bm_mpi [--backend mpi|single] [--pieces 2,2,2] [--steps 8] [--warmup 2]
-//        [--threads 1] [--reduction reproducible|fast]
+//        [--threads 1] [--reduction reproducible|fast] [--preset host.json]
+// With --preset (a host preset calibrated for --threads, and for the network: tessera-cli calibrate
+// --network), rank 0 then profiles the layers and prints the cost model's prediction of the same step:
+//   predicted_ms=<> error=<percent>%
 // Prints one line (rank 0):
 //   backend=<b> ranks=<K> cores=<T> threads=<t> step_ms=<median> step_ms_min=<> step_ms_max=<>
 //   halo_wait_ms=<rank 0's median> gradient_ms=<> sent_kib_per_rank=<per step, each rank>
@@ -13,6 +16,10 @@
 #include "mesh/core_mesh.hpp"
 #include "mpi/mpi_transport.hpp"
 #include "core/random.hpp"
+#include "cost/cost_model.hpp"
+#include "cost/device.hpp"
+#include "cost/step_simulation.hpp"
+#include "mesh/layer_profile.hpp"
 #include "networks/models.hpp"
 
 #include <sys/resource.h>
@@ -24,6 +31,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 using namespace tessera;
@@ -68,7 +76,7 @@ std::string joined(const std::vector<double>& values, const char* format) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    std::string backend = "mpi", reduction = "reproducible", pieces_text = "2,2,2";
+    std::string backend = "mpi", reduction = "reproducible", pieces_text = "2,2,2", preset;
     int steps = 8, warmup = 2, threads = 1;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!std::strcmp(argv[i], "--backend")) backend = argv[i + 1];
@@ -77,6 +85,7 @@ int main(int argc, char** argv) {
         else if (!std::strcmp(argv[i], "--warmup")) warmup = std::atoi(argv[i + 1]);
         else if (!std::strcmp(argv[i], "--threads")) threads = std::atoi(argv[i + 1]);
         else if (!std::strcmp(argv[i], "--reduction")) reduction = argv[i + 1];
+        else if (!std::strcmp(argv[i], "--preset")) preset = argv[i + 1];
     }
     std::optional<mpi::Session> session;
     std::shared_ptr<mesh::Transport> transport = std::make_shared<mesh::SingleProcess>();
@@ -133,6 +142,20 @@ int main(int argc, char** argv) {
                     median(step_ms), *std::min_element(step_ms.begin(), step_ms.end()), *std::max_element(step_ms.begin(), step_ms.end()),
                     median(halo_ms), median(gradient_ms), joined(sent, "%.0f").c_str(), joined(sent_messages, "%.0f").c_str(),
                     collectives / steps, joined(rss, "%.0f").c_str());
+        if (!preset.empty()) {
+            // The layers profiled as they run here: ranks × threads kernels side by side, up to the host's cores.
+            const int host_cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+            const int side_by_side = std::min(host_cores, transport->num_ranks() * threads);
+            const cost::Device host = cost::load_device_file(preset);
+            cost::SimulationOptions options;
+            options.optimizer_slots = 2;
+            options.record_timeline = false;
+            options.measured_layers = std::make_shared<cost::MeasuredLayers>(mesh::profile_layers(
+                model, cores.plan(), {.repeats = 2, .threads = side_by_side, .tasks = cores.num_cores(), .max_tasks = cores.num_cores()}));
+            options.spread = cost::SimulationOptions::RankSpread{transport->num_ranks(), host_cores, reduction == "fast"};
+            const double predicted = cost::predict_host_step(model, cores.plan(), 1, cost::CostModel(host), options).step_seconds * 1e3;
+            std::printf("predicted_ms=%.1f error=%+.1f%%\n", predicted, (predicted / median(step_ms) - 1.0) * 100.0);
+        }
     }
     return 0;
 }

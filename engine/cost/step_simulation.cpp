@@ -508,6 +508,85 @@ double phase_makespan(const std::vector<double>& tasks, int threads) {
     return *std::max_element(free.begin(), free.end());
 }
 
+// A mesh spread over MPI ranks (SimulationOptions::spread): who holds which core, and what messages and
+// collectives cost on the calibrated network. One rank, nothing spread: every cost below is 0.
+struct RankNetwork {
+    int ranks = 1;
+    std::vector<std::int64_t> first;   // [ranks + 1] first mesh core of each rank
+    double oversubscription = 1;       // ranks × threads over the host's cores, when they share one host
+    double latency = 0, bandwidth = 1, gather_seconds = 0;
+    bool fast = false;
+    std::vector<std::pair<double, double>> all_reduce;  // bytes → seconds, ascending
+    static constexpr double fixed_collectives = 4;      // per step: failures, events, ledgers, the loss's replica values
+
+    RankNetwork(const CostModel& host, const SimulationOptions& options, std::int64_t mesh_cores, int threads) {
+        first = {0, mesh_cores};
+        if (!options.spread || options.spread->ranks <= 1) return;
+        const auto& measured = host.device().measured;
+        TESSERA_CHECK(measured.count("cluster_latency_us") && measured.count("cluster_bandwidth_gbs") && measured.count("cluster_gather_us"),
+                      "predicting a mesh spread over MPI ranks needs the network between them in the host preset ("
+                          << host.device().id << "): run mpirun -np 2 tessera-cli calibrate --network after tessera-cli calibrate");
+        ranks = options.spread->ranks;
+        TESSERA_CHECK(ranks <= mesh_cores, "a mesh of " << mesh_cores << " cores cannot spread over " << ranks << " ranks");
+        first.assign(static_cast<std::size_t>(ranks) + 1, 0);
+        const std::int64_t base = mesh_cores / ranks, extra = mesh_cores % ranks;
+        for (int rank = 0; rank <= ranks; ++rank) first[static_cast<std::size_t>(rank)] = rank * base + std::min<std::int64_t>(rank, extra);
+        if (options.spread->host_cores > 0) {
+            oversubscription = std::max(1.0, static_cast<double>(ranks * threads) / static_cast<double>(options.spread->host_cores));
+        }
+        latency = measured.at("cluster_latency_us") * 1e-6;
+        bandwidth = std::max(measured.at("cluster_bandwidth_gbs"), 1e-6) * 1e9;
+        gather_seconds = measured.at("cluster_gather_us") * 1e-6;
+        fast = options.spread->fast_reduction;
+        for (const auto& [name, value] : measured) {
+            if (name.rfind("cluster_all_reduce_us_", 0) == 0) all_reduce.emplace_back(std::stod(name.substr(22)), value * 1e-6);
+        }
+        std::sort(all_reduce.begin(), all_reduce.end());
+    }
+
+    int owner(std::int64_t mesh_core) const {
+        return static_cast<int>(std::upper_bound(first.begin(), first.end(), mesh_core) - first.begin()) - 1;
+    }
+    double message_seconds(double bytes) const { return latency + bytes / bandwidth; }
+
+    // The weight gradients' sum across the mesh. One process: `in_process` (its cores summed on its
+    // threads). Reproducible: a chain through the ranks in core order — each rank's share of that sum one
+    // after another, a message per hop (two buffers where a replica spans the hop), then a broadcast from
+    // the last rank. Fast: the slowest rank's share, then the library's all-reduce of the buffer.
+    double gradient_seconds(double in_process, double buffer_bytes, std::int64_t cores_per_replica) const {
+        if (ranks == 1) return in_process;
+        const double mesh_cores = static_cast<double>(first.back());
+        if (fast) {
+            double largest = 0;
+            for (int rank = 0; rank < ranks; ++rank) largest = std::max(largest, static_cast<double>(first[rank + 1] - first[rank]));
+            return in_process * oversubscription * largest / mesh_cores + all_reduce_time(buffer_bytes);
+        }
+        double chain = in_process * oversubscription;
+        for (int rank = 1; rank < ranks; ++rank) {
+            const std::int64_t boundary = first[static_cast<std::size_t>(rank)];
+            const int buffers = (boundary / cores_per_replica >= 1 ? 1 : 0) + (boundary % cores_per_replica != 0 ? 1 : 0);
+            chain += message_seconds(buffers * buffer_bytes);
+        }
+        const double broadcast_hops = std::ceil(std::log2(static_cast<double>(ranks)));
+        return chain + broadcast_hops * message_seconds(buffer_bytes);
+    }
+
+    // MPI's all-reduce of `bytes`, interpolated over the calibrated sizes (linear beyond them).
+    double all_reduce_time(double bytes) const {
+        if (all_reduce.empty()) return 2 * std::ceil(std::log2(static_cast<double>(ranks))) * message_seconds(bytes);
+        if (bytes <= all_reduce.front().first) return all_reduce.front().second;
+        for (std::size_t i = 1; i < all_reduce.size(); ++i) {
+            if (bytes <= all_reduce[i].first) {
+                const auto& [b0, t0] = all_reduce[i - 1];
+                const auto& [b1, t1] = all_reduce[i];
+                return t0 + (t1 - t0) * (bytes - b0) / (b1 - b0);
+            }
+        }
+        const auto& [b, t] = all_reduce.back();
+        return t * bytes / b;
+    }
+};
+
 }  // namespace
 
 StepPrediction predict_host_step(const graph::Graph& model, const partition::TilingPlan& plan, std::int64_t replicas,
@@ -529,19 +608,38 @@ StepPrediction predict_host_step(const graph::Graph& model, const partition::Til
     const double slowdown = std::max(1.0, host.host_rate("parallel_slowdown"));
     const std::int64_t tasks_per_phase = cores * replicas;
     const double concurrent = tasks_per_phase > 1 && threads > 1 ? slowdown : 1.0;
-    // One phase: task(core) seconds for every core of every replica (replicas repeat the same tiles).
     // Layers profiled side by side already ran under that slowdown.
     const double layer_concurrent = options.measured_layers ? 1.0 : concurrent;
+    const RankNetwork network(host, options, cores * replicas, threads);
+    // One phase: task(core) seconds for every core of every replica (replicas repeat the same tiles), on
+    // each rank's threads; the phase ends with its slowest rank.
     auto phase = [&](const std::function<double(std::int64_t)>& task, bool layer = false) {
-        std::vector<double> tasks;
+        std::vector<std::vector<double>> tasks(static_cast<std::size_t>(network.ranks));
         for (std::int64_t r = 0; r < replicas; ++r) {
             for (std::int64_t core = 0; core < cores; ++core) {
-                const double seconds = task(core) * (layer ? layer_concurrent : concurrent);
-                tasks.push_back(seconds);
+                const double seconds = task(core) * (layer ? layer_concurrent : concurrent) * network.oversubscription;
+                tasks[static_cast<std::size_t>(network.owner(r * cores + core))].push_back(seconds);
                 prediction.cores[static_cast<std::size_t>(core)].compute_seconds += r == 0 ? seconds : 0;
             }
         }
-        wall += phase_makespan(tasks, threads) + phase_overhead;
+        double slowest = 0;
+        for (const std::vector<double>& rank_tasks : tasks) slowest = std::max(slowest, phase_makespan(rank_tasks, threads));
+        wall += slowest + phase_overhead;
+    };
+    // Halo rows between ranks: each rank waits for its messages (one per transfer from another rank's core).
+    auto remote_halos = [&](int id) {
+        if (network.ranks == 1) return;
+        std::vector<double> waits(static_cast<std::size_t>(network.ranks), 0.0);
+        for (std::int64_t r = 0; r < replicas; ++r) {
+            for (std::int64_t core = 0; core < cores; ++core) {
+                const int receiver = network.owner(r * cores + core);
+                for (const HaloTransfer& in : incoming[static_cast<std::size_t>(id)][static_cast<std::size_t>(core)]) {
+                    if (network.owner(r * cores + in.peer) == receiver) continue;
+                    waits[static_cast<std::size_t>(receiver)] += network.message_seconds(static_cast<double>(in.elements * element));
+                }
+            }
+        }
+        wall += *std::max_element(waits.begin(), waits.end());
     };
     std::vector<std::vector<LayerCost>> costs = costs_per_core(model, plan, host, options);
     if (const MeasuredLayers* measured = options.measured_layers.get()) {
@@ -578,13 +676,18 @@ StepPrediction predict_host_step(const graph::Graph& model, const partition::Til
                 for (const partition::Interval& interval : plan.tile(id, core).needed) needed *= interval.size();
                 return static_cast<double>(2 * element * needed) / copy_rate + halo_copy_seconds(id, core);
             });
+            remote_halos(id);
         }
         const bool training_norm = node.kind == OpKind::BatchNorm;
-        if (training_norm) {  // two statistics phases, then the normalising phase
-            for (int p = 0; p < 2; ++p) phase([&](std::int64_t core) { return cost_of(core, id).forward.seconds / 3; }, true);
+        if (training_norm) {  // two statistics phases (each reduced over the ranks), then the normalising phase
+            for (int p = 0; p < 2; ++p) {
+                phase([&](std::int64_t core) { return cost_of(core, id).forward.seconds / 3; }, true);
+                wall += network.gather_seconds;
+            }
             phase([&](std::int64_t core) { return cost_of(core, id).forward.seconds / 3; }, true);
         } else if (node.kind == OpKind::GlobalAvgPool) {
             phase([&](std::int64_t core) { return cost_of(core, id).forward.seconds; }, true);
+            wall += network.gather_seconds;
             phase([&](std::int64_t) { return 0.0; });
         } else {
             phase([&](std::int64_t core) { return cost_of(core, id).forward.seconds; }, true);
@@ -594,6 +697,7 @@ StepPrediction predict_host_step(const graph::Graph& model, const partition::Til
     const int output = model.output_node();
     const double loss_rate = std::max(host.host_rate("loss"), 1e-3) * 1e9;
     phase([&](std::int64_t core) { return static_cast<double>(8 * plan.tile_elements(output, core)) / loss_rate; });
+    wall += 2 * network.gather_seconds;  // the loss partials, and each replica's loss
     phase([&](std::int64_t core) { return static_cast<double>(8 * plan.tile_elements(output, core)) / loss_rate; });
     phase([&](std::int64_t core) { return static_cast<double>(8 * plan.tile_elements(output, core)) / copy_rate; });
     prediction.forward_seconds = wall;
@@ -603,6 +707,7 @@ StepPrediction predict_host_step(const graph::Graph& model, const partition::Til
         const int id = node.id;
         if (node.kind == OpKind::BatchNorm) {
             phase([&](std::int64_t core) { return cost_of(core, id).backward.seconds * 0.6; }, true);
+            wall += network.gather_seconds;
             phase([&](std::int64_t core) { return cost_of(core, id).backward.seconds * 0.4; }, true);
         } else {
             phase([&](std::int64_t core) { return cost_of(core, id).backward.seconds; }, true);
@@ -614,6 +719,7 @@ StepPrediction predict_host_step(const graph::Graph& model, const partition::Til
                 return static_cast<double>(2 * element * plan.tile_elements(node.inputs[0], core)) / copy_rate;
             });
             phase([&](std::int64_t core) { return 1.5 * halo_copy_seconds(id, core); });
+            remote_halos(id);
         }
     }
     // Weight gradients summed over the cores and copied back, one task per parameter tensor over the
@@ -634,15 +740,17 @@ StepPrediction predict_host_step(const graph::Graph& model, const partition::Til
         for (const graph::ParameterSpec& spec : model.parameters())
             reductions.push_back(per_tensor + static_cast<double>(num_elements_of(spec.shape)) * per_element);
         prediction.gradient_all_reduce_seconds =
-            phase_makespan(reductions, threads) +
+            network.gradient_seconds(phase_makespan(reductions, threads), 4.0 * static_cast<double>(parameters), cores) +
             static_cast<double>(parameters) * host.host_rate("finite_checks_ns_per_parameter") * 1e-9;
         wall += prediction.gradient_all_reduce_seconds + phase_overhead;
         // Momentum SGD was measured: Adam's second slot adds to the bytes each update moves.
         const double update = static_cast<double>(parameters) * update_per_parameter *
                               static_cast<double>(3 + 2 * options.optimizer_slots) / 5.0;
-        const std::vector<double> updates(static_cast<std::size_t>(cores * replicas), update);
+        // One update per rank in the mesh (a rank's cores share its first core's weights).
+        const std::vector<double> updates(static_cast<std::size_t>(network.ranks > 1 ? 1 : cores * replicas), update);
         for (CoreBreakdown& core : prediction.cores) core.compute_seconds += update;
-        wall += phase_makespan(updates, threads) + phase_overhead;
+        wall += phase_makespan(updates, threads) * network.oversubscription + phase_overhead;
+        wall += network.fixed_collectives * network.gather_seconds;  // the step's end: failures, events, ledgers
     } else {  // presets calibrated before round 2: memory passes at the copy rate
         prediction.gradient_all_reduce_seconds = 4.0 * static_cast<double>(parameters) * 3 * all_cores / copy_rate / threads;
         wall += prediction.gradient_all_reduce_seconds + phase_overhead;

@@ -18,6 +18,7 @@
 #include "cost/memory_model.hpp"
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,15 @@ struct SimulationOptions {
     // predict_host_step only: layer times measured on this host replace the host preset's per-class
     // rates (the rest of the step — phases, barriers, halos, reductions, update — is still modelled).
     std::shared_ptr<const MeasuredLayers> measured_layers;
+    // predict_host_step only: the mesh spread over MPI ranks (contiguous blocks of cores, as the mesh
+    // places them), each rank running its cores on the preset's threads, with the network between them
+    // from the preset's cluster_* figures (`mpirun -np K tessera-cli calibrate --network`).
+    struct RankSpread {
+        int ranks = 1;
+        int host_cores = 0;         // cores of the one host every rank runs on (0: each rank has its own)
+        bool fast_reduction = false;  // MPI_Allreduce rather than the reproducible chain
+    };
+    std::optional<RankSpread> spread;
 };
 
 enum class SpanKind { Compute, Halo, AllReduce };

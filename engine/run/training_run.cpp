@@ -30,6 +30,7 @@
 #include <exception>
 #include <functional>
 #include <numeric>
+#include <thread>
 
 namespace tessera::run {
 
@@ -452,11 +453,29 @@ struct TrainingRun::Impl {
                                 " (tessera-cli calibrate --threads " + std::to_string(options.host_threads) + ")");
                 return;
             }
+            // Spread over MPI ranks: every rank's threads run kernels side by side (up to this host's cores,
+            // when every rank runs here), and the network between the ranks is the preset's.
+            std::optional<cost::SimulationOptions::RankSpread> spread_over;
+            int side_by_side = threads;
+            if (spread()) {
+                const std::vector<std::string>& hosts = mesh->rank_hosts();
+                const bool one_host = std::all_of(hosts.begin(), hosts.end(), [&](const std::string& h) { return h == hosts.front(); });
+                const int host_cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+                spread_over = cost::SimulationOptions::RankSpread{options.transport->num_ranks(), one_host ? host_cores : 0,
+                                                                   mesh->config().reduction == mesh::ReductionOrder::Fast};
+                if (one_host) side_by_side = std::min(host_cores, options.transport->num_ranks() * threads);
+                if (!host.measured.count("cluster_latency_us")) {
+                    notes.push_back("no prediction for this host spread over " + std::to_string(options.transport->num_ranks()) +
+                                    " MPI ranks: its preset (" + preset.string() +
+                                    ") has no network figures (mpirun -np 2 tessera-cli calibrate --network)");
+                    return;
+                }
+            }
             const mesh::ProfileOptions profile{.precision = experiment.precision,
                                                 .repeats = 2,
-                                                .threads = threads,
+                                                .threads = side_by_side,
                                                 .tasks = mesh->num_cores(),
-                                                .max_tasks = 2 * threads};
+                                                .max_tasks = std::max<std::int64_t>(2 * side_by_side, spread() ? mesh->num_cores() : 0)};
             // The profile's executors, each about one simulated core's memory, live beside the mesh's:
             // what the compiled cores hold, measured (the estimate undercounts the kernels' workspace).
             std::int64_t run_bytes = 0;
@@ -475,6 +494,7 @@ struct TrainingRun::Impl {
             simulation.record_timeline = false;
             simulation.measured_layers =
                 std::make_shared<cost::MeasuredLayers>(mesh::profile_layers(mesh->model(), mesh->plan(), profile));
+            simulation.spread = spread_over;
             start.predicted_host_step_seconds =
                 cost::predict_host_step(mesh->model(), mesh->plan(), mesh->num_replicas(), cost::CostModel(host), simulation).step_seconds;
             const auto checked = host.measured.find("check_rms_error_percent");

@@ -185,3 +185,70 @@ TEST(Fidelity, TrustCheckCasesAreValidationCasesAndRun) {
     EXPECT_GT(result.measured_fastest(), 0);
     EXPECT_LE(result.measured_fastest(), result.measured_median());
 }
+
+// A mesh spread over MPI ranks (SimulationOptions::spread), on the hand-made host with a network.
+namespace {
+cost::Device host_with_network() {
+    cost::Device host = hand_made_host();
+    host.measured["cluster_latency_us"] = 10;
+    host.measured["cluster_bandwidth_gbs"] = 1;
+    host.measured["cluster_gather_us"] = 100;
+    return host;
+}
+}  // namespace
+
+TEST(HostStepPrediction, RanksRunTheirCoresSideBySideAndPayTheNetwork) {
+    // 4 cores of 1 ms per layer each way on one host thread: one process runs them one after another, 2
+    // ranks two each at once (each rank its own host core). The network adds: per BN 3 gathers, the loss
+    // 2, the step's end 4 (100 µs each); halo messages between the ranks; the chain's hop and broadcast.
+    const Shape input{1, 1, 32, 32};
+    const graph::Graph model = small_unet(input);
+    const partition::TilingPlan plan(model, partition::SpatialGrid::even(input, {4, 1}));
+    cost::SimulationOptions options;
+    options.record_timeline = false;
+    auto layers = std::make_shared<cost::MeasuredLayers>(4, std::vector<cost::MeasuredLayer>(model.nodes().size()));
+    for (auto& core : *layers) {
+        for (std::size_t node = 0; node < core.size(); ++node) {
+            if (static_cast<int>(node) != model.input_node()) core[node] = {1e-3, 1e-3};
+        }
+    }
+    options.measured_layers = layers;
+    const cost::CostModel host(host_with_network());
+    const double alone = cost::predict_host_step(model, plan, 1, host, options).step_seconds;
+    options.spread = cost::SimulationOptions::RankSpread{1, 0, false};
+    EXPECT_EQ(cost::predict_host_step(model, plan, 1, host, options).step_seconds, alone);  // one rank: one process
+
+    // Without a network (zero latency, gathers and transfer time), 2 ranks halve every layer phase.
+    cost::Device free_network = host_with_network();
+    free_network.measured["cluster_latency_us"] = 0;
+    free_network.measured["cluster_gather_us"] = 0;
+    free_network.measured["cluster_bandwidth_gbs"] = 1e12;
+    options.spread = cost::SimulationOptions::RankSpread{2, 0, false};
+    const double two_free = cost::predict_host_step(model, plan, 1, cost::CostModel(free_network), options).step_seconds;
+    const auto layers_per_core = static_cast<double>(model.nodes().size() - 1);
+    EXPECT_NEAR(alone - two_free, 2 * layers_per_core * 2e-3, 0.1 * layers_per_core * 2e-3);
+
+    // The gathers: 3 per batch norm, 2 for the loss, 4 at the step's end.
+    std::int64_t batch_norms = 0;
+    for (const graph::Node& node : model.nodes()) batch_norms += node.kind == graph::OpKind::BatchNorm ? 1 : 0;
+    cost::Device gathers_only = free_network;
+    gathers_only.measured["cluster_gather_us"] = 100;
+    const double two_gathers = cost::predict_host_step(model, plan, 1, cost::CostModel(gathers_only), options).step_seconds;
+    EXPECT_NEAR(two_gathers - two_free, static_cast<double>(3 * batch_norms + 2 + 4) * 100e-6, 1e-9);
+
+    // Sharing one host of 2 cores, 4 single-threaded ranks take twice as long per layer as 2.
+    options.spread = cost::SimulationOptions::RankSpread{4, 2, false};
+    const double four_on_two_cores = cost::predict_host_step(model, plan, 1, cost::CostModel(free_network), options).step_seconds;
+    options.spread = cost::SimulationOptions::RankSpread{4, 0, false};
+    const double four_own_cores = cost::predict_host_step(model, plan, 1, cost::CostModel(free_network), options).step_seconds;
+    EXPECT_GT(four_on_two_cores, 1.8 * four_own_cores);
+
+    // A preset without the network is refused, naming the command that measures it.
+    options.spread = cost::SimulationOptions::RankSpread{2, 0, false};
+    try {
+        cost::predict_host_step(model, plan, 1, cost::CostModel(hand_made_host()), options);
+        FAIL() << "expected a refusal";
+    } catch (const Error& error) {
+        EXPECT_NE(std::string(error.what()).find("calibrate --network"), std::string::npos) << error.what();
+    }
+}
