@@ -326,6 +326,10 @@ int train_over_mpi(const RunArguments& arguments) {
                      rank, CPU_COUNT(&allowed), arguments.threads, arguments.threads, arguments.threads, CPU_COUNT(&allowed));
     }
     if (rank > 0) {
+        // Ctrl-C or SIGTERM reaches every rank of a local job; rank 0 decides (it stops after the step,
+        // with a checkpoint, and then ends the others).
+        std::signal(SIGINT, SIG_IGN);
+        std::signal(SIGTERM, SIG_IGN);
         try {
             run::follow_training_run(experiment::load_experiment(arguments.experiment), options);
         } catch (const Error& error) {

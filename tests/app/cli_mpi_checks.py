@@ -5,6 +5,7 @@
 - a checkpoint written with 4 ranks resumed with 2 and then in one process, the losses continuing
   bit-exactly those of an uninterrupted run;
 - reduction "fast" within a stated tolerance of one process;
+- Ctrl-C on mpirun: the run stops after the step with a checkpoint;
 - a rank killed mid-run: the job ends within 10 s, non-zero, naming the rank; the model_dir holds no
   half-written file and the run resumes from its last checkpoint;
 - started by mpirun without --backend mpi: refused, saying what to add.
@@ -120,6 +121,27 @@ def main():
     # Refused: mpirun without --backend mpi.
     run([mpirun, "-np", "2", "--oversubscribe", cli, "train", experiment, "--model-dir", folder("refused")],
         expect_code=2, expect=("without --backend mpi", "Add --backend mpi"))
+
+    # Ctrl-C on mpirun: every rank gets it, rank 0 stops after the step with a checkpoint (tessera-cli exits
+    # 130; OpenMPI's mpirun, itself interrupted, reports 1).
+    interrupted = folder("interrupted")
+    started = subprocess.Popen(command(cli, mpirun, 2, experiment, "--model-dir", interrupted, "--steps", "1000000"),
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 300
+    while time.time() < deadline and not glob.glob(os.path.join(interrupted, "model.ckpt-*.safetensors")):
+        time.sleep(0.2)
+    started.send_signal(signal.SIGINT)
+    try:
+        output, _ = started.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        started.kill()
+        sys.exit("Ctrl-C: mpirun still running 60 s after SIGINT")
+    if started.returncode == 0 or "stopped after step" not in output:
+        sys.exit(f"Ctrl-C: expected a non-zero exit and a stop after the step, got {started.returncode}\n{output}")
+    stopped_at = max(losses(interrupted))
+    if not os.path.exists(os.path.join(interrupted, f"model.ckpt-{stopped_at:06d}.safetensors")):
+        sys.exit(f"Ctrl-C: no checkpoint of the last step ({stopped_at})\n{output}")
+    print(f"ok: Ctrl-C on mpirun stops both ranks after step {stopped_at} with its checkpoint, exit {started.returncode}")
 
     # A rank killed mid-run (a run far longer than the test: a step takes ~20 ms here).
     killed = folder("killed")
