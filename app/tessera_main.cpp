@@ -67,6 +67,9 @@ int run_studio(int argc, char** argv) {
                                           QStringLiteral("steps"));
     const QCommandLineOption model_dir_option(QStringLiteral("model-dir"), QStringLiteral("The run's model_dir (with --train)."),
                                               QStringLiteral("dir"));
+    const QCommandLineOption ranks_option(QStringLiteral("ranks"),
+                                          QStringLiteral("With --train: on this many MPI ranks (mpirun) rather than in the studio."),
+                                          QStringLiteral("K"));
     const QCommandLineOption shot_at_option(QStringLiteral("shot-at-step"),
                                             QStringLiteral("With --train and --screenshot: capture the run in progress at this step."),
                                             QStringLiteral("step"));
@@ -77,6 +80,7 @@ int run_studio(int argc, char** argv) {
     const QCommandLineOption open_run_option(QStringLiteral("open-run"),
                                              QStringLiteral("Open a run's model_dir: its charts, scores and last evaluation."),
                                              QStringLiteral("dir"));
+    parser.addOptions({ranks_option});
     parser.addOptions({labels_option, phantom_option, screenshot_option, size_option, experiment_option, grab_option, train_option,
                        model_dir_option, shot_at_option, check_open_option, open_run_option});
     parser.process(app);
@@ -122,8 +126,9 @@ int run_studio(int argc, char** argv) {
         tessera::ui::RunPanel* run = window.runPanel();
         if (parser.isSet(model_dir_option)) run->modelDirEdit()->setText(parser.value(model_dir_option));
         run->stepsBox()->setValue(parser.value(train_option).toInt());
+        if (parser.isSet(ranks_option)) run->ranksBox()->setValue(parser.value(ranks_option).toInt());
         run->startRun();
-        training = window.runController()->isRunning();
+        training = window.runController()->isRunning() || run->mpiLauncher()->isRunning();
     }
 
     if (parser.isSet(screenshot_option)) {
@@ -171,6 +176,9 @@ int run_studio(int argc, char** argv) {
             });
             QObject::connect(window.runController(), &tessera::ui::RunController::failed, &window,
                              [&window, capture] { QTimer::singleShot(500, &window, capture); });
+            // On MPI ranks: when mpirun ends (the watched model_dir's charts refresh every 2 s).
+            QObject::connect(window.runPanel()->mpiLauncher(), &tessera::ui::MpiLauncher::finished, &window,
+                             [&window, capture] { QTimer::singleShot(3000, &window, capture); });
         } else {
             if (part == QStringLiteral("experiment")) {
                 if (auto* dock = window.findChild<QDockWidget*>(QStringLiteral("experimentDock"))) dock->raise();

@@ -3,6 +3,8 @@
 // run opens again from its model_dir and its loss chart exports to CSV. And a detector: the RetinaNet
 // shapes preset previewed with its objects and tiles, trained two steps, its boxes drawn in the Detections
 // tab, its AP table, precision–recall chart and AP and box curves filled, and shown again when reopened.
+// And a run on 2 MPI ranks launched from the Run dock (mpirun), watched through its model_dir, stopped
+// and resumed there.
 #include "gl_test_main.hpp"
 #include "ui_test_support.hpp"
 #include "model/partition_design.hpp"
@@ -22,6 +24,7 @@
 #include <QListWidget>
 #include <QTabWidget>
 #include <QXYSeries>
+#include <QDir>
 #include <QFile>
 #include <QLabel>
 #include <QLineEdit>
@@ -42,6 +45,71 @@ class tst_TrainingStudio : public QObject {
     Q_OBJECT
 private slots:
     void init() { QSettings().clear(); }
+
+    void trainsOnMpiRanksFromTheRunDock() {
+        // A small experiment saved to a file: every rank reads it from there.
+        QTemporaryDir scratch;
+        const QString experiment = scratch.filePath(QStringLiteral("mpi_run.json"));
+        {
+            QFile file(experiment);
+            QVERIFY(file.open(QIODevice::WriteOnly));
+            file.write(R"({"version": 1, "name": "2D U-Net on 2 MPI ranks",
+                "model": {"kind": "unet", "depth": 3, "base_width": 8, "num_classes": 2, "batch_norm": true},
+                "input": {"channels": 1, "size": [96, 96]}, "global_batch": 2, "num_cores_per_replica": 4, "num_replicas": 1,
+                "input_partition_dims": [[1, 2, 2, 1], null], "device": "tpu_v3", "precision": "f32", "optimizer": {"kind": "adam"},
+                "data": {"source": "synthetic_em", "image_size": [128, 128], "num_train_images": 4, "num_eval_images": 1,
+                         "normalization": "zscore"},
+                "schedule": {"kind": "constant", "learning_rate": 0.002}, "steps": 6, "steps_per_checkpoint": 1, "seed": 2})");
+        }
+        const QString model_dir = scratch.filePath(QStringLiteral("mpi_run_dir"));
+        MainWindow window;
+        window.resize(1500, 950);
+        window.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&window));
+        QVERIFY(window.openExperiment(experiment));
+        RunPanel* panel = window.runPanel();
+        panel->modelDirEdit()->setText(model_dir);
+        panel->ranksBox()->setValue(2);
+        MpiLauncher* launcher = panel->mpiLauncher();
+        QSignalSpy started(launcher, &MpiLauncher::runStarted);
+        QSignalSpy finished(launcher, &MpiLauncher::finished);
+
+        // Train: mpirun starts, the run list says where it trains, the charts follow the model_dir.
+        QTest::mouseClick(panel->startButton(), Qt::LeftButton);
+        QVERIFY2(launcher->isRunning(), qPrintable(panel->statusLabel()->text()));
+        QVERIFY(!panel->startButton()->isEnabled());
+        QVERIFY(started.wait(120000));
+        if (launcher->isRunning()) QCOMPARE(panel->runList()->topLevelItem(0)->text(1), QStringLiteral("training on 2 ranks"));
+        QVERIFY(finished.wait(300000));
+        QCOMPARE(finished.front().front().toInt(), 0);
+        QCOMPARE(panel->runList()->topLevelItem(0)->text(1), QStringLiteral("finished"));
+        QCOMPARE(panel->runList()->topLevelItem(0)->text(2), QStringLiteral("6"));
+        QVERIFY2(panel->statusLabel()->text().contains(QStringLiteral("Finished on 2 MPI ranks")), qPrintable(panel->statusLabel()->text()));
+        RunCharts* charts = window.runCharts();
+        QTRY_VERIFY_WITH_TIMEOUT(charts->runs().contains(QStringLiteral("mpi_run_dir")), 10000);
+        charts->refresh();
+        QTRY_COMPARE_WITH_TIMEOUT(charts->series(QStringLiteral("mpi_run_dir"), RunCharts::Curve::RawLoss)->count(), 6, 10000);
+
+        // More steps, stopped from the dock: rank 0 stops after its step with a checkpoint.
+        panel->stepsBox()->setValue(100000);
+        finished.clear();
+        started.clear();
+        QTest::mouseClick(panel->startButton(), Qt::LeftButton);
+        QVERIFY(started.wait(120000));
+        QTRY_VERIFY_WITH_TIMEOUT(run::read_metrics(model_dir.toStdString()).steps.size() >= 8, 120000);
+        QTest::mouseClick(panel->stopButton(), Qt::LeftButton);
+        QVERIFY(finished.wait(120000));
+        QCOMPARE(panel->runList()->topLevelItem(0)->text(1), QStringLiteral("stopped"));
+        const std::int64_t stopped_at = run::read_metrics(model_dir.toStdString()).steps.back().step;
+        QVERIFY(QFile::exists(QDir(model_dir).filePath(QStringLiteral("model.ckpt-%1.safetensors").arg(stopped_at, 6, 10, QLatin1Char('0')))));
+        QVERIFY(panel->startButton()->isEnabled());
+
+        // An unsaved edit is not what the ranks would read: refused with what to do.
+        QVERIFY(window.design()->setReplicas(2));
+        QTest::mouseClick(panel->startButton(), Qt::LeftButton);
+        QVERIFY(!launcher->isRunning());
+        QVERIFY2(panel->statusLabel()->text().contains(QStringLiteral("Save the experiment first")), qPrintable(panel->statusLabel()->text()));
+    }
 
     void trainsStopsResumesAndReopensARun() {
         // Few steps: on a slow shared machine a step of this preset takes seconds.

@@ -20,6 +20,8 @@
 #include <QSplitter>
 #include <QTableWidget>
 #include <QTimer>
+#include <thread>
+#include <QFileInfo>
 #include <QToolButton>
 #include <QTreeWidget>
 #include <QVBoxLayout>
@@ -77,7 +79,15 @@ RunPanel::RunPanel(PartitionDesign* design, RunController* controller, ViewerMod
     m_steps->setRange(1, 100000000);
     m_steps->setToolTip(tr("Steps to train to (the experiment's steps unless changed here)"));
     form->addRow(tr("Steps"), m_steps);
+    m_ranks = new QSpinBox(this);
+    m_ranks->setRange(1, 256);
+    m_ranks->setSpecialValueText(tr("1 (in the studio)"));
+    m_ranks->setToolTip(tr("Processes the simulated cores are spread over: 1 trains in the studio's own process; more starts "
+                           "mpirun -np K tessera-cli train … --backend mpi on this machine (the saved experiment file), "
+                           "bitwise the same run, and watches its model_dir"));
+    form->addRow(tr("MPI ranks"), m_ranks);
     layout->addLayout(form);
+    m_launcher = new MpiLauncher(this);
 
     auto* buttons = new QHBoxLayout;
     m_start = new QPushButton(tr("&Train"), this);
@@ -169,6 +179,12 @@ RunPanel::RunPanel(PartitionDesign* design, RunController* controller, ViewerMod
     connect(m_controller, &RunController::finished, this, &RunPanel::onFinished);
     connect(m_controller, &RunController::failed, this, &RunPanel::onFailed);
     connect(m_design, &PartitionDesign::experimentChanged, this, &RunPanel::onExperimentChanged);
+    connect(m_launcher, &MpiLauncher::runStarted, this, [this](const QString& model_dir) {
+        itemFor(m_running_dir)->setText(StatusColumn, tr("training on %1 ranks").arg(m_ranks->value()));
+        m_status->setText(tr("Training on %1 MPI ranks (mpirun); its charts follow the model_dir.").arg(m_ranks->value()));
+        emit openRunRequested(model_dir.toStdString());
+    });
+    connect(m_launcher, &MpiLauncher::finished, this, &RunPanel::onMpiRunFinished);
     onExperimentChanged();
 }
 
@@ -199,7 +215,7 @@ QTreeWidgetItem* RunPanel::itemFor(const std::filesystem::path& model_dir) {
 }
 
 void RunPanel::startRun() {
-    if (!m_design->hasExperiment() || m_controller->isRunning()) return;
+    if (!m_design->hasExperiment() || m_controller->isRunning() || m_launcher->isRunning()) return;
     try {
         // The design as it stands (grid, fields), exactly what Save would write.
         experiment::Experiment e = experiment::parse_experiment(m_design->experimentText(), m_design->experiment().origin);
@@ -219,6 +235,30 @@ void RunPanel::startRun() {
         m_running_dir = std::filesystem::absolute(*options.model_dir);
         m_steps_seen = 0;
         m_seconds_sum = 0;
+        if (m_ranks->value() > 1) {
+            // Every rank reads the experiment from disk: the file as saved, not the studio's edits.
+            if (m_design->path().isEmpty() || m_design->isModified()) {
+                m_status->setText(tr("Save the experiment first (File ▸ Save): every MPI rank reads it from its file."));
+                return;
+            }
+            const int host_cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+            MpiLaunch launch;
+            launch.experiment = QFileInfo(m_design->path()).absoluteFilePath();
+            launch.model_dir = path_text(m_running_dir);
+            launch.steps = m_steps->value();
+            launch.ranks = m_ranks->value();
+            launch.threads_per_rank = std::max(1, host_cores / launch.ranks);
+            if (!m_launcher->start(launch)) {
+                m_status->setText(m_launcher->lastError());
+                return;
+            }
+            QTreeWidgetItem* item = itemFor(m_running_dir);
+            item->setText(StatusColumn, tr("starting"));
+            m_start->setEnabled(false);
+            m_stop->setEnabled(true);
+            m_status->setText(tr("Starting %1 MPI ranks (mpirun -np %1, %2 thread(s) each)…").arg(launch.ranks).arg(launch.threads_per_rank));
+            return;
+        }
         if (!m_controller->start(e, options)) {
             m_status->setText(m_controller->lastError());
             return;
@@ -237,6 +277,12 @@ void RunPanel::startRun() {
 }
 
 void RunPanel::stopRun() {
+    if (m_launcher->isRunning()) {
+        m_launcher->requestStop();
+        m_stop->setEnabled(false);
+        m_status->setText(tr("Stopping the MPI run after the current step (a checkpoint is written)…"));
+        return;
+    }
     m_controller->requestStop();
     m_stop->setEnabled(false);
     m_status->setText(tr("Stopping after the current step (a checkpoint is written)…"));
@@ -410,6 +456,33 @@ void RunPanel::onFailed(const QString& message) {
     m_stop->setEnabled(false);
 }
 
+void RunPanel::onMpiRunFinished(int exit_code, const QString& output) {
+    QTreeWidgetItem* item = itemFor(m_running_dir);
+    const run::MetricsHistory history = run::read_metrics(m_running_dir);
+    const std::int64_t last_step = history.steps.empty() ? 0 : history.steps.back().step;
+    if (!history.steps.empty()) {
+        item->setText(StepColumn, QString::number(last_step));
+        item->setText(LossColumn, QString::number(history.steps.back().loss, 'f', 4));
+    }
+    if (!history.evals.empty()) item->setText(ScoreColumn, score_text(history.evals.back()));
+    m_start->setEnabled(true);
+    m_stop->setEnabled(false);
+    m_progress->setRange(0, std::max(1, m_steps->value()));
+    m_progress->setValue(static_cast<int>(std::min<std::int64_t>(last_step, m_steps->value())));
+    if (output.contains(QStringLiteral("stopped after step"))) {
+        item->setText(StatusColumn, tr("stopped"));
+        m_status->setText(tr("Stopped after step %1 on %2 MPI ranks; Train resumes from its checkpoint.").arg(last_step).arg(m_ranks->value()));
+    } else if (exit_code == 0) {
+        item->setText(StatusColumn, tr("finished"));
+        m_status->setText(tr("Finished on %1 MPI ranks: %2 steps.").arg(m_ranks->value()).arg(last_step));
+    } else {
+        // What the ranks said last: the error a rank printed, or the launcher's report.
+        QStringList lines = output.trimmed().split(QLatin1Char('\n'));
+        if (lines.size() > 6) lines = lines.mid(lines.size() - 6);
+        onFailed(tr("mpirun ended with exit code %1:\n%2").arg(exit_code).arg(lines.join(QLatin1Char('\n'))));
+    }
+}
+
 void RunPanel::addFinishedRun(const std::filesystem::path& model_dir) {
     QTreeWidgetItem* item = itemFor(model_dir);
     if (item->text(StatusColumn).isEmpty()) item->setText(StatusColumn, tr("opened"));
@@ -435,7 +508,25 @@ void RunPanel::addOpenedRun(const std::filesystem::path& model_dir, const tesser
 }
 
 void RunPanel::setRunStatus(const std::filesystem::path& model_dir, const QString& status, const QString& message) {
-    itemFor(model_dir)->setText(StatusColumn, status);
+    QTreeWidgetItem* item = itemFor(model_dir);
+    // A run this panel launched on MPI ranks ends with its own verdict (finished, stopped, failed); the
+    // watcher's "ended" that may follow says less.
+    const QString current = item->text(StatusColumn);
+    if (status == tr("ended") && (current == tr("finished") || current == tr("stopped") || current == tr("failed"))) return;
+    // The other process training it is this panel's mpirun: say so.
+    if (m_launcher->isRunning() && std::filesystem::absolute(model_dir) == m_running_dir) {
+        item->setText(StatusColumn, tr("training on %1 ranks").arg(m_ranks->value()));
+        m_status->setText(message);
+        const run::MetricsHistory history = run::read_metrics(model_dir);
+        if (!history.steps.empty()) {
+            m_progress->setRange(0, m_steps->value());
+            m_progress->setValue(static_cast<int>(history.steps.back().step));
+            item->setText(StepColumn, QString::number(history.steps.back().step));
+            item->setText(LossColumn, QString::number(history.steps.back().loss, 'f', 4));
+        }
+        return;
+    }
+    item->setText(StatusColumn, status);
     m_status->setText(message);
 }
 

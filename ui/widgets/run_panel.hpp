@@ -4,6 +4,7 @@
 // overlay shows (ground truth, prediction, errors).
 #pragma once
 
+#include "model/mpi_launcher.hpp"
 #include "model/partition_design.hpp"
 #include "model/run_controller.hpp"
 #include "model/viewer_model.hpp"
@@ -42,6 +43,9 @@ public:
     QTreeWidget* runList() const { return m_runs; }
     QLineEdit* modelDirEdit() const { return m_model_dir; }
     QSpinBox* stepsBox() const { return m_steps; }
+    // 1: the run trains in the studio's process; more: on that many MPI ranks on this machine (mpirun).
+    QSpinBox* ranksBox() const { return m_ranks; }
+    MpiLauncher* mpiLauncher() const { return m_launcher; }
     QTableWidget* classTable() const { return m_classes; }
     QComboBox* overlayBox() const { return m_overlay; }
     QWidget* overlayRow() const { return m_overlay_row; }
@@ -82,6 +86,7 @@ private slots:
     void onEvaluated(const tessera::run::EvalRecord& eval);
     void onFinished(const tessera::run::RunSummary& summary);
     void onFailed(const QString& message);
+    void onMpiRunFinished(int exit_code, const QString& output);
     void refreshTimeline();
     void showStepTimeline(int step);
     void chooseModelDir();
@@ -98,6 +103,8 @@ private:
     QPushButton* m_open;
     QLineEdit* m_model_dir;
     QSpinBox* m_steps;
+    QSpinBox* m_ranks;
+    MpiLauncher* m_launcher;
     QProgressBar* m_progress;
     QLabel* m_status;
     QTreeWidget* m_runs;
