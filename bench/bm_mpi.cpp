@@ -6,6 +6,9 @@
 //
 // Usage: [mpirun -np K] bm_mpi [--backend mpi|single] [--pieces 2,2,2] [--steps 8] [--warmup 2]
 //        [--threads 1] [--reduction reproducible|fast] [--preset host.json]
+//        [--size 64 --depth 3 --width 8 --classes 6 --precision f32|bf16]   (the model: a 3D U-Net on size³)
+// Each rank's cores are held to TESSERA_HOST_MEMORY (the mesh measures them as it compiles them and
+// refuses a rank whose cores do not fit, naming the rank).
 // With --preset (a host preset calibrated for --threads, and for the network: tessera-cli calibrate
 // --network), rank 0 then profiles the layers and prints the cost model's prediction of the same step:
 //   predicted_ms=<> error=<percent>%
@@ -15,6 +18,7 @@
 //   messages_per_rank=<per step, each rank> collectives_per_step=<> peak_rss_mib=<each rank>
 #include "mesh/core_mesh.hpp"
 #include "mpi/mpi_transport.hpp"
+#include "core/memory_budget.hpp"
 #include "core/random.hpp"
 #include "cost/cost_model.hpp"
 #include "cost/device.hpp"
@@ -76,8 +80,9 @@ std::string joined(const std::vector<double>& values, const char* format) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    std::string backend = "mpi", reduction = "reproducible", pieces_text = "2,2,2", preset;
-    int steps = 8, warmup = 2, threads = 1;
+    std::string backend = "mpi", reduction = "reproducible", pieces_text = "2,2,2", preset, precision = "f32";
+    int steps = 8, warmup = 2, threads = 1, depth = 3;
+    std::int64_t size = 64, width = 8, classes = 6;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!std::strcmp(argv[i], "--backend")) backend = argv[i + 1];
         else if (!std::strcmp(argv[i], "--pieces")) pieces_text = argv[i + 1];
@@ -86,6 +91,11 @@ int main(int argc, char** argv) {
         else if (!std::strcmp(argv[i], "--threads")) threads = std::atoi(argv[i + 1]);
         else if (!std::strcmp(argv[i], "--reduction")) reduction = argv[i + 1];
         else if (!std::strcmp(argv[i], "--preset")) preset = argv[i + 1];
+        else if (!std::strcmp(argv[i], "--size")) size = std::atoll(argv[i + 1]);
+        else if (!std::strcmp(argv[i], "--depth")) depth = std::atoi(argv[i + 1]);
+        else if (!std::strcmp(argv[i], "--width")) width = std::atoll(argv[i + 1]);
+        else if (!std::strcmp(argv[i], "--classes")) classes = std::atoll(argv[i + 1]);
+        else if (!std::strcmp(argv[i], "--precision")) precision = argv[i + 1];
     }
     std::optional<mpi::Session> session;
     std::shared_ptr<mesh::Transport> transport = std::make_shared<mesh::SingleProcess>();
@@ -93,23 +103,32 @@ int main(int argc, char** argv) {
         session.emplace(argc, argv);
         transport = mpi::make_transport();
     }
-    // The unet3d_ct_8way preset's model and input.
-    const Shape input{1, 1, 64, 64, 64};
-    const graph::Graph model = networks::make_unet({.depth = 3, .base_width = 8, .num_classes = 6}, input);
+    // By default the unet3d_ct_8way preset's model and input.
+    const Shape input{1, 1, size, size, size};
+    const graph::Graph model = networks::make_unet({.depth = depth, .base_width = width, .num_classes = classes}, input);
     mesh::MeshConfig config;
+    config.host_memory_bytes = static_cast<std::int64_t>(host_memory_budget_bytes());
     config.grid = partition::SpatialGrid::even(input, parse_list(pieces_text));
     config.host_threads = threads;
     config.reduction = train::parse_reduction_order(reduction);
     train::TrainerConfig trainer;
     trainer.optimizer = {.kind = train::OptimizerKind::Adam};
     trainer.schedule = {.kind = train::ScheduleKind::Constant, .learning_rate = 0.001};
-    mesh::CoreMesh cores(model, config, trainer, transport);
+    trainer.precision = precision == "bf16" ? graph::Precision::BF16 : graph::Precision::F32;
+    std::optional<mesh::CoreMesh> built;
+    try {
+        built.emplace(model, config, trainer, transport);
+    } catch (const Error& error) {
+        if (transport->rank() == 0) std::printf("refused: %s\n", error.what());
+        return 2;
+    }
+    mesh::CoreMesh& cores = *built;
 
     SeededRandom random(5);
     Tensor images = Tensor::empty(input, DType::F32);
     for (std::int64_t i = 0; i < images.num_elements(); ++i) images.data<float>()[i] = static_cast<float>(random.normal());
-    Tensor labels = Tensor::empty({1, 64, 64, 64}, DType::I32);
-    for (std::int64_t i = 0; i < labels.num_elements(); ++i) labels.data<std::int32_t>()[i] = static_cast<std::int32_t>(i * 7 % 6);
+    Tensor labels = Tensor::empty({1, size, size, size}, DType::I32);
+    for (std::int64_t i = 0; i < labels.num_elements(); ++i) labels.data<std::int32_t>()[i] = static_cast<std::int32_t>(i * 7 % classes);
 
     std::vector<double> step_ms, halo_ms, gradient_ms;
     double sent_bytes = 0, messages = 0, collectives = 0;
@@ -133,8 +152,11 @@ int main(int argc, char** argv) {
     const std::vector<double> sent = gather(*transport, sent_bytes / steps / 1024.0);
     const std::vector<double> sent_messages = gather(*transport, messages / steps);
     const std::vector<double> rss = gather(*transport, static_cast<double>(usage.ru_maxrss) / 1024.0);
+    const std::vector<double> host_bytes = gather(*transport, static_cast<double>(cores.host_bytes()) / (1 << 20));  // MiB, measured
     // Rank 0's step is the job's (every rank ends the step at the gradient broadcast).
     if (transport->rank() == 0) {
+        std::printf("host_mib_per_rank=%s budget_gib=%.2f\n", joined(host_bytes, "%.0f").c_str(),
+                    static_cast<double>(config.host_memory_bytes) / (1 << 30));
         std::printf("backend=%s ranks=%d cores=%lld threads=%d reduction=%s step_ms=%.1f step_ms_min=%.1f step_ms_max=%.1f "
                     "halo_wait_ms=%.2f gradient_ms=%.2f sent_kib_per_rank=%s messages_per_rank=%s collectives_per_step=%.0f "
                     "peak_rss_mib=%s\n",
