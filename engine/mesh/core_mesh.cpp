@@ -741,6 +741,20 @@ struct CoreMesh::Impl {
             }
             core.events.push_back({static_cast<std::int64_t>(c), -1, EventKind::Compute, StepPhase::Forward, start, now(), 0, 0, -1});
         });
+        share_core_values(
+            [&](std::int64_t c, ByteWriter& out) {
+                for (const detection::RowBestPartial& image : best[static_cast<std::size_t>(c)]) {
+                    out.put_span(std::span<const float>(image.best_iou));
+                    out.put_span(std::span<const std::int64_t>(image.best_anchor));
+                }
+            },
+            [&](std::int64_t c, ByteReader& in) {
+                best[static_cast<std::size_t>(c)].resize(static_cast<std::size_t>(batch));
+                for (detection::RowBestPartial& image : best[static_cast<std::size_t>(c)]) {
+                    image.best_iou = in.get_vector<float>();
+                    image.best_anchor = in.get_vector<std::int64_t>();
+                }
+            });
         std::vector<std::vector<detection::RowBestPartial>> replica_best(static_cast<std::size_t>(mesh.num_replicas));
         for (std::int64_t r = 0; r < mesh.num_replicas; ++r) {
             for (std::int64_t n = 0; n < batch; ++n) {
@@ -767,6 +781,8 @@ struct CoreMesh::Impl {
             }
             core.events.push_back({static_cast<std::int64_t>(c), -1, EventKind::Compute, StepPhase::Forward, start, now(), 0, 0, -1});
         });
+        share_core_values([&](std::int64_t c, ByteWriter& out) { out.put(positives[static_cast<std::size_t>(c)]); },
+                          [&](std::int64_t c, ByteReader& in) { positives[static_cast<std::size_t>(c)] = in.get<std::int64_t>(); });
         std::vector<std::int64_t> replica_positives(static_cast<std::size_t>(mesh.num_replicas), 0);
         for (std::int64_t r = 0; r < mesh.num_replicas; ++r) {
             for (std::int64_t i = 0; i < per_replica; ++i) replica_positives[static_cast<std::size_t>(r)] += positives[static_cast<std::size_t>(mesh_core(r, i))];
@@ -794,6 +810,19 @@ struct CoreMesh::Impl {
             for (Tensor& gradient : tile_loss.box_gradients) gradients[c].push_back(std::move(gradient));
             core.events.push_back({static_cast<std::int64_t>(c), -1, EventKind::Compute, StepPhase::Forward, start, now(), 0, 0, -1});
         });
+        share_core_values(
+            [&](std::int64_t c, ByteWriter& out) {
+                const detection::DetectionLossPartial& partial = partials[static_cast<std::size_t>(c)];
+                out.put(partial.classification_sum);
+                out.put(partial.box_sum);
+                out.put(partial.num_positive);
+            },
+            [&](std::int64_t c, ByteReader& in) {
+                detection::DetectionLossPartial& partial = partials[static_cast<std::size_t>(c)];
+                partial.classification_sum = in.get<double>();
+                partial.box_sum = in.get<double>();
+                partial.num_positive = in.get<std::int64_t>();
+            });
         double loss_sum = 0;
         for (std::int64_t r = 0; r < mesh.num_replicas; ++r) {
             detection::DetectionLossPartial total;
@@ -1134,8 +1163,6 @@ CoreMesh::CoreMesh(graph::Graph model, MeshConfig mesh, train::TrainerConfig con
     impl.loss_scaler = train::make_loss_scaler(impl.config.loss_scale);
     impl.output_replicated = impl.plan.tile(impl.model.output_node(), 0).replicated;
     if (impl.config.detection) {
-        TESSERA_CHECK(impl.single_rank(), "a detection mesh runs in one process: its anchor matching is reduced over a replica's cores "
-                                          "in shared memory. Start it without mpirun (or with one rank)");
         const Shape& input = impl.model.node(impl.model.input_node()).output_shape;
         TESSERA_CHECK(input.size() == 4, "a detection mesh needs a 2D image input [N, C, H, W], got " << shape_to_string(input));
         impl.detector = std::make_unique<detection::Detector>(*impl.config.detection, input[2], input[3]);

@@ -40,7 +40,10 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 // What rank 0 asks the other ranks' meshes to do, each followed by its arguments (a run spread over MPI).
-enum class MeshCommand : std::int32_t { TrainStep = 1, Evaluate, Memory, Weights, TrainingState, LoadCheckpoint, Finish };
+enum class MeshCommand : std::int32_t {
+    TrainStep = 1, Evaluate, Memory, Weights, TrainingState, LoadCheckpoint, Finish,
+    TrainDetectionStep, PredictOutputs, DetectionLoss
+};
 
 void put_tensor(mesh::ByteWriter& out, const Tensor& tensor) {
     const Tensor plain = tensor.contiguous();
@@ -73,6 +76,25 @@ std::vector<train::NamedTensor> get_entries(mesh::ByteReader& in) {
         entry.value = get_tensor(in);
     }
     return entries;
+}
+
+void put_ground_truth(mesh::ByteWriter& out, std::span<const detection::PaddedGroundTruth> truth) {
+    out.put(static_cast<std::int64_t>(truth.size()));
+    for (const detection::PaddedGroundTruth& image : truth) {
+        put_tensor(out, image.boxes);
+        put_tensor(out, image.classes);
+        out.put(image.num_valid);
+    }
+}
+
+std::vector<detection::PaddedGroundTruth> get_ground_truth(mesh::ByteReader& in) {
+    std::vector<detection::PaddedGroundTruth> truth(static_cast<std::size_t>(in.get<std::int64_t>()));
+    for (detection::PaddedGroundTruth& image : truth) {
+        image.boxes = get_tensor(in);
+        image.classes = get_tensor(in);
+        image.num_valid = in.get<std::int64_t>();
+    }
+    return truth;
 }
 
 // Bytes from `root` to every rank: their size, then them.
@@ -287,6 +309,21 @@ struct TrainingRun::Impl {
         });
         return mesh->evaluate(images, labels);
     }
+    train::StepResult mesh_train_step(const Tensor& images, std::span<const detection::PaddedGroundTruth> truth) {
+        command(MeshCommand::TrainDetectionStep, [&](mesh::ByteWriter& out) {
+            put_tensor(out, images);
+            put_ground_truth(out, truth);
+        });
+        return mesh->train_step(images, truth);
+    }
+    std::vector<Tensor> mesh_predict_outputs(const Tensor& images) {
+        command(MeshCommand::PredictOutputs, [&](mesh::ByteWriter& out) { put_tensor(out, images); });
+        return mesh->predict_outputs(images);
+    }
+    double mesh_detection_loss(std::span<const detection::PaddedGroundTruth> truth) {
+        command(MeshCommand::DetectionLoss, [&](mesh::ByteWriter& out) { put_ground_truth(out, truth); });
+        return mesh->detection_loss(truth);
+    }
     std::vector<mesh::MemoryLedger> mesh_memory() {
         command(MeshCommand::Memory);
         return mesh->memory();
@@ -344,8 +381,8 @@ struct TrainingRun::Impl {
                     objects, {.max_number_of_boxes = data_config.max_number_of_boxes, .excess_boxes = data_config.excess_boxes},
                     i < n ? examples.back().name : "padding"));
             }
-            const std::vector<Tensor> outputs = mesh->predict_outputs(images);
-            loss_sum += mesh->detection_loss(ground_truth) * static_cast<double>(n);
+            const std::vector<Tensor> outputs = mesh_predict_outputs(images);
+            loss_sum += mesh_detection_loss(ground_truth) * static_cast<double>(n);
             const std::vector<Tensor> class_outputs(outputs.begin(), outputs.begin() + static_cast<std::ptrdiff_t>(num_levels));
             const std::vector<Tensor> box_outputs(outputs.begin() + static_cast<std::ptrdiff_t>(num_levels), outputs.end());
             std::vector<std::vector<detection::ScoredBox>> detections =
@@ -735,6 +772,14 @@ void follow_training_run(const experiment::Experiment& x, const RunOptions& opti
                 cores->evaluate(images, labels);
                 break;
             }
+            case MeshCommand::TrainDetectionStep: {
+                const Tensor images = get_tensor(in);
+                const std::vector<detection::PaddedGroundTruth> truth = get_ground_truth(in);
+                cores->train_step(images, truth);
+                break;
+            }
+            case MeshCommand::PredictOutputs: cores->predict_outputs(get_tensor(in)); break;
+            case MeshCommand::DetectionLoss: cores->detection_loss(get_ground_truth(in)); break;
             case MeshCommand::Memory: cores->memory(); break;
             case MeshCommand::Weights: cores->weights(); break;
             case MeshCommand::TrainingState: cores->training_state(); break;
@@ -801,7 +846,7 @@ RunSummary TrainingRun::train(RunObserver* observer, const std::atomic<bool>* st
         for (std::int64_t step = first_step; step < impl.total_steps; ++step) {
             const data::Batch batch = batches.next();
             const auto step_start = Clock::now();
-            const train::StepResult result = impl.is_detection() ? impl.mesh->train_step(batch.images, batch.ground_truth)
+            const train::StepResult result = impl.is_detection() ? impl.mesh_train_step(batch.images, batch.ground_truth)
                                                                  : impl.mesh_train_step(batch.images, batch.labels);
             StepRecord record;
             record.host_seconds = seconds_since(step_start);

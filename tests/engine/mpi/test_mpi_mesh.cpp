@@ -6,7 +6,9 @@
 #include "mesh/core_mesh.hpp"
 #include "mpi/mpi_transport.hpp"
 #include "../mesh/mesh_test_support.hpp"
+#include "detection/anchor_labeler.hpp"
 #include "networks/models.hpp"
+#include "networks/retinanet.hpp"
 #include "train/named_tensor.hpp"
 
 #include <gtest/gtest.h>
@@ -173,6 +175,57 @@ INSTANTIATE_TEST_SUITE_P(
                       Layout{"unet3d_2x2x2", Layout::Model::UNet3D, {1, 1, 24, 24, 24}, {2, 2, 2}},
                       Layout{"resnet18_2rep_x_2x2", Layout::Model::ResNet18, {2, 3, 64, 64}, {2, 2}, 2}),
     [](const ::testing::TestParamInfo<Layout>& layout) { return std::string(layout.param.name); });
+
+// A RetinaNet (ResNet-18, P3..P5) on 2 replicas of a 2×2 split, 3 steps: the anchor matching's
+// reductions (each box's best anchor, the positives, the loss sums) cross ranks too.
+struct DetectionOutcome {
+    std::vector<double> losses;
+    std::vector<train::NamedTensor> weights;
+    std::vector<Tensor> outputs;
+    double eval_loss = 0;
+};
+
+DetectionOutcome run_detector(std::shared_ptr<mesh::Transport> transport) {
+    const Shape input{1, 3, 128, 128};
+    const graph::Graph model = networks::make_retinanet(
+        {.resnet_depth = 18, .num_classes = 4, .num_anchors = 1, .fpn_channels = 8, .max_level = 5, .head_convs = 1}, input);
+    train::TrainerConfig config = trainer_config(mesh::ReductionOrder::Reproducible);
+    config.detection = detection::DetectorConfig{};
+    config.detection->labeler.num_classes = 4;
+    config.detection->anchors.num_scales = 1;
+    config.detection->anchors.aspect_ratios = {1.0};
+    config.detection->anchors.max_level = 5;
+    mesh::MeshConfig layout;
+    layout.grid = partition::SpatialGrid::even(input, {2, 2});
+    layout.num_replicas = 2;
+    layout.host_threads = 1;
+    mesh::CoreMesh cores(model, layout, config, std::move(transport));
+    const std::vector<detection::PaddedGroundTruth> truth = {
+        detection::pad_ground_truth(std::vector<detection::LabeledBox>{{{10, 12, 60, 70}, 3}, {{64, 20, 120, 90}, 1}}, 4),
+        detection::pad_ground_truth(std::vector<detection::LabeledBox>{{{5, 80, 40, 126}, 0}}, 4)};
+    DetectionOutcome outcome;
+    for (int step = 0; step < 3; ++step) {
+        auto [images, labels] = test::make_batch({2, 3, 128, 128}, 4, true, 300 + static_cast<std::uint64_t>(step));
+        outcome.losses.push_back(cores.train_step(images, truth).loss);
+    }
+    auto [images, labels] = test::make_batch({2, 3, 128, 128}, 4, true, 777);
+    outcome.outputs = cores.predict_outputs(images);
+    outcome.eval_loss = cores.detection_loss(truth);
+    outcome.weights = cores.weights();
+    return outcome;
+}
+
+TEST(MpiDetector, ReproducibleReductionGivesTheBitsOfOneProcess) {
+    const DetectionOutcome spread = run_detector(g_transport);
+    if (g_transport->rank() != 0) return;
+    const DetectionOutcome alone = run_detector(nullptr);
+    ASSERT_EQ(spread.losses.size(), alone.losses.size());
+    for (std::size_t step = 0; step < alone.losses.size(); ++step) EXPECT_EQ(spread.losses[step], alone.losses[step]) << "step " << step;
+    compare_entries(spread.weights, alone.weights, true);
+    ASSERT_EQ(spread.outputs.size(), alone.outputs.size());
+    for (std::size_t i = 0; i < alone.outputs.size(); ++i) EXPECT_TRUE(bitwise_equal(spread.outputs[i], alone.outputs[i])) << "output " << i;
+    EXPECT_EQ(spread.eval_loss, alone.eval_loss);
+}
 
 }  // namespace
 
