@@ -36,6 +36,17 @@ cost::Device hand_made_host() {
     return host;
 }
 
+// Every layer of every core (but the input) measured at `forward` and `backward` seconds.
+std::shared_ptr<cost::MeasuredLayers> uniform_layers(const graph::Graph& model, std::size_t cores, double forward, double backward) {
+    auto layers = std::make_shared<cost::MeasuredLayers>(cores, std::vector<cost::MeasuredLayer>(model.nodes().size()));
+    for (auto& core : *layers) {
+        for (std::size_t node = 0; node < core.size(); ++node) {
+            if (static_cast<int>(node) != model.input_node()) core[node] = {forward, backward};
+        }
+    }
+    return layers;
+}
+
 }  // namespace
 
 TEST(LayerProfile, EveryComputingLayerOfEveryCoreIsTimed) {
@@ -64,13 +75,7 @@ TEST(HostStepPrediction, MeasuredLayerTimesAreAddedPhaseByPhase) {
     cost::SimulationOptions options;
     options.record_timeline = false;
     auto with_layers = [&](double forward, double backward) {
-        auto layers = std::make_shared<cost::MeasuredLayers>(2, std::vector<cost::MeasuredLayer>(model.nodes().size()));
-        for (auto& core : *layers) {
-            for (std::size_t node = 0; node < core.size(); ++node) {
-                if (static_cast<int>(node) != model.input_node()) core[node] = {forward, backward};
-            }
-        }
-        options.measured_layers = layers;
+        options.measured_layers = uniform_layers(model, 2, forward, backward);
         return cost::predict_host_step(model, plan, 1, host, options).step_seconds;
     };
     const double none = with_layers(0, 0), some = with_layers(1e-3, 2e-3);
@@ -206,13 +211,7 @@ TEST(HostStepPrediction, RanksRunTheirCoresSideBySideAndPayTheNetwork) {
     const partition::TilingPlan plan(model, partition::SpatialGrid::even(input, {4, 1}));
     cost::SimulationOptions options;
     options.record_timeline = false;
-    auto layers = std::make_shared<cost::MeasuredLayers>(4, std::vector<cost::MeasuredLayer>(model.nodes().size()));
-    for (auto& core : *layers) {
-        for (std::size_t node = 0; node < core.size(); ++node) {
-            if (static_cast<int>(node) != model.input_node()) core[node] = {1e-3, 1e-3};
-        }
-    }
-    options.measured_layers = layers;
+    options.measured_layers = uniform_layers(model, 4, 1e-3, 1e-3);
     const cost::CostModel host(host_with_network());
     const double alone = cost::predict_host_step(model, plan, 1, host, options).step_seconds;
     options.spread = cost::SimulationOptions::RankSpread{1, 0, false};
