@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """tessera-cli train spread over MPI ranks, as a user starts it (mpirun -np K … --backend mpi):
 
-- the same losses and checkpoint files, byte for byte, as one process (reduction "reproducible");
+- the same losses and checkpoint files, byte for byte, as one process (reduction "reproducible"), for a
+  small 2D U-Net on 2 replicas and for the 3D U-Net preset (training and evaluation losses);
 - a checkpoint written with 4 ranks resumed with 2 and then in one process, the losses continuing
   bit-exactly those of an uninterrupted run;
 - reduction "fast" within a stated tolerance of one process;
@@ -98,6 +99,18 @@ def main():
         if not same_bytes(os.path.join(folder("alone"), name), os.path.join(folder("two"), name)):
             sys.exit(f"2 ranks: {name} differs from one process's")
     print("ok: 2 ranks give one process's losses and checkpoint bytes")
+
+    # The 3D U-Net preset (8 cores, cross-entropy + Dice), 2 steps and its evaluation on 4 ranks: the bits of one process.
+    preset = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "resources", "experiments", "unet3d_ct_8way.json")
+    run(command(cli, mpirun, None, preset, "--model-dir", folder("preset_alone"), "--steps", "2"))
+    run(command(cli, mpirun, 4, preset, "--model-dir", folder("preset_four"), "--steps", "2"))
+    with open(os.path.join(folder("preset_alone"), "metrics.jsonl")) as a, open(os.path.join(folder("preset_four"), "metrics.jsonl")) as b:
+        alone_losses = [json.loads(line)["loss"] for line in a if line.strip()]
+        four_losses = [json.loads(line)["loss"] for line in b if line.strip()]
+    if alone_losses != four_losses or not same_bytes(os.path.join(folder("preset_alone"), "model.ckpt-000002.safetensors"),
+                                                     os.path.join(folder("preset_four"), "model.ckpt-000002.safetensors")):
+        sys.exit(f"unet3d_ct_8way on 4 ranks: differs from one process\n{four_losses}\n{alone_losses}")
+    print("ok: the 3D U-Net preset on 4 ranks: one process's training and evaluation losses and weights")
 
     # 4 ranks for 2 steps, 2 ranks to step 4, one process to step 6: one run's losses.
     run(command(cli, mpirun, 4, experiment, "--model-dir", folder("resumed"), "--steps", "2"))
