@@ -5,6 +5,7 @@
 //   tessera-cli phantom <out.nii.gz> [--size 128,128,96] [--spacing 1,1,1] [--seed 1] [--labels <out>]
 //   tessera-cli convert <in> <out>
 //   tessera-cli plan <experiment.json> [--sweep] [--json <out.json>] [--device <preset>] [--overlap]
+//                    [--host-ranks 1,2,4 [--host-threads 1] [--host-preset host.json]]
 //   tessera-cli calibrate [--out <host.json>] [--threads 2] [--quick] [--check]
 //   mpirun -np K tessera-cli calibrate --network [--out <host.json>] [--quick]
 //   tessera-cli validate <experiment.json>...
@@ -20,6 +21,8 @@
 #include "core/units.hpp"
 #include "mesh/fidelity.hpp"
 #include "mesh/host_calibration.hpp"
+#include "cost/step_simulation.hpp"
+#include "mesh/layer_profile.hpp"
 #include "mesh/network_calibration.hpp"
 #include "mpi/mpi_transport.hpp"
 #include "cost/planner.hpp"
@@ -38,6 +41,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <thread>
 
 namespace {
 
@@ -151,7 +155,50 @@ void check_host_predictions(tessera::cost::Device& host) {
     host.measured["check_rms_error_percent"] = summary.rms_error_percent;
 }
 
-int run_plan(const std::string& path, bool sweep, const std::string& json_out, const std::string& device_override, bool overlap) {
+// `plan --host-ranks 1,2,4`: the experiment's step on this host's simulated cores spread over K MPI ranks on
+// this machine, predicted from the host preset (its network from calibrate --network) with the layers
+// profiled as they would run: ranks × threads kernels side by side, up to the host's cores.
+void print_host_ranks(const tessera::experiment::Experiment& e, const std::vector<int>& ranks, int threads, const std::string& preset_option,
+                      nlohmann::json& out) {
+    using namespace tessera;
+    const std::filesystem::path preset = preset_option.empty() ? cost::devices_directory() / "host.json" : std::filesystem::path(preset_option);
+    TESSERA_CHECK(std::filesystem::exists(preset), "--host-ranks predicts from this host's preset, and " << preset.string()
+                                                                                                          << " does not exist: run tessera-cli calibrate --threads "
+                                                                                                          << threads << ", then mpirun -np 2 tessera-cli calibrate --network");
+    const cost::Device host = cost::load_device_file(preset);
+    const auto preset_threads = static_cast<int>(host.measured.count("threads") ? host.measured.at("threads") : 0);
+    TESSERA_CHECK(preset_threads == threads, "the host preset " << preset.string() << " was calibrated for " << preset_threads
+                                                                 << " thread(s) per rank, --threads asks for " << threads
+                                                                 << ": calibrate for it (tessera-cli calibrate --threads " << threads << ")");
+    const graph::Graph model = experiment::build_model(e, experiment::replica_input_shape(e));
+    const partition::TilingPlan plan(model, experiment::tile_grid(e));
+    const int host_cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    std::printf("\nthis host's simulated cores (%d host cores, %d thread(s) per rank, preset %s):\n", host_cores, threads, preset.string().c_str());
+    std::map<int, std::shared_ptr<cost::MeasuredLayers>> profiles;  // by kernels side by side
+    nlohmann::json rows = nlohmann::json::array();
+    for (const int k : ranks) {
+        const int side_by_side = std::min(host_cores, k * threads);
+        auto& layers = profiles[side_by_side];
+        if (!layers) {
+            layers = std::make_shared<cost::MeasuredLayers>(mesh::profile_layers(
+                model, plan, {.precision = e.precision, .repeats = 2, .threads = side_by_side, .tasks = plan.num_cores() * e.partition.num_replicas,
+                              .max_tasks = std::max<std::int64_t>(2 * side_by_side, plan.num_cores())}));
+        }
+        cost::SimulationOptions options;
+        options.precision = e.precision;
+        options.optimizer_slots = experiment::optimizer_slots(e);
+        options.record_timeline = false;
+        options.measured_layers = layers;
+        if (k > 1) options.spread = cost::SimulationOptions::RankSpread{k, host_cores, e.training.reduction == train::ReductionOrder::Fast};
+        const double step = cost::predict_host_step(model, plan, e.partition.num_replicas, cost::CostModel(host), options).step_seconds;
+        std::printf("%8d %s  predicted %s per step\n", k, k == 1 ? "process" : "ranks  ", milliseconds(step).c_str());
+        rows.push_back({{"ranks", k}, {"threads_per_rank", threads}, {"predicted_seconds", step}});
+    }
+    out["host_ranks"] = rows;
+}
+
+int run_plan(const std::string& path, bool sweep, const std::string& json_out, const std::string& device_override, bool overlap,
+             const std::vector<int>& host_ranks, int host_threads, const std::string& host_preset) {
     using namespace tessera;
     const experiment::Experiment e = experiment::load_experiment(path);
     const cost::Device device = cost::load_device_preset(device_override.empty() ? e.device : device_override);
@@ -212,6 +259,7 @@ int run_plan(const std::string& path, bool sweep, const std::string& json_out, c
         for (const auto& plan : plans) table.push_back(plan_json(plan));
         out["layouts"] = table;
     }
+    if (!host_ranks.empty()) print_host_ranks(e, host_ranks, host_threads, host_preset, out);
     if (!json_out.empty()) {
         std::ofstream file(json_out);
         TESSERA_CHECK(file, "cannot write '" << json_out << "'; check the directory exists and is writable");
@@ -308,6 +356,18 @@ int run(int argc, char** argv) {
     plan->add_option("--json", plan_json_out, "Also write the results as JSON to this file");
     plan->add_option("--device", plan_device, "Plan for this device preset instead of the experiment's");
     plan->add_flag("--overlap", plan_overlap, "Overlap the gradient all-reduce with the backward pass (25 MiB buckets)");
+    std::vector<int> plan_host_ranks;
+    int plan_host_threads = 1;
+    plan->add_option("--host-ranks", plan_host_ranks,
+                     "Also predict the step on this host's simulated cores spread over these numbers of MPI ranks (e.g. 1,2,4), "
+                     "from the host preset and its network (tessera-cli calibrate; mpirun -np 2 tessera-cli calibrate --network)")
+        ->delimiter(',')
+        ->check(CLI::Range(1, 4096));
+    std::string plan_host_preset;
+    plan->add_option("--host-preset", plan_host_preset, "The host preset for --host-ranks (default: the presets directory's host.json)");
+    plan->add_option("--host-threads", plan_host_threads, "Threads per rank for --host-ranks (the host preset's)")
+        ->capture_default_str()
+        ->check(whole_number_in("--host-threads", 1, 256));
 
     std::string calibrate_out;
     int calibrate_threads = 2;
@@ -384,7 +444,7 @@ int run(int argc, char** argv) {
 
     try {
         if (*plan) {
-            return run_plan(plan_experiment, plan_sweep, plan_json_out, plan_device, plan_overlap);
+            return run_plan(plan_experiment, plan_sweep, plan_json_out, plan_device, plan_overlap, plan_host_ranks, plan_host_threads, plan_host_preset);
         } else if (*calibrate && calibrate_network) {
             return calibrate_network_command(calibrate_out, calibrate_quick);
         } else if (*calibrate) {

@@ -9,7 +9,8 @@
 - Ctrl-C on mpirun: the run stops after the step with a checkpoint;
 - a rank killed mid-run: the job ends within 10 s, non-zero, naming the rank; the model_dir holds no
   half-written file and the run resumes from its last checkpoint;
-- started by mpirun without --backend mpi: refused, saying what to add.
+- started by mpirun without --backend mpi: refused, saying what to add;
+- calibrate --network adds the network to a host preset, and plan --host-ranks predicts from it.
 
 Usage: cli_mpi_checks.py <tessera-cli> <mpirun> <scratch folder>
 """
@@ -111,6 +112,21 @@ def main():
                                                      os.path.join(folder("preset_four"), "model.ckpt-000002.safetensors")):
         sys.exit(f"unet3d_ct_8way on 4 ranks: differs from one process\n{four_losses}\n{alone_losses}")
     print("ok: the 3D U-Net preset on 4 ranks: one process's training and evaluation losses and weights")
+
+    # The network calibrated into a host preset, and the planner's prediction for ranks from it.
+    preset_file = folder("host.json")
+    run([cli, "calibrate", "--quick", "--threads", "1", "--out", preset_file])
+    out = run([mpirun, "-np", "2", "--oversubscribe", cli, "calibrate", "--network", "--quick", "--out", preset_file],
+              expect=("network between 2 ranks", "latency", "bandwidth", "wrote"))
+    with open(preset_file) as f:
+        measured = json.load(f)["measured"]
+    for key in ("cluster_latency_us", "cluster_bandwidth_gbs", "cluster_gather_us", "cluster_ranks"):
+        if not measured.get(key, 0) > 0:
+            sys.exit(f"calibrate --network: {key} missing or not positive in {preset_file}\n{out}")
+    run([cli, "plan", experiment, "--host-ranks", "1,2,4", "--host-preset", preset_file],
+        expect=("1 process  predicted", "2 ranks    predicted", "4 ranks    predicted"))
+    run([cli, "plan", experiment, "--host-ranks", "2", "--host-preset", preset_file, "--host-threads", "2"], expect_code=2,
+        expect=("calibrated for 1 thread(s) per rank", "tessera-cli calibrate --threads 2"))
 
     # 4 ranks for 2 steps, 2 ranks to step 4, one process to step 6: one run's losses.
     run(command(cli, mpirun, 4, experiment, "--model-dir", folder("resumed"), "--steps", "2"))
