@@ -1,4 +1,5 @@
 #include "data/sources.hpp"
+#include "io/label_descriptions.hpp"
 
 #include "data/examples.hpp"
 #include "data/folder_pairs.hpp"
@@ -93,9 +94,10 @@ std::string mapping_text(const LabelMapping& mapping) {
 
 // Reads a pair and checks it fits the model's dimensionality.
 LoadedVolume read_pair(const FilePair& pair, const DataConfig& config, const LabelMapping& mapping, int spatial_rank,
-                       const Shape& batch_shape) {
+                       const Shape& batch_shape, std::vector<LabelDescription>& descriptions) {
     Volume volume = read_volume(pair.image);
     LabelMap labels = read_label_map(pair.labels);
+    merge_label_descriptions(descriptions, labels.descriptions);
     check_same_grid(volume.geometry, labels.geometry, "the label file " + quoted(pair.labels));
     if (spatial_rank == 2) {
         TESSERA_CHECK(volume.geometry.is_2d(),
@@ -264,11 +266,14 @@ VolumePlan folder_plan(const DataConfig& config, const Shape& batch_shape, std::
     const std::vector<FilePair> pairs = match_folder_pairs(config.images_dir, config.labels_dir);
     const LabelMapping mapping(config.label_mapping, false, num_classes);
 
+    std::vector<LabelDescription> descriptions;  // what the label files name, the first file's word kept
     std::vector<std::shared_ptr<const LoadedVolume>> volumes;
     for (const FilePair& pair : pairs) {
-        volumes.push_back(std::make_shared<const LoadedVolume>(read_pair(pair, config, mapping, spatial_rank, batch_shape)));
+        volumes.push_back(std::make_shared<const LoadedVolume>(read_pair(pair, config, mapping, spatial_rank, batch_shape, descriptions)));
     }
     VolumePlan plan;
+    plan.label_descriptions = std::move(descriptions);
+    plan.mapping = mapping;
     std::ostringstream text;
     text << "folder " << quoted(config.images_dir);
     if (!config.labels_dir.empty() && config.labels_dir != config.images_dir) text << " + " << quoted(config.labels_dir);
@@ -308,10 +313,13 @@ VolumePlan example_mri_plan(const DataConfig& config, const Shape& batch_shape, 
     Volume volume = read_volume(files->image);
     LabelMap labels = read_label_map(files->labels);
     check_same_grid(volume.geometry, labels.geometry, "the example mask " + quoted(files->labels));
+    std::vector<LabelDescription> descriptions = labels.descriptions;
     const std::string size = describe(volume.geometry);
     auto whole = std::make_shared<const LoadedVolume>(
         prepare(std::move(volume), std::move(labels), "head_mri", config, mapping, quoted(files->labels)));
     VolumePlan plan;
+    plan.label_descriptions = std::move(descriptions);
+    plan.mapping = mapping;
     plan.description = "example head MRI " + size.substr(0, size.find(',')) + " (" + example_data_package + "), " +
                        split_single(plan, whole, 3, config.holdout_fraction, "head_mri") + ", labels " + mapping.describe();
     return plan;

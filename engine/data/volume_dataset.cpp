@@ -99,6 +99,30 @@ void LabelMapping::apply(Tensor& labels, const std::string& where) const {
     }
 }
 
+std::vector<std::string> LabelMapping::class_names(std::span<const LabelDescription> descriptions) const {
+    std::vector<std::vector<std::string>> named(static_cast<std::size_t>(m_num_classes));
+    for (const LabelDescription& description : descriptions) {
+        if (description.name.empty()) continue;
+        // A label no rule names falls to the background: it does not name the background class.
+        const bool ruled = m_rules.empty() || description.value == 0 ||
+                           std::any_of(m_rules.begin(), m_rules.end(), [&](const LabelRule& rule) { return rule.covers(description.value); });
+        if (!ruled) continue;
+        const std::int32_t mapped = (*this)(description.value);
+        if (mapped >= 0 && mapped < m_num_classes) named[static_cast<std::size_t>(mapped)].push_back(description.name);
+    }
+    std::vector<std::string> names;
+    for (const std::vector<std::string>& labels : named) {
+        std::string name;
+        for (std::size_t i = 0; i < labels.size() && i < 3; ++i) {
+            if (i > 0) name += " + ";
+            name += labels[i];
+        }
+        if (labels.size() > 3) name += " + …";
+        names.push_back(std::move(name));
+    }
+    return names;
+}
+
 std::string LabelMapping::describe() const {
     if (m_nonzero_to_one) return "non-zero→1";
     if (m_rules.empty()) return "as in the files";
@@ -114,6 +138,7 @@ VolumeDataset::VolumeDataset(const DataConfig& config, const Shape& batch_shape,
                              VolumePlan plan)
     : Dataset(batch_shape), m_config(config), m_num_classes(num_classes),
       m_spatial_rank(static_cast<int>(batch_shape.size()) - 2), m_num_channels(batch_shape[1]), m_patch{1, 1, 1} {
+    if (plan.mapping && !plan.label_descriptions.empty()) m_class_names = plan.mapping->class_names(plan.label_descriptions);
     TESSERA_ASSERT(m_spatial_rank == 2 || m_spatial_rank == 3, "batch shape " << shape_to_string(batch_shape));
     TESSERA_ASSERT(!plan.train.empty(), "a source with no training volumes");
     for (int axis = 0; axis < m_spatial_rank; ++axis) {

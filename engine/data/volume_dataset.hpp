@@ -16,6 +16,7 @@
 
 #include <array>
 #include <functional>
+#include <optional>
 #include <mutex>
 #include <span>
 
@@ -30,11 +31,6 @@ struct LoadedVolume {
 };
 using VolumeLoader = std::function<LoadedVolume()>;
 
-struct VolumePlan {
-    std::vector<VolumeLoader> train;
-    std::vector<VolumeLoader> eval;
-    std::string description;  // the source's part of describe(): "synthetic EM sections 512×512, ..."
-};
 
 // File label -> class as DataConfig::label_mapping says (identity when empty, unless the source
 // defaults to non-zero -> 1), with the errors for labels the model has no class for.
@@ -49,11 +45,24 @@ public:
     void apply(Tensor& labels, const std::string& where) const;
     bool is_identity() const { return m_rules.empty() && !m_nonzero_to_one; }
     std::string describe() const;  // "1→1, 2-255→1, others→0", "non-zero→1"
+    // [num_classes] each class's name from the file labels that map to it: one named label gives its
+    // name, several their names joined by " + " (at most three, then "…"); "" when none is named.
+    std::vector<std::string> class_names(std::span<const LabelDescription> descriptions) const;
 
 private:
     std::vector<LabelRule> m_rules;
     bool m_nonzero_to_one = false;
     std::int64_t m_num_classes = 0;
+};
+
+struct VolumePlan {
+    std::vector<VolumeLoader> train;
+    std::vector<VolumeLoader> eval;
+    std::string description;  // the source's part of describe(): "synthetic EM sections 512×512, ..."
+    // What the label files name (their own descriptions or sidecars'), by file label value: the
+    // classes' names in the evaluation tables (LabelMapping::class_names).
+    std::vector<LabelDescription> label_descriptions;
+    std::optional<LabelMapping> mapping;  // how those values became classes
 };
 
 // A derived seed for member `index` of a family (training images, batches, ...) of `seed`'s streams.
@@ -76,6 +85,7 @@ public:
     Example eval_example(std::int64_t i) const override;
     std::int64_t num_classes() const override { return m_num_classes; }
     std::string describe() const override { return m_description; }
+    std::vector<std::string> class_names() const override { return m_class_names; }
 
 private:
     struct TrainingVolume {
@@ -106,6 +116,7 @@ private:
 
     DataConfig m_config;
     std::int64_t m_num_classes;
+    std::vector<std::string> m_class_names;  // from the label files' descriptions ("" unnamed); empty: none
     int m_spatial_rank;                   // 2 or 3
     std::int64_t m_num_channels;
     std::array<std::int64_t, 3> m_patch;  // [D, H, W] of one sample; D = 1 for 2D

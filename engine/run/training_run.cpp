@@ -716,7 +716,12 @@ TrainingRun::TrainingRun(experiment::Experiment e, RunOptions options) : m_impl(
     impl.device = cost::load_device_preset(x.device);
 
     impl.dataset = data::make_dataset(*x.data, experiment::global_input_shape(x), x.model.num_classes);
-    if (!impl.dataset->class_names().empty()) impl.classes = impl.dataset->class_names();
+    // The dataset's own names (a detector's categories; what the label files name), where it has them.
+    const std::vector<std::string> named = impl.dataset->class_names();
+    if (!named.empty() && impl.classes.size() < named.size()) impl.classes.resize(named.size());
+    for (std::size_t c = 0; c < named.size(); ++c) {
+        if (!named[c].empty()) impl.classes[c] = named[c];
+    }
     if (impl.is_detection()) {
         const Shape input = experiment::replica_input_shape(x);
         impl.detector = std::make_unique<detection::Detector>(*experiment::trainer_config(x).detection, input[2], input[3]);

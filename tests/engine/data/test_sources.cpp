@@ -6,6 +6,8 @@
 #include "data_test_support.hpp"
 
 #include <gtest/gtest.h>
+
+#include <fstream>
 #include <opencv2/core.hpp>
 #include <opencv2/imgcodecs.hpp>
 
@@ -219,6 +221,34 @@ TEST(DataFolderPairs, DatasetHoldsOutTheLastPairsAndChecksDimensions) {
     config.images_dir = scratch / "grid";
     const std::string grid = error_message([&] { make_dataset(config, {1, 1, 8, 8}, 5); });
     EXPECT_NE(grid.find("r_seg.nii.gz' is not on the image's grid"), std::string::npos) << grid;
+}
+
+// What the label files name becomes the classes' names (the evaluation's Dice/IoU table): beside each
+// label map an MRIcron name file; identity, then ranges mapping several labels to one class.
+TEST(DataFolderPairs, ClassesAreNamedByTheLabelFilesDescriptions) {
+    ScratchDir scratch;
+    for (const char* name : {"p1", "p2", "p3"}) {
+        const fs::path labels = scratch / "seg" / (std::string(name) + "_seg.nii.gz");
+        write_pair(scratch / "img" / (std::string(name) + ".nii.gz"), labels, {12, 10, 6},
+                   [](std::int64_t z, std::int64_t y, std::int64_t x) { return static_cast<float>(x + y + z); },
+                   [&](std::int64_t, std::int64_t, std::int64_t x) { return static_cast<std::int32_t>(x % 4); });
+        std::ofstream(scratch / "seg" / (std::string(name) + "_seg.txt")) << "1 Hippocampus\n2 Amygdala\n3 Thalamus\n7 Other\n";
+    }
+    DataConfig config;
+    config.source = SourceKind::Folder;
+    config.images_dir = scratch / "img";
+    config.labels_dir = scratch / "seg";
+    config.holdout_fraction = 0;
+    EXPECT_EQ(make_dataset(config, {1, 1, 6, 8, 8}, 8)->class_names(),
+              (std::vector<std::string>{"", "Hippocampus", "Amygdala", "Thalamus", "", "", "", "Other"}));
+    // Ranges: two labels make one class; 7 falls to the background without naming it.
+    config.label_mapping = {LabelRule::range(1, 2, 1), LabelRule(3, 2)};
+    EXPECT_EQ(make_dataset(config, {1, 1, 6, 8, 8}, 3)->class_names(),
+              (std::vector<std::string>{"", "Hippocampus + Amygdala", "Thalamus"}));
+    // Label files that name nothing: no names (the run keeps "background", "class 1", ...).
+    for (const char* name : {"p1", "p2", "p3"}) fs::remove(scratch / "seg" / (std::string(name) + "_seg.txt"));
+    config.label_mapping.clear();
+    EXPECT_TRUE(make_dataset(config, {1, 1, 6, 8, 8}, 4)->class_names().empty());
 }
 
 TEST(DataFolderPairs, PngImageAndMaskPairsFeedA2DModel) {

@@ -127,6 +127,40 @@ TEST(TrainingRun, WritesMetricsCheckpointsAndPredictions) {
     for (std::int32_t label : prediction.present_labels()) EXPECT_TRUE(label == 0 || label == 1);
 }
 
+// The evaluation's classes carry the names the label files give (an MRIcron name file beside each).
+TEST(TrainingRun, EvaluationNamesClassesAsTheLabelFilesDo) {
+    TemporaryFolder folder("run_class_names");
+    ImageGeometry geometry;
+    geometry.size = {32, 32, 1};
+    for (const char* name : {"a", "b"}) {
+        Volume image = make_volume(geometry);
+        LabelMap labels = make_label_map(geometry);
+        for (std::int64_t i = 0; i < 32 * 32; ++i) {
+            image.voxels.data<float>()[i] = static_cast<float>(i % 32);
+            labels.labels.data<std::int32_t>()[i] = static_cast<std::int32_t>(i % 32 / 11);  // 0, 1, 2 in bands
+        }
+        fs::create_directories(folder.path() / "images");
+        write_volume(image, folder.path() / "images" / (std::string(name) + ".nii.gz"));
+        write_label_map(labels, folder.path() / "images" / (std::string(name) + "_seg.nii.gz"));
+        std::ofstream(folder.path() / "images" / (std::string(name) + "_seg.txt")) << "1 Membrane_wall\n2 Vesicle\n";
+    }
+    const std::string text = R"({"version": 1, "model": {"kind": "unet", "depth": 2, "base_width": 4, "num_classes": 3},
+        "input": {"channels": 1, "size": [32, 32]}, "global_batch": 1, "num_cores_per_replica": 2,
+        "input_partition_dims": [[1, 2, 1, 1], null], "optimizer": {"kind": "adam"},
+        "data": {"source": "folder", "images": ")" + (folder.path() / "images").string() + R"(",
+                 "labels": ")" + (folder.path() / "images").string() + R"(", "holdout_fraction": 0.5},
+        "steps": 1})";
+    run::TrainingRun training(experiment::parse_experiment(text, "named.json"), test::options_in(folder.path() / "run"));
+    Recorder recorder;
+    training.train(&recorder);
+    ASSERT_EQ(recorder.evals.size(), 1u);
+    const auto& classes = recorder.evals[0].classes;
+    ASSERT_EQ(classes.size(), 3u);
+    EXPECT_EQ(classes[0].name, "background");
+    EXPECT_EQ(classes[1].name, "Membrane_wall");
+    EXPECT_EQ(classes[2].name, "Vesicle");
+}
+
 TEST(TrainingRun, StoppedAndResumedGivesExactlyTheUninterruptedLosses) {
     TemporaryFolder whole("run_whole"), split("run_split");
     const int steps = 6;
