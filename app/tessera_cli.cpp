@@ -314,11 +314,19 @@ int calibrate_network_command(const std::string& out_option, bool quick) {
         for (const auto& [bytes, seconds] : network.all_reduce_seconds) {
             std::printf(", all-reduce %.0f KiB %.1f us", bytes / 1024.0, seconds * 1e6);
         }
-        std::printf("\nnoise: %.1f%%\nwrote %s\n", network.noise_percent, out.string().c_str());
+        std::printf("\nnoise: the median repeat ran %.1f%% slower than the fastest\n", network.noise_percent);
+        if (network.too_noisy) {
+            std::printf("warning: this machine is too busy to measure the network between its ranks well (messages waited for "
+                        "the scheduler, not the network): the figures are rough. Calibrate again when it is quiet, with no more "
+                        "ranks than cores.\n");
+        }
+        std::printf("wrote %s\n", out.string().c_str());
         return tessera::cli::exit_ok;
     } catch (const tessera::Error& error) {
-        std::fprintf(stderr, "tessera-cli: MPI rank %d: %s\n", transport->rank(), error.what());
-        tessera::mpi::abort_job(error.is_internal() ? exit_failure : exit_bad_input);
+        // Every rank holds the same figures (broadcast), so every rank fails alike and ends normally;
+        // rank 0 says why (only it writes the preset).
+        if (transport->rank() == 0) std::fprintf(stderr, "tessera-cli: %s\n", error.what());
+        return error.is_internal() ? exit_failure : exit_bad_input;
     }
 }
 

@@ -20,7 +20,10 @@ struct NetworkCalibration {
     double gather_seconds = 0;           // an all-gather of 16 bytes per rank
     // All-reduce (MPI's, f32 sum) of each size in bytes: seconds.
     std::vector<std::pair<double, double>> all_reduce_seconds;
-    double noise_percent = 0;            // median over sizes of (median repeat / fastest − 1)
+    double noise_percent = 0;            // median over sizes of (median repeat / fastest − 1); figures are the fastest
+    // The machine was too busy for the figures to mean much: the median twice the fastest, or the largest
+    // messages no slower than the smallest (the bandwidth is then only a lower bound).
+    bool too_noisy = false;
     // As the host preset's measured figures: cluster_ranks, cluster_latency_us, cluster_bandwidth_gbs,
     // cluster_gather_us, cluster_all_reduce_us_<bytes>.
     std::map<std::string, double> as_measured() const;
