@@ -44,6 +44,8 @@ for line in open(sys.argv[1]):
     if line.startswith("predicted_ms"):
         predictions.setdefault(last_key, []).append(float(fields["error"].rstrip("%")))
         continue
+    if "backend" not in fields:  # a rank's memory line
+        continue
     key = (("2core " if line.startswith("mesh=2core") else "8core ") + ("fast " if line.startswith("fast") else "") +
            f"{fields['backend']} ranks={fields['ranks']}")
     rows.setdefault(key, []).append(fields)
