@@ -15,6 +15,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <sched.h>
@@ -301,10 +302,13 @@ int train_in_this_process(const RunArguments& arguments) {
         });
 }
 
-// One rank of `mpirun -np K tessera-cli train … --backend mpi`: rank 0 runs the training (data, model_dir,
-// progress), the others follow it. Any rank's error ends the whole job at once with its exit code, the
-// rank and host named: the others would otherwise wait for it in a collective.
-int train_over_mpi(const RunArguments& arguments) {
+// One rank of `mpirun -np K tessera-cli train|eval|predict … --backend mpi`: rank 0 builds the run (data,
+// model_dir, output) and does the work, the others follow it. Any rank's error ends the whole job at
+// once with its exit code, the rank and host named: the others would otherwise wait for it in a
+// collective. `work_reads_input`: as guarded's.
+template <class Setup, class Work>
+int over_mpi(const RunArguments& arguments, std::string_view command, run::ModelDirAccess access, Setup&& setup, Work&& work,
+             bool work_reads_input = false) {
     int argc = 0;
     char** argv = nullptr;
     mpi::Session session(argc, argv);
@@ -315,7 +319,7 @@ int train_over_mpi(const RunArguments& arguments) {
                      error.what());
         mpi::abort_job(error.is_internal() || started ? exit_failure : exit_bad_input);
     };
-    run::RunOptions options = run_options(arguments, "train", run::ModelDirAccess::Write);
+    run::RunOptions options = run_options(arguments, command, access);
     options.transport = transport;
     // mpirun binds each rank to one core by default (with few ranks): more threads than that share it.
     cpu_set_t allowed;
@@ -340,56 +344,97 @@ int train_over_mpi(const RunArguments& arguments) {
     std::unique_ptr<run::TrainingRun> training;
     try {
         training = std::make_unique<run::TrainingRun>(experiment::load_experiment(arguments.experiment), options);
-        training->load_checkpoint();
+        setup(*training);
     } catch (const Error& error) {
         fail(error, false);
     }
     try {
-        ConsoleObserver console(!arguments.plain && isatty(STDOUT_FILENO));
-        install_stop_handlers();
-        const run::RunSummary summary = training->train(&console, &g_stop_requested);
+        const int code = work(*training);
         training.reset();  // tells the other ranks the run is over
-        return summary.stopped ? exit_interrupted : exit_ok;
+        return code;
     } catch (const Error& error) {
-        fail(error, true);
+        fail(error, !work_reads_input);
     }
     return exit_failure;
 }
 
+int train_over_mpi(const RunArguments& arguments) {
+    return over_mpi(
+        arguments, "train", run::ModelDirAccess::Write, [](run::TrainingRun& training) { training.load_checkpoint(); },
+        [&](run::TrainingRun& training) {
+            ConsoleObserver console(!arguments.plain && isatty(STDOUT_FILENO));
+            install_stop_handlers();
+            const run::RunSummary summary = training.train(&console, &g_stop_requested);
+            return summary.stopped ? exit_interrupted : exit_ok;
+        });
+}
+
+// Started by an MPI launcher among several processes without --backend mpi: each would run the whole
+// mesh into the same model_dir. Returns the exit code when refused.
+std::optional<int> refuse_unspread_launch(std::string_view command) {
+    const int processes = launched_processes();
+    if (processes <= 1) return std::nullopt;
+    std::fprintf(stderr,
+                 "tessera-cli: started as one of %d processes by an MPI launcher, but without --backend mpi: every process would "
+                 "%s the whole mesh with the same model_dir. Add --backend mpi to spread the cores over the %d ranks.\n",
+                 processes, std::string(command).c_str(), processes);
+    return exit_bad_input;
+}
+
 int train_command(const RunArguments& arguments) {
     if (arguments.backend == "mpi") return train_over_mpi(arguments);
-    const int processes = launched_processes();
-    if (processes > 1) {
-        std::fprintf(stderr,
-                     "tessera-cli: started as one of %d processes by an MPI launcher, but without --backend mpi: every process would "
-                     "train the whole mesh into the same model_dir. Add --backend mpi to spread the cores over the %d ranks.\n",
-                     processes, processes);
-        return exit_bad_input;
-    }
+    if (const std::optional<int> refused = refuse_unspread_launch("train")) return *refused;
     return train_in_this_process(arguments);
 }
 
+// What eval prints of its record.
+int print_evaluation(run::TrainingRun& training, const run::EvalRecord& record) {
+    print_notes(training);
+    std::printf("evaluated step %lld of %s\n", static_cast<long long>(record.step), training.model_dir().path().string().c_str());
+    std::printf("%s\n", eval_line(record).c_str());
+    for (const auto& file : record.predictions) std::printf("wrote %s\n", file.string().c_str());
+    return exit_ok;
+}
+
 int eval_command(const RunArguments& arguments) {
+    // Predictions are written into the model_dir: that takes its lock; without them eval only reads.
+    const auto access = arguments.no_predictions ? run::ModelDirAccess::ReadOnly : run::ModelDirAccess::Write;
+    if (arguments.backend == "mpi") {
+        return over_mpi(
+            arguments, "eval", access, [](run::TrainingRun& training) { training.load_checkpoint(true); },
+            [](run::TrainingRun& training) { return print_evaluation(training, training.evaluate()); });
+    }
+    if (const std::optional<int> refused = refuse_unspread_launch("evaluate")) return *refused;
     return guarded(
         [&] {
-            // Predictions are written into the model_dir: that takes its lock; without them eval only reads.
-            const auto access = arguments.no_predictions ? run::ModelDirAccess::ReadOnly : run::ModelDirAccess::Write;
             auto training =
                 std::make_unique<run::TrainingRun>(experiment::load_experiment(arguments.experiment), run_options(arguments, "eval", access));
             training->load_checkpoint(true);
             return training;
         },
-        [&](std::unique_ptr<run::TrainingRun>& training) {
-            const run::EvalRecord record = training->evaluate();
-            print_notes(*training);
-            std::printf("evaluated step %lld of %s\n", static_cast<long long>(record.step), training->model_dir().path().string().c_str());
-            std::printf("%s\n", eval_line(record).c_str());
-            for (const auto& file : record.predictions) std::printf("wrote %s\n", file.string().c_str());
-            return exit_ok;
-        });
+        [&](std::unique_ptr<run::TrainingRun>& training) { return print_evaluation(*training, training->evaluate()); });
 }
 
 int predict_command(const RunArguments& arguments, const std::vector<std::string>& inputs, const std::string& output_dir) {
+    const auto predict = [&](run::TrainingRun& training) {
+        std::vector<std::filesystem::path> files(inputs.begin(), inputs.end());
+        const auto written = training.predict(files, output_dir);
+        print_notes(training);
+        for (const auto& file : written) std::printf("wrote %s\n", file.string().c_str());
+        return exit_ok;
+    };
+    if (arguments.backend == "mpi") {
+        return over_mpi(
+            arguments, "predict", run::ModelDirAccess::ReadOnly,
+            [&](run::TrainingRun& training) {
+                for (const std::string& input : inputs) {
+                    TESSERA_CHECK(std::filesystem::exists(input), "cannot predict '" << input << "': no such file or folder");
+                }
+                training.load_checkpoint(true);
+            },
+            predict, true);
+    }
+    if (const std::optional<int> refused = refuse_unspread_launch("predict with")) return *refused;
     return guarded(
         [&] {
             for (const std::string& input : inputs) {
@@ -400,14 +445,7 @@ int predict_command(const RunArguments& arguments, const std::vector<std::string
             training->load_checkpoint(true);
             return training;
         },
-        [&](std::unique_ptr<run::TrainingRun>& training) {
-            std::vector<std::filesystem::path> files(inputs.begin(), inputs.end());
-            const auto written = training->predict(files, output_dir);
-            print_notes(*training);
-            for (const auto& file : written) std::printf("wrote %s\n", file.string().c_str());
-            return exit_ok;
-        },
-        true);
+        [&](std::unique_ptr<run::TrainingRun>& training) { return predict(*training); }, true);
 }
 
 }  // namespace tessera::cli

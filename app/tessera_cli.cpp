@@ -11,8 +11,8 @@
 //   tessera-cli validate <experiment.json>...
 //   tessera-cli train <experiment.json> [--steps N] [--model-dir DIR] [--threads 2] [--plain]
 //                     [--backend mpi] [--reduction reproducible|fast]     (under mpirun -np K or srun)
-//   tessera-cli eval <experiment.json> [--model-dir DIR]
-//   tessera-cli predict <experiment.json> <image>... [--out DIR] [--model-dir DIR]
+//   tessera-cli eval <experiment.json> [--model-dir DIR] [--backend mpi]
+//   tessera-cli predict <experiment.json> <image>... [--out DIR] [--model-dir DIR] [--backend mpi]
 //
 // Exit codes (cli_run.hpp): 0 success, 2 bad input (a file, an argument, an experiment that cannot run),
 // 1 a failure after the work started, 130 a training run stopped by Ctrl-C after its checkpoint.
@@ -412,11 +412,6 @@ int run(int argc, char** argv) {
             command->add_option("--steps", steps_override, "Train this many steps instead of the experiment's")
                 ->check(whole_number_in("--steps", 1, 1'000'000'000));
             command->add_flag("--plain", run_arguments.plain, "Plain progress lines even on a terminal");
-            command->add_option("--backend", run_arguments.backend,
-                                "Where the simulated cores run: this process, or spread over the ranks of an MPI job "
-                                "(mpirun -np K tessera-cli train ... --backend mpi; srun under Slurm)")
-                ->check(CLI::IsMember({"single-process", "mpi"}))
-                ->capture_default_str();
             command->add_option("--reduction", run_arguments.reduction,
                                 "Weight gradients across MPI ranks: reproducible (the bits of one process) or fast (MPI_Allreduce); "
                                 "default: the experiment's \"reduction\"")
@@ -426,6 +421,11 @@ int run(int argc, char** argv) {
                               "Run even when the model_dir holds no checkpoint (random weights: for smoke tests only)");
         }
         command->add_flag("--no-predictions", run_arguments.no_predictions, "Do not write label volumes at evaluations");
+        command->add_option("--backend", run_arguments.backend,
+                            "Where the simulated cores run: this process, or spread over the ranks of an MPI job "
+                            "(mpirun -np K tessera-cli train|eval|predict ... --backend mpi; srun under Slurm)")
+            ->check(CLI::IsMember({"single-process", "mpi"}))
+            ->capture_default_str();
     };
     CLI::App* train = app.add_subcommand("train", "Train an experiment on the simulated cores; resumes from its model_dir's latest checkpoint");
     add_run_options(train, true);

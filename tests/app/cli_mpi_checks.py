@@ -10,13 +10,15 @@
 - a rank killed mid-run: the job ends within 10 s, non-zero, naming the rank; the model_dir holds no
   half-written file and the run resumes from its last checkpoint;
 - started by mpirun without --backend mpi: refused, saying what to add;
-- calibrate --network adds the network to a host preset, and plan --host-ranks predicts from it.
+- calibrate --network adds the network to a host preset, and plan --host-ranks predicts from it;
+- eval and predict on 2 ranks: one process's scores and label volume.
 
 Usage: cli_mpi_checks.py <tessera-cli> <mpirun> <scratch folder>
 """
 import glob
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -138,6 +140,25 @@ def main():
                       os.path.join(folder("resumed"), "model.ckpt-000006.safetensors")):
         sys.exit("4 → 2 → 1 ranks: the final weights differ from an uninterrupted run's")
     print("ok: a checkpoint of 4 ranks resumed with 2 and with 1 continues bit-exactly")
+
+    # Evaluation and prediction on 2 ranks: one process's scores and label volumes.
+    evaluated_alone = run([cli, "eval", experiment, "--model-dir", folder("alone"), "--no-predictions", "--threads", "1"])
+    evaluated_spread = run([mpirun, "-np", "2", "--oversubscribe", cli, "eval", experiment, "--model-dir", folder("alone"),
+                            "--no-predictions", "--threads", "1", "--backend", "mpi"])
+    # The scores, per class too, without the evaluation's time.
+    score = lambda out: [re.sub(r", [0-9.]+ (ms|s)\)", ")", line) for line in out.splitlines()
+                         if line.startswith("eval ") or line.startswith("      ")]
+    if not score(evaluated_alone) or score(evaluated_alone) != score(evaluated_spread):
+        sys.exit(f"eval on 2 ranks differs from one process\n{evaluated_spread}\n{evaluated_alone}")
+    image = os.path.join(work, "section.nii.gz")
+    run([cli, "phantom", image, "--size", "100,90,1"])
+    run([cli, "predict", experiment, image, "--model-dir", folder("alone"), "--out", folder("predicted_alone"), "--threads", "1"])
+    run([mpirun, "-np", "2", "--oversubscribe", cli, "predict", experiment, image, "--model-dir", folder("alone"),
+         "--out", folder("predicted_spread"), "--threads", "1", "--backend", "mpi"])
+    if not same_bytes(os.path.join(folder("predicted_alone"), "section_prediction.nii.gz"),
+                      os.path.join(folder("predicted_spread"), "section_prediction.nii.gz")):
+        sys.exit("predict on 2 ranks: the label volume differs from one process's")
+    print("ok: eval and predict on 2 ranks give one process's scores and label volume")
 
     # Fast: the library's all-reduce; within 1e-4 of the loss after 6 Adam steps (measured here: 6.7e-6).
     run(command(cli, mpirun, 4, experiment, "--model-dir", folder("fast"), "--reduction", "fast"))
