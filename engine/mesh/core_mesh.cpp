@@ -177,15 +177,6 @@ struct CoreMesh::Impl {
         }
     }
 
-    // Bytes from `root` to every rank, any size.
-    void broadcast_bytes(std::vector<std::byte>& bytes, int root) {
-        if (single_rank()) return;
-        auto size = static_cast<std::int64_t>(bytes.size());
-        transport->broadcast(std::as_writable_bytes(std::span(&size, 1)), root);
-        bytes.resize(static_cast<std::size_t>(size));
-        transport->broadcast(bytes, root);
-    }
-
     // Every rank learns whether any failed: the first failure (in rank order) is thrown on all of them,
     // with the rank and host named when it was another's; a rank's own is rethrown as it was.
     void agree_on_failure(const std::exception_ptr& local_failure) {
@@ -958,11 +949,9 @@ struct CoreMesh::Impl {
     // travels in one flat buffer (one message per hop, one broadcast); within a rank the parameters are
     // summed in parallel.
     std::vector<Tensor> chained_gradient_sums() {
-        const auto& specs = model.parameters();
-        const std::size_t num_parameters = specs.size();
+        const std::size_t num_parameters = model.parameters().size();
         const int rank = transport->rank(), ranks = transport->num_ranks();
-        std::vector<std::int64_t> offset(num_parameters + 1, 0);
-        for (std::size_t p = 0; p < num_parameters; ++p) offset[p + 1] = offset[p] + num_elements_of(specs[p].shape);
+        const std::vector<std::int64_t> offset = parameter_offsets();
         std::vector<float> total(static_cast<std::size_t>(offset.back())), open(total.size());  // completed replicas; the replica under way
         const auto bytes_of = [](std::vector<float>& sums) { return std::as_writable_bytes(std::span(sums)); };
         if (rank > 0) {
@@ -1004,21 +993,14 @@ struct CoreMesh::Impl {
             }
             transport->broadcast(bytes_of(total), ranks - 1);
         }
-        std::vector<Tensor> totals(num_parameters);
-        for (std::size_t p = 0; p < num_parameters; ++p) {
-            totals[p] = Tensor::empty(specs[p].shape, DType::F32);
-            std::copy(total.begin() + offset[p], total.begin() + offset[p + 1], totals[p].data<float>());
-        }
-        return totals;
+        return per_parameter(total, offset);
     }
 
     // Each rank sums its own cores in order, then the library's all-reduce adds the ranks' sums (one
     // flat buffer).
     std::vector<Tensor> fast_gradient_sums() {
-        const auto& specs = model.parameters();
-        const std::size_t num_parameters = specs.size();
-        std::vector<std::int64_t> offset(num_parameters + 1, 0);
-        for (std::size_t p = 0; p < num_parameters; ++p) offset[p + 1] = offset[p] + num_elements_of(specs[p].shape);
+        const std::size_t num_parameters = model.parameters().size();
+        const std::vector<std::int64_t> offset = parameter_offsets();
         std::vector<float> total(static_cast<std::size_t>(offset.back()), 0.0f);
         pool->run(static_cast<std::int64_t>(num_parameters), [&](std::int64_t parameter) {
             const auto p = static_cast<std::size_t>(parameter);
@@ -1035,12 +1017,26 @@ struct CoreMesh::Impl {
             const auto inverse = 1.0f / static_cast<float>(mesh.num_replicas);
             for (float& value : total) value *= inverse;
         }
-        std::vector<Tensor> totals(num_parameters);
-        for (std::size_t p = 0; p < num_parameters; ++p) {
-            totals[p] = Tensor::empty(specs[p].shape, DType::F32);
-            std::copy(total.begin() + offset[p], total.begin() + offset[p + 1], totals[p].data<float>());
+        return per_parameter(total, offset);
+    }
+
+    // Where each parameter's gradient starts in one flat f32 buffer of all of them ([P + 1], the last its size).
+    std::vector<std::int64_t> parameter_offsets() const {
+        const auto& specs = model.parameters();
+        std::vector<std::int64_t> offset(specs.size() + 1, 0);
+        for (std::size_t p = 0; p < specs.size(); ++p) offset[p + 1] = offset[p] + num_elements_of(specs[p].shape);
+        return offset;
+    }
+
+    // The flat buffer back as one tensor per parameter.
+    std::vector<Tensor> per_parameter(const std::vector<float>& flat, const std::vector<std::int64_t>& offset) const {
+        const auto& specs = model.parameters();
+        std::vector<Tensor> tensors(specs.size());
+        for (std::size_t p = 0; p < specs.size(); ++p) {
+            tensors[p] = Tensor::empty(specs[p].shape, DType::F32);
+            std::copy(flat.begin() + offset[p], flat.begin() + offset[p + 1], tensors[p].data<float>());
         }
-        return totals;
+        return tensors;
     }
 
     static std::span<std::byte> as_bytes(const Tensor& tensor) {
@@ -1643,21 +1639,14 @@ Tensor CoreMesh::gather_tiles(int model_node, std::int64_t replica, bool gradien
         const graph::Executor& executor = *impl.cores[static_cast<std::size_t>(core)].executor;
         tiles[static_cast<std::size_t>(core)] = gradient ? executor.activation_gradient(local) : executor.activation(local);
     }
-    // Tiles held by other ranks: each rank writes its own of this replica (a shape and the values).
+    // Tiles held by other ranks: each rank writes its own of this replica.
     impl.share_core_values(
         [&](std::int64_t c, ByteWriter& out) {
             const Tensor& tile = tiles[static_cast<std::size_t>(c)];
-            if (!tile.is_defined()) return;
-            TESSERA_ASSERT(tile.dtype() == DType::F32, "gathered tiles are f32");
-            out.put_span(std::span<const std::int64_t>(tile.shape()));
-            out.put_span(std::span<const float>(tile.data<float>(), static_cast<std::size_t>(tile.num_elements())));
+            if (tile.is_defined()) out.put_tensor(tile);
         },
         [&](std::int64_t c, ByteReader& in) {
-            if (c / impl.per_replica != replica) return;
-            Tensor tile = Tensor::zeros(in.get_vector<std::int64_t>(), DType::F32);
-            const std::vector<float> values = in.get_vector<float>();
-            std::copy(values.begin(), values.end(), tile.data<float>());
-            tiles[static_cast<std::size_t>(c)] = std::move(tile);
+            if (c / impl.per_replica == replica) tiles[static_cast<std::size_t>(c)] = in.get_tensor();
         });
     std::vector<Tensor> replica_tiles(tiles.begin() + impl.mesh_core(replica, 0), tiles.begin() + impl.mesh_core(replica, 0) + impl.per_replica);
     return gather(*this, replica_tiles, model_node);

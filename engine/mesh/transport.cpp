@@ -45,6 +45,30 @@ int CorePlacement::owner(std::int64_t core) const {
     return static_cast<int>(after - m_first.begin()) - 1;
 }
 
+void ByteWriter::put_tensor(const Tensor& tensor) {
+    const Tensor plain = tensor.contiguous();
+    put(static_cast<std::int32_t>(plain.dtype()));
+    put_span(std::span<const std::int64_t>(plain.shape()));
+    put_span(std::span<const std::byte>(static_cast<const std::byte*>(plain.raw_data()), plain.num_bytes()));
+}
+
+Tensor ByteReader::get_tensor() {
+    const auto dtype = static_cast<DType>(get<std::int32_t>());
+    Tensor tensor = Tensor::empty(get_vector<std::int64_t>(), dtype);
+    const auto size = static_cast<std::size_t>(get<std::int64_t>());
+    TESSERA_ASSERT(size == tensor.num_bytes(), "a tensor's message holds " << size << " bytes, its shape " << tensor.num_bytes());
+    take(tensor.raw_data(), size);
+    return tensor;
+}
+
+void broadcast_message(Transport& transport, std::vector<std::byte>& bytes, int root) {
+    if (transport.num_ranks() == 1) return;
+    auto size = static_cast<std::int64_t>(bytes.size());
+    transport.broadcast(std::as_writable_bytes(std::span(&size, 1)), root);
+    bytes.resize(static_cast<std::size_t>(size));
+    transport.broadcast(bytes, root);
+}
+
 void ByteReader::take(void* out, std::size_t size) {
     TESSERA_ASSERT(m_offset + size <= m_bytes.size(),
                    "a message ended after " << m_bytes.size() << " bytes, " << m_offset + size << " expected");

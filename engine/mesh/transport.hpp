@@ -14,6 +14,7 @@
 //   CoreMesh cores(model, mesh_config, trainer_config, transport);
 #pragma once
 
+#include "tensor/tensor.hpp"
 #include "train/reduction_order.hpp"
 
 #include <cstddef>
@@ -116,6 +117,7 @@ public:
         m_bytes.insert(m_bytes.end(), bytes, bytes + values.size_bytes());
     }
     void put_string(const std::string& text) { put_span(std::span<const char>(text.data(), text.size())); }
+    void put_tensor(const Tensor& tensor);  // dtype, shape and elements (made contiguous)
     std::span<const std::byte> bytes() const { return m_bytes; }
     std::vector<std::byte>& buffer() { return m_bytes; }
 
@@ -142,6 +144,7 @@ public:
         const std::vector<char> characters = get_vector<char>();
         return {characters.begin(), characters.end()};
     }
+    Tensor get_tensor();
     bool done() const { return m_offset == m_bytes.size(); }
 
 private:
@@ -149,5 +152,8 @@ private:
     std::span<const std::byte> m_bytes;
     std::size_t m_offset = 0;
 };
+
+// Bytes of any size from `root` to every rank (their size first): on return every rank holds root's.
+void broadcast_message(Transport& transport, std::vector<std::byte>& bytes, int root);
 
 }  // namespace tessera::mesh

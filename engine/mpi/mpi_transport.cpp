@@ -54,25 +54,17 @@ public:
     std::string backend_name() const override { return "mpi"; }
 
     void post_send(int to_rank, mesh::MessageTag tag, std::span<const std::byte> data) override {
-        for (std::size_t offset = 0; offset == 0 || offset < data.size(); offset += largest_piece) {
-            const std::size_t size = std::min(largest_piece, data.size() - offset);
-            MPI_Request request;
-            check(MPI_Isend(data.data() + offset, static_cast<int>(size), MPI_BYTE, to_rank, static_cast<int>(tag), m_comm, &request),
-                  "MPI_Isend");
-            m_requests.push_back(request);
+        post_pieces(data.size(), [&](std::size_t offset, int size, MPI_Request* request) {
+            check(MPI_Isend(data.data() + offset, size, MPI_BYTE, to_rank, static_cast<int>(tag), m_comm, request), "MPI_Isend");
             ++m_counters.messages_sent;
-            m_counters.bytes_sent += static_cast<std::int64_t>(size);
-        }
+            m_counters.bytes_sent += size;
+        });
     }
 
     void post_receive(int from_rank, mesh::MessageTag tag, std::span<std::byte> data) override {
-        for (std::size_t offset = 0; offset == 0 || offset < data.size(); offset += largest_piece) {
-            const std::size_t size = std::min(largest_piece, data.size() - offset);
-            MPI_Request request;
-            check(MPI_Irecv(data.data() + offset, static_cast<int>(size), MPI_BYTE, from_rank, static_cast<int>(tag), m_comm, &request),
-                  "MPI_Irecv");
-            m_requests.push_back(request);
-        }
+        post_pieces(data.size(), [&](std::size_t offset, int size, MPI_Request* request) {
+            check(MPI_Irecv(data.data() + offset, size, MPI_BYTE, from_rank, static_cast<int>(tag), m_comm, request), "MPI_Irecv");
+        });
     }
 
     void wait_all() override {
@@ -133,6 +125,16 @@ public:
     }
 
 private:
+    // One request per piece of at most 1 GiB (at least one, for an empty message: both sides split alike).
+    template <class Post>
+    void post_pieces(std::size_t bytes, Post&& post) {
+        for (std::size_t offset = 0; offset == 0 || offset < bytes; offset += largest_piece) {
+            MPI_Request request;
+            post(offset, static_cast<int>(std::min(largest_piece, bytes - offset)), &request);
+            m_requests.push_back(request);
+        }
+    }
+
     // Counts a collective and its time, whatever way it leaves.
     struct Collective {
         Collective(MpiTransport& transport, std::size_t bytes) : owner(transport), start(std::chrono::steady_clock::now()) {

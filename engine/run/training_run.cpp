@@ -45,27 +45,11 @@ enum class MeshCommand : std::int32_t {
     TrainDetectionStep, PredictOutputs, DetectionLoss
 };
 
-void put_tensor(mesh::ByteWriter& out, const Tensor& tensor) {
-    const Tensor plain = tensor.contiguous();
-    out.put(static_cast<std::int32_t>(plain.dtype()));
-    out.put_span(std::span<const std::int64_t>(plain.shape()));
-    out.put_span(std::span<const std::byte>(static_cast<const std::byte*>(plain.raw_data()), plain.num_bytes()));
-}
-
-Tensor get_tensor(mesh::ByteReader& in) {
-    const auto dtype = static_cast<DType>(in.get<std::int32_t>());
-    Tensor tensor = Tensor::empty(in.get_vector<std::int64_t>(), dtype);
-    const std::vector<std::byte> bytes = in.get_vector<std::byte>();
-    TESSERA_ASSERT(bytes.size() == tensor.num_bytes(), "a tensor's bytes do not match its shape");
-    std::copy(bytes.begin(), bytes.end(), static_cast<std::byte*>(tensor.raw_data()));
-    return tensor;
-}
-
 void put_entries(mesh::ByteWriter& out, const std::vector<train::NamedTensor>& entries) {
     out.put(static_cast<std::int64_t>(entries.size()));
     for (const train::NamedTensor& entry : entries) {
         out.put_string(entry.name);
-        put_tensor(out, entry.value);
+        out.put_tensor(entry.value);
     }
 }
 
@@ -73,7 +57,7 @@ std::vector<train::NamedTensor> get_entries(mesh::ByteReader& in) {
     std::vector<train::NamedTensor> entries(static_cast<std::size_t>(in.get<std::int64_t>()));
     for (train::NamedTensor& entry : entries) {
         entry.name = in.get_string();
-        entry.value = get_tensor(in);
+        entry.value = in.get_tensor();
     }
     return entries;
 }
@@ -81,8 +65,8 @@ std::vector<train::NamedTensor> get_entries(mesh::ByteReader& in) {
 void put_ground_truth(mesh::ByteWriter& out, std::span<const detection::PaddedGroundTruth> truth) {
     out.put(static_cast<std::int64_t>(truth.size()));
     for (const detection::PaddedGroundTruth& image : truth) {
-        put_tensor(out, image.boxes);
-        put_tensor(out, image.classes);
+        out.put_tensor(image.boxes);
+        out.put_tensor(image.classes);
         out.put(image.num_valid);
     }
 }
@@ -90,19 +74,11 @@ void put_ground_truth(mesh::ByteWriter& out, std::span<const detection::PaddedGr
 std::vector<detection::PaddedGroundTruth> get_ground_truth(mesh::ByteReader& in) {
     std::vector<detection::PaddedGroundTruth> truth(static_cast<std::size_t>(in.get<std::int64_t>()));
     for (detection::PaddedGroundTruth& image : truth) {
-        image.boxes = get_tensor(in);
-        image.classes = get_tensor(in);
+        image.boxes = in.get_tensor();
+        image.classes = in.get_tensor();
         image.num_valid = in.get<std::int64_t>();
     }
     return truth;
-}
-
-// Bytes from `root` to every rank: their size, then them.
-void broadcast_message(mesh::Transport& transport, std::vector<std::byte>& bytes, int root) {
-    auto size = static_cast<std::int64_t>(bytes.size());
-    transport.broadcast(std::as_writable_bytes(std::span(&size, 1)), root);
-    bytes.resize(static_cast<std::size_t>(size));
-    transport.broadcast(bytes, root);
 }
 
 // The run's mesh, built the same way on every rank.
@@ -293,31 +269,31 @@ struct TrainingRun::Impl {
         mesh::ByteWriter out;
         out.put(what);
         if (arguments) arguments(out);
-        broadcast_message(*options.transport, out.buffer(), 0);
+        mesh::broadcast_message(*options.transport, out.buffer(), 0);
     }
     train::StepResult mesh_train_step(const Tensor& images, const Tensor& labels) {
         command(MeshCommand::TrainStep, [&](mesh::ByteWriter& out) {
-            put_tensor(out, images);
-            put_tensor(out, labels);
+            out.put_tensor(images);
+            out.put_tensor(labels);
         });
         return mesh->train_step(images, labels);
     }
     train::EvalResult mesh_evaluate(const Tensor& images, const Tensor& labels) {
         command(MeshCommand::Evaluate, [&](mesh::ByteWriter& out) {
-            put_tensor(out, images);
-            put_tensor(out, labels);
+            out.put_tensor(images);
+            out.put_tensor(labels);
         });
         return mesh->evaluate(images, labels);
     }
     train::StepResult mesh_train_step(const Tensor& images, std::span<const detection::PaddedGroundTruth> truth) {
         command(MeshCommand::TrainDetectionStep, [&](mesh::ByteWriter& out) {
-            put_tensor(out, images);
+            out.put_tensor(images);
             put_ground_truth(out, truth);
         });
         return mesh->train_step(images, truth);
     }
     std::vector<Tensor> mesh_predict_outputs(const Tensor& images) {
-        command(MeshCommand::PredictOutputs, [&](mesh::ByteWriter& out) { put_tensor(out, images); });
+        command(MeshCommand::PredictOutputs, [&](mesh::ByteWriter& out) { out.put_tensor(images); });
         return mesh->predict_outputs(images);
     }
     double mesh_detection_loss(std::span<const detection::PaddedGroundTruth> truth) {
@@ -762,28 +738,28 @@ void follow_training_run(const experiment::Experiment& x, const RunOptions& opti
     mesh::Transport& transport = *options.transport;
     for (;;) {
         std::vector<std::byte> message;
-        broadcast_message(transport, message, 0);
+        mesh::broadcast_message(transport, message, 0);
         mesh::ByteReader in(message);
         switch (in.get<MeshCommand>()) {
             case MeshCommand::TrainStep: {
-                const Tensor images = get_tensor(in);
-                const Tensor labels = get_tensor(in);
+                const Tensor images = in.get_tensor();
+                const Tensor labels = in.get_tensor();
                 cores->train_step(images, labels);
                 break;
             }
             case MeshCommand::Evaluate: {
-                const Tensor images = get_tensor(in);
-                const Tensor labels = get_tensor(in);
+                const Tensor images = in.get_tensor();
+                const Tensor labels = in.get_tensor();
                 cores->evaluate(images, labels);
                 break;
             }
             case MeshCommand::TrainDetectionStep: {
-                const Tensor images = get_tensor(in);
+                const Tensor images = in.get_tensor();
                 const std::vector<detection::PaddedGroundTruth> truth = get_ground_truth(in);
                 cores->train_step(images, truth);
                 break;
             }
-            case MeshCommand::PredictOutputs: cores->predict_outputs(get_tensor(in)); break;
+            case MeshCommand::PredictOutputs: cores->predict_outputs(in.get_tensor()); break;
             case MeshCommand::DetectionLoss: cores->detection_loss(get_ground_truth(in)); break;
             case MeshCommand::Memory: cores->memory(); break;
             case MeshCommand::Weights: cores->weights(); break;

@@ -40,11 +40,11 @@ QStringList MpiLauncher::arguments(const MpiLaunch& launch, const QString& cli, 
 }
 
 QString MpiLauncher::findCli() {
+    // $TESSERA_CLI names it outright (the studio's tests: their executables live elsewhere in the build).
+    const QString named = qEnvironmentVariable("TESSERA_CLI");
+    if (!named.isEmpty() && QFileInfo(named).isExecutable()) return named;
     const QString beside = QDir(QCoreApplication::applicationDirPath()).filePath(QStringLiteral("tessera-cli"));
     if (QFileInfo(beside).isExecutable()) return beside;
-    // The tests' executables live in another folder of the build than the app's.
-    const QString in_build = QDir(QCoreApplication::applicationDirPath()).filePath(QStringLiteral("../../app/tessera-cli"));
-    if (QFileInfo(in_build).isExecutable()) return QFileInfo(in_build).canonicalFilePath();
     return QStandardPaths::findExecutable(QStringLiteral("tessera-cli"));
 }
 

@@ -34,7 +34,7 @@ public:
     // mpirun's arguments for a launch: the ranks, no binding to one core (each rank runs its threads),
     // oversubscription allowed when the ranks' threads outnumber this machine's cores.
     static QStringList arguments(const MpiLaunch& launch, const QString& cli, int host_cores);
-    // tessera-cli beside the studio's executable, else on PATH; empty when neither.
+    // $TESSERA_CLI, else tessera-cli beside the studio's executable, else on PATH; empty when none.
     static QString findCli();
 
     // Starts mpirun; false (and lastError) when mpirun or tessera-cli cannot be found or run.
