@@ -275,6 +275,7 @@ LayerCost CostModel::roofline_layer(const graph::Graph& model, int id, const par
         case OpKind::Concat:
         case OpKind::Upsample:
         case OpKind::Halo:
+        case OpKind::Crop:  // reads the box it keeps (its tile's extent), writes it
             result.forward = memory_pass(0, element * (in_elements + out_elements));
             result.backward = memory_pass(0, element * (in_elements + out_elements));
             break;
@@ -414,7 +415,8 @@ LayerCost CostModel::host_layer(const graph::Graph& model, int id, const partiti
         case OpKind::Concat: memory_op("concat"); break;
         case OpKind::Add: memory_op("add"); break;
         case OpKind::Upsample: memory_op("upsample"); break;
-        case OpKind::Halo: {
+        case OpKind::Halo:
+        case OpKind::Crop: {  // both copy boxes of a tile in its own layout (tile_buffer)
             const double copy = host_rate("copy");
             if (copy > 0) {
                 set(result.forward, static_cast<double>(result.forward.bytes) / (copy * 1e9));

@@ -148,6 +148,12 @@ namespace {
 // batch norms' and global pooling's all-reduces), the loss, backward (halo gradients back to their
 // owners, the weight gradients' all-reduce in buckets or at the end), the update; then the step's
 // breakdown and the material for the planner's verdict.
+std::vector<bool> outputs_of(const graph::Graph& model) {
+    std::vector<bool> is_output(model.nodes().size(), false);
+    for (int head : model.output_nodes()) is_output[static_cast<std::size_t>(head)] = true;
+    return is_output;
+}
+
 class DeviceStep {
 public:
     DeviceStep(const graph::Graph& model, const partition::TilingPlan& plan, std::int64_t replicas, const CostModel& cost,
@@ -277,11 +283,14 @@ private:
         }
     }
 
-    // Loss: a pass over each core's logits, and (for split logits) a reduction of the partial sums.
+    // Loss: a pass over each core's logits — every output's (a detector's heads at every level) — and (for
+    // split logits) a reduction of the partial sums.
     void schedule_loss() {
         const int output = m_model.output_node();
         for (std::int64_t core = 0; core < m_cores; ++core) {
-            const double bytes = static_cast<double>(12 * m_plan.tile_elements(output, core));
+            std::int64_t logits = 0;
+            for (int head : m_model.output_nodes()) logits += m_plan.tile_elements(head, core);
+            const double bytes = static_cast<double>(12 * logits);
             const double loss_seconds = bytes / (m_device.memory_bandwidth * m_device.efficiency.memory) + m_device.kernel_overhead;
             m_other_compute[static_cast<std::size_t>(core)] += loss_seconds;
             m_op_count[static_cast<std::size_t>(core)] += 1;
@@ -309,7 +318,7 @@ private:
         const bool reduced = reduced_batch_norm(node);
         for (std::int64_t core = 0; core < m_cores; ++core) {
             std::vector<int> deps = m_pending[static_cast<std::size_t>(core)][n];
-            if (id == m_model.output_node()) deps.insert(deps.end(), m_loss_tasks.begin(), m_loss_tasks.end());
+            if (m_is_output[n]) deps.insert(deps.end(), m_loss_tasks.begin(), m_loss_tasks.end());
             const PassCost& pass = layer_of(core, id).backward;
             m_total_flops += pass.flops;
             const int task = m_schedule.add(compute_resource(core), pass.seconds * (reduced ? m_bn_backward_share : 1.0), deps);
@@ -469,6 +478,7 @@ private:
     const std::int64_t m_cores, m_all_cores, m_element;
     const std::size_t m_count;
     const std::vector<bool> m_has_halo;
+    const std::vector<bool> m_is_output = outputs_of(m_model);  // the loss reads these
     const std::vector<std::vector<std::vector<HaloTransfer>>> m_incoming;
     const std::vector<std::vector<LayerCost>> m_layer_cost;
     const Training m_training;
@@ -693,13 +703,17 @@ StepPrediction predict_host_step(const graph::Graph& model, const partition::Til
             phase([&](std::int64_t core) { return cost_of(core, id).forward.seconds; }, true);
         }
     }
-    // Loss: logits out of the executor and the partial sums; then each tile's gradient.
-    const int output = model.output_node();
+    // Loss: logits out of the executor (every output's) and the partial sums; then each tile's gradient.
+    const auto logits = [&](std::int64_t core) {
+        std::int64_t elements = 0;
+        for (int head : model.output_nodes()) elements += plan.tile_elements(head, core);
+        return static_cast<double>(8 * elements);
+    };
     const double loss_rate = std::max(host.host_rate("loss"), 1e-3) * 1e9;
-    phase([&](std::int64_t core) { return static_cast<double>(8 * plan.tile_elements(output, core)) / loss_rate; });
+    phase([&](std::int64_t core) { return logits(core) / loss_rate; });
     wall += 2 * network.gather_seconds;  // the loss partials, and each replica's loss
-    phase([&](std::int64_t core) { return static_cast<double>(8 * plan.tile_elements(output, core)) / loss_rate; });
-    phase([&](std::int64_t core) { return static_cast<double>(8 * plan.tile_elements(output, core)) / copy_rate; });
+    phase([&](std::int64_t core) { return logits(core) / loss_rate; });
+    phase([&](std::int64_t core) { return logits(core) / copy_rate; });
     prediction.forward_seconds = wall;
     for (std::size_t n = nodes.size(); n-- > 0;) {
         const Node& node = nodes[n];

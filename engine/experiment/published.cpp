@@ -104,8 +104,21 @@ PublishedCase read_case(const Json& value, const std::string& file) {
             c.batch_norm = true;
             c.approximations.push_back("instance norm read as batch norm");
         }
-        if (model.value("padding", "same") == "valid") c.approximations.push_back("unpadded (valid) convolutions read as padded");
-        stride = std::int64_t{1} << (c.depth - 1);
+        if (model.contains("padding")) {
+            const std::string padding = read.text(model, "padding", "model.");
+            TESSERA_CHECK(padding == "same" || padding == "valid",
+                          read.where() << ": model.padding: expected \"same\" or \"valid\", got \"" << padding << "\"");
+            c.valid_padding = padding == "valid";
+        }
+        if (model.contains("up_kernel")) c.up_kernel = read.count(model, "up_kernel", "model.");
+        if (model.contains("downsampling")) {
+            const std::string downsampling = read.text(model, "downsampling", "model.");
+            TESSERA_CHECK(downsampling == "max_pool" || downsampling == "strided_conv",
+                          read.where() << ": model.downsampling: expected \"max_pool\" or \"strided_conv\", got \"" << downsampling << "\"");
+            c.strided_downsampling = downsampling == "strided_conv";
+        }
+        if (model.contains("head_kernel")) c.head_kernel = read.count(model, "head_kernel", "model.");
+        stride = c.valid_padding ? 1 : std::int64_t{1} << (c.depth - 1);
     } else if (c.model_kind == "retinanet") {
         c.depth = static_cast<int>(read.count(model, "backbone_depth", "model."));
         c.num_classes = read.count(model, "num_classes", "model.");
@@ -128,11 +141,13 @@ PublishedCase read_case(const Json& value, const std::string& file) {
     }
     bool rounded = false;
     for (std::int64_t& extent : extents) {
-        const std::int64_t up = rounded_up(extent, stride);
+        const std::int64_t up = c.valid_padding ? networks::valid_unet_input({.depth = c.depth, .head_kernel = c.head_kernel}, extent)
+                                                : rounded_up(extent, stride);
         rounded = rounded || up != extent;
         extent = up;
     }
-    if (rounded) c.approximations.push_back("input rounded up to a multiple of " + std::to_string(stride));
+    if (rounded && c.valid_padding) c.approximations.push_back("input rounded up to an extent the unpadded U-Net can use");
+    if (rounded && !c.valid_padding) c.approximations.push_back("input rounded up to a multiple of " + std::to_string(stride));
 
     const std::int64_t batch = read.count(value, "global_batch");
     c.global_input = {batch, channels};
@@ -224,7 +239,12 @@ graph::Graph build_published_model(const PublishedCase& c, const Shape& replica_
     if (c.model_kind == "resnet") return networks::make_resnet({.depth = c.depth, .num_classes = c.num_classes}, replica_input);
     if (c.model_kind == "unet") {
         return networks::make_unet({.depth = c.depth, .base_width = c.base_width, .num_classes = c.num_classes, .batch_norm = c.batch_norm,
-                                 .max_width = c.max_width},
+                                 .max_width = c.max_width,
+                                 .downsampling = c.strided_downsampling ? networks::UNetConfig::Downsampling::StridedConv
+                                                                        : networks::UNetConfig::Downsampling::MaxPool,
+                                 .head_kernel = c.head_kernel,
+                                 .padding = c.valid_padding ? networks::UNetConfig::Padding::Valid : networks::UNetConfig::Padding::Same,
+                                 .up_kernel = c.up_kernel},
                                 replica_input);
     }
     TESSERA_ASSERT(c.model_kind == "retinanet", "unknown published model kind " << c.model_kind);

@@ -50,6 +50,10 @@ struct PublishedCase {
     int depth = 50;
     std::int64_t base_width = 0, max_width = 0, num_classes = 2, fpn_channels = 256, num_anchors = 9;
     bool batch_norm = true;
+    bool strided_downsampling = false;          // U-Net "downsampling": "strided_conv"
+    std::int64_t head_kernel = 1;               // U-Net "head_kernel"
+    bool valid_padding = false;                 // U-Net "padding": "valid"
+    std::int64_t up_kernel = 2;                 // U-Net "up_kernel"
     // What a fine-tuned detector leaves untrained (node-name prefixes, cost::SimulationOptions).
     std::vector<std::string> untrained, frozen_batch_norm;
 };

@@ -257,6 +257,7 @@ Executor::Executor(const Graph& graph, ExecutorOptions options) : m_impl(std::ma
                     break;
                 case OpKind::Halo: kernel = ops::make_halo_kernel(node.halo, input_shapes[0], node.output_shape, in); break;
                 case OpKind::Upsample: kernel = ops::make_upsample_kernel(node.upsample_factor, node.output_shape, in); break;
+                case OpKind::Crop: kernel = ops::make_crop_kernel(node.crop_offset, node.output_shape, in); break;
                 case OpKind::Dense:
                     kernel = ops::make_dense_kernel(input_shapes[0], node.output_shape, in, parameter(node, 0), parameter(node, 1));
                     break;

@@ -18,6 +18,7 @@ std::string_view op_name(OpKind kind) {
         case OpKind::Dense: return "dense";
         case OpKind::Halo: return "halo";
         case OpKind::Upsample: return "upsample";
+        case OpKind::Crop: return "crop";
     }
     return "?";
 }
@@ -284,6 +285,33 @@ int Graph::upsample(int x, ops::Extents factor, std::string name) {
     return add_node(std::move(node));
 }
 
+int Graph::crop(int x, const ops::Extents& offset, const ops::Extents& extent, std::string name) {
+    const Node& source = checked(x, "crop");
+    TESSERA_CHECK(source.output_shape.size() >= 3,
+                  "crop '" << name << "' needs spatial axes [N, C, (D,) H, W], got " << shape_to_string(source.output_shape)
+                           << " from '" << source.name << "'");
+    const std::size_t rank = source.output_shape.size() - 2;
+    TESSERA_CHECK(offset.size() == rank && extent.size() == rank,
+                  "crop '" << name << "' needs one offset and one extent per spatial axis of "
+                           << shape_to_string(source.output_shape) << ", got offset " << shape_to_string(offset)
+                           << " and extent " << shape_to_string(extent));
+    Shape shape{source.output_shape[0], source.output_shape[1]};
+    for (std::size_t axis = 0; axis < rank; ++axis) {
+        TESSERA_CHECK(offset[axis] >= 0 && extent[axis] >= 1 && offset[axis] + extent[axis] <= source.output_shape[axis + 2],
+                      "crop '" << name << "': the box at " << shape_to_string(offset) << " of extent " << shape_to_string(extent)
+                               << " must lie inside the input's spatial extent "
+                               << shape_to_string(Shape(source.output_shape.begin() + 2, source.output_shape.end())));
+        shape.push_back(extent[axis]);
+    }
+    Node node;
+    node.kind = OpKind::Crop;
+    node.name = std::move(name);
+    node.inputs = {x};
+    node.output_shape = std::move(shape);
+    node.crop_offset = offset;
+    return add_node(std::move(node));
+}
+
 void Graph::set_output(int node) {
     checked(node, "set_output");
     m_outputs = {node};
@@ -395,6 +423,7 @@ NodeCost Graph::cost(int id) const {
             // is kept for backward.
             cost.backward_flops = static_cast<double>(output_elements);
             break;
+        case OpKind::Crop: break;  // a copy each way; nothing kept
     }
     return cost;
 }

@@ -32,7 +32,7 @@ namespace tessera::graph {
 // Halo exists only in a simulated core's graph (partition/core_graph.hpp): a tile widened by its
 // neighbours' rows before a windowed op. Upsample is nearest-neighbour upsampling by an integer factor
 // per spatial axis (an FPN's top-down path); it has no parameters.
-enum class OpKind { Input, Conv, ConvTranspose, Pool, BatchNorm, Relu, Add, Concat, GlobalAvgPool, Dense, Halo, Upsample };
+enum class OpKind { Input, Conv, ConvTranspose, Pool, BatchNorm, Relu, Add, Concat, GlobalAvgPool, Dense, Halo, Upsample, Crop };
 std::string_view op_name(OpKind kind);
 
 enum class Initializer {
@@ -65,6 +65,7 @@ struct Node {
     ops::BatchNormAttributes batch_norm;
     ops::HaloAttributes halo;
     ops::Extents upsample_factor;  // upsample: output rows per input row, per spatial axis (≥ 1)
+    ops::Extents crop_offset;      // crop: input row of the output's first row, per spatial axis
     std::vector<int> parameters;   // indices into Graph::parameters(): weight first, then bias / scale, shift
     std::vector<int> buffers;      // indices into Graph::buffers(): BN running mean, running variance
     int shares_parameters_of = -1; // conv: the earlier conv whose parameters this one uses; -1 owns its own
@@ -102,6 +103,9 @@ public:
     // Nearest-neighbour upsampling: every input element repeated factor[axis] times along each spatial
     // axis (output extent = input extent × factor). factor has one entry ≥ 1 per spatial axis.
     int upsample(int x, ops::Extents factor, std::string name);
+    // The box of x starting at `offset` with `extent` rows per spatial axis (an unpadded U-Net's skip
+    // connection, centre-cropped to the upsampled path's extent). Channels and batch are kept.
+    int crop(int x, const ops::Extents& offset, const ops::Extents& extent, std::string name);
     // The graph's outputs: set_output makes `node` the only one, add_output appends another. An output
     // must not feed another node (its gradient comes from the loss alone).
     void set_output(int node);

@@ -13,10 +13,13 @@ namespace {
 
 std::string level_name(const char* part, int level) { return std::string(part) + std::to_string(level); }
 
-// [3×3 conv → BN → ReLU] × 2; BN and ReLU fused.
-int double_conv(Graph& g, int x, std::int64_t width, int rank, bool batch_norm, const std::string& prefix) {
+// [3×3 conv → BN → ReLU] × 2; BN and ReLU fused. first_stride 2: the first convolution halves the extent
+// (padding 1 on both sides, as PyTorch's nnU-Net and the ResNet builder pad a strided 3×3).
+int double_conv(Graph& g, int x, std::int64_t width, int rank, bool batch_norm, const std::string& prefix,
+                std::int64_t first_stride, bool valid) {
     for (int i = 1; i <= 2; ++i) {
-        ops::ConvAttributes conv = ops::ConvAttributes::same(rank, 3);
+        ops::ConvAttributes conv = valid ? ops::ConvAttributes::valid(rank, 3) : ops::ConvAttributes::same(rank, 3);
+        if (i == 1) conv.stride.assign(static_cast<std::size_t>(rank), first_stride);
         conv.has_bias = !batch_norm;
         const std::string name = prefix + ".conv" + std::to_string(i);
         x = g.conv(x, width, conv, name);
@@ -28,6 +31,31 @@ int double_conv(Graph& g, int x, std::int64_t width, int rank, bool batch_norm, 
 
 }  // namespace
 
+std::int64_t valid_unet_output_extent(const UNetConfig& config, std::int64_t extent) {
+    const std::int64_t double_conv_loss = 4;  // two unpadded 3×3 convolutions
+    std::vector<std::int64_t> skips;
+    for (int level = 0; level < config.depth - 1; ++level) {
+        extent -= double_conv_loss;
+        if (extent < 2 || extent % 2 != 0) return 0;
+        skips.push_back(extent);
+        extent /= 2;
+    }
+    extent -= double_conv_loss;
+    if (extent < 1) return 0;
+    for (int level = config.depth - 2; level >= 0; --level) {
+        extent = 2 * extent - double_conv_loss;  // up-convolution, then the level's convolutions
+        if (extent < 1 || skips[static_cast<std::size_t>(level)] < extent + double_conv_loss) return 0;
+    }
+    extent -= config.head_kernel - 1;
+    return extent >= 1 ? extent : 0;
+}
+
+std::int64_t valid_unet_input(const UNetConfig& config, std::int64_t input_extent) {
+    std::int64_t extent = std::max<std::int64_t>(input_extent, 1);
+    while (valid_unet_output_extent(config, extent) == 0) ++extent;
+    return extent;
+}
+
 Graph make_unet(const UNetConfig& config, const Shape& input) {
     TESSERA_CHECK(config.depth >= 1 && config.depth <= 8, "U-Net depth must be 1..8, got " << config.depth);
     TESSERA_CHECK(config.base_width >= 1, "U-Net base_width must be ≥ 1, got " << config.base_width);
@@ -35,8 +63,19 @@ Graph make_unet(const UNetConfig& config, const Shape& input) {
     TESSERA_CHECK(input.size() == 4 || input.size() == 5,
                   "U-Net input must be [N, C, H, W] or [N, C, D, H, W], got " << shape_to_string(input));
     const int rank = static_cast<int>(input.size()) - 2;
+    const bool valid = config.padding == UNetConfig::Padding::Valid;
+    TESSERA_CHECK(!valid || config.downsampling == UNetConfig::Downsampling::MaxPool,
+                  "an unpadded (valid) U-Net downsamples by max pooling (Ronneberger's); strided downsampling "
+                  "needs \"padding\": \"same\"");
     const std::int64_t factor = std::int64_t{1} << (config.depth - 1);
-    for (std::size_t axis = 2; axis < input.size(); ++axis) {
+    for (std::size_t axis = 2; axis < input.size() && valid; ++axis) {
+        TESSERA_CHECK(valid_unet_output_extent(config, input[axis]) > 0,
+                      "an unpadded U-Net of depth " << config.depth << " loses 4 rows at every level and halves "
+                                                    << "even extents only; " << shape_to_string(input)
+                                                    << " does not fit it on axis " << axis << " (try "
+                                                    << valid_unet_input(config, input[axis]) << ")");
+    }
+    for (std::size_t axis = 2; axis < input.size() && !valid; ++axis) {
         TESSERA_CHECK(input[axis] % factor == 0,
                       "a U-Net of depth " << config.depth << " pools " << config.depth - 1 << " times, so every spatial "
                                           << "extent must be divisible by " << factor << "; got "
@@ -44,6 +83,10 @@ Graph make_unet(const UNetConfig& config, const Shape& input) {
                                           << (input[axis] + factor - 1) / factor * factor << " on axis " << axis << ")");
     }
     TESSERA_CHECK(config.max_width >= 0, "U-Net max_width must be ≥ 0 (0: no cap), got " << config.max_width);
+    TESSERA_CHECK(config.head_kernel == 1 || config.head_kernel == 3,
+                  "U-Net head_kernel must be 1 or 3, got " << config.head_kernel);
+    TESSERA_CHECK(config.up_kernel == 2 || config.up_kernel == 3, "U-Net up_kernel must be 2 or 3, got " << config.up_kernel);
+    const bool strided = config.downsampling == UNetConfig::Downsampling::StridedConv;
     const auto width = [&config](int level) {
         const std::int64_t doubled = config.base_width << level;
         return config.max_width > 0 ? std::min(doubled, config.max_width) : doubled;
@@ -52,19 +95,40 @@ Graph make_unet(const UNetConfig& config, const Shape& input) {
     int x = g.input(input);
     std::vector<int> skips;
     for (int level = 0; level < config.depth - 1; ++level) {
-        x = double_conv(g, x, width(level), rank, config.batch_norm, level_name("down", level));
+        const std::int64_t first_stride = strided && level > 0 ? 2 : 1;
+        x = double_conv(g, x, width(level), rank, config.batch_norm, level_name("down", level), first_stride, valid);
         skips.push_back(x);
-        x = g.pool(x, ops::PoolAttributes::max_down(rank), level_name("down", level) + ".pool");
+        if (!strided) x = g.pool(x, ops::PoolAttributes::max_down(rank), level_name("down", level) + ".pool");
     }
-    x = double_conv(g, x, width(config.depth - 1), rank, config.batch_norm, "bottleneck");
+    x = double_conv(g, x, width(config.depth - 1), rank, config.batch_norm, "bottleneck",
+                    strided && config.depth > 1 ? 2 : 1, valid);
     for (int level = config.depth - 2; level >= 0; --level) {
         ops::ConvTransposeAttributes up = ops::ConvTransposeAttributes::upsample(rank);
+        up.kernel.assign(static_cast<std::size_t>(rank), config.up_kernel);
         up.has_bias = true;
         x = g.conv_transpose(x, width(level), up, level_name("up", level) + ".upconv");
-        x = g.concat({skips[static_cast<std::size_t>(level)], x}, level_name("up", level) + ".concat");
-        x = double_conv(g, x, width(level), rank, config.batch_norm, level_name("up", level));
+        if (config.up_kernel == 3) {  // (n − 1)·2 + 3 rows; 'same' keeps the first 2n
+            ops::Extents extent;
+            const Shape& full = g.node(x).output_shape;
+            for (std::size_t axis = 2; axis < full.size(); ++axis) extent.push_back(full[axis] - 1);
+            x = g.crop(x, ops::Extents(extent.size(), 0), extent, level_name("up", level) + ".upcrop");
+        }
+        int skip = skips[static_cast<std::size_t>(level)];
+        if (valid) {  // the skip's centre, at the up-convolution's extent (the differences are even)
+            const Shape& skip_shape = g.node(skip).output_shape;
+            const Shape& up_shape = g.node(x).output_shape;
+            ops::Extents offset, extent;
+            for (std::size_t axis = 2; axis < up_shape.size(); ++axis) {
+                offset.push_back((skip_shape[axis] - up_shape[axis]) / 2);
+                extent.push_back(up_shape[axis]);
+            }
+            skip = g.crop(skip, offset, extent, level_name("up", level) + ".crop");
+        }
+        x = g.concat({skip, x}, level_name("up", level) + ".concat");
+        x = double_conv(g, x, width(level), rank, config.batch_norm, level_name("up", level), 1, valid);
     }
-    ops::ConvAttributes head = ops::ConvAttributes::same(rank, 1);
+    ops::ConvAttributes head = valid ? ops::ConvAttributes::valid(rank, config.head_kernel)
+                                     : ops::ConvAttributes::same(rank, config.head_kernel);
     head.has_bias = true;
     g.set_output(g.conv(x, config.num_classes, head, "head"));
     return g;

@@ -39,6 +39,11 @@ std::unique_ptr<Kernel> make_global_avg_pool_kernel(const Shape& input_shape, co
 // ---- nearest-neighbour upsampling (upsample_kernel.cpp) ----
 std::unique_ptr<Kernel> make_upsample_kernel(const Extents& factor, const Shape& output_shape, const KernelInputs& in);
 
+// ---- cropping (crop_kernel.cpp) ----
+// The box of the input at `offset` with the output's extent; backward writes the output gradient into
+// that box of the input gradient and zeros elsewhere.
+std::unique_ptr<Kernel> make_crop_kernel(const Extents& offset, const Shape& output_shape, const KernelInputs& in);
+
 // ---- element-wise and concatenation (elementwise_kernels.cpp) ----
 std::unique_ptr<Kernel> make_relu_kernel(const KernelInputs& in);
 std::unique_ptr<Kernel> make_add_kernel(const KernelInputs& in);

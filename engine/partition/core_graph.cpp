@@ -214,6 +214,10 @@ private:
         switch (node.kind) {
             case OpKind::ConvTranspose: return g.conv_transpose(local(node.inputs[0]), node.out_channels, node.conv_transpose, node.name);
             case OpKind::Upsample: return g.upsample(local(node.inputs[0]), node.upsample_factor, node.name);
+            case OpKind::Crop: {
+                const Shape& shape = node.output_shape;
+                return g.crop(local(node.inputs[0]), node.crop_offset, ops::Extents(shape.begin() + 2, shape.end()), node.name);
+            }
             case OpKind::BatchNorm: {
                 // A zero-initialised scale is an initializer detail the model graph already recorded.
                 const bool zero_scale =

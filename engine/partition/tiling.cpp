@@ -282,6 +282,10 @@ TilingPlan::TilingPlan(const graph::Graph& graph, SpatialGrid grid) : m_graph(&g
                 break;
             case OpKind::ConvTranspose: {
                 const auto& a = node.conv_transpose;
+                if (cores == 1) {  // one core holds the whole output, whatever the kernel
+                    for (std::size_t axis = 0; axis < rank; ++axis) tiles[0].owned.push_back({0, node.output_shape[axis + 2]});
+                    break;
+                }
                 TESSERA_CHECK(a.kernel == a.stride, "layer '" << node.name << "': a transposed convolution is split "
                                                               << "across cores only with kernel = stride (each input "
                                                               << "row then makes its own output rows); got kernel "
@@ -291,6 +295,15 @@ TilingPlan::TilingPlan(const graph::Graph& graph, SpatialGrid grid) : m_graph(&g
                 break;
             }
             case OpKind::Upsample: scale_tiles(input_tiles, node.upsample_factor, tiles); break;
+            case OpKind::Crop:
+                // The box a core keeps lies on other cores' tiles (an unpadded U-Net's skip shifts by up to
+                // ~90 rows): moving it is a reshard, not a halo, and the mesh has none.
+                TESSERA_CHECK(cores == 1, "layer '" << node.name << "' crops its input (an unpadded U-Net's skip "
+                                                    << "connection); such a model cannot be split across cores. "
+                                                    << "Use \"padding\": \"same\" to split it spatially, or split "
+                                                    << "only the batch (replicas)");
+                for (std::size_t axis = 0; axis < rank; ++axis) tiles[0].owned.push_back({0, node.output_shape[axis + 2]});
+                break;
             case OpKind::Conv:
             case OpKind::Pool: {
                 const std::vector<Window> windows = windows_of(node, rank);

@@ -256,6 +256,20 @@ std::vector<OpCase> all_cases() {
         };
         cases.push_back(c);
     }
+    // Cropping (an unpadded U-Net's skips): 2D and 3D, plain and blocked layouts.
+    for (const auto& [name, input, offset, extent] :
+         {std::tuple<std::string, Shape, ops::Extents, ops::Extents>{"crop2d", {2, 3, 7, 6}, {2, 1}, {3, 4}},
+          {"crop2d_16ch_blocked", {2, 16, 6, 6}, {1, 1}, {4, 4}},
+          {"crop3d", {1, 3, 5, 6, 4}, {1, 2, 0}, {3, 2, 4}}}) {
+        OpCase c;
+        c.name = name;
+        c.input = input;
+        c.build = [offset, extent](Graph& g, int x) { return g.crop(x, offset, extent, "op"); };
+        c.reference = [offset, extent, input](const Tensor& x, const std::vector<Tensor>&, const Tensor& dy) {
+            return Expected{reference::crop_forward(x, offset, extent), reference::crop_backward(dy, input, offset), {}};
+        };
+        cases.push_back(c);
+    }
     // ReLU, global average pooling and the dense classifier.
     {
         OpCase c;

@@ -61,9 +61,133 @@ TEST(Models, UNet3DAndItsErrors) {
     EXPECT_THROW(make_resnet({.depth = 42}, {1, 3, 64, 64}), Error);
 }
 
+namespace {
+
+const graph::Node& node_named(const graph::Graph& g, const std::string& name) {
+    for (const graph::Node& node : g.nodes())
+        if (node.name == name) return node;
+    ADD_FAILURE() << "no node " << name << " in " << g.name();
+    return g.node(g.output_node());
+}
+
+// Parameters of a convolution by hand: weights in·out·k^rank, plus a bias per output channel.
+std::int64_t conv_parameters(std::int64_t in, std::int64_t out, std::int64_t kernel, int rank, bool bias) {
+    std::int64_t taps = 1;
+    for (int axis = 0; axis < rank; ++axis) taps *= kernel;
+    return in * out * taps + (bias ? out : 0);
+}
+
+}  // namespace
+
+TEST(Models, UnpaddedUNetIsRonnebergersFigureOne) {
+    const UNetConfig config{.depth = 5, .base_width = 64, .num_classes = 2, .batch_norm = false,
+                            .padding = UNetConfig::Padding::Valid};
+    const graph::Graph unet = make_unet(config, {1, 1, 572, 572});
+    // Ronneberger et al. 2015, Figure 1: every extent along the contracting and the expansive path.
+    const std::vector<std::pair<std::string, std::int64_t>> extents{
+        {"down0.conv1", 570}, {"down0.conv2", 568}, {"down1.conv1", 282}, {"down1.conv2", 280}, {"down2.conv1", 138},
+        {"down2.conv2", 136}, {"down3.conv1", 66},  {"down3.conv2", 64},  {"bottleneck.conv1", 30}, {"bottleneck.conv2", 28},
+        {"up3.upconv", 56},   {"up3.crop", 56},     {"up3.conv1", 54},    {"up3.conv2", 52},    {"up2.crop", 104},
+        {"up2.conv2", 100},   {"up1.crop", 200},    {"up1.conv2", 196},   {"up0.crop", 392},    {"up0.conv2", 388}};
+    for (const auto& [name, extent] : extents) {
+        const Shape& shape = node_named(unet, name).output_shape;
+        EXPECT_EQ(shape[2], extent) << name;
+        EXPECT_EQ(shape[3], extent) << name;
+    }
+    // The skip is cut from the centre: 568 → 392 drops 88 rows on each side.
+    EXPECT_EQ(node_named(unet, "up0.crop").crop_offset, (ops::Extents{88, 88}));
+    EXPECT_EQ(unet.node(unet.output_node()).output_shape, (Shape{1, 2, 388, 388}));
+    EXPECT_EQ(valid_unet_output_extent(config, 572), 388);
+    // By hand: 3×3 convolutions with biases, 2×2 up-convolutions, a 1×1 head.
+    const std::int64_t widths[] = {64, 128, 256, 512, 1024};
+    std::int64_t expected = 0, channels = 1;
+    for (std::int64_t width : widths) {
+        expected += conv_parameters(channels, width, 3, 2, true) + conv_parameters(width, width, 3, 2, true);
+        channels = width;
+    }
+    for (int level = 3; level >= 0; --level) {
+        const std::int64_t width = widths[level];
+        expected += conv_parameters(channels, width, 2, 2, true) + conv_parameters(2 * width, width, 3, 2, true) +
+                    conv_parameters(width, width, 3, 2, true);
+        channels = width;
+    }
+    expected += conv_parameters(64, 2, 1, 2, true);
+    EXPECT_EQ(unet.parameter_count(), expected);  // 31,030,658
+
+    // An extent the network cannot halve or runs out of is refused with the next usable one.
+    try {
+        make_unet(config, {1, 1, 570, 572});
+        FAIL();
+    } catch (const Error& error) {
+        EXPECT_NE(std::string(error.what()).find("try 572"), std::string::npos) << error.what();
+    }
+    EXPECT_EQ(valid_unet_input(config, 100), 188);  // the smallest input of a depth-5 unpadded U-Net
+    EXPECT_EQ(valid_unet_output_extent(config, 187), 0);
+    EXPECT_THROW(make_unet({.depth = 3, .downsampling = UNetConfig::Downsampling::StridedConv,
+                            .padding = UNetConfig::Padding::Valid},
+                           {1, 1, 64, 64}),
+                 Error);
+}
+
+TEST(Models, NvidiasTwoDUNetUpsamplesByThreeByThreeTransposedConvolutions) {
+    const UNetConfig config{.depth = 5, .base_width = 64, .num_classes = 2, .batch_norm = false,
+                            .padding = UNetConfig::Padding::Valid, .up_kernel = 3};
+    const graph::Graph unet = make_unet(config, {1, 1, 572, 572});
+    // (28 − 1)·2 + 3 = 57 rows, TF's 'same' keeps the first 56.
+    EXPECT_EQ(node_named(unet, "up3.upconv").output_shape, (Shape{1, 512, 57, 57}));
+    EXPECT_EQ(node_named(unet, "up3.upcrop").output_shape, (Shape{1, 512, 56, 56}));
+    EXPECT_EQ(node_named(unet, "up3.upcrop").crop_offset, (ops::Extents{0, 0}));
+    EXPECT_EQ(unet.node(unet.output_node()).output_shape, (Shape{1, 2, 388, 388}));
+    // NVIDIA's layers.py by hand: as Ronneberger's, with 3×3 up-convolutions.
+    EXPECT_EQ(unet.parameter_count(), 31030658 + (9 - 4) * (1024 * 512 + 512 * 256 + 256 * 128 + 128 * 64));
+    EXPECT_THROW(make_unet({.depth = 3, .up_kernel = 4}, {1, 1, 64, 64}), Error);
+}
+
+TEST(Models, StridedDownsamplingIsTheMlperfThreeDUNet) {
+    // MLPerf's reference (image_segmentation/pytorch/model): 32-64-128-256-320-320, a stride-2 first
+    // convolution per level, norm without conv biases, 2×2×2 up-convolutions with biases, a 1×1×1 head.
+    const UNetConfig config{.depth = 6, .base_width = 32, .num_classes = 3, .max_width = 320,
+                            .downsampling = UNetConfig::Downsampling::StridedConv};
+    const graph::Graph unet = make_unet(config, {1, 1, 128, 128, 128});
+    for (const graph::Node& node : unet.nodes()) EXPECT_NE(node.kind, graph::OpKind::Pool) << node.name;
+    EXPECT_EQ(node_named(unet, "down0.conv1").conv.stride, (ops::Extents{1, 1, 1}));
+    EXPECT_EQ(node_named(unet, "down1.conv1").conv.stride, (ops::Extents{2, 2, 2}));
+    EXPECT_EQ(node_named(unet, "down1.conv1").output_shape, (Shape{1, 64, 64, 64, 64}));
+    EXPECT_EQ(node_named(unet, "down1.conv2").conv.stride, (ops::Extents{1, 1, 1}));
+    EXPECT_EQ(node_named(unet, "bottleneck.conv1").output_shape, (Shape{1, 320, 4, 4, 4}));
+    EXPECT_EQ(unet.node(unet.output_node()).output_shape, (Shape{1, 3, 128, 128, 128}));
+    const std::int64_t widths[] = {32, 64, 128, 256, 320, 320};
+    const auto norm_conv = [](std::int64_t in, std::int64_t out) { return conv_parameters(in, out, 3, 3, false) + 2 * out; };
+    std::int64_t expected = 0, channels = 1;
+    for (std::int64_t width : widths) {
+        expected += norm_conv(channels, width) + norm_conv(width, width);
+        channels = width;
+    }
+    for (int level = 4; level >= 0; --level) {
+        const std::int64_t width = widths[level];
+        expected += conv_parameters(channels, width, 2, 3, true) + norm_conv(2 * width, width) + norm_conv(width, width);
+        channels = width;
+    }
+    EXPECT_EQ(unet.parameter_count(), expected + conv_parameters(32, 3, 1, 3, true));  // 31,190,243
+    // NVIDIA's BraTS model: 4 input channels, 4 classes, a 3×3×3 head.
+    UNetConfig brats = config;
+    brats.num_classes = 4;
+    brats.head_kernel = 3;
+    const graph::Graph nvidia = make_unet(brats, {1, 4, 128, 128, 128});
+    EXPECT_EQ(nvidia.parameter_count(), expected - norm_conv(1, 32) + norm_conv(4, 32) + conv_parameters(32, 4, 3, 3, true));
+    EXPECT_EQ(nvidia.node(nvidia.output_node()).output_shape, (Shape{1, 4, 128, 128, 128}));
+    EXPECT_THROW(make_unet({.depth = 3, .head_kernel = 5}, {1, 1, 64, 64}), Error);
+}
+
 TEST(Models, SmallModelsRunForwardAndBackward) {
     for (const graph::Graph& g : {make_unet({.depth = 3, .base_width = 4, .num_classes = 3}, {2, 1, 16, 16}),
                                   make_unet({.depth = 2, .base_width = 4, .num_classes = 2, .batch_norm = false}, {1, 1, 8, 8, 8}),
+                                  make_unet({.depth = 3, .base_width = 4, .num_classes = 2, .batch_norm = false,
+                                             .padding = UNetConfig::Padding::Valid, .up_kernel = 3},
+                                            {2, 1, 44, 44}),
+                                  make_unet({.depth = 3, .base_width = 4, .num_classes = 3, .downsampling = UNetConfig::Downsampling::StridedConv,
+                                             .head_kernel = 3},
+                                            {1, 2, 8, 16, 8}),
                                   make_resnet({.depth = 18, .num_classes = 5, .base_width = 8}, {2, 3, 32, 32})}) {
         graph::Executor executor(g);
         executor.initialize_parameters(1);

@@ -97,6 +97,27 @@ TEST(StepSimulation, OverlappingTheGradientAllReduceNeverSlowsTheStep) {
     EXPECT_LE(overlapped, serial);
 }
 
+TEST(StepSimulation, TheLossReadsEveryOutputOfTheModel) {
+    // One trunk and two heads (a detector's classes and boxes): the loss is a pass over both heads'
+    // logits, so a second head of the same size adds exactly one more loss pass before backward.
+    const CostModel a100(load_device_preset("a100_80gb"));
+    const Shape input{4, 16, 64, 64};
+    const auto model = [&](int heads) {
+        graph::Graph g("heads");
+        const int trunk = g.conv(g.input(input), 16, ops::ConvAttributes::same(2, 3), "trunk");
+        g.set_output(g.conv(trunk, 32, ops::ConvAttributes::same(2, 1), "head0"));
+        if (heads == 2) g.add_output(g.conv(trunk, 32, ops::ConvAttributes::same(2, 1), "head1"));
+        return g;
+    };
+    const graph::Graph one = model(1), two = model(2);
+    const StepPrediction one_head = predict_step(one, partition::TilingPlan(one, partition::SpatialGrid::even(input, {1, 1})), 1, a100, {});
+    const StepPrediction two_heads = predict_step(two, partition::TilingPlan(two, partition::SpatialGrid::even(input, {1, 1})), 1, a100, {});
+    const Device& device = a100.device();
+    const double loss_pass = 12.0 * 4 * 32 * 64 * 64 / (device.memory_bandwidth * device.efficiency.memory);
+    const double head_forward = a100.layer(two, two.output_nodes()[1], nullptr, {}).forward.seconds;
+    EXPECT_NEAR(two_heads.forward_seconds - one_head.forward_seconds, head_forward + loss_pass, 1e-3 * loss_pass);
+}
+
 TEST(StepSimulation, FrozenStagesRunNoBackwardAndFrozenBatchNormsNoStatistics) {
     const CostModel a100(load_device_preset("a100_80gb"));
     const Shape input{16, 3, 256, 256};

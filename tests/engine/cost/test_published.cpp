@@ -90,6 +90,40 @@ TEST(PublishedCases, UnitsConvertToTheStepOfTheGlobalBatchAndBadCasesAreNamed) {
     EXPECT_NE(message.find("cases.json: case \"r50\": measured.unit"), std::string::npos) << message;
 }
 
+TEST(PublishedCases, UNetVariantsAreBuiltAsPublishedAndBadValuesNamed) {
+    const ScratchDir scratch;
+    const auto write = [&](const std::string& model, const std::string& size) {
+        std::ofstream out(scratch / "cases.json");
+        out << R"({"cases": [{"name": "u", "model": {"kind": "unet", "dims": 2, "depth": 5, "base_width": 64, "num_classes": 2, )"
+            << model << R"(}, "input": {"channels": 1, "size": )" << size
+            << R"(}, "global_batch": 8, "device": "v100", "num_cores": 1, "precision": "f32", "framework": "TF2 + XLA",
+                 "fusion": "chains", "measured": {"value": 400, "unit": "ms/step"}, "source": {"title": "t", "year": 2021}}]})";
+    };
+    // Ronneberger's unpadded U-Net on its own 572² tile: built as such, nothing rounded or approximated.
+    write(R"("batch_norm": false, "padding": "valid", "up_kernel": 3)", "[572, 572]");
+    PublishedCase c = load_published_cases(scratch.path())[0];
+    EXPECT_TRUE(c.valid_padding);
+    EXPECT_EQ(c.up_kernel, 3);
+    EXPECT_TRUE(c.approximations.empty());
+    const graph::Graph unet = build_published_model(c, c.global_input);
+    EXPECT_EQ(unet.node(unet.output_node()).output_shape, (Shape{8, 2, 388, 388}));
+    // An extent the unpadded network cannot take is rounded up to one it can, and said.
+    write(R"("padding": "valid")", "[512, 572]");
+    c = load_published_cases(scratch.path())[0];
+    EXPECT_EQ(c.global_input, (Shape{8, 1, 524, 572}));
+    EXPECT_EQ(c.approximations, (std::vector<std::string>{"input rounded up to an extent the unpadded U-Net can use"}));
+    write(R"("downsampling": "strided_conv", "head_kernel": 3)", "[512, 512]");
+    c = load_published_cases(scratch.path())[0];
+    EXPECT_TRUE(c.strided_downsampling);
+    EXPECT_EQ(c.head_kernel, 3);
+    write(R"("padding": "reflect")", "[512, 512]");
+    const std::string padding = error_of([&] { load_published_cases(scratch.path()); });
+    EXPECT_NE(padding.find("case \"u\": model.padding: expected \"same\" or \"valid\", got \"reflect\""), std::string::npos) << padding;
+    write(R"("downsampling": "avg_pool")", "[512, 512]");
+    const std::string downsampling = error_of([&] { load_published_cases(scratch.path()); });
+    EXPECT_NE(downsampling.find("model.downsampling: expected \"max_pool\" or \"strided_conv\""), std::string::npos) << downsampling;
+}
+
 // Facts of the published setups the memory model must not contradict: NVIDIA trained ResNet-50 at 256
 // images per 16 GB V100 in mixed precision (activations in 2 bytes), and MLPerf's TPU v3-8 ran 128
 // images per core.

@@ -37,7 +37,7 @@ namespace {
 
 using test::make_batch;
 
-enum class Model { UNet2D, UNet2DNoBN, UNet3D, ResNet18, RetinaNet18 };
+enum class Model { UNet2D, UNet2DNoBN, UNet2DStrided, UNet3D, UNet3DStrided, ResNet18, RetinaNet18 };
 
 struct Case {
     const char* name = "";
@@ -61,6 +61,15 @@ graph::Graph make_model(Model kind, const Shape& input) {
         case Model::UNet2D: return networks::make_unet({.depth = 3, .base_width = 8, .num_classes = 3}, input);
         case Model::UNet2DNoBN: return networks::make_unet({.depth = 3, .base_width = 8, .num_classes = 3, .batch_norm = false}, input);
         case Model::UNet3D: return networks::make_unet({.depth = 3, .base_width = 4, .num_classes = 2}, input);
+        // nnU-Net's and MLPerf's variant: stride-2 first convolutions instead of pools; in 3D with NVIDIA's 3×3×3 head.
+        case Model::UNet2DStrided:
+            return networks::make_unet({.depth = 3, .base_width = 8, .num_classes = 3,
+                                        .downsampling = networks::UNetConfig::Downsampling::StridedConv},
+                                       input);
+        case Model::UNet3DStrided:
+            return networks::make_unet({.depth = 3, .base_width = 4, .num_classes = 2,
+                                        .downsampling = networks::UNetConfig::Downsampling::StridedConv, .head_kernel = 3},
+                                       input);
         case Model::ResNet18: return networks::make_resnet({.depth = 18, .num_classes = 5, .base_width = 8}, input);
         case Model::RetinaNet18:
             return networks::make_retinanet({.resnet_depth = 18, .num_classes = 4, .num_anchors = 9, .fpn_channels = 16,
@@ -124,6 +133,14 @@ const Case kCases[] = {
     layout("unet3d_h4", Model::UNet3D, {1, 1, 16, 16, 16}, {1, 4, 1}),
     layout("unet3d_2x2x2", Model::UNet3D, {1, 1, 16, 16, 16}, {2, 2, 2}),
     layout("unet3d_4x2x2", Model::UNet3D, {1, 1, 16, 16, 16}, {4, 2, 2}),
+    // Strided downsampling (a halo'd stride-2 convolution where the pool was); the 3D one with a 3×3×3 head.
+    layout("unet2d_strided_one_core", Model::UNet2DStrided, {2, 1, 64, 64}, {1, 1}),
+    layout("unet2d_strided_2x2", Model::UNet2DStrided, {2, 1, 64, 64}, {2, 2}),
+    layout("unet2d_strided_w8", Model::UNet2DStrided, {2, 1, 64, 64}, {1, 8}),
+    uneven("unet2d_strided_uneven_h", Model::UNet2DStrided, {2, 1, 64, 64}, {{0, 24, 64}, {0, 64}}),
+    layout("unet3d_strided_one_core", Model::UNet3DStrided, {1, 1, 16, 16, 16}, {1, 1, 1}),
+    layout("unet3d_strided_2x2x2", Model::UNet3DStrided, {1, 1, 16, 16, 16}, {2, 2, 2}),
+    layout("unet3d_strided_h4", Model::UNet3DStrided, {1, 1, 16, 16, 16}, {1, 4, 1}),
     // ResNet-18: 4-way spatial splits (strided convolutions, a 3×3 stride-2 max pool, global pooling).
     layout("resnet18_2x2", Model::ResNet18, {2, 3, 64, 64}, {2, 2}),
     layout("resnet18_h4", Model::ResNet18, {2, 3, 128, 64}, {4, 1}),

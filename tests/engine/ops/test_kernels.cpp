@@ -276,6 +276,25 @@ TEST(Kernels, GlobalPoolingAndDenseMatchTheReference) {
 
 // A halo buffer holds the tile at its interior offset; backward hands the interior's gradient back.
 // Here the tile's last row lies outside the buffer (the op never reads it): its gradient is zero.
+TEST(Kernels, CropMatchesTheReferenceInPlainAndBlockedLayouts) {
+    struct Case {
+        Shape x;
+        ops::Extents offset, extent;
+    };
+    // 16 channels: the executor may hand the kernel a channel-blocked layout; 3D as the 3D U-Nets.
+    for (const Case& c : {Case{{2, 3, 9, 7}, {2, 1}, {5, 4}}, Case{{1, 16, 6, 6}, {1, 1}, {4, 4}},
+                          Case{{1, 4, 6, 5, 7}, {1, 0, 3}, {4, 5, 2}}}) {
+        const Tensor x = random_tensor(c.x, 32);
+        Shape y{c.x[0], c.x[1]};
+        y.insert(y.end(), c.extent.begin(), c.extent.end());
+        const Tensor dy = random_tensor(y, 33);
+        const Ran ran = run_kernel({x}, dy, [&](const ops::KernelInputs& in) { return ops::make_crop_kernel(c.offset, y, in); });
+        EXPECT_EQ(relative_difference(ran.output, reference::crop_forward(x, c.offset, c.extent)), 0.0) << shape_to_string(c.x);
+        EXPECT_EQ(relative_difference(ran.input_gradients[0], reference::crop_backward(dy, c.x, c.offset)), 0.0)
+            << shape_to_string(c.x);
+    }
+}
+
 TEST(Kernels, HaloBufferHoldsTheTileAtItsOffsetAndReturnsItsGradient) {
     const Tensor x = random_tensor({1, 2, 4, 3}, 30);  // the core's tile
     const ops::HaloAttributes attributes{.interior_offset = {1, 2}, .interior_extent = {3, 3}};

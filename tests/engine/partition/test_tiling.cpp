@@ -160,6 +160,26 @@ TEST(Tiling, ABoundaryOffTheStrideIsRejectedNamingTheLayer) {
     EXPECT_NE(message.find("move that boundary to 36 or 38"), std::string::npos) << message;
 }
 
+TEST(Tiling, UnpaddedUNetRunsWholeOnOneCoreAndIsRefusedSplitNamingTheCrop) {
+    using networks::UNetConfig;
+    const graph::Graph unet = networks::make_unet(
+        {.depth = 3, .base_width = 4, .num_classes = 2, .padding = UNetConfig::Padding::Valid, .up_kernel = 3}, {1, 1, 44, 44});
+    const TilingPlan whole = plan_tiling(unet, SpatialGrid::even(unet.node(unet.input_node()).output_shape, {1, 1}));
+    for (const graph::Node& node : unet.nodes()) {
+        if (node.output_shape.size() != 4) continue;
+        EXPECT_EQ(whole.tile(node.id, 0).owned, (std::vector<Interval>{{0, node.output_shape[2]}, {0, node.output_shape[3]}}))
+            << node.name;
+    }
+    const std::string message = error_of([&] { plan_tiling(unet, SpatialGrid::even({1, 1, 44, 44}, {2, 1})); });
+    // The 3×3 up-convolution comes first on the way up and is refused by its own rule; 2×2 ones reach the crop.
+    EXPECT_NE(message.find("up1.upconv"), std::string::npos) << message;
+    const graph::Graph ronneberger = networks::make_unet(
+        {.depth = 3, .base_width = 4, .num_classes = 2, .padding = UNetConfig::Padding::Valid}, {1, 1, 44, 44});
+    const std::string crop = error_of([&] { plan_tiling(ronneberger, SpatialGrid::even({1, 1, 44, 44}, {1, 2})); });
+    EXPECT_NE(crop.find("'up1.crop' crops its input"), std::string::npos) << crop;
+    EXPECT_NE(crop.find("\"padding\": \"same\""), std::string::npos) << crop;
+}
+
 TEST(Tiling, TilesTooSmallForTheModelAreRejectedNamingTheLayer) {
     // 16 pieces of 2 rows: the second pooling leaves each core half a row.
     const graph::Graph unet = networks::make_unet({.depth = 4, .base_width = 4, .num_classes = 2}, {1, 1, 32, 32});

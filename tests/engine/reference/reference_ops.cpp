@@ -802,6 +802,70 @@ Tensor upsample_nearest_backward(const Tensor& dy, const ops::Extents& factor) {
     return tensor_from(dx, x_shape);
 }
 
+namespace {
+
+// Calls visit(source, target) for every element of the box: source indexes x (whole), target the box.
+template <typename Visit>
+void for_each_cropped(const Volume& whole, const Volume& box, const std::array<std::int64_t, 3>& offset, Visit&& visit) {
+    for (std::int64_t n = 0; n < box.batch; ++n) {
+        for (std::int64_t c = 0; c < box.channels; ++c) {
+            for (std::int64_t d = 0; d < box.extent[0]; ++d) {
+                for (std::int64_t h = 0; h < box.extent[1]; ++h) {
+                    for (std::int64_t w = 0; w < box.extent[2]; ++w) {
+                        const std::int64_t source =
+                            ((d + offset[0]) * whole.extent[1] + (h + offset[1])) * whole.extent[2] + (w + offset[2]);
+                        const std::int64_t target = (d * box.extent[1] + h) * box.extent[2] + w;
+                        visit(whole.at(n, c, source), box.at(n, c, target));
+                    }
+                }
+            }
+        }
+    }
+}
+
+// Offsets as D, H, W (a 2D tensor's D offset is 0), checked against both shapes.
+std::array<std::int64_t, 3> crop_offsets(const Shape& whole, const Shape& box, const ops::Extents& offset) {
+    TESSERA_CHECK(offset.size() + 2 == whole.size() && box.size() == whole.size() && box[0] == whole[0] && box[1] == whole[1],
+                  "reference crop: offset " << shape_to_string(offset) << " and box " << shape_to_string(box)
+                                            << " do not fit " << shape_to_string(whole));
+    std::array<std::int64_t, 3> padded{0, 0, 0};
+    const std::size_t first = 3 - offset.size();
+    for (std::size_t a = 0; a < offset.size(); ++a) {
+        TESSERA_CHECK(offset[a] >= 0 && offset[a] + box[a + 2] <= whole[a + 2],
+                      "reference crop: box " << shape_to_string(box) << " at " << shape_to_string(offset)
+                                             << " leaves " << shape_to_string(whole));
+        padded[first + a] = offset[a];
+    }
+    return padded;
+}
+
+}  // namespace
+
+Tensor crop_forward(const Tensor& x, const ops::Extents& offset, const ops::Extents& extent) {
+    const Tensor xd = dense_f32(x, "crop input");
+    Shape y_shape{xd.dim(0), xd.dim(1)};
+    y_shape.insert(y_shape.end(), extent.begin(), extent.end());
+    const auto at = crop_offsets(xd.shape(), y_shape, offset);
+    Tensor y = Tensor::empty(y_shape, DType::F32);
+    const float* xp = xd.data<float>();
+    float* yp = y.data<float>();
+    for_each_cropped(volume_of(xd.shape(), "crop input"), volume_of(y_shape, "crop output"), at,
+                     [&](std::int64_t source, std::int64_t target) { yp[target] = xp[source]; });
+    return y;
+}
+
+Tensor crop_backward(const Tensor& dy, const Shape& x_shape, const ops::Extents& offset) {
+    const Tensor dyd = dense_f32(dy, "crop output gradient");
+    const auto at = crop_offsets(x_shape, dyd.shape(), offset);
+    const Volume whole = volume_of(x_shape, "crop input");
+    std::vector<double> dx = zeros(whole.num_elements());
+    const float* dp = dyd.data<float>();
+    for_each_cropped(whole, volume_of(dyd.shape(), "crop output gradient"), at, [&](std::int64_t source, std::int64_t target) {
+        dx[static_cast<std::size_t>(source)] = static_cast<double>(dp[target]);
+    });
+    return tensor_from(dx, x_shape);
+}
+
 Tensor global_average_pool(const Tensor& x) {
     const Tensor xd = dense_f32(x, "global average pool input");
     TESSERA_CHECK(xd.rank() >= 3, "reference global average pool: expected [N, C, spatial...], got "

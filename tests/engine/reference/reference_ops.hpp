@@ -149,6 +149,15 @@ Tensor upsample_nearest_forward(const Tensor& x,                // [N, C, (D,) H
 Tensor upsample_nearest_backward(const Tensor& dy,              // [N, C, (D·fD,) H·fH, W·fW]
                                  const ops::Extents& factor);   // → dx [N, C, (D,) H, W]
 
+// The box at `offset` (one entry per spatial axis) with `extent` rows per axis; backward places dy in
+// that box of a zero tensor of x's shape.
+Tensor crop_forward(const Tensor& x,                  // [N, C, (D,) H, W]
+                    const ops::Extents& offset,       // per spatial axis
+                    const ops::Extents& extent);      // → [N, C, extent...]
+Tensor crop_backward(const Tensor& dy,                // [N, C, extent...]
+                     const Shape& x_shape,            // → dx [N, C, (D,) H, W]
+                     const ops::Extents& offset);
+
 Tensor global_average_pool(const Tensor& x);  // [N, C, spatial...] → [N, C]
 Tensor global_average_pool_backward(const Tensor& dy,        // [N, C]
                                     const Shape& x_shape);  // [N, C, spatial...] → dx

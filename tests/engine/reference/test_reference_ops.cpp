@@ -454,6 +454,23 @@ TEST(ReferenceOpsGradient, UpsampleNearest2dAnd3d) {
     }
 }
 
+TEST(ReferenceOpsGradient, Crop2dAnd3d) {
+    struct Case {
+        Shape x;
+        ops::Extents offset, extent;
+    };
+    for (const Case& c : {Case{{2, 3, 6, 5}, {1, 2}, {4, 2}}, Case{{1, 2, 4, 4}, {0, 0}, {4, 4}},
+                          Case{{1, 2, 5, 4, 6}, {1, 0, 2}, {3, 4, 2}}}) {
+        const Tensor x = random_uniform(c.x, 121);
+        Shape y{c.x[0], c.x[1]};
+        y.insert(y.end(), c.extent.begin(), c.extent.end());
+        const Tensor g = random_uniform(y, 122);
+        const Tensor dx = reference::crop_backward(g, c.x, c.offset);
+        auto loss = [&](const std::vector<Tensor>& in) { return inner_product(g, reference::crop_forward(in[0], c.offset, c.extent)); };
+        expect_gradients_match(loss, {x}, {dx});
+    }
+}
+
 // ---- hand-computed cases -----------------------------------------------------------------------
 
 // x = 1..16 on a 4×4 grid (x[i][j] = 4i + j + 1); w = diag(1, 2, 3):
@@ -579,6 +596,18 @@ TEST(ReferenceOpsByHand, UpsampleNearestRepeatsAndItsBackwardSums) {
     EXPECT_THROW(reference::upsample_nearest_forward(x, {2}), Error);                  // one factor per axis
     EXPECT_THROW(reference::upsample_nearest_forward(x, {0, 2}), Error);               // factors ≥ 1
     EXPECT_THROW(reference::upsample_nearest_backward(from_values({1, 1, 3, 1}, {1, 2, 3}), {2, 1}), Error);
+}
+
+TEST(ReferenceOpsByHand, CropKeepsItsBoxAndItsBackwardZerosTheRest) {
+    std::vector<float> ramp(20);
+    for (std::size_t i = 0; i < ramp.size(); ++i) ramp[i] = static_cast<float>(i);
+    const Tensor x = from_values({1, 1, 4, 5}, ramp);  // x[h][w] = 5h + w
+    const Tensor y = reference::crop_forward(x, {1, 2}, {2, 3});
+    ASSERT_EQ(y.shape(), (Shape{1, 1, 2, 3}));
+    EXPECT_EQ(values_of(y), (std::vector<float>{7, 8, 9, 12, 13, 14}));
+    const Tensor dx = reference::crop_backward(from_values({1, 1, 2, 3}, {1, 2, 3, 4, 5, 6}), x.shape(), {1, 2});
+    EXPECT_EQ(values_of(dx), (std::vector<float>{0, 0, 0, 0, 0, 0, 0, 1, 2, 3, 0, 0, 4, 5, 6, 0, 0, 0, 0, 0}));
+    EXPECT_THROW(reference::crop_forward(x, {3, 0}, {2, 2}), Error);  // the box leaves x
 }
 
 TEST(ReferenceOpsByHand, BatchNormOutputHasZeroMeanAndUnitVariancePerChannel) {
