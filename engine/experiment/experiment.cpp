@@ -801,12 +801,18 @@ Experiment parse_experiment(const std::string& json_text, const std::string& ori
     const Json& model = read.object(root, "", "model", R"({"kind": "unet", "depth": 4, "base_width": 32, "num_classes": 2})");
     const std::string kind = read.choice(model, "model", "kind", {"unet", "resnet", "retinanet"}, std::nullopt);
     if (kind == "unet") {
-        read.check_fields(model, "model", {"kind", "depth", "base_width", "num_classes", "batch_norm"});
+        read.check_fields(model, "model",
+                          {"kind", "depth", "base_width", "num_classes", "batch_norm", "max_width", "downsampling", "head_kernel"});
         e.model.kind = ModelKind::UNet;
         e.model.depth = static_cast<int>(read.integer(model, "model", "depth", 2, 7, 4));
         e.model.base_width = read.integer(model, "model", "base_width", 1, 1024, 32);
         e.model.num_classes = read.integer(model, "model", "num_classes", 2, 1000, 2);
         e.model.batch_norm = read.boolean(model, "model", "batch_norm", true);
+        e.model.max_width = read.integer(model, "model", "max_width", 0, 4096, 0);
+        e.model.strided_downsampling =
+            read.choice(model, "model", "downsampling", {"max_pool", "strided_conv"}, "max_pool") == "strided_conv";
+        e.model.head_kernel = read.integer(model, "model", "head_kernel", 1, 3, 1);
+        if (e.model.head_kernel == 2) read.fail("model.head_kernel", "expected 1 or 3 (an odd kernel keeps the extent), got 2");
     } else if (kind == "resnet") {
         read.check_fields(model, "model", {"kind", "depth", "base_width", "num_classes"});
         e.model.kind = ModelKind::ResNet;
@@ -965,9 +971,13 @@ Shape replica_input_shape(const Experiment& e) {
 graph::Graph build_model(const Experiment& e, const Shape& input) {
     switch (e.model.kind) {
         case ModelKind::UNet:
-            return networks::make_unet({.depth = e.model.depth, .base_width = e.model.base_width,
-                                     .num_classes = e.model.num_classes, .batch_norm = e.model.batch_norm},
-                                    input);
+            return networks::make_unet(
+                {.depth = e.model.depth, .base_width = e.model.base_width, .num_classes = e.model.num_classes,
+                 .batch_norm = e.model.batch_norm, .max_width = e.model.max_width,
+                 .downsampling = e.model.strided_downsampling ? networks::UNetConfig::Downsampling::StridedConv
+                                                              : networks::UNetConfig::Downsampling::MaxPool,
+                 .head_kernel = e.model.head_kernel},
+                input);
         case ModelKind::ResNet:
             return networks::make_resnet({.depth = e.model.depth, .num_classes = e.model.num_classes, .base_width = e.model.base_width},
                                       input);

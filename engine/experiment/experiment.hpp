@@ -56,6 +56,9 @@ struct ModelSpec {
     std::int64_t base_width = 32;     // U-Net and ResNet channels at the first level
     std::int64_t num_classes = 2;
     bool batch_norm = true;           // U-Net
+    std::int64_t max_width = 0;       // U-Net: channels capped (0: none; nnU-Net's 3D U-Net caps at 320)
+    bool strided_downsampling = false;  // U-Net "downsampling": "strided_conv" (stride-2 first convolutions, no pools)
+    std::int64_t head_kernel = 1;     // U-Net: 1 or 3
     std::int64_t fpn_channels = 256;  // RetinaNet
     std::int64_t num_anchors = 9;     // RetinaNet
     bool fpn_batch_norm = true;       // RetinaNet: BN on P3..P7 (TPU); false as torchvision

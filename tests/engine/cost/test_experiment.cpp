@@ -81,6 +81,41 @@ TEST(Experiment, SchemaErrorsNameThePathWhatIsAllowedAndWhatCame) {
               std::string::npos);
 }
 
+TEST(Experiment, UNetVariantsAreReadAndBuilt) {
+    const experiment::Experiment e = experiment::parse_experiment(
+        R"({"version": 1, "model": {"kind": "unet", "depth": 4, "base_width": 16, "num_classes": 3, "max_width": 32,
+            "downsampling": "strided_conv", "head_kernel": 3}, "input": {"channels": 1, "size": [32, 32, 32]}, "global_batch": 1})",
+        "test.json");
+    EXPECT_EQ(e.model.max_width, 32);
+    EXPECT_TRUE(e.model.strided_downsampling);
+    EXPECT_EQ(e.model.head_kernel, 3);
+    const graph::Graph model = experiment::build_model(e, experiment::replica_input_shape(e));
+    for (const graph::Node& node : model.nodes()) {
+        EXPECT_NE(node.kind, graph::OpKind::Pool) << node.name;
+        if (node.kind == graph::OpKind::Conv) {
+            EXPECT_LE(node.out_channels, 32) << node.name;
+        }
+    }
+    EXPECT_EQ(model.node(model.output_node()).conv.kernel, (ops::Extents{3, 3, 3}));
+    // The defaults are the seeds' U-Net: pools, a 1×1 head, no cap.
+    const experiment::Experiment plain = experiment::parse_experiment(with(R"("num_replicas": 1)"), "test.json");
+    EXPECT_FALSE(plain.model.strided_downsampling);
+    EXPECT_EQ(plain.model.head_kernel, 1);
+    EXPECT_EQ(plain.model.max_width, 0);
+    const auto unet_with = [](const std::string& field) {
+        return error_of(R"({"version": 1, "model": {"kind": "unet", "depth": 3, )" + field +
+                        R"(}, "input": {"channels": 1, "size": [64, 64]}, "global_batch": 1})");
+    };
+    EXPECT_NE(unet_with(R"("downsampling": "strided_cnov")").find("model.downsampling: expected one of \"max_pool\", \"strided_conv\", "
+                                                                  "got \"strided_cnov\"; did you mean \"strided_conv\"?"),
+              std::string::npos)
+        << unet_with(R"("downsampling": "strided_cnov")");
+    EXPECT_NE(unet_with(R"("head_kernel": 2)").find("model.head_kernel: expected 1 or 3"), std::string::npos);
+    EXPECT_NE(unet_with(R"("head_kernel": 5)").find("model.head_kernel: expected an integer from 1 to 3, got 5"), std::string::npos)
+        << unet_with(R"("head_kernel": 5)");
+    EXPECT_NE(unet_with(R"("max_widht": 64)").find("did you mean \"max_width\""), std::string::npos);
+}
+
 TEST(Experiment, TrainingFieldsAreRead) {
     const experiment::Experiment e = experiment::load_experiment(kPresets / "unet2d_em_4way.json");
     ASSERT_TRUE(e.is_trainable());
