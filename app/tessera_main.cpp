@@ -3,6 +3,7 @@
 #include "core/error.hpp"
 #include "data/examples.hpp"
 #include "widgets/main_window.hpp"
+#include "widgets/vtk_gl_widget.hpp"
 #include "model/run_controller.hpp"
 #include "widgets/detection_view.hpp"
 #include "widgets/equivalence_view.hpp"
@@ -145,7 +146,7 @@ int run_studio(int argc, char** argv) {
             if (part == QStringLiteral("equivalence")) target = window.equivalenceView();
             if (part == QStringLiteral("detections")) target = window.detectionView();
             if (part == QStringLiteral("experiment")) target = window.experimentPanel();
-            const bool saved = target->grab().save(path);
+            const bool saved = tessera::ui::grabWithGlViews(target).save(path);  // the 3D view is a native GL window
             std::fprintf(saved ? stdout : stderr, saved ? "screenshot: %s\n" : "could not save screenshot %s\n",
                          qPrintable(path));
             QApplication::exit(saved ? 0 : 1);

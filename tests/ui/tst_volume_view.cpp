@@ -12,6 +12,7 @@
 
 #include <QFile>
 #include <QImage>
+#include <QWindow>
 #include <QSignalSpy>
 #include <QTemporaryDir>
 #include <QWheelEvent>
@@ -368,10 +369,12 @@ private slots:
         };
         const std::array<double, 3> before = direction();
         const QPoint centre = gl->rect().center();
-        QTest::mousePress(gl, Qt::LeftButton, {}, centre);
+        // Input arrives at the native window VTK draws in, as from the X server.
+        QWindow* window = gl->glWindow();
+        QTest::mousePress(window, Qt::LeftButton, {}, centre);
         QVERIFY(gl->isInteracting());
-        for (int step = 1; step <= 5; ++step) QTest::mouseMove(gl, centre + QPoint(12 * step, 0));
-        QTest::mouseRelease(gl, Qt::LeftButton, {}, centre + QPoint(60, 0));
+        for (int step = 1; step <= 5; ++step) QTest::mouseMove(window, centre + QPoint(12 * step, 0));
+        QTest::mouseRelease(window, Qt::LeftButton, {}, centre + QPoint(60, 0));
         const std::array<double, 3> after = direction();
         const double turned = std::acos(std::clamp(before[0] * after[0] + before[1] * after[1] + before[2] * after[2], -1.0, 1.0));
         QVERIFY2(turned > 0.2, qPrintable(QString("camera turned by %1 rad").arg(turned)));  // dragging a fifth of the view
@@ -379,7 +382,7 @@ private slots:
         const double distance = camera->GetDistance();
         QWheelEvent wheel(QPointF(centre), gl->mapToGlobal(QPointF(centre)), QPoint(), QPoint(0, 120), Qt::NoButton,
                           Qt::NoModifier, Qt::NoScrollPhase, false);
-        QApplication::sendEvent(gl, &wheel);
+        QApplication::sendEvent(window, &wheel);
         QVERIFY(camera->GetDistance() < distance);  // forward zooms in
         QVERIFY(gl->isInteracting());               // a quick frame now, a still one soon
         QTRY_VERIFY(!gl->isInteracting());

@@ -1,6 +1,9 @@
 #include "widgets/vtk_gl_widget.hpp"
 
 #include <QGuiApplication>
+#include <QHBoxLayout>
+#include <QOpenGLWindow>
+#include <QPainter>
 #include <QKeyEvent>
 #include <QMouseEvent>
 #include <QOpenGLContext>
@@ -54,6 +57,65 @@ const char* keySymOf(int key) {
 
 }  // namespace
 
+// The native window: VTK's render window and interactor, the render scales, Qt's input for VTK.
+class VtkGLWindow : public QOpenGLWindow {
+public:
+    VtkGLWindow();
+    ~VtkGLWindow() override;
+
+    vtkGenericOpenGLRenderWindow* renderWindow() const { return m_window; }
+    vtkGenericRenderWindowInteractor* interactor() const { return m_interactor; }
+    void addRenderer(vtkRenderer* renderer);
+    void removeRenderer(vtkRenderer* renderer);
+    void setFrameBudgets(double still_seconds, double interactive_seconds);
+    double stillRenderScale() const { return m_still_scale; }
+    double interactiveRenderScale() const { return m_interactive_scale; }
+    bool isInteracting() const;
+    void requestRender();
+    void requestQuickRender();
+    // Renders a frame now and reads it back (QOpenGLWindow::grabFramebuffer alone reads whatever the
+    // buffer holds, which after a swap may be an old frame).
+    QImage renderAndGrab();
+
+protected:
+    void initializeGL() override;
+    void resizeGL(int width, int height) override;
+    void paintGL() override;
+
+    void mousePressEvent(QMouseEvent* event) override;
+    void mouseReleaseEvent(QMouseEvent* event) override;
+    void mouseDoubleClickEvent(QMouseEvent* event) override;
+    void mouseMoveEvent(QMouseEvent* event) override;
+    void wheelEvent(QWheelEvent* event) override;
+    void keyPressEvent(QKeyEvent* event) override;
+    void keyReleaseEvent(QKeyEvent* event) override;
+    bool event(QEvent* event) override;
+
+private:
+    static void onRenderWindowEvent(vtkObject* caller, unsigned long event, void* client_data, void* call_data);
+    void handleRenderWindowEvent(unsigned long event, void* call_data);
+    void releaseGraphicsResources();
+    void setEventPosition(const QPointF& position, Qt::KeyboardModifiers modifiers, int repeat = 0);
+    bool forwardKey(QKeyEvent* event, unsigned long vtk_event);
+    QSize deviceSize() const;
+    // Resizes VTK's window to the window's device size × scale (event positions follow).
+    void applyRenderScale(double scale);
+
+    vtkSmartPointer<vtkGenericOpenGLRenderWindow> m_window;
+    vtkSmartPointer<vtkGenericRenderWindowInteractor> m_interactor;
+    vtkSmartPointer<vtkCallbackCommand> m_window_observer;
+    vtkSmartPointer<vtkCallbackCommand> m_render_request_observer;
+    QTimer* m_still_timer = nullptr;  // ends a run of quick renders with a still one
+    double m_still_budget = 0.5;        // seconds
+    double m_interactive_budget = 0.1;  // seconds
+    double m_still_scale = 1.0;         // render scales, adapted to the budgets
+    double m_interactive_scale = 0.5;
+    double m_render_scale = 1.0;        // of VTK's window now: device pixels × this
+    Qt::MouseButtons m_buttons;         // held in this window
+    bool m_in_paint = false;
+    double m_wheel_remainder = 0.0;  // angle delta not yet sent as wheel steps
+};
+
 QSurfaceFormat VtkGLWidget::defaultFormat() {
     QSurfaceFormat format;
     format.setRenderableType(QSurfaceFormat::OpenGL);
@@ -67,17 +129,12 @@ QSurfaceFormat VtkGLWidget::defaultFormat() {
     return format;
 }
 
-VtkGLWidget::VtkGLWidget(QWidget* parent)
-    : QOpenGLWidget(parent),
+VtkGLWindow::VtkGLWindow()
+    : QOpenGLWindow(QOpenGLWindow::NoPartialUpdate),
       m_window(vtkSmartPointer<vtkGenericOpenGLRenderWindow>::New()),
       m_interactor(vtkSmartPointer<vtkGenericRenderWindowInteractor>::New()),
       m_window_observer(vtkSmartPointer<vtkCallbackCommand>::New()),
       m_render_request_observer(vtkSmartPointer<vtkCallbackCommand>::New()) {
-    setFocusPolicy(Qt::StrongFocus);
-    setMouseTracking(true);
-    setUpdateBehavior(QOpenGLWidget::NoPartialUpdate);
-    setMinimumSize(64, 64);
-
     m_still_timer = new QTimer(this);
     m_still_timer->setSingleShot(true);
     m_still_timer->setInterval(300);  // ms without changes before the full-quality frame
@@ -94,7 +151,7 @@ VtkGLWidget::VtkGLWidget(QWidget* parent)
     m_window->SetAlphaBitPlanes(1);  // depth peeling needs destination alpha
 
     m_window_observer->SetClientData(this);
-    m_window_observer->SetCallback(&VtkGLWidget::onRenderWindowEvent);
+    m_window_observer->SetCallback(&VtkGLWindow::onRenderWindowEvent);
     m_window->AddObserver(vtkCommand::WindowMakeCurrentEvent, m_window_observer);
     m_window->AddObserver(vtkCommand::WindowIsCurrentEvent, m_window_observer);
     m_window->AddObserver(vtkCommand::WindowFrameEvent, m_window_observer);
@@ -105,59 +162,63 @@ VtkGLWidget::VtkGLWidget(QWidget* parent)
     vtkNew<vtkInteractorStyleTrackballCamera> style;
     m_interactor->SetInteractorStyle(style);
     m_render_request_observer->SetClientData(this);
-    m_render_request_observer->SetCallback(&VtkGLWidget::onRenderWindowEvent);
+    m_render_request_observer->SetCallback(&VtkGLWindow::onRenderWindowEvent);
     m_interactor->AddObserver(vtkCommand::RenderEvent, m_render_request_observer);
     // Without an observer, the styles' 'q'/'e' keys would try to terminate the application.
     m_interactor->AddObserver(vtkCommand::ExitEvent, m_render_request_observer);
     m_interactor->Initialize();
 }
 
-VtkGLWidget::~VtkGLWidget() {
-    // Release while this object is whole: the context's aboutToBeDestroyed fires in ~QOpenGLWidget.
+VtkGLWindow::~VtkGLWindow() {
+    // Release while this object is whole: the context's aboutToBeDestroyed fires in ~QOpenGLWindow.
     if (context()) disconnect(context(), nullptr, this, nullptr);
     releaseGraphicsResources();
     m_window->RemoveObserver(m_window_observer);
     m_interactor->RemoveObserver(m_render_request_observer);
 }
 
-vtkGenericOpenGLRenderWindow* VtkGLWidget::renderWindow() const { return m_window; }
-vtkGenericRenderWindowInteractor* VtkGLWidget::interactor() const { return m_interactor; }
-
-void VtkGLWidget::addRenderer(vtkRenderer* renderer) {
+void VtkGLWindow::addRenderer(vtkRenderer* renderer) {
     if (!renderer) return;
     if (m_window->GetNumberOfLayers() <= renderer->GetLayer()) m_window->SetNumberOfLayers(renderer->GetLayer() + 1);
     m_window->AddRenderer(renderer);
     requestRender();
 }
 
-void VtkGLWidget::removeRenderer(vtkRenderer* renderer) {
+void VtkGLWindow::removeRenderer(vtkRenderer* renderer) {
     m_window->RemoveRenderer(renderer);
     requestRender();
 }
 
-void VtkGLWidget::requestRender() { update(); }
+void VtkGLWindow::requestRender() { update(); }
 
-void VtkGLWidget::requestQuickRender() {
+QImage VtkGLWindow::renderAndGrab() {
+    if (!isValid()) return {};
+    makeCurrent();
+    paintGL();
+    return grabFramebuffer();
+}
+
+void VtkGLWindow::requestQuickRender() {
     m_still_timer->start();
     update();
 }
 
-void VtkGLWidget::setFrameBudgets(double still_seconds, double interactive_seconds) {
+void VtkGLWindow::setFrameBudgets(double still_seconds, double interactive_seconds) {
     m_still_budget = std::max(still_seconds, 0.001);
     m_interactive_budget = std::max(interactive_seconds, 0.001);
 }
 
-bool VtkGLWidget::isInteracting() const {
+bool VtkGLWindow::isInteracting() const {
     return m_buttons != Qt::NoButton || m_still_timer->isActive();
 }
 
-QSize VtkGLWidget::deviceSize() const {
-    const double ratio = devicePixelRatioF();
+QSize VtkGLWindow::deviceSize() const {
+    const double ratio = devicePixelRatio();
     return {std::max(1, static_cast<int>(std::lround(width() * ratio))),
             std::max(1, static_cast<int>(std::lround(height() * ratio)))};
 }
 
-void VtkGLWidget::applyRenderScale(double scale) {
+void VtkGLWindow::applyRenderScale(double scale) {
     const QSize device = deviceSize();
     const int target_width = std::max(1, static_cast<int>(std::lround(device.width() * scale)));
     const int target_height = std::max(1, static_cast<int>(std::lround(device.height() * scale)));
@@ -177,14 +238,14 @@ void VtkGLWidget::applyRenderScale(double scale) {
     m_interactor->UpdateSize(target_width, target_height);
 }
 
-void VtkGLWidget::onRenderWindowEvent(vtkObject*, unsigned long event, void* client_data, void* call_data) {
-    static_cast<VtkGLWidget*>(client_data)->handleRenderWindowEvent(event, call_data);
+void VtkGLWindow::onRenderWindowEvent(vtkObject*, unsigned long event, void* client_data, void* call_data) {
+    static_cast<VtkGLWindow*>(client_data)->handleRenderWindowEvent(event, call_data);
 }
 
-void VtkGLWidget::handleRenderWindowEvent(unsigned long event, void* call_data) {
+void VtkGLWindow::handleRenderWindowEvent(unsigned long event, void* call_data) {
     switch (event) {
         case vtkCommand::WindowMakeCurrentEvent:
-            // Not QOpenGLWidget::makeCurrent(): that rebinds Qt's framebuffer behind VTK's back
+            // Not QOpenGLWindow::makeCurrent(): that rebinds Qt's framebuffer behind VTK's back
             // (black view, "FBO incomplete: no attachments").
             if (context() && QOpenGLContext::currentContext() != context()) {
                 context()->makeCurrent(context()->surface());
@@ -205,14 +266,14 @@ void VtkGLWidget::handleRenderWindowEvent(unsigned long event, void* call_data) 
     }
 }
 
-void VtkGLWidget::initializeGL() {
-    connect(context(), &QOpenGLContext::aboutToBeDestroyed, this, &VtkGLWidget::releaseGraphicsResources,
+void VtkGLWindow::initializeGL() {
+    connect(context(), &QOpenGLContext::aboutToBeDestroyed, this, &VtkGLWindow::releaseGraphicsResources,
             Qt::UniqueConnection);
     m_window->SetReadyForRendering(true);
     m_window->OpenGLInitContext();
 }
 
-void VtkGLWidget::releaseGraphicsResources() {
+void VtkGLWindow::releaseGraphicsResources() {
     if (!context() || !m_window->GetReadyForRendering()) return;
     makeCurrent();
     m_window->ReleaseGraphicsResources(m_window);
@@ -220,9 +281,9 @@ void VtkGLWidget::releaseGraphicsResources() {
     doneCurrent();
 }
 
-void VtkGLWidget::resizeGL(int, int) { applyRenderScale(m_render_scale); }
+void VtkGLWindow::resizeGL(int, int) { applyRenderScale(m_render_scale); }
 
-void VtkGLWidget::paintGL() {
+void VtkGLWindow::paintGL() {
     if (!m_window->GetReadyForRendering()) return;
     const bool interactive = isInteracting();
     applyRenderScale(interactive ? m_interactive_scale : m_still_scale);
@@ -261,13 +322,13 @@ void VtkGLWidget::paintGL() {
     if (seconds > 1.25 * budget || (seconds < 0.6 * budget && scale < 1.0)) {
         const double adapted = std::clamp(std::round(scale * std::sqrt(budget / seconds) * 8.0) / 8.0, minimum, 1.0);
         // A still frame that could be sharper is redone; one that was too slow is not.
-        if (!interactive && adapted > scale) QTimer::singleShot(0, this, qOverload<>(&QWidget::update));
+        if (!interactive && adapted > scale) QTimer::singleShot(0, this, [this] { update(); });
         scale = adapted;
     }
 }
 
-void VtkGLWidget::setEventPosition(const QPointF& position, Qt::KeyboardModifiers modifiers, int repeat) {
-    const double ratio = devicePixelRatioF() * m_render_scale;  // VTK's window is render-scaled
+void VtkGLWindow::setEventPosition(const QPointF& position, Qt::KeyboardModifiers modifiers, int repeat) {
+    const double ratio = devicePixelRatio() * m_render_scale;  // VTK's window is render-scaled
     m_interactor->SetEventInformationFlipY(static_cast<int>(std::lround(position.x() * ratio)),
                                            static_cast<int>(std::lround(position.y() * ratio)),
                                            modifiers.testFlag(Qt::ControlModifier) ? 1 : 0,
@@ -297,9 +358,9 @@ unsigned long releaseEventOf(Qt::MouseButton button) {
 
 }  // namespace
 
-void VtkGLWidget::mousePressEvent(QMouseEvent* event) {
+void VtkGLWindow::mousePressEvent(QMouseEvent* event) {
     const unsigned long vtk_event = pressEventOf(event->button());
-    if (vtk_event == vtkCommand::NoEvent) return QOpenGLWidget::mousePressEvent(event);
+    if (vtk_event == vtkCommand::NoEvent) return QOpenGLWindow::mousePressEvent(event);
     m_buttons = event->buttons();
     applyRenderScale(m_interactive_scale);  // a drag starts: the frames until release are interactive
     setEventPosition(event->position(), event->modifiers());
@@ -307,10 +368,10 @@ void VtkGLWidget::mousePressEvent(QMouseEvent* event) {
     event->accept();
 }
 
-void VtkGLWidget::mouseDoubleClickEvent(QMouseEvent* event) {
+void VtkGLWindow::mouseDoubleClickEvent(QMouseEvent* event) {
     // Qt sends a double click instead of the second press; VTK expects a press with a repeat count.
     const unsigned long vtk_event = pressEventOf(event->button());
-    if (vtk_event == vtkCommand::NoEvent) return QOpenGLWidget::mouseDoubleClickEvent(event);
+    if (vtk_event == vtkCommand::NoEvent) return QOpenGLWindow::mouseDoubleClickEvent(event);
     m_buttons = event->buttons();
     applyRenderScale(m_interactive_scale);
     setEventPosition(event->position(), event->modifiers(), 1);
@@ -318,22 +379,22 @@ void VtkGLWidget::mouseDoubleClickEvent(QMouseEvent* event) {
     event->accept();
 }
 
-void VtkGLWidget::mouseReleaseEvent(QMouseEvent* event) {
+void VtkGLWindow::mouseReleaseEvent(QMouseEvent* event) {
     const unsigned long vtk_event = releaseEventOf(event->button());
-    if (vtk_event == vtkCommand::NoEvent) return QOpenGLWidget::mouseReleaseEvent(event);
+    if (vtk_event == vtkCommand::NoEvent) return QOpenGLWindow::mouseReleaseEvent(event);
     setEventPosition(event->position(), event->modifiers());
     m_buttons = event->buttons();  // before the event: the style's closing render is a still frame
     m_interactor->InvokeEvent(vtk_event);
     event->accept();
 }
 
-void VtkGLWidget::mouseMoveEvent(QMouseEvent* event) {
+void VtkGLWindow::mouseMoveEvent(QMouseEvent* event) {
     setEventPosition(event->position(), event->modifiers());
     m_interactor->InvokeEvent(vtkCommand::MouseMoveEvent);
     event->accept();
 }
 
-void VtkGLWidget::wheelEvent(QWheelEvent* event) {
+void VtkGLWindow::wheelEvent(QWheelEvent* event) {
     // 120 units of angle delta are one notch; touchpads send fractions, summed until a notch is full.
     // Each notch is rendered as a quick frame, so zooming stays fluid.
     requestQuickRender();
@@ -348,7 +409,7 @@ void VtkGLWidget::wheelEvent(QWheelEvent* event) {
     event->accept();
 }
 
-bool VtkGLWidget::forwardKey(QKeyEvent* event, unsigned long vtk_event) {
+bool VtkGLWindow::forwardKey(QKeyEvent* event, unsigned long vtk_event) {
     const QString text = event->text();
     const char key_code = text.size() == 1 && text[0].unicode() < 128 ? static_cast<char>(text[0].unicode()) : 0;
     // '3' toggles stereo, which a window inside Qt cannot do.
@@ -366,25 +427,66 @@ bool VtkGLWidget::forwardKey(QKeyEvent* event, unsigned long vtk_event) {
     return true;
 }
 
-void VtkGLWidget::keyPressEvent(QKeyEvent* event) {
-    if (!forwardKey(event, vtkCommand::KeyPressEvent)) return QOpenGLWidget::keyPressEvent(event);
+void VtkGLWindow::keyPressEvent(QKeyEvent* event) {
+    if (!forwardKey(event, vtkCommand::KeyPressEvent)) return QOpenGLWindow::keyPressEvent(event);
     event->accept();
 }
 
-void VtkGLWidget::keyReleaseEvent(QKeyEvent* event) {
-    if (!forwardKey(event, vtkCommand::KeyReleaseEvent)) return QOpenGLWidget::keyReleaseEvent(event);
+void VtkGLWindow::keyReleaseEvent(QKeyEvent* event) {
+    if (!forwardKey(event, vtkCommand::KeyReleaseEvent)) return QOpenGLWindow::keyReleaseEvent(event);
     event->accept();
 }
 
-void VtkGLWidget::enterEvent(QEnterEvent* event) {
-    setEventPosition(event->position(), QGuiApplication::keyboardModifiers());
-    m_interactor->InvokeEvent(vtkCommand::EnterEvent);
-    QOpenGLWidget::enterEvent(event);
+bool VtkGLWindow::event(QEvent* event) {
+    if (event->type() == QEvent::Enter) {
+        setEventPosition(static_cast<QEnterEvent*>(event)->position(), QGuiApplication::keyboardModifiers());
+        m_interactor->InvokeEvent(vtkCommand::EnterEvent);
+    } else if (event->type() == QEvent::Leave) {
+        m_interactor->InvokeEvent(vtkCommand::LeaveEvent);
+    }
+    return QOpenGLWindow::event(event);
 }
 
-void VtkGLWidget::leaveEvent(QEvent* event) {
-    m_interactor->InvokeEvent(vtkCommand::LeaveEvent);
-    QOpenGLWidget::leaveEvent(event);
+// ---- the widget ------------------------------------------------------------------------------
+
+VtkGLWidget::VtkGLWidget(QWidget* parent) : QWidget(parent), m_window(new VtkGLWindow) {
+    QWidget* container = QWidget::createWindowContainer(m_window, this);
+    container->setFocusPolicy(Qt::StrongFocus);
+    container->setMinimumSize(64, 64);
+    setFocusProxy(container);
+    auto* layout = new QHBoxLayout(this);
+    layout->setContentsMargins(0, 0, 0, 0);
+    layout->addWidget(container);
+}
+
+VtkGLWidget::~VtkGLWidget() = default;
+
+vtkGenericOpenGLRenderWindow* VtkGLWidget::renderWindow() const { return m_window->renderWindow(); }
+vtkGenericRenderWindowInteractor* VtkGLWidget::interactor() const { return m_window->interactor(); }
+void VtkGLWidget::addRenderer(vtkRenderer* renderer) { m_window->addRenderer(renderer); }
+void VtkGLWidget::removeRenderer(vtkRenderer* renderer) { m_window->removeRenderer(renderer); }
+void VtkGLWidget::setFrameBudgets(double still_seconds, double interactive_seconds) {
+    m_window->setFrameBudgets(still_seconds, interactive_seconds);
+}
+double VtkGLWidget::stillRenderScale() const { return m_window->stillRenderScale(); }
+double VtkGLWidget::interactiveRenderScale() const { return m_window->interactiveRenderScale(); }
+bool VtkGLWidget::isInteracting() const { return m_window->isInteracting(); }
+QWindow* VtkGLWidget::glWindow() const { return m_window; }
+QImage VtkGLWidget::grabFramebuffer() { return m_window->renderAndGrab(); }
+void VtkGLWidget::requestRender() { m_window->requestRender(); }
+void VtkGLWidget::requestQuickRender() { m_window->requestQuickRender(); }
+
+QImage grabWithGlViews(QWidget* widget) {
+    QImage image = widget->grab().toImage();
+    QPainter painter(&image);
+    for (VtkGLWidget* view : widget->findChildren<VtkGLWidget*>()) {
+        if (!view->isVisible()) continue;
+        const QImage frame = view->grabFramebuffer();
+        if (frame.isNull()) continue;
+        const QPoint at = view->mapTo(widget, QPoint(0, 0));
+        painter.drawImage(QRectF(at, QSizeF(view->size())), frame, QRectF(frame.rect()));
+    }
+    return image;
 }
 
 }  // namespace tessera::ui

@@ -1,7 +1,12 @@
-// VtkGLWidget: a QOpenGLWidget that shows VTK renderers, without VTK's Qt module (Debian's is built
-// for Qt5). It drives a vtkGenericOpenGLRenderWindow inside Qt's GL context, as VTK's own
-// QVTKOpenGLNativeWidget does: VTK renders into its own framebuffer in paintGL and the result is
-// blitted into the widget's. Mouse and key events go to a trackball-camera interactor.
+// VtkGLWidget: shows VTK renderers in a native OpenGL window inside a widget, without VTK's Qt module
+// (Debian's is built for Qt5). It drives a vtkGenericOpenGLRenderWindow inside Qt's GL context, as
+// VTK's own QVTKOpenGLStereoWidget does: VTK renders into its own framebuffer in paintGL and the
+// result is blitted into the window's. Mouse and key events go to a trackball-camera interactor.
+//
+// Why a window and not a QOpenGLWidget: a QOpenGLWidget makes its whole top-level window composite
+// through OpenGL, so every repaint anywhere in the studio (a chart, a progress bar) re-composes the
+// full window; under software OpenGL (Mesa's llvmpipe on a GPU-less cluster node or a VNC session)
+// that is 30–60 ms per repaint. A native child window renders alone and the rest stays raster.
 //
 //   QSurfaceFormat::setDefaultFormat(VtkGLWidget::defaultFormat());  // before QApplication
 //   VtkGLWidget view;
@@ -9,29 +14,31 @@
 //   view.requestRender();       // after changing the scene
 //   view.requestQuickRender();  // for a stream of changes (a cursor being dragged)
 //
-// All rendering happens in paintGL; the interactor only asks for a repaint.
+// All rendering happens in paintGL; the interactor only asks for a repaint. Input arrives at the
+// native window (glWindow(): tests send their events there); grabFramebuffer() is the last frame.
 //
 // Level of detail: a frame that takes longer than its budget makes the next frame of its kind render
-// at a lower resolution (the render scale), blitted up to the widget's size. Interactive frames
+// at a lower resolution (the render scale), blitted up to the window's size. Interactive frames
 // (a mouse button held, or quick renders in progress) have a small budget, still frames a larger
 // one. On a GPU every frame is full size; under Mesa's llvmpipe on two cores, volume rendering is not.
 #pragma once
 
-#include <QOpenGLWidget>
+#include <QImage>
 #include <QSurfaceFormat>
+#include <QWidget>
 
 #include <vtkSmartPointer.h>
 
-class QTimer;
-class vtkCallbackCommand;
+class QWindow;
 class vtkGenericOpenGLRenderWindow;
 class vtkGenericRenderWindowInteractor;
-class vtkObject;
 class vtkRenderer;
 
 namespace tessera::ui {
 
-class VtkGLWidget : public QOpenGLWidget {
+class VtkGLWindow;
+
+class VtkGLWidget : public QWidget {
     Q_OBJECT
 public:
     explicit VtkGLWidget(QWidget* parent = nullptr);
@@ -48,56 +55,29 @@ public:
     void removeRenderer(vtkRenderer* renderer);
 
     // Seconds a still and an interactive frame should take (defaults 0.5 and 0.1). Render scales go
-    // down to 0.5 (still) and 0.25 (interactive) of the widget's resolution.
+    // down to 0.5 (still) and 0.25 (interactive) of the window's resolution.
     void setFrameBudgets(double still_seconds, double interactive_seconds);
-    double stillRenderScale() const { return m_still_scale; }
-    double interactiveRenderScale() const { return m_interactive_scale; }
+    double stillRenderScale() const;
+    double interactiveRenderScale() const;
     bool isInteracting() const;  // the next frame is an interactive one
 
+    // The native window VTK draws in; mouse, wheel and key events are delivered to it.
+    QWindow* glWindow() const;
+    // Renders a frame now if one is due and returns what the window shows (device pixels).
+    QImage grabFramebuffer();
+
 public slots:
-    void requestRender();  // schedules a repaint (QWidget::update)
+    void requestRender();  // schedules a repaint
     // Schedules an interactive frame now, and a still one once no quick render was requested for a
     // moment: cheap frames while something changes repeatedly (a cursor dragged in another view).
     void requestQuickRender();
 
-protected:
-    void initializeGL() override;
-    void resizeGL(int width, int height) override;
-    void paintGL() override;
-
-    void mousePressEvent(QMouseEvent* event) override;
-    void mouseReleaseEvent(QMouseEvent* event) override;
-    void mouseDoubleClickEvent(QMouseEvent* event) override;
-    void mouseMoveEvent(QMouseEvent* event) override;
-    void wheelEvent(QWheelEvent* event) override;
-    void keyPressEvent(QKeyEvent* event) override;
-    void keyReleaseEvent(QKeyEvent* event) override;
-    void enterEvent(QEnterEvent* event) override;
-    void leaveEvent(QEvent* event) override;
-
 private:
-    static void onRenderWindowEvent(vtkObject* caller, unsigned long event, void* client_data, void* call_data);
-    void handleRenderWindowEvent(unsigned long event, void* call_data);
-    void releaseGraphicsResources();
-    void setEventPosition(const QPointF& position, Qt::KeyboardModifiers modifiers, int repeat = 0);
-    bool forwardKey(QKeyEvent* event, unsigned long vtk_event);
-    QSize deviceSize() const;
-    // Resizes VTK's window to the widget's device size × scale (event positions follow).
-    void applyRenderScale(double scale);
-
-    vtkSmartPointer<vtkGenericOpenGLRenderWindow> m_window;
-    vtkSmartPointer<vtkGenericRenderWindowInteractor> m_interactor;
-    vtkSmartPointer<vtkCallbackCommand> m_window_observer;
-    vtkSmartPointer<vtkCallbackCommand> m_render_request_observer;
-    QTimer* m_still_timer = nullptr;  // ends a run of quick renders with a still one
-    double m_still_budget = 0.5;        // seconds
-    double m_interactive_budget = 0.1;  // seconds
-    double m_still_scale = 1.0;         // render scales, adapted to the budgets
-    double m_interactive_scale = 0.5;
-    double m_render_scale = 1.0;        // of VTK's window now: device pixels × this
-    Qt::MouseButtons m_buttons;         // held in this widget
-    bool m_in_paint = false;
-    double m_wheel_remainder = 0.0;  // angle delta not yet sent as wheel steps
+    VtkGLWindow* m_window = nullptr;  // owned by its container, a child of this widget
 };
+
+// `widget` as grab() draws it, with every VtkGLWidget inside it filled in from its window's last
+// frame (grab() cannot read a native OpenGL window). For screenshots.
+QImage grabWithGlViews(QWidget* widget);
 
 }  // namespace tessera::ui
