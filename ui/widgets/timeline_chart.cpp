@@ -74,6 +74,7 @@ void TimelineChart::setTimeline(std::vector<TimelineBar> bars, int lanes, QStrin
     m_lane_names.clear();
     for (int lane = 0; lane < m_lanes; ++lane) m_lane_names << tr("core %1").arg(lane);
     m_hovered = -1;
+    ++m_generation;
     update();
 }
 
@@ -81,11 +82,13 @@ void TimelineChart::clear() { setTimeline({}, 0, {}); }
 
 void TimelineChart::setLaneNames(QStringList names) {
     for (int lane = 0; lane < std::min<int>(m_lanes, static_cast<int>(names.size())); ++lane) m_lane_names[lane] = names[lane];
+    ++m_generation;
     update();
 }
 
 void TimelineChart::setPlaceholderText(const QString& text) {
     m_placeholder = text;
+    ++m_generation;
     update();
 }
 
@@ -102,8 +105,9 @@ QRectF TimelineChart::plotArea() const {
     return QRectF(QPointF(left, top), QPointF(std::max<double>(left + 1, width() - margin - 4), std::max(top + 1, bottom)));
 }
 
-double TimelineChart::xOf(double ms) const {
-    const QRectF area = plotArea();
+double TimelineChart::xOf(double ms) const { return xOf(ms, plotArea()); }
+
+double TimelineChart::xOf(double ms, const QRectF& area) const {
     if (m_view_end <= m_view_start) return area.left();
     return area.left() + area.width() * (ms - m_view_start) / (m_view_end - m_view_start);
 }
@@ -120,21 +124,24 @@ void TimelineChart::setVisibleRange(double start_ms, double end_ms) {
 
 void TimelineChart::resetZoom() { setVisibleRange(0, m_end_ms); }
 
-QRectF TimelineChart::laneRect(int lane) const {
-    const QRectF area = plotArea();
+QRectF TimelineChart::laneRect(int lane) const { return laneRect(lane, plotArea()); }
+
+QRectF TimelineChart::laneRect(int lane, const QRectF& area) const {
     const double lane_height = m_lanes > 0 ? area.height() / m_lanes : area.height();
     return QRectF(area.left(), area.top() + lane * lane_height, area.width(), lane_height);
 }
 
-QRectF TimelineChart::barRect(int index) const {
+QRectF TimelineChart::barRect(int index) const { return barRect(index, plotArea()); }
+
+QRectF TimelineChart::barRect(int index, const QRectF& area) const {
     if (index < 0 || index >= static_cast<int>(m_bars.size())) return {};
     const TimelineBar& bar = m_bars[static_cast<std::size_t>(index)];
-    const QRectF lane = laneRect(bar.lane);
+    const QRectF lane = laneRect(bar.lane, area);
     if (bar.end_ms < m_view_start || bar.start_ms > m_view_end) return {};  // outside the visible range
     const double gap = lane.height() >= 6 ? 1.0 : 0.0;
     const double split = lane.top() + lane.height() * compute_band;
-    const double left = xOf(bar.start_ms);
-    const double width = std::max(1.0, xOf(bar.end_ms) - left);
+    const double left = xOf(bar.start_ms, area);
+    const double width = std::max(1.0, xOf(bar.end_ms, area) - left);
     if (inComputeBand(bar.kind)) return QRectF(left, lane.top() + gap, width, std::max(1.0, split - lane.top() - gap));
     return QRectF(left, split, width, std::max(1.0, lane.bottom() - split - gap));
 }
@@ -153,7 +160,7 @@ int TimelineChart::barAt(QPoint position) const {
         for (int index : m_by_lane[static_cast<std::size_t>(lane)]) {
             const TimelineBar& bar = m_bars[static_cast<std::size_t>(index)];
             if (inComputeBand(bar.kind) != compute) continue;
-            const QRectF rect = barRect(index);
+            const QRectF rect = barRect(index, area);
             if (rect.isNull()) continue;
             if (position.x() < rect.left() - 1 || position.x() > rect.right() + 1) continue;
             const double distance = std::abs(rect.center().x() - position.x());
@@ -202,8 +209,37 @@ double TimelineChart::tickStep() const {
     return 10 * power;
 }
 
+void TimelineChart::changeEvent(QEvent* event) {
+    if (event->type() == QEvent::PaletteChange || event->type() == QEvent::FontChange) ++m_generation;
+    QWidget::changeEvent(event);
+}
+
 void TimelineChart::paintEvent(QPaintEvent* /*event*/) {
+    const double ratio = devicePixelRatioF();
+    const QSize device_size = size() * ratio;
+    if (m_cache.size() != device_size || m_cached_generation != m_generation || m_cached_start != m_view_start ||
+        m_cached_end != m_view_end) {
+        m_cache = QPixmap(device_size);
+        m_cache.setDevicePixelRatio(ratio);
+        QPainter cache_painter(&m_cache);
+        renderChart(cache_painter);
+        m_cached_generation = m_generation;
+        m_cached_start = m_view_start;
+        m_cached_end = m_view_end;
+    }
     QPainter painter(this);
+    painter.drawPixmap(0, 0, m_cache);
+    if (m_hovered >= 0 && m_hovered < static_cast<int>(m_bars.size()) && !barRect(m_hovered).isNull()) {
+        painter.save();
+        painter.setClipRect(plotArea().adjusted(0, 0, 1, 1));
+        painter.setPen(QPen(palette().color(QPalette::Text), 1.5));
+        painter.setBrush(Qt::NoBrush);
+        painter.drawRect(barRect(m_hovered).adjusted(-1, -1, 1, 1));
+        painter.restore();
+    }
+}
+
+void TimelineChart::renderChart(QPainter& painter) const {
     painter.fillRect(rect(), palette().color(QPalette::Base));
     const QFontMetrics metrics(font());
     const QColor text = palette().color(QPalette::Text);
@@ -251,22 +287,32 @@ void TimelineChart::paintEvent(QPaintEvent* /*event*/) {
         painter.drawText(QPointF(left, area.bottom() + 4 + metrics.ascent()), label);
     }
 
-    // Bars: thin ones are drawn a pixel wide so a busy lane stays visible.
+    // Bars: thin ones are drawn a pixel wide so a busy lane stays visible. A step has thousands of
+    // them, most under a pixel at full view: a thin bar in the pixel column, band and colour the
+    // lane's last thin bar already filled is skipped.
     painter.setRenderHint(QPainter::Antialiasing, false);
     painter.save();
     painter.setClipRect(area.adjusted(0, 0, 1, 1));
+    struct LastThin {
+        double column = -1, top = -1;
+        QRgb color = 0;
+    };
+    std::vector<LastThin> last_thin(static_cast<std::size_t>(std::max(m_lanes, 1)) * 2);
     for (std::size_t i = 0; i < m_bars.size(); ++i) {
-        const QRectF bar = barRect(static_cast<int>(i));
+        QRectF bar = barRect(static_cast<int>(i), area);
         if (bar.isNull()) continue;
         const QColor color = colorOf(m_bars[i]);
+        if (bar.width() < 2) {
+            const double column = std::floor(bar.left());
+            const int lane = std::clamp(m_bars[i].lane, 0, std::max(m_lanes - 1, 0));
+            LastThin& last = last_thin[static_cast<std::size_t>(lane) * 2 + (inComputeBand(m_bars[i].kind) ? 0 : 1)];
+            if (last.column == column && last.top == bar.top() && last.color == color.rgb()) continue;
+            last = {column, bar.top(), color.rgb()};
+            bar = QRectF(column, bar.top(), 1, bar.height());
+        }
         painter.fillRect(bar, color);
         // Where one op ends and the next begins, once bars are wide enough to tell apart.
         if (bar.width() >= 4) painter.fillRect(QRectF(bar.left(), bar.top(), 1, bar.height()), color.darker(125));
-    }
-    if (m_hovered >= 0 && m_hovered < static_cast<int>(m_bars.size()) && !barRect(m_hovered).isNull()) {
-        painter.setPen(QPen(text, 1.5));
-        painter.setBrush(Qt::NoBrush);
-        painter.drawRect(barRect(m_hovered).adjusted(-1, -1, 1, 1));
     }
     painter.restore();
     painter.setPen(QPen(QColor(0x90, 0x90, 0x90), 0));

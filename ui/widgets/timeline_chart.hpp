@@ -15,6 +15,7 @@
 
 #include <QString>
 #include <QStringList>
+#include <QPixmap>
 #include <QWidget>
 
 #include <optional>
@@ -78,10 +79,19 @@ protected:
     void mouseDoubleClickEvent(QMouseEvent* event) override;
     void wheelEvent(QWheelEvent* event) override;
 
+    void changeEvent(QEvent* event) override;
+
 private:
+    // Everything but the hovered bar's outline: drawn into m_cache when the data, the range or the
+    // size changed, so a repaint (a hover, a repaint of the window around it) is one blit.
+    void renderChart(QPainter& painter) const;
     QRectF plotArea() const;
     double xOf(double ms) const;
     QRectF laneRect(int lane) const;
+    // The same for a plot area computed once (plotArea() measures the lane names' text).
+    double xOf(double ms, const QRectF& area) const;
+    QRectF laneRect(int lane, const QRectF& area) const;
+    QRectF barRect(int index, const QRectF& area) const;
     QColor colorOf(const TimelineBar& bar) const;
     double tickStep() const;
 
@@ -97,6 +107,10 @@ private:
     QStringList m_lane_names;
     QString m_placeholder;
     int m_hovered = -1;
+    QPixmap m_cache;
+    quint64 m_generation = 0;        // bumped by every change of what the chart shows
+    quint64 m_cached_generation = ~quint64{0};
+    double m_cached_start = 0, m_cached_end = 0;
 };
 
 }  // namespace tessera::ui
