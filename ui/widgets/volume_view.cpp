@@ -39,8 +39,10 @@ VolumeView::VolumeView(ViewerModel* model, QWidget* parent)
     connect(m_cursor_render, &QTimer::timeout, this, &VolumeView::render);
     m_gl->addRenderer(m_scene->renderer());
     m_gl->addRenderer(m_scene->markerRenderer());
-    m_gl->setToolTip(tr("Left drag rotates, right drag or wheel zooms, middle or Shift+left drag pans; "
-                        "'r' frames everything"));
+    // The GL view is a native window, which shows no tooltip: the controls row above it carries the hint.
+    const QString navigation = tr("In the 3D view: left drag rotates, right drag or wheel zooms, middle or Shift+left drag "
+                                  "pans; 'r' frames everything");
+    setToolTip(navigation);
 
     m_preset_box = new QComboBox(this);
     for (std::size_t index = 0; index < m_presets.size(); ++index) {
@@ -61,7 +63,7 @@ VolumeView::VolumeView(ViewerModel* model, QWidget* parent)
     m_planes_check->setToolTip(tr("Show the outlines of the three slice planes through the cursor"));
     m_reset_button = new QToolButton(this);
     m_reset_button->setText(tr("Reset camera"));
-    m_reset_button->setToolTip(tr("Face the patient from the front and fit the volume in view"));
+    m_reset_button->setToolTip(tr("Face the patient from the front and fit the volume in view.") + QStringLiteral("\n") + navigation);
 
     auto* controls = new QHBoxLayout;
     controls->setContentsMargins(4, 2, 4, 2);
