@@ -196,7 +196,7 @@ private slots:
         // Six curves a run on the loss chart: raw, smoothed, eval loss, Dice, and a detector's mAP and AP50 (empty here).
         QCOMPARE(charts.chartView(Chart::Loss)->chart()->series().size(), 12);
         QCOMPARE(charts.series(QStringLiteral("unet2d_em"), Curve::EvalAp)->count(), 0);
-        QVERIFY(!charts.chartView(Chart::Boxes)->isVisibleTo(&charts));  // no detector among the runs
+        QVERIFY(!charts.isChartAvailable(Chart::Boxes));  // no detector among the runs: no boxes tab
         QVERIFY(charts.chartView(Chart::Loss)->chart()->series().contains(charts.series(QStringLiteral("unet2d_em"), Curve::RawLoss)));
         // The raw curve is the data; the smoothed one is TensorBoard's debiased average of it.
         const QList<QPointF> raw = charts.series(QStringLiteral("unet2d_em"), Curve::RawLoss)->points();
@@ -215,14 +215,22 @@ private slots:
         const QColor color = charts.runColor(QStringLiteral("unet2d_em"));
         QCOMPARE(charts.series(QStringLiteral("unet2d_em"), Curve::SmoothedLoss)->pen().color(), color);
         QVERIFY(charts.series(QStringLiteral("unet2d_em"), Curve::RawLoss)->pen().color().alpha() < 128);
+        // In the dock the run list is the legend (a swatch in the run's colour); an exported image gets the
+        // chart's own, naming each run once: the raw curve and the dashed prediction have no entry.
         QLegend* legend = charts.chartView(Chart::Loss)->chart()->legend();
-        QVERIFY(!legend->markers(charts.series(QStringLiteral("unet2d_em"), Curve::RawLoss)).front()->isVisible());
-        QTest::qWait(50);  // the legend lays its markers out when it is drawn
-        QVERIFY(legend->markers(charts.series(QStringLiteral("unet2d_em"), Curve::SmoothedLoss)).front()->isVisible());
-        // The small charts name each run once; the dashed predicted step time is told apart by its style.
+        QVERIFY(!legend->isVisible());
+        QCOMPARE(charts.runList()->item(0)->icon().pixmap(8, 8).toImage().pixelColor(4, 4), color);
         QLegend* time_legend = charts.chartView(Chart::StepTime)->chart()->legend();
+        QVERIFY(!time_legend->isVisible());
+        legend->show();  // as an export shows it
+        time_legend->show();
+        QTest::qWait(50);  // the legend lays its markers out when it is drawn
+        QVERIFY(!legend->markers(charts.series(QStringLiteral("unet2d_em"), Curve::RawLoss)).front()->isVisible());
+        QVERIFY(legend->markers(charts.series(QStringLiteral("unet2d_em"), Curve::SmoothedLoss)).front()->isVisible());
         QVERIFY(time_legend->markers(charts.series(QStringLiteral("unet2d_em"), Curve::HostSeconds)).front()->isVisible());
         QVERIFY(!time_legend->markers(charts.series(QStringLiteral("unet2d_em"), Curve::PredictedSeconds)).front()->isVisible());
+        legend->hide();
+        time_legend->hide();
 
         // Step time (log axis: host and predicted differ ~100×), learning rate and loss scale, throughput.
         QCOMPARE(charts.series(QStringLiteral("unet2d_em"), Curve::HostSeconds)->count(), 200);
@@ -364,9 +372,11 @@ private slots:
         QCOMPARE(charts.runs(), QStringList{QStringLiteral("b")});
         QCOMPARE(charts.chartView(Chart::Loss)->chart()->series().size(), 6);
         QCOMPARE(charts.runList()->count(), 1);
+        charts.chartView(Chart::Loss)->chart()->legend()->show();  // as an export shows it
         QTest::qWait(50);
         QVERIFY(!charts.chartView(Chart::Loss)->chart()->legend()->markers(charts.series(QStringLiteral("b"), Curve::RawLoss)).front()->isVisible());
         QVERIFY(charts.chartView(Chart::Loss)->chart()->legend()->markers(charts.series(QStringLiteral("b"), Curve::SmoothedLoss)).front()->isVisible());
+        charts.chartView(Chart::Loss)->chart()->legend()->hide();
         charts.clear();
         QVERIFY(charts.runs().isEmpty());
         QVERIFY(!charts.emptyStateText().isEmpty());
@@ -498,6 +508,8 @@ private slots:
         QCOMPARE(detections->at(2), QPointF(60, 40));
         QCOMPARE(charts.series(QStringLiteral("shapes"), Curve::EvalTruePositives)->at(1), QPointF(40, 25));
         QCOMPARE(charts.series(QStringLiteral("shapes"), Curve::EvalObjects)->at(0).y(), 64.0);
+        QVERIFY(charts.isChartAvailable(Chart::Boxes));
+        charts.showChart(Chart::Boxes);
         QVERIFY(charts.chartView(Chart::Boxes)->isVisible());
 
         QTemporaryDir dir;

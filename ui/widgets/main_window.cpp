@@ -123,6 +123,13 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent), m_model(new Viewe
     restoreGeometry(settings.value(QStringLiteral("mainWindow/geometry")).toByteArray());
     restoreState(settings.value(QStringLiteral("mainWindow/state")).toByteArray());
     if (!settings.contains(QStringLiteral("mainWindow/geometry"))) resize(1240, 760);
+    // The docks scroll rather than grow the window, so a first start (no saved state) sizes them:
+    // readable side panels, a bottom row tall enough for its charts, the rest to the views.
+    if (!settings.contains(QStringLiteral("mainWindow/state"))) {
+        const auto dock = [this](const char* name) { return findChild<QDockWidget*>(QString::fromLatin1(name)); };
+        resizeDocks({dock("partitionDock"), dock("imageDock")}, {300, 260}, Qt::Horizontal);
+        resizeDocks({dock("plannerDock")}, {300}, Qt::Vertical);
+    }
     onVolumeChanged();
 }
 
@@ -230,9 +237,7 @@ void MainWindow::createActions() {
 }
 
 void MainWindow::createDock() {
-    auto* dock = new QDockWidget(tr("Image and Labels"), this);
-    dock->setObjectName(QStringLiteral("imageDock"));
-    auto* panel = new QWidget(dock);
+    auto* panel = new QWidget;
     auto* layout = new QVBoxLayout(panel);
 
     auto* image_group = new QGroupBox(tr("Image"), panel);
@@ -270,8 +275,7 @@ void MainWindow::createDock() {
     label_layout->addWidget(m_legend);
     layout->addWidget(label_group, 1);
 
-    dock->setWidget(panel);
-    addDockWidget(Qt::RightDockWidgetArea, dock);
+    addDockWidget(Qt::RightDockWidgetArea, makeDock(tr("Image and Labels"), QStringLiteral("imageDock"), panel, true));
 }
 
 void MainWindow::showError(const QString& title, const QString& message) {

@@ -15,6 +15,7 @@
 #include <filesystem>
 
 class QComboBox;
+class QDockWidget;
 class QDoubleSpinBox;
 class QGridLayout;
 class QLabel;
@@ -120,6 +121,8 @@ private slots:
     void updateWindowTitle();
 
 private:
+    // A dock holding `content`; scroll: in a scroll area, so the panel's minimum size does not set the window's.
+    QDockWidget* makeDock(const QString& title, const QString& object_name, QWidget* content, bool scroll);
     void createDesignDocks();
     void createRunDocks();
     void createDesignActions();

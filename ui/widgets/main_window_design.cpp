@@ -50,10 +50,12 @@ const QString experiment_filter = QStringLiteral("Experiments (*.json);;All file
 
 QString presets_directory() { return QStringLiteral(TESSERA_RESOURCE_DIR "/experiments"); }
 
-QDockWidget* make_dock(QMainWindow* window, const QString& title, const QString& object_name, QWidget* content, bool scroll) {
-    auto* dock = new QDockWidget(title, window);
+}  // namespace
+
+QDockWidget* MainWindow::makeDock(const QString& title, const QString& object_name, QWidget* content, bool scroll) {
+    auto* dock = new QDockWidget(title, this);
     dock->setObjectName(object_name);
-    if (scroll) {
+    if (scroll) {  // a panel taller or wider than its dock scrolls instead of growing the window
         auto* area = new QScrollArea(dock);
         area->setWidgetResizable(true);
         area->setFrameShape(QFrame::NoFrame);
@@ -65,8 +67,6 @@ QDockWidget* make_dock(QMainWindow* window, const QString& title, const QString&
     return dock;
 }
 
-}  // namespace
-
 void MainWindow::createDesignDocks() {
     m_design = new PartitionDesign(this);
     for (SliceView* view : m_slice_views) view->setPartitionDesign(m_design);
@@ -75,9 +75,9 @@ void MainWindow::createDesignDocks() {
     m_experiment_panel = new ExperimentPanel(m_design);
     m_partition_panel = new PartitionPanel(m_design);
     m_planner_panel = new PlannerPanel;
-    QDockWidget* experiment_dock = make_dock(this, tr("Experiment"), QStringLiteral("experimentDock"), m_experiment_panel, true);
-    QDockWidget* partition_dock = make_dock(this, tr("Partition"), QStringLiteral("partitionDock"), m_partition_panel, true);
-    QDockWidget* planner_dock = make_dock(this, tr("Planner"), QStringLiteral("plannerDock"), m_planner_panel, false);
+    QDockWidget* experiment_dock = makeDock(tr("Experiment"), QStringLiteral("experimentDock"), m_experiment_panel, true);
+    QDockWidget* partition_dock = makeDock(tr("Partition"), QStringLiteral("partitionDock"), m_partition_panel, true);
+    QDockWidget* planner_dock = makeDock(tr("Planner"), QStringLiteral("plannerDock"), m_planner_panel, true);
     // Designing needs the partition controls beside the views; the experiment's fields and the image
     // controls share the right column as tabs; the planner sits below.
     addDockWidget(Qt::LeftDockWidgetArea, partition_dock);

@@ -23,9 +23,7 @@ namespace tessera::ui {
 void MainWindow::createRunDocks() {
     m_run_controller = new RunController(this);
     m_run_panel = new RunPanel(m_design, m_run_controller, m_model);
-    auto* run_dock = new QDockWidget(tr("Run"), this);
-    run_dock->setObjectName(QStringLiteral("runDock"));
-    run_dock->setWidget(m_run_panel);
+    QDockWidget* run_dock = makeDock(tr("Run"), QStringLiteral("runDock"), m_run_panel, true);
     addDockWidget(Qt::LeftDockWidgetArea, run_dock);
     // Designing and training take turns: the Partition and Run docks share the left column as tabs.
     if (auto* partition_dock = findChild<QDockWidget*>(QStringLiteral("partitionDock"))) {
@@ -34,17 +32,13 @@ void MainWindow::createRunDocks() {
     }
 
     m_run_charts = new RunCharts;
-    auto* charts_dock = new QDockWidget(tr("Training"), this);
-    charts_dock->setObjectName(QStringLiteral("trainingDock"));
-    charts_dock->setWidget(m_run_charts);
+    QDockWidget* charts_dock = makeDock(tr("Training"), QStringLiteral("trainingDock"), m_run_charts, true);
     addDockWidget(Qt::BottomDockWidgetArea, charts_dock);
     if (auto* planner_dock = findChild<QDockWidget*>(QStringLiteral("plannerDock"))) tabifyDockWidget(planner_dock, charts_dock);
 
     // The equivalence view compares the designed layout with one core on the experiment's model.
     m_equivalence_view = new EquivalenceView;
-    auto* equivalence_dock = new QDockWidget(tr("Equivalence"), this);
-    equivalence_dock->setObjectName(QStringLiteral("equivalenceDock"));
-    equivalence_dock->setWidget(m_equivalence_view);
+    QDockWidget* equivalence_dock = makeDock(tr("Equivalence"), QStringLiteral("equivalenceDock"), m_equivalence_view, true);
     addDockWidget(Qt::BottomDockWidgetArea, equivalence_dock);
     tabifyDockWidget(charts_dock, equivalence_dock);
     const auto follow_design = [this] {

@@ -574,7 +574,7 @@ void PlannerPanel::fillLayoutChart() {
     times->setColor(QColor(0x4a, 0x7e, 0xbb));
     times->setSelectedColor(QColor(0xf0, 0xa0, 0x20));
     auto* memory = new QScatterSeries();
-    memory->setName(tr("memory per core (GiB)"));
+    memory->setName(tr("memory/core"));
     memory->setMarkerSize(9);
     memory->setColor(QColor(0x2e, 0x9d, 0x5b));
     memory->setBorderColor(QColor(0x1d, 0x6b, 0x3d));
@@ -592,7 +592,7 @@ void PlannerPanel::fillLayoutChart() {
     bars->append(times);
     bars->setBarWidth(0.7);
     auto* capacity = new QLineSeries();
-    capacity->setName(tr("device memory (%1 GiB)").arg(gib(m_result.memory_per_core, 1)));
+    capacity->setName(tr("device %1 GiB").arg(gib(m_result.memory_per_core, 1)));
     QPen capacity_pen(QColor(0xc6, 0x28, 0x28));
     capacity_pen.setStyle(Qt::DashLine);
     capacity_pen.setWidthF(1.5);
@@ -674,11 +674,11 @@ void PlannerPanel::fillScalingChart() {
         delete axis;
     }
     auto* strong = new QLineSeries();
-    strong->setName(tr("strong scaling (global batch %1)").arg(m_result.global_batch));
+    strong->setName(tr("strong (batch %1)").arg(m_result.global_batch));
     auto* weak = new QLineSeries();
     weak->setName(m_result.global_batch == m_result.core_budget
-                      ? tr("weak scaling (batch = cores)")
-                      : tr("weak scaling (batch %1 × cores / %2)").arg(m_result.global_batch).arg(m_result.core_budget));
+                      ? tr("weak (batch = cores)")
+                      : tr("weak (batch ∝ cores)"));
     strong->setColor(QColor(0x4a, 0x7e, 0xbb));
     weak->setColor(QColor(0xdd, 0x6b, 0x20));
     double low = std::numeric_limits<double>::max(), high = 0;

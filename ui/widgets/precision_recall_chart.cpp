@@ -54,7 +54,8 @@ void PrecisionRecallChart::setEvaluation(const std::vector<tessera::run::Detecti
         QList<QPointF> points;
         for (std::size_t r = 0; r < recall.size(); ++r) points.append(QPointF(recall[r], std::max(record.precision_at_iou_50[r], 0.0)));
         series->replace(points);
-        series->setName(tr("%1 (AP50 %2)").arg(QString::fromStdString(record.name)).arg(record.ap50, 0, 'f', 3));
+        // The class alone in the legend (the run dock's table beside it lists each class's AP50).
+        series->setName(QString::fromStdString(record.name));
         QPen pen(DetectionPainter::classColor(static_cast<std::int32_t>(c)), 2.0);
         series->setPen(pen);
         chart()->addSeries(series);

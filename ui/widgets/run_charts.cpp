@@ -12,7 +12,6 @@
 #include <QCursor>
 #include <QFileDialog>
 #include <QFileInfo>
-#include <QGridLayout>
 #include <QHBoxLayout>
 #include <QLabel>
 #include <QLegend>
@@ -30,6 +29,7 @@
 #include <QSignalBlocker>
 #include <QSlider>
 #include <QSplitter>
+#include <QTabWidget>
 #include <QStackedWidget>
 #include <QTimer>
 #include <QToolButton>
@@ -257,21 +257,21 @@ RunCharts::RunCharts(QWidget* parent) : QWidget(parent) {
     horizontal->addWidget(runs_panel);
 
     buildCharts();
-    // Wide and low, as a bottom dock is: the loss on the left, the other four in a 2×2 grid beside it.
+    // Wide and low, as a bottom dock is: the loss on the left, the others as tabs beside it — each
+    // then gets half the dock rather than a quarter of it (a quarter cut its ticks and titles short).
     auto* charts = new QSplitter(Qt::Horizontal, horizontal);
     charts->setChildrenCollapsible(false);
     charts->addWidget(m_views[index(Chart::Loss)]);
-    auto* grid_widget = new QWidget(charts);
-    auto* grid = new QGridLayout(grid_widget);
-    grid->setContentsMargins(0, 0, 0, 0);
-    grid->setSpacing(4);
-    grid->addWidget(m_views[index(Chart::StepTime)], 0, 0);
-    grid->addWidget(m_views[index(Chart::LearningRate)], 0, 1);
-    grid->addWidget(m_views[index(Chart::Throughput)], 1, 0);
-    grid->addWidget(m_views[index(Chart::Memory)], 1, 1);
-    grid->addWidget(m_views[index(Chart::Boxes)], 0, 2, 2, 1);
-    m_views[index(Chart::Boxes)]->hide();  // until a detector's evaluation arrives
-    charts->addWidget(grid_widget);
+    m_chart_tabs = new QTabWidget(charts);
+    m_chart_tabs->setObjectName(QStringLiteral("chartTabs"));
+    m_chart_tabs->setDocumentMode(true);
+    m_chart_tabs->addTab(m_views[index(Chart::StepTime)], tr("Step time"));
+    m_chart_tabs->addTab(m_views[index(Chart::LearningRate)], tr("Learning rate"));
+    m_chart_tabs->addTab(m_views[index(Chart::Throughput)], tr("Throughput"));
+    m_chart_tabs->addTab(m_views[index(Chart::Memory)], tr("Memory"));
+    m_chart_tabs->addTab(m_views[index(Chart::Boxes)], tr("Boxes"));
+    m_chart_tabs->setTabVisible(m_chart_tabs->indexOf(m_views[index(Chart::Boxes)]), false);  // until a detector's evaluation
+    charts->addWidget(m_chart_tabs);
     charts->setStretchFactor(0, 2);
     charts->setStretchFactor(1, 3);
     charts->setSizes({500, 750});
@@ -391,11 +391,11 @@ QMenu* RunCharts::exportMenu(Chart chart, QWidget* parent) {
 
 void RunCharts::buildCharts() {
     static const char* const titles[chart_count] = {
-        QT_TR_NOOP("Loss — faint: each step, bold: smoothed; points: evaluations, dash-dot: mean Dice or mAP, dotted: AP50"),
-        QT_TR_NOOP("Step time — solid: here, dashed: the device, band: predicted here"),
-        QT_TR_NOOP("Learning rate (solid) and loss scale (dotted, right)"), QT_TR_NOOP("Throughput"),
-        QT_TR_NOOP("Peak memory per core"),
-        QT_TR_NOOP("Boxes per evaluation — solid: detections, dashed: matched, dotted: objects")};
+        // Short enough for the default window; the line styles are in each chart's tooltip, the runs'
+        // colours in the run list beside the charts (so the charts need no legend).
+        QT_TR_NOOP("Loss and evaluation"), QT_TR_NOOP("Step time: here and on the device"),
+        QT_TR_NOOP("Learning rate · loss scale"), QT_TR_NOOP("Throughput"), QT_TR_NOOP("Peak memory per core"),
+        QT_TR_NOOP("Boxes per evaluation")};
     static const char* const tips[chart_count] = {
         QT_TR_NOOP("Training loss per step (faint: raw, bold: smoothed with the slider's weight), evaluation loss (points) and "
                    "the evaluations' mean Dice — for a detector its mAP, AP@[.5:.95] (dash-dot), and AP50 (dotted) — on the "
@@ -415,6 +415,7 @@ void RunCharts::buildCharts() {
         auto* chart = new QChart();
         chart->setAnimationOptions(QChart::NoAnimation);
         chart->legend()->setAlignment(Qt::AlignBottom);
+        chart->legend()->hide();  // the run list is the legend: a swatch and the name of each run
         chart->setMargins(QMargins(4, 4, 4, 4));
         QFont title = chart->titleFont();
         title.setBold(true);
@@ -449,12 +450,12 @@ void RunCharts::buildCharts() {
     auto* time_axis = new QLogValueAxis();
     time_axis->setBase(10);
     time_axis->setMinorTickCount(8);
-    m_time_axis = addAxis(Chart::StepTime, time_axis, Qt::AlignLeft, tr("s per step (log)"), QStringLiteral("%g"));
+    m_time_axis = addAxis(Chart::StepTime, time_axis, Qt::AlignLeft, tr("s (log)"), QStringLiteral("%g"));
     m_rate_axis = addAxis(Chart::LearningRate, new QValueAxis(), Qt::AlignLeft, tr("learning rate"), QStringLiteral("%.2g"));
     auto* scale_axis = new QLogValueAxis();
     scale_axis->setBase(2);
-    m_scale_axis = addAxis(Chart::LearningRate, scale_axis, Qt::AlignRight, tr("loss scale (log₂)"), QStringLiteral("%g"));
-    m_throughput_axis = addAxis(Chart::Throughput, new QValueAxis(), Qt::AlignLeft, tr("images per second"), QStringLiteral("%.3g"));
+    m_scale_axis = addAxis(Chart::LearningRate, scale_axis, Qt::AlignRight, tr("scale (log₂)"), QStringLiteral("%g"));
+    m_throughput_axis = addAxis(Chart::Throughput, new QValueAxis(), Qt::AlignLeft, tr("images/s"), QStringLiteral("%.3g"));
     m_box_axis = addAxis(Chart::Boxes, new QValueAxis(), Qt::AlignLeft, tr("boxes"), QStringLiteral("%.0f"));
 }
 
@@ -748,6 +749,15 @@ QXYSeries* RunCharts::series(const QString& run, Curve curve) const {
 }
 
 QChartView* RunCharts::chartView(Chart chart) const { return m_views[index(chart)]; }
+
+bool RunCharts::isChartAvailable(Chart chart) const {
+    if (chart == Chart::Loss) return true;
+    return m_chart_tabs->isTabVisible(m_chart_tabs->indexOf(m_views[index(chart)]));
+}
+
+void RunCharts::showChart(Chart chart) {
+    if (chart != Chart::Loss && isChartAvailable(chart)) m_chart_tabs->setCurrentWidget(m_views[index(chart)]);
+}
 
 QString RunCharts::chartName(Chart chart) {
     switch (chart) {
@@ -1087,7 +1097,7 @@ void RunCharts::updateAxes() {
         const auto& evals = state->data.evals();
         return std::any_of(evals.begin(), evals.end(), [](const RunSeries::EvalPoint& e) { return e.is_detection; });
     });
-    m_views[index(Chart::Boxes)]->setVisible(any_detector);
+    m_chart_tabs->setTabVisible(m_chart_tabs->indexOf(m_views[index(Chart::Boxes)]), any_detector);
 }
 
 void RunCharts::updateMemoryChart() {
@@ -1200,13 +1210,18 @@ void RunCharts::exportWithDialog(Chart chart, const QString& format) {
 
 bool RunCharts::exportChart(Chart chart, const QString& path) {
     refresh();  // what is written is what the data holds now
+    const QString suffix = QFileInfo(path).suffix().toLower();
+    // An exported image leaves the run list behind: it carries the legend the dock does without.
+    QLegend* legend = m_views[index(chart)]->chart()->legend();
+    const bool image = suffix == QLatin1String("png") || suffix == QLatin1String("svg");
+    if (image) legend->show();
     // The charts lay out their new axes and legends in posted events: let them, before drawing.
     QCoreApplication::processEvents(QEventLoop::ExcludeUserInputEvents);
-    const QString suffix = QFileInfo(path).suffix().toLower();
     bool written = false;
     if (suffix == QLatin1String("png")) written = exportPng(chart, path);
     else if (suffix == QLatin1String("svg")) written = exportSvg(chart, path);
     else if (suffix == QLatin1String("csv")) written = exportCsv(chart, path);
+    if (image) legend->hide();
     m_status->setText(written ? tr("Wrote %1").arg(path) : tr("Could not write %1").arg(path));
     return written;
 }

@@ -42,6 +42,7 @@ class QCheckBox;
 class QComboBox;
 class QLabel;
 class QListWidget;
+class QTabWidget;
 class QListWidgetItem;
 class QMenu;
 class QSlider;
@@ -120,6 +121,9 @@ public:
 
     // Charts, for tests and export.
     QChartView* chartView(Chart chart) const;
+    // The loss chart is always there; the others are tabs beside it, the boxes' only for detectors.
+    bool isChartAvailable(Chart chart) const;
+    void showChart(Chart chart);  // brings a chart's tab to the front
     QXYSeries* series(const QString& run, Curve curve) const;  // nullptr: no such run
     QAreaSeries* hostPredictionBand(const QString& run) const;  // nullptr: no such run
     QListWidget* runList() const { return m_run_list; }
@@ -189,6 +193,7 @@ private:
     QListWidget* m_run_list = nullptr;
     QToolButton* m_remove_button = nullptr;
     QChartView* m_views[chart_count] = {};
+    QTabWidget* m_chart_tabs = nullptr;  // every chart but the loss
     // Axes that stay while runs come and go (the memory chart's are rebuilt with its bars).
     QAbstractAxis* m_x_axes[chart_count] = {};
     QAbstractAxis* m_loss_axis = nullptr;  // QValueAxis or QLogValueAxis
