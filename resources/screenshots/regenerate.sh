@@ -11,13 +11,9 @@ data=/usr/share/doc/insighttoolkit5-examples/examples/Data
 # A scratch settings folder, so the screenshots do not depend on (or change) the user's window layout.
 export XDG_CONFIG_HOME=$(mktemp -d)
 trap 'rm -rf "$XDG_CONFIG_HOME"' EXIT
-shoot() {  # shoot <png> <arguments...>
+shoot() {  # shoot <png> <arguments...>: the window a first start opens (1240×760; the docks scroll)
   local png=$1; shift
   QT_QPA_PLATFORM=xcb xvfb-run -a -s "-screen 0 1280x800x24" "$app" --size 1240x760 --screenshot "$out/$png" "$@"
-}
-shoot_large() {  # the designer's docks need a larger window
-  local png=$1; shift
-  QT_QPA_PLATFORM=xcb xvfb-run -a -s "-screen 0 1680x1050x24" "$app" --size 1600x1000 --screenshot "$out/$png" "$@"
 }
 shoot viewer_mri.png "$data/KmeansTest_T1UCharRaw.nii.gz" --labels "$data/KmeansTest_T1RawSkullStrip.nii.gz"
 shoot viewer_ct_phantom.png --phantom 3d
@@ -26,23 +22,23 @@ shoot viewer_2d.png "$data/BrainProtonDensitySliceBorder20.png" --labels "$data/
 # The partition editor: a 2D U-Net's 4-way split over an EM section, a 3D U-Net's 2×2×2 split over the
 # head MRI, the planner's table and charts, and the predicted step's timeline.
 experiments=$root/resources/experiments
-shoot_large editor_2d.png --experiment "$experiments/unet2d_em_4way.json"
-shoot_large editor_3d.png --experiment "$experiments/unet3d_mri_skullstrip.json"
-shoot_large planner.png --experiment "$experiments/unet3d_ct_256_16cores.json" --grab planner
-shoot_large timeline.png --experiment "$experiments/unet3d_ct_256_16cores.json" --grab timeline
+shoot editor_2d.png --experiment "$experiments/unet2d_em_4way.json"
+shoot editor_3d.png --experiment "$experiments/unet3d_mri_skullstrip.json"
+shoot planner.png --experiment "$experiments/unet3d_ct_256_16cores.json" --grab planner
+shoot timeline.png --experiment "$experiments/unet3d_ct_256_16cores.json" --grab timeline
 # Training from the studio: a run of the 2D preset with its charts and the prediction overlay, the
 # timeline of a real step, a 3D run's prediction as surfaces, and the equivalence view.
 runs=$(mktemp -d)
-shoot_large training_2d.png --experiment "$experiments/unet2d_em_4way.json" --train 150 --shot-at-step 120 --model-dir "$runs/em"
-shoot_large run_timeline.png --experiment "$experiments/unet2d_em_4way.json" --train 2 --model-dir "$runs/em_timeline" --grab run-timeline
-shoot_large training_3d.png --experiment "$experiments/unet3d_ct_8way.json" --train 40 --model-dir "$runs/ct"
-shoot_large equivalence.png --experiment "$experiments/unet2d_em_4way.json" --grab equivalence
+shoot training_2d.png --experiment "$experiments/unet2d_em_4way.json" --train 150 --shot-at-step 120 --model-dir "$runs/em"
+shoot run_timeline.png --experiment "$experiments/unet2d_em_4way.json" --train 2 --model-dir "$runs/em_timeline" --grab run-timeline
+shoot training_3d.png --experiment "$experiments/unet3d_ct_8way.json" --train 40 --model-dir "$runs/ct"
+shoot equivalence.png --experiment "$experiments/unet2d_em_4way.json" --grab equivalence
 # A detector's design: the shapes preset's first held-out image with its objects in the Detections tab.
-shoot_large detections_preview.png --experiment "$experiments/retinanet_shapes_4way.json"
+shoot detections_preview.png --experiment "$experiments/retinanet_shapes_4way.json"
 # The shapes preset trained (from the command line: about 13 minutes on 2 cores), opened in the studio:
 # its last evaluation's boxes, and the Run dock's per-class AP table and precision–recall curves.
 "$build/app/tessera-cli" train "$experiments/retinanet_shapes_4way.json" --model-dir "$runs/shapes" --plain > /dev/null
-shoot_large detections_trained.png --experiment "$experiments/retinanet_shapes_4way.json" --open-run "$runs/shapes"
-shoot_large detections_scores.png --experiment "$experiments/retinanet_shapes_4way.json" --open-run "$runs/shapes" --grab run
+shoot detections_trained.png --experiment "$experiments/retinanet_shapes_4way.json" --open-run "$runs/shapes"
+shoot detections_scores.png --experiment "$experiments/retinanet_shapes_4way.json" --open-run "$runs/shapes" --grab run
 rm -rf "$runs"
 echo "screenshots written to $out"

@@ -69,13 +69,6 @@ private slots:
         MainWindow window;
         window.show();
         QVERIFY(QTest::qWaitForWindowExposed(&window));
-        if (qEnvironmentVariableIsSet("PROBE_SIZES")) {
-            std::fprintf(stderr, "window min hint %dx%d\n", window.minimumSizeHint().width(), window.minimumSizeHint().height());
-            for (QDockWidget* d : window.findChildren<QDockWidget*>())
-                std::fprintf(stderr, "dock %s visible=%d min %dx%d size %dx%d area=%d\n", qPrintable(d->objectName()), d->isVisible(),
-                             d->minimumSizeHint().width(), d->minimumSizeHint().height(), d->width(), d->height(), (int)window.dockWidgetArea(d));
-            if (window.centralWidget()) std::fprintf(stderr, "central min %dx%d\n", window.centralWidget()->minimumSizeHint().width(), window.centralWidget()->minimumSizeHint().height());
-        }
         QVERIFY2(window.size() == QSize(1240, 760), qPrintable(QStringLiteral("window %1×%2").arg(window.width()).arg(window.height())));
         QSignalSpy planned(window.plannerPanel(), &PlannerPanel::planned);
         QVERIFY(window.openExperiment(QStringLiteral(TESSERA_SOURCE_DIR "/resources/experiments/unet3d_ct_8way.json")));

@@ -146,6 +146,7 @@ DetectionView::DetectionView(QWidget* parent) : QWidget(parent) {
     splitter->setSizes({800, 170});
     layout->addWidget(splitter, 1);
     m_summary = new QLabel(this);
+    m_summary->setWordWrap(true);  // a long summary must not set the viewer's (and the window's) minimum width
     m_summary->setTextInteractionFlags(Qt::TextSelectableByMouse);
     layout->addWidget(m_summary);
 

@@ -45,6 +45,9 @@ VolumeView::VolumeView(ViewerModel* model, QWidget* parent)
     setToolTip(navigation);
 
     m_preset_box = new QComboBox(this);
+    // As narrow as a short preset name: the row must not set the viewer's (and so the window's) minimum width.
+    m_preset_box->setSizeAdjustPolicy(QComboBox::AdjustToMinimumContentsLengthWithIcon);
+    m_preset_box->setMinimumContentsLength(12);
     for (std::size_t index = 0; index < m_presets.size(); ++index) {
         m_preset_box->addItem(m_presets[index].name, m_presets[index].id);
         m_preset_box->setItemData(static_cast<int>(index), m_presets[index].description, Qt::ToolTipRole);
