@@ -55,6 +55,15 @@ public:
                       m_where << ": " << path << key << ": expected a whole number, got " << value);
         return static_cast<std::int64_t>(value);
     }
+    // One of two words: the case's value for `key`, else `fallback`.
+    std::string either(const Json& parent, const std::string& key, const std::string& path, const char* first, const char* second,
+                       const char* fallback) const {
+        if (!parent.contains(key)) return fallback;
+        const std::string value = text(parent, key, path);
+        TESSERA_CHECK(value == first || value == second, m_where << ": " << path << key << ": expected \"" << first << "\" or \""
+                                                                 << second << "\", got \"" << value << "\"");
+        return value;
+    }
     const Json& root() const { return m_value; }
     const std::string& where() const { return m_where; }
 
@@ -104,19 +113,9 @@ PublishedCase read_case(const Json& value, const std::string& file) {
             c.batch_norm = true;
             c.approximations.push_back("instance norm read as batch norm");
         }
-        if (model.contains("padding")) {
-            const std::string padding = read.text(model, "padding", "model.");
-            TESSERA_CHECK(padding == "same" || padding == "valid",
-                          read.where() << ": model.padding: expected \"same\" or \"valid\", got \"" << padding << "\"");
-            c.valid_padding = padding == "valid";
-        }
+        c.valid_padding = read.either(model, "padding", "model.", "same", "valid", "same") == "valid";
         if (model.contains("up_kernel")) c.up_kernel = read.count(model, "up_kernel", "model.");
-        if (model.contains("downsampling")) {
-            const std::string downsampling = read.text(model, "downsampling", "model.");
-            TESSERA_CHECK(downsampling == "max_pool" || downsampling == "strided_conv",
-                          read.where() << ": model.downsampling: expected \"max_pool\" or \"strided_conv\", got \"" << downsampling << "\"");
-            c.strided_downsampling = downsampling == "strided_conv";
-        }
+        c.strided_downsampling = read.either(model, "downsampling", "model.", "max_pool", "strided_conv", "max_pool") == "strided_conv";
         if (model.contains("head_kernel")) c.head_kernel = read.count(model, "head_kernel", "model.");
         stride = c.valid_padding ? 1 : std::int64_t{1} << (c.depth - 1);
     } else if (c.model_kind == "retinanet") {
