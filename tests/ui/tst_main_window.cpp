@@ -15,6 +15,8 @@
 #include <QFile>
 #include <QMenu>
 #include <QMimeData>
+#include <QAction>
+#include <QDockWidget>
 #include <QSettings>
 #include <QSlider>
 #include <QTemporaryDir>
@@ -38,6 +40,37 @@ private slots:
     void init() {
         QSettings().clear();
         if (!find_example_mri()) QSKIP("the example MRI needs Debian's insighttoolkit5-examples");
+    }
+
+    void resetLayoutPutsEveryDockBack() {
+        MainWindow window;
+        window.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&window));
+        auto* planner = window.findChild<QDockWidget*>(QStringLiteral("plannerDock"));
+        auto* image = window.findChild<QDockWidget*>(QStringLiteral("imageDock"));
+        auto* partition = window.findChild<QDockWidget*>(QStringLiteral("partitionDock"));
+        QVERIFY(planner && image && partition);
+        QCOMPARE(window.dockWidgetArea(image), Qt::RightDockWidgetArea);
+        // A user's rearrangement: the image dock moved left, the planner closed, the partition floated.
+        window.addDockWidget(Qt::LeftDockWidgetArea, image);
+        planner->close();
+        partition->setFloating(true);
+        QTest::qWait(50);
+        QVERIFY(!planner->isVisible());
+        auto* reset = window.findChild<QAction*>(QStringLiteral("resetLayoutAction"));
+        QVERIFY(reset);
+        reset->trigger();
+        QTest::qWait(100);
+        QCOMPARE(window.dockWidgetArea(image), Qt::RightDockWidgetArea);
+        QCOMPARE(window.dockWidgetArea(planner), Qt::BottomDockWidgetArea);
+        QVERIFY(planner->isVisible());
+        QVERIFY(!partition->isFloating());
+        QCOMPARE(window.dockWidgetArea(partition), Qt::LeftDockWidgetArea);
+        QVERIFY(partition->isVisible());  // the design's tab in front of the Run dock's
+        QCOMPARE(window.size(), QSize(1240, 760));
+        // Readable side panels after a reset, as at a first start.
+        QVERIFY2(partition->width() >= 250, qPrintable(QString::number(partition->width())));
+        QVERIFY2(planner->height() >= 250, qPrintable(QString::number(planner->height())));
     }
 
     void opensTheExampleMriWithItsMask() {

@@ -119,21 +119,33 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent), m_model(new Viewe
     connect(m_model, &ViewerModel::labelMapChanged, this, &MainWindow::updateStatus);
     connect(m_model, &ViewerModel::windowLevelChanged, this, &MainWindow::onWindowLevelChanged);
 
+    m_default_layout = saveState();  // what View ▸ Reset Layout returns to
     QSettings settings;
     restoreGeometry(settings.value(QStringLiteral("mainWindow/geometry")).toByteArray());
     restoreState(settings.value(QStringLiteral("mainWindow/state")).toByteArray());
     if (!settings.contains(QStringLiteral("mainWindow/geometry"))) resize(1240, 760);
-    // The docks scroll rather than grow the window, so a first start (no saved state) sizes them:
-    // readable side panels, a bottom row tall enough for its charts, the rest to the views.
-    if (!settings.contains(QStringLiteral("mainWindow/state"))) {
-        const auto dock = [this](const char* name) { return findChild<QDockWidget*>(QString::fromLatin1(name)); };
-        resizeDocks({dock("partitionDock"), dock("imageDock")}, {300, 260}, Qt::Horizontal);
-        resizeDocks({dock("plannerDock")}, {300}, Qt::Vertical);
-    }
+    if (!settings.contains(QStringLiteral("mainWindow/state"))) sizeDocksByDefault();
     onVolumeChanged();
 }
 
 MainWindow::~MainWindow() = default;
+
+// The docks scroll rather than grow the window, so a first start (or a reset) sizes them: readable side
+// panels, a bottom row tall enough for its charts, the rest to the views; the design's tabs in front.
+void MainWindow::sizeDocksByDefault() {
+    const auto dock = [this](const char* name) { return findChild<QDockWidget*>(QString::fromLatin1(name)); };
+    resizeDocks({dock("partitionDock"), dock("imageDock")}, {300, 260}, Qt::Horizontal);
+    resizeDocks({dock("plannerDock")}, {300}, Qt::Vertical);
+    dock("partitionDock")->raise();
+    dock("plannerDock")->raise();
+}
+
+void MainWindow::resetLayout() {
+    restoreState(m_default_layout);
+    for (QDockWidget* dock : findChildren<QDockWidget*>()) dock->setFloating(false);
+    if (!isMaximized() && !isFullScreen()) resize(1240, 760);
+    sizeDocksByDefault();
+}
 
 SliceView* MainWindow::sliceView(SliceOrientation orientation) const {
     return m_slice_views[static_cast<std::size_t>(orientation)];
@@ -211,6 +223,9 @@ void MainWindow::createActions() {
         for (SliceView* slice_view : m_slice_views) slice_view->resetView();
     });
     reset->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_0));
+    QAction* reset_layout = view->addAction(tr("Reset &Layout"), this, &MainWindow::resetLayout);
+    reset_layout->setObjectName(QStringLiteral("resetLayoutAction"));
+    reset_layout->setToolTip(tr("Every dock back where a first start puts it, at its first size"));
     QMenu* presets = view->addMenu(tr("&Window Presets"));
     const auto preset_list = windowLevelPresets();
     for (std::size_t p = 0; p < preset_list.size(); ++p) {

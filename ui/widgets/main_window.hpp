@@ -120,7 +120,12 @@ private slots:
     void onPlannerLayoutChosen(std::int64_t replicas, std::vector<std::int64_t> pieces);
     void updateWindowTitle();
 
+public slots:
+    // View ▸ Reset Layout: the docks where a first start puts them (the arrangement is saved per user).
+    void resetLayout();
+
 private:
+    void sizeDocksByDefault();
     // A dock holding `content`; scroll: in a scroll area, so the panel's minimum size does not set the window's.
     QDockWidget* makeDock(const QString& title, const QString& object_name, QWidget* content, bool scroll);
     void createDesignDocks();
@@ -169,6 +174,7 @@ private:
     RunController* m_run_controller = nullptr;
     RunPanel* m_run_panel = nullptr;
     RunCharts* m_run_charts = nullptr;
+    QByteArray m_default_layout;  // saveState() of the docks as built
     QTimer* m_watch_timer = nullptr;
     std::filesystem::path m_watched_run;
     void watchRun(const std::filesystem::path& model_dir);
