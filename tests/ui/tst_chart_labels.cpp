@@ -136,6 +136,7 @@ private slots:
         QVERIFY(QTest::qWaitForWindowExposed(&window));
         auto* dock = window.findChild<QDockWidget*>(QStringLiteral("equivalenceDock"));
         QVERIFY(dock);
+        dock->show();  // no experiment open: the docks wait hidden
         dock->raise();
         EquivalenceView* view = window.equivalenceView();
         view->setBuiltInModel(EquivalenceView::BuiltInModel::UNet2D);
@@ -156,6 +157,7 @@ private slots:
         QVERIFY(QTest::qWaitForWindowExposed(&window));
         auto* dock = window.findChild<QDockWidget*>(QStringLiteral("runDock"));
         QVERIFY(dock);
+        dock->show();  // no experiment open: the docks wait hidden
         dock->raise();
         std::vector<run::DetectionClassRecord> classes;
         for (const char* name : {"disc", "square", "triangle"}) {

@@ -16,6 +16,7 @@
 #include <QMenu>
 #include <QMimeData>
 #include <QAction>
+#include <QLabel>
 #include <QDockWidget>
 #include <QSettings>
 #include <QSlider>
@@ -40,6 +41,26 @@ private slots:
     void init() {
         QSettings().clear();
         if (!find_example_mri()) QSKIP("the example MRI needs Debian's insighttoolkit5-examples");
+    }
+
+    void viewerFirstUntilAnExperimentOpens() {
+        MainWindow window;
+        window.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&window));
+        // No experiment, no run: the views get the window; the design and run docks wait, with a hint.
+        const QStringList waiting{QStringLiteral("experimentDock"), QStringLiteral("partitionDock"), QStringLiteral("runDock"),
+                                  QStringLiteral("plannerDock"), QStringLiteral("trainingDock"), QStringLiteral("equivalenceDock")};
+        for (const QString& name : waiting) QVERIFY2(!window.findChild<QDockWidget*>(name)->isVisible(), qPrintable(name));
+        QVERIFY(window.findChild<QDockWidget*>(QStringLiteral("imageDock"))->isVisible());
+        auto* hint = window.findChild<QLabel*>(QStringLiteral("waitingDocksHint"));
+        QVERIFY(hint && hint->isVisible());
+        // A closed dock stays closed: the user's arrangement, not all of them, comes back.
+        window.findChild<QDockWidget*>(QStringLiteral("equivalenceDock"))->close();
+        QVERIFY(window.openExperiment(QStringLiteral(TESSERA_SOURCE_DIR "/resources/experiments/unet2d_em_4way.json")));
+        QTest::qWait(50);
+        QVERIFY(window.findChild<QDockWidget*>(QStringLiteral("partitionDock"))->isVisible());  // in front of Run
+        QVERIFY(window.findChild<QDockWidget*>(QStringLiteral("plannerDock"))->isVisible());    // in front of Training
+        QVERIFY(!hint->isVisible());
     }
 
     void resetLayoutPutsEveryDockBack() {

@@ -125,6 +125,10 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent), m_model(new Viewe
     restoreState(settings.value(QStringLiteral("mainWindow/state")).toByteArray());
     if (!settings.contains(QStringLiteral("mainWindow/geometry"))) resize(1240, 760);
     if (!settings.contains(QStringLiteral("mainWindow/state"))) sizeDocksByDefault();
+    m_waiting_hint = new QLabel(tr("Experiment ▸ Open (Ctrl+Shift+O) or Open Run… brings the design and training docks"), this);
+    m_waiting_hint->setObjectName(QStringLiteral("waitingDocksHint"));
+    statusBar()->addPermanentWidget(m_waiting_hint);
+    waitWithDesignDocks();
     onVolumeChanged();
 }
 
@@ -140,7 +144,31 @@ void MainWindow::sizeDocksByDefault() {
     dock("plannerDock")->raise();
 }
 
+void MainWindow::waitWithDesignDocks() {
+    for (const char* name : {"experimentDock", "partitionDock", "runDock", "plannerDock", "trainingDock", "equivalenceDock"}) {
+        auto* dock = findChild<QDockWidget*>(QString::fromLatin1(name));
+        if (!dock || dock->isHidden()) continue;  // one the user closed stays closed
+        dock->hide();
+        m_waiting_docks.append(dock);
+    }
+    m_waiting_hint->setVisible(!m_waiting_docks.isEmpty());
+}
+
+void MainWindow::bringBackDesignDocks() {
+    for (QDockWidget* dock : std::as_const(m_waiting_docks)) dock->show();
+    if (!m_waiting_docks.isEmpty()) {
+        if (auto* partition = findChild<QDockWidget*>(QStringLiteral("partitionDock")); partition && m_waiting_docks.contains(partition))
+            partition->raise();
+        if (auto* planner = findChild<QDockWidget*>(QStringLiteral("plannerDock")); planner && m_waiting_docks.contains(planner))
+            planner->raise();
+    }
+    m_waiting_docks.clear();
+    m_waiting_hint->hide();
+}
+
 void MainWindow::resetLayout() {
+    m_waiting_docks.clear();
+    m_waiting_hint->hide();
     restoreState(m_default_layout);
     for (QDockWidget* dock : findChildren<QDockWidget*>()) dock->setFloating(false);
     if (!isMaximized() && !isFullScreen()) resize(1240, 760);

@@ -126,6 +126,11 @@ public slots:
 
 private:
     void sizeDocksByDefault();
+    // Viewer first: with no experiment or run open, the design and run docks wait hidden (the views get
+    // the window) and a line in the status bar says how to bring them; an experiment or a run brings
+    // back those that were shown, where the user last put them.
+    void waitWithDesignDocks();
+    void bringBackDesignDocks();
     // A dock holding `content`; scroll: in a scroll area, so the panel's minimum size does not set the window's.
     QDockWidget* makeDock(const QString& title, const QString& object_name, QWidget* content, bool scroll);
     void createDesignDocks();
@@ -175,6 +180,8 @@ private:
     RunPanel* m_run_panel = nullptr;
     RunCharts* m_run_charts = nullptr;
     QByteArray m_default_layout;  // saveState() of the docks as built
+    QList<QDockWidget*> m_waiting_docks;  // hidden until an experiment or a run opens
+    QLabel* m_waiting_hint = nullptr;
     QTimer* m_watch_timer = nullptr;
     std::filesystem::path m_watched_run;
     void watchRun(const std::filesystem::path& model_dir);

@@ -11,6 +11,7 @@
 #include "widgets/experiment_panel.hpp"
 #include "widgets/partition_panel.hpp"
 #include "widgets/planner_panel.hpp"
+#include "widgets/run_panel.hpp"
 #include "widgets/slice_view.hpp"
 #include "widgets/volume_view.hpp"
 
@@ -122,6 +123,9 @@ void MainWindow::createDesignActions() {
     });
     open->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_O));
     open->setToolTip(tr("Open an experiment file: model, input, partition, device (Ctrl+Shift+O)"));
+    // A run can be opened without an experiment (its docks wait for one or the other).
+    QAction* open_run = experiment->addAction(tr("Open &Run…"), m_run_panel, &RunPanel::chooseRunToOpen);
+    open_run->setToolTip(tr("Open a run's model_dir: its curves, evaluation and cores (a live one is followed)"));
     QMenu* presets = experiment->addMenu(tr("&Presets"));
     for (const QFileInfo& file : QDir(presets_directory()).entryInfoList({QStringLiteral("*.json")}, QDir::Files, QDir::Name)) {
         QAction* action = presets->addAction(file.completeBaseName(), this, [this, path = file.absoluteFilePath()] { openExperiment(path); });
@@ -321,6 +325,7 @@ void MainWindow::rebuildRecentExperimentsMenu() {
 }
 
 void MainWindow::onDesignExperimentChanged() {
+    if (m_design->hasExperiment()) bringBackDesignDocks();
     m_planned_cores = -1;  // a new model or input: sweep again
     updateDetectionDesign(true);
     onDesignChanged();

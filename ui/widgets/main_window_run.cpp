@@ -148,6 +148,7 @@ void MainWindow::refreshWatchedRun() {
 
 bool MainWindow::openRun(const std::filesystem::path& model_dir) {
     if (run::ModelDirLock::holder(model_dir)) {
+        bringBackDesignDocks();
         m_run_panel->addFinishedRun(model_dir);
         watchRun(model_dir);
         return true;
@@ -158,6 +159,7 @@ bool MainWindow::openRun(const std::filesystem::path& model_dir) {
                                              .arg(QString::fromStdString(model_dir.string())));
         return false;
     }
+    bringBackDesignDocks();
     m_run_panel->addOpenedRun(model_dir, history);
     m_run_charts->loadRun(RunPanel::runName(model_dir), model_dir);
     if (!history.evals.empty()) showEvaluation(history.evals.back(), model_dir);

@@ -73,6 +73,8 @@ public slots:
     // objects per class under an "all classes" row, with its precision–recall chart): the live run's or
     // an opened run's last one.
     void showScores(const tessera::run::EvalRecord& eval);
+    // Asks for a run's model_dir and emits openRunRequested (the Open Run… button, Experiment ▸ Open Run…).
+    void chooseRunToOpen();
 
 signals:
     void runStarted(const QString& run, const std::filesystem::path& model_dir);
@@ -90,7 +92,6 @@ private slots:
     void refreshTimeline();
     void showStepTimeline(int step);
     void chooseModelDir();
-    void chooseRunToOpen();
 
 private:
     QTreeWidgetItem* itemFor(const std::filesystem::path& model_dir);
