@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates the README's screenshots from the built studio, under Xvfb with Qt's xcb platform.
 # Usage: resources/screenshots/regenerate.sh [build-dir]   (make screenshots does this)
+#   QUICK=1 keeps the trained detector's two shots as they are (they train it for ~13 minutes first).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:-$root/build}
@@ -37,8 +38,10 @@ shoot equivalence.png --experiment "$experiments/unet2d_em_4way.json" --grab equ
 shoot detections_preview.png --experiment "$experiments/retinanet_shapes_4way.json"
 # The shapes preset trained (from the command line: about 13 minutes on 2 cores), opened in the studio:
 # its last evaluation's boxes, and the Run dock's per-class AP table and precision–recall curves.
-"$build/app/tessera-cli" train "$experiments/retinanet_shapes_4way.json" --model-dir "$runs/shapes" --plain > /dev/null
-shoot detections_trained.png --experiment "$experiments/retinanet_shapes_4way.json" --open-run "$runs/shapes"
-shoot detections_scores.png --experiment "$experiments/retinanet_shapes_4way.json" --open-run "$runs/shapes" --grab run
+if [ -z "${QUICK:-}" ]; then
+  "$build/app/tessera-cli" train "$experiments/retinanet_shapes_4way.json" --model-dir "$runs/shapes" --plain > /dev/null
+  shoot detections_trained.png --experiment "$experiments/retinanet_shapes_4way.json" --open-run "$runs/shapes"
+  shoot detections_scores.png --experiment "$experiments/retinanet_shapes_4way.json" --open-run "$runs/shapes" --grab run
+fi
 rm -rf "$runs"
 echo "screenshots written to $out"

@@ -52,7 +52,7 @@ public:
         VerdictColumn,
         ColumnCount
     };
-    static constexpr int max_chart_layouts = 20;
+    static constexpr int max_chart_layouts = 10;  // more bars than this do not get readable labels in a bottom dock
 
     explicit PlannerPanel(QWidget* parent = nullptr);
     ~PlannerPanel() override;
