@@ -6,6 +6,7 @@
 // the file's size (uncompressed), against what a gzip stream of that size can expand to at most
 // (compressed), and against the memory a volume may use (TESSERA_MAX_VOLUME_BYTES). Geometry comes
 // from our reading of the header, in the file's voxel order.
+#include "io/label_descriptions.hpp"
 #include "io/raw_image.hpp"
 #include "io/vtk_support.hpp"
 
@@ -96,7 +97,17 @@ struct NiftiHeader {
     std::array<double, 3> quatern{};  // b, c, d
     std::array<double, 3> qoffset{};
     std::array<double, 12> srow{};  // srow_x, srow_y, srow_z
+    int intent_code = 0;
+    std::string aux_file;  // for NIFTI_INTENT_LABEL (1002): the file with the labels' names
 };
+
+constexpr int nifti_intent_label = 1002;  // nifti1.h: "the value at each voxel is an index into some set of labels"
+
+// A fixed-size text field: up to its first NUL.
+std::string text_field(const unsigned char* bytes, std::size_t size) {
+    const char* text = reinterpret_cast<const char*>(bytes);
+    return std::string(text, strnlen(text, size));
+}
 
 std::string size_text(const std::array<std::int64_t, 8>& dim) {
     return std::to_string(dim[1]) + "×" + std::to_string(dim[2]) + "×" + std::to_string(dim[3]);
@@ -167,6 +178,8 @@ NiftiHeader read_nifti_header(const std::filesystem::path& path) {
             header.qoffset[index] = load<float>(bytes + 268 + 4 * index, swapped);
         }
         for (int index = 0; index < 12; ++index) header.srow[index] = load<float>(bytes + 280 + 4 * index, swapped);
+        header.intent_code = load<std::int16_t>(bytes + 68, swapped);
+        header.aux_file = text_field(bytes + 204, 24);
     } else {
         const char* magic = reinterpret_cast<const char*>(bytes + 4);
         TESSERA_CHECK(std::memcmp(magic, "ni2", 4) != 0,
@@ -190,6 +203,8 @@ NiftiHeader read_nifti_header(const std::filesystem::path& path) {
             header.qoffset[index] = load<double>(bytes + 376 + 8 * index, swapped);
         }
         for (int index = 0; index < 12; ++index) header.srow[index] = load<double>(bytes + 400 + 8 * index, swapped);
+        header.intent_code = load<std::int32_t>(bytes + 504, swapped);
+        header.aux_file = text_field(bytes + 320, 24);
     }
 
     // Dimensions: dim[0] axes, each at least one voxel; beyond three only 1 (one 3D volume).
@@ -422,6 +437,29 @@ std::shared_ptr<std::byte[]> read_nifti_voxels(const std::filesystem::path& path
 
 }  // namespace
 
+// A label map (intent NIFTI_INTENT_LABEL) may name the file holding its labels' names in aux_file, as
+// nifti1.h says; any label description format Tessera reads will do. Looked for beside the image
+// only (a name with a directory in it is not followed). Names are cosmetic: a problem only warns.
+void read_intent_label_names(const NiftiHeader& header, const std::filesystem::path& path, RawImage& raw) {
+    if (header.intent_code != nifti_intent_label || header.aux_file.empty()) return;
+    const std::string& name = header.aux_file;
+    if (name.find('/') != std::string::npos || name.find('\\') != std::string::npos || name == "." || name == "..") {
+        raw.warnings.push_back("the header's aux_file \"" + name + "\" (its label names' file) is not a plain file name: not read");
+        return;
+    }
+    const std::filesystem::path names = path.parent_path() / name;
+    std::error_code error;
+    if (!std::filesystem::is_regular_file(names, error)) {
+        raw.warnings.push_back("the header names its labels' file \"" + name + "\" (aux_file), which is not beside it");
+        return;
+    }
+    try {
+        raw.label_descriptions = read_label_descriptions(names);
+    } catch (const Error& failure) {
+        raw.warnings.push_back("label names not read from " + name + " (the header's aux_file): " + failure.what());
+    }
+}
+
 RawImage read_nifti(const std::filesystem::path& path) {
     const NiftiHeader header = read_nifti_header(path);
     const NiftiDatatype& datatype = *find_datatype(header.datatype);
@@ -447,6 +485,7 @@ RawImage read_nifti(const std::filesystem::path& path) {
     } else if (std::isnan(header.scl_slope)) {
         raw.warnings.push_back("scl_slope is NaN: read as no scaling (as nibabel does)");
     }
+    read_intent_label_names(header, path, raw);
     return raw;
 }
 

@@ -8,6 +8,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+
 using namespace tessera;
 using namespace tessera::test;
 
@@ -112,6 +116,56 @@ TEST(LabelDescriptions, MricronSidecarsBesideALabelMapNameAndColourIt) {
     EXPECT_TRUE(described(colours.descriptions, 2).name.empty());
     std::filesystem::remove(scratch / "aal.nii.lut");
     EXPECT_TRUE(read_label_map(scratch / "aal.nii.gz").descriptions.empty());
+}
+
+namespace {
+
+// Sets a NIfTI-1 file's intent_code (byte 68) and aux_file (bytes 204–227) in place.
+void set_nifti_intent(const std::filesystem::path& path, std::int16_t intent_code, const std::string& aux_file) {
+    std::fstream file(path, std::ios::in | std::ios::out | std::ios::binary);
+    ASSERT_TRUE(file);
+    file.seekp(68);
+    file.write(reinterpret_cast<const char*>(&intent_code), sizeof intent_code);
+    char aux[24] = {};
+    std::memcpy(aux, aux_file.data(), std::min<std::size_t>(aux_file.size(), sizeof aux));
+    file.seekp(204);
+    file.write(aux, sizeof aux);
+}
+
+}  // namespace
+
+TEST(LabelDescriptions, ANiftiLabelMapNamesItsLabelsFileInAuxFile) {
+    // nifti1.h, NIFTI_INTENT_LABEL (1002): "the filename with the labels may be stored in the aux_file field".
+    ScratchDir scratch;
+    write_label_map(small_labels(), scratch / "atlas.nii");
+    test::write_text(scratch / "regions.txt", "1 255 0 0 1 1 1 \"Left hippocampus\"\n45 0 0 255 1 1 1 \"Right amygdala\"\n");
+    set_nifti_intent(scratch / "atlas.nii", 1002, "regions.txt");
+    const LabelMap read = read_label_map(scratch / "atlas.nii");
+    EXPECT_TRUE(read.warnings.empty()) << read.warnings.front();
+    ASSERT_EQ(read.descriptions.size(), 2u);
+    EXPECT_EQ(described(read.descriptions, 1).name, "Left hippocampus");
+    EXPECT_EQ(described(read.descriptions, 45).color, rgb(0, 0, 255));
+    // Another intent: aux_file is something else, not read.
+    set_nifti_intent(scratch / "atlas.nii", 0, "regions.txt");
+    EXPECT_TRUE(read_label_map(scratch / "atlas.nii").descriptions.empty());
+    // Names are cosmetic: a missing file or one outside the image's folder only warns.
+    set_nifti_intent(scratch / "atlas.nii", 1002, "gone.txt");
+    const LabelMap missing = read_label_map(scratch / "atlas.nii");
+    EXPECT_TRUE(missing.descriptions.empty());
+    ASSERT_EQ(missing.warnings.size(), 1u);
+    EXPECT_MESSAGE_HAS(missing.warnings.front(), "\"gone.txt\" (aux_file), which is not beside it");
+    set_nifti_intent(scratch / "atlas.nii", 1002, "../regions.txt");
+    const LabelMap outside = read_label_map(scratch / "atlas.nii");
+    EXPECT_TRUE(outside.descriptions.empty());
+    ASSERT_EQ(outside.warnings.size(), 1u);
+    EXPECT_MESSAGE_HAS(outside.warnings.front(), "not a plain file name");
+    // A damaged names file: the labels still open, with a warning naming it.
+    test::write_text(scratch / "regions.txt", "1 liver\n1 spleen\n");
+    set_nifti_intent(scratch / "atlas.nii", 1002, "regions.txt");
+    const LabelMap damaged = read_label_map(scratch / "atlas.nii");
+    EXPECT_TRUE(damaged.descriptions.empty());
+    ASSERT_EQ(damaged.warnings.size(), 1u);
+    EXPECT_MESSAGE_HAS(damaged.warnings.front(), "label names not read from regions.txt (the header's aux_file)");
 }
 
 TEST(LabelDescriptions, ItkSnapFilesWrittenHereReadBack) {
