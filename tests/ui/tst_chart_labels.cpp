@@ -43,6 +43,21 @@ QString describe(QChartView* view) {
     return QStringLiteral("'%1' (%2×%3 px)").arg(view->chart()->title()).arg(view->width()).arg(view->height());
 }
 
+// Empty when every text of the chart is whole; else the chart and what it cut.
+QString cutReport(QChartView* view) {
+    const QStringList cut = cutTexts(view);
+    return cut.isEmpty() ? QString() : describe(view) + QStringLiteral(" cuts: ") + cut.join(QStringLiteral(" | "));
+}
+
+// A dock in front (with no experiment open, the design and run docks wait hidden).
+QDockWidget* bringDock(MainWindow& window, const char* name) {
+    auto* dock = window.findChild<QDockWidget*>(QString::fromLatin1(name));
+    if (!dock) return nullptr;
+    dock->show();
+    dock->raise();
+    return dock;
+}
+
 run::StepRecord step(std::int64_t index) {
     run::StepRecord s;
     s.step = index;
@@ -78,9 +93,8 @@ private slots:
             QTest::qWait(200);  // the charts lay out once shown
             for (QChartView* view : {window.plannerPanel()->layoutChart(), window.plannerPanel()->scalingChart()}) {
                 QVERIFY2(view->isVisible(), qPrintable(describe(view)));
-                const QStringList cut = cutTexts(view);
-                QVERIFY2(cut.isEmpty(), qPrintable(QString::fromLatin1(name) + QStringLiteral(": ") + describe(view) + QStringLiteral(" cuts: ") +
-                                                   cut.join(QStringLiteral(" | "))));
+                const QString cut = cutReport(view);
+                QVERIFY2(cut.isEmpty(), qPrintable(QString::fromLatin1(name) + QStringLiteral(": ") + cut));
             }
         }
     }
@@ -89,10 +103,7 @@ private slots:
         MainWindow window;
         window.show();
         QVERIFY(QTest::qWaitForWindowExposed(&window));
-        auto* dock = window.findChild<QDockWidget*>(QStringLiteral("trainingDock"));
-        QVERIFY(dock);
-        dock->show();
-        dock->raise();
+        QVERIFY(bringDock(window, "trainingDock"));
         RunCharts* charts = window.runCharts();
         const QString run = QStringLiteral("unet3d_ct_8way");
         for (std::int64_t index = 1; index <= 1200; ++index) charts->addStep(run, step(index));
@@ -129,8 +140,8 @@ private slots:
             QTest::qWait(100);
             QChartView* view = charts->chartView(chart);
             QVERIFY2(view->isVisible(), qPrintable(describe(view)));
-            const QStringList cut = cutTexts(view);
-            QVERIFY2(cut.isEmpty(), qPrintable(describe(view) + QStringLiteral(" cuts: ") + cut.join(QStringLiteral(" | "))));
+            const QString cut = cutReport(view);
+            QVERIFY2(cut.isEmpty(), qPrintable(cut));
         }
     }
 
@@ -138,10 +149,7 @@ private slots:
         MainWindow window;
         window.show();
         QVERIFY(QTest::qWaitForWindowExposed(&window));
-        auto* dock = window.findChild<QDockWidget*>(QStringLiteral("equivalenceDock"));
-        QVERIFY(dock);
-        dock->show();  // no experiment open: the docks wait hidden
-        dock->raise();
+        QVERIFY(bringDock(window, "equivalenceDock"));
         EquivalenceView* view = window.equivalenceView();
         view->setBuiltInModel(EquivalenceView::BuiltInModel::UNet2D);
         view->setPieces({2, 2});
@@ -151,18 +159,15 @@ private slots:
         QVERIFY2(view->errorText().isEmpty(), qPrintable(view->errorText()));
         QTest::qWait(200);
         QVERIFY2(view->chartView()->isVisible(), qPrintable(describe(view->chartView())));
-        const QStringList cut = cutTexts(view->chartView());
-        QVERIFY2(cut.isEmpty(), qPrintable(describe(view->chartView()) + QStringLiteral(" cuts: ") + cut.join(QStringLiteral(" | "))));
+        const QString cut = cutReport(view->chartView());
+        QVERIFY2(cut.isEmpty(), qPrintable(cut));
     }
 
     void precisionRecallChartFitsAtTheDefaultSize() {
         MainWindow window;
         window.show();
         QVERIFY(QTest::qWaitForWindowExposed(&window));
-        auto* dock = window.findChild<QDockWidget*>(QStringLiteral("runDock"));
-        QVERIFY(dock);
-        dock->show();  // no experiment open: the docks wait hidden
-        dock->raise();
+        QVERIFY(bringDock(window, "runDock"));
         std::vector<run::DetectionClassRecord> classes;
         for (const char* name : {"disc", "square", "triangle"}) {
             run::DetectionClassRecord record;
@@ -178,8 +183,8 @@ private slots:
         chart->show();
         QTest::qWait(200);
         if (!chart->isVisible()) QSKIP("the precision-recall chart is not on screen in the default run dock");
-        const QStringList cut = cutTexts(chart);
-        QVERIFY2(cut.isEmpty(), qPrintable(describe(chart) + QStringLiteral(" cuts: ") + cut.join(QStringLiteral(" | "))));
+        const QString cut = cutReport(chart);
+        QVERIFY2(cut.isEmpty(), qPrintable(cut));
     }
 };
 

@@ -151,7 +151,8 @@ int TimelineChart::barAt(QPoint position) const {
     const QRectF area = plotArea();
     if (!area.adjusted(-1, 0, 1, 0).contains(position)) return -1;
     const int lane = std::clamp(static_cast<int>((position.y() - area.top()) / (area.height() / m_lanes)), 0, m_lanes - 1);
-    const bool want_compute = position.y() < laneRect(lane).top() + laneRect(lane).height() * compute_band;
+    const QRectF lane_rect = laneRect(lane, area);
+    const bool want_compute = position.y() < lane_rect.top() + lane_rect.height() * compute_band;
     // Among the bars of the band under the pointer, the one whose middle is nearest (thin bars are
     // drawn a pixel wide, so a pixel of slack on each side); the other band when this one has none.
     int best = -1;
@@ -263,7 +264,7 @@ void TimelineChart::renderChart(QPainter& painter) const {
     const double lane_height = area.height() / m_lanes;
     const int name_every = std::max(1, static_cast<int>(std::ceil(metrics.height() / std::max(1.0, lane_height))));
     for (int lane = 0; lane < m_lanes; ++lane) {
-        const QRectF lane_rect = laneRect(lane);
+        const QRectF lane_rect = laneRect(lane, area);
         painter.fillRect(lane_rect, lane % 2 ? QColor(0xf4, 0xf4, 0xf4) : QColor(0xfb, 0xfb, 0xfb));
         if (lane % name_every == 0) {
             painter.setPen(text);
@@ -277,7 +278,7 @@ void TimelineChart::renderChart(QPainter& painter) const {
     const int decimals = std::max(0, static_cast<int>(-std::floor(std::log10(step) + 1e-9)));
     painter.setPen(QPen(QColor(0xd0, 0xd0, 0xd0), 0));
     for (double ms = std::ceil(m_view_start / step - 1e-9) * step; ms <= m_view_end + step * 1e-9; ms += step) {
-        const double x = xOf(ms);
+        const double x = xOf(ms, area);
         painter.setPen(QPen(QColor(0xd0, 0xd0, 0xd0), 0));
         painter.drawLine(QPointF(x, area.top()), QPointF(x, area.bottom() + 3));
         painter.setPen(text);
