@@ -23,7 +23,7 @@ DEBIAN_PACKAGES := \
 	qt6-base-dev qt6-charts-dev libqt6opengl6-dev libgl-dev \
 	libvtk9-dev libopencv-dev libeigen3-dev libdnnl-dev zlib1g-dev \
 	nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev \
-	xvfb xauth libgl1-mesa-dri fonts-dejavu-core \
+	xvfb xauth libgl1-mesa-dri fonts-dejavu-core chromium \
 	insighttoolkit5-examples python3-pydicom qt6-svg-dev python3-protobuf python3-nibabel teem-apps \
 	clang-16 libclang-rt-16-dev libomp-16-dev llvm-16 \
 	libopenmpi-dev openmpi-bin

@@ -30,6 +30,7 @@
 #include "experiment/experiment.hpp"
 #include "data/phantom.hpp"
 #include "io/volume_io.hpp"
+#include "report/run_report.hpp"
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -438,6 +439,11 @@ int run(int argc, char** argv) {
     predict->add_option("inputs", predict_inputs, "Images or volumes to segment")->required();
     predict->add_option("--out", predict_out, "Folder for the label volumes")->capture_default_str();
 
+    std::string report_model_dir, report_out;
+    CLI::App* report = app.add_subcommand("report", "Write a run's report: one self-contained HTML file (charts, partition, timeline, best and worst cases)");
+    report->add_option("model_dir", report_model_dir, "The run's folder (its model_dir)")->required();
+    report->add_option("--out", report_out, "The HTML file to write (default: <model_dir>/report.html)");
+
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& error) {
@@ -474,6 +480,11 @@ int run(int argc, char** argv) {
                 calibrate_out.empty() ? tessera::cost::devices_directory() / "host.json" : std::filesystem::path(calibrate_out);
             tessera::mesh::write_device_file(host, out);
             std::printf("wrote %s\n", out.string().c_str());
+        } else if (*report) {
+            const std::filesystem::path out = report_out.empty() ? std::filesystem::path(report_model_dir) / "report.html" : std::filesystem::path(report_out);
+            const tessera::report::ReportResult written = tessera::report::write_run_report(report_model_dir, out);
+            for (const std::string& omission : written.omissions) std::printf("left out: %s\n", omission.c_str());
+            std::printf("wrote %s (%.1f MiB)\n", out.string().c_str(), static_cast<double>(written.html.size()) / (1024.0 * 1024.0));
         } else if (*info) {
             const tessera::Volume volume = tessera::read_volume(info_image);
             describe_volume(volume);

@@ -201,15 +201,15 @@ Tensor read_color_image(const fs::path& path, std::array<std::int64_t, 2> expect
     return image;
 }
 
-void write_color_png(const Tensor& image, const fs::path& path) {
-    TESSERA_CHECK(image.rank() == 3 && (image.dim(0) == 3 || image.dim(0) == 1) && image.dtype() == DType::F32,
-                  "write_color_png expects f32 [3, H, W] or [1, H, W], got " << dtype_name(image.dtype()) << " "
-                                                                              << shape_to_string(image.shape()));
+std::vector<std::uint8_t> encode_png(const Tensor& image) {
+    TESSERA_CHECK(image.rank() == 3 && (image.dim(0) == 4 || image.dim(0) == 3 || image.dim(0) == 1) && image.dtype() == DType::F32,
+                  "a PNG is made of f32 [4, H, W] (RGBA), [3, H, W] or [1, H, W], got " << dtype_name(image.dtype()) << " "
+                                                                                       << shape_to_string(image.shape()));
     const Tensor dense = image.contiguous();
     const auto channels = static_cast<int>(dense.dim(0));
     const auto height = static_cast<int>(dense.dim(1));
     const auto width = static_cast<int>(dense.dim(2));
-    cv::Mat pixels(height, width, channels == 3 ? CV_8UC3 : CV_8UC1);
+    cv::Mat pixels(height, width, CV_8UC(channels));
     const float* values = dense.data<float>();
     const std::int64_t plane = static_cast<std::int64_t>(height) * width;
     for (int y = 0; y < height; ++y) {
@@ -217,13 +217,18 @@ void write_color_png(const Tensor& image, const fs::path& path) {
         for (int x = 0; x < width; ++x) {
             for (int c = 0; c < channels; ++c) {
                 const float value = std::clamp(values[c * plane + static_cast<std::int64_t>(y) * width + x], 0.0f, 1.0f);
-                // OpenCV stores colour as B, G, R.
-                row[x * channels + (channels == 3 ? 2 - c : 0)] = static_cast<std::uint8_t>(std::lround(value * 255.0f));
+                // OpenCV stores colour as B, G, R (then alpha).
+                row[x * channels + (channels >= 3 && c < 3 ? 2 - c : c)] = static_cast<std::uint8_t>(std::lround(value * 255.0f));
             }
         }
     }
     std::vector<std::uint8_t> encoded;
-    TESSERA_CHECK(cv::imencode(".png", pixels, encoded), "could not encode " << path.string() << " as PNG");
+    TESSERA_CHECK(cv::imencode(".png", pixels, encoded), "OpenCV could not encode a " << width << "×" << height << " image as PNG");
+    return encoded;
+}
+
+void write_color_png(const Tensor& image, const fs::path& path) {
+    const std::vector<std::uint8_t> encoded = encode_png(image);
     io::write_file_atomically(path, std::as_bytes(std::span(encoded.data(), encoded.size())));
 }
 

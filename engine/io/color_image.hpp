@@ -20,6 +20,7 @@
 #include <array>
 #include <cstdint>
 #include <filesystem>
+#include <vector>
 
 namespace tessera {
 
@@ -39,5 +40,7 @@ Tensor read_color_image(const std::filesystem::path& path, std::array<std::int64
 // rounded. Replaces `path` atomically (a reader never sees half a file). Throws naming the file when it
 // cannot be written.
 void write_color_png(const Tensor& image, const std::filesystem::path& path);
+// The same PNG as bytes in memory (a report embeds its images).
+std::vector<std::uint8_t> encode_png(const Tensor& image);
 
 }  // namespace tessera

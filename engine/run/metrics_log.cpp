@@ -177,15 +177,43 @@ Json detection_json(const DetectionEvalRecord& d) {
 
 }  // namespace
 
+void MetricsLog::write(const RunStart& start) {
+    const Json record = {{"kind", "start"},
+                         {"step", start.first_step},
+                         {"experiment", start.experiment},
+                         {"model_dir", start.model_dir.string()},
+                         {"total_steps", start.total_steps},
+                         {"resumed", start.resumed},
+                         {"layout", start.layout},
+                         {"num_cores", start.num_cores},
+                         {"cores_per_replica", start.cores_per_replica},
+                         {"num_replicas", start.num_replicas},
+                         {"ranks", start.ranks},
+                         {"device", start.device},
+                         {"predicted_step_seconds", start.predicted_step_seconds},
+                         {"predicted_host_step_seconds", start.predicted_host_step_seconds},
+                         {"host_prediction_uncertainty_seconds", start.host_prediction_uncertainty_seconds},
+                         {"core_memory_bytes", start.core_memory_bytes},
+                         {"core_capacity_bytes", start.core_capacity_bytes},
+                         {"host_memory_bytes", start.host_memory_bytes},
+                         {"host_memory_budget_bytes", start.host_memory_budget_bytes},
+                         {"data", start.data},
+                         {"notes", start.notes}};
+    append_line(m_dir / jsonl_name, record.dump());
+}
+
 void MetricsLog::write(const EvalRecord& e) {
     Json classes = Json::array();
     for (const ClassRecord& c : e.classes) classes.push_back({{"name", c.name}, {"present", c.is_present}, {"dice", c.dice}, {"iou", c.iou}});
     Json predictions = Json::array();
     for (const fs::path& p : e.predictions) predictions.push_back(p.string());
+    Json images = Json::array(), truths = Json::array();
+    for (const fs::path& p : e.images) images.push_back(p.string());
+    for (const fs::path& p : e.truths) truths.push_back(p.string());
     Json record = {{"kind", "eval"},       {"step", e.step},         {"loss", e.loss},
                    {"mean_dice", e.mean_dice}, {"mean_iou", e.mean_iou}, {"accuracy", e.accuracy},
                    {"classes", classes},   {"num_examples", e.num_examples}, {"seconds", e.seconds},
-                   {"predictions", predictions}, {"wall_time", e.wall_time}};
+                   {"predictions", predictions}, {"images", images}, {"truths", truths}, {"wall_time", e.wall_time}};
     if (e.is_detection) {
         record.erase("mean_dice");
         record.erase("mean_iou");
@@ -306,6 +334,12 @@ void read_record(const Json& record, MetricsHistory& history) {
         if (record.contains("predictions")) {
             for (const Json& p : record["predictions"]) e.predictions.emplace_back(p.get<std::string>());
         }
+        if (record.contains("images")) {
+            for (const Json& p : record["images"]) e.images.emplace_back(p.get<std::string>());
+        }
+        if (record.contains("truths")) {
+            for (const Json& p : record["truths"]) e.truths.emplace_back(p.get<std::string>());
+        }
         if (record.contains("detection")) {
             const Json& d = record["detection"];
             e.is_detection = true;
@@ -336,6 +370,29 @@ void read_record(const Json& record, MetricsHistory& history) {
             }
         }
         history.evals.push_back(std::move(e));
+    } else if (kind == "start") {
+        RunStart start;
+        start.first_step = record.value("step", std::int64_t{0});
+        start.experiment = record.value("experiment", "");
+        start.model_dir = record.value("model_dir", "");
+        start.total_steps = record.value("total_steps", std::int64_t{0});
+        start.resumed = record.value("resumed", false);
+        start.layout = record.value("layout", "");
+        start.num_cores = record.value("num_cores", std::int64_t{1});
+        start.cores_per_replica = record.value("cores_per_replica", std::int64_t{1});
+        start.num_replicas = record.value("num_replicas", std::int64_t{1});
+        start.ranks = record.value("ranks", "");
+        start.device = record.value("device", "");
+        start.predicted_step_seconds = record.value("predicted_step_seconds", 0.0);
+        start.predicted_host_step_seconds = record.value("predicted_host_step_seconds", 0.0);
+        start.host_prediction_uncertainty_seconds = record.value("host_prediction_uncertainty_seconds", 0.0);
+        start.core_memory_bytes = record.value("core_memory_bytes", std::vector<std::int64_t>{});
+        start.core_capacity_bytes = record.value("core_capacity_bytes", std::int64_t{0});
+        start.host_memory_bytes = record.value("host_memory_bytes", std::int64_t{0});
+        start.host_memory_budget_bytes = record.value("host_memory_budget_bytes", std::int64_t{0});
+        start.data = record.value("data", "");
+        start.notes = record.value("notes", std::vector<std::string>{});
+        history.starts.push_back(std::move(start));
     }
 }
 

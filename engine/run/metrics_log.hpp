@@ -28,6 +28,8 @@ public:
     MetricsLog(const std::filesystem::path& model_dir, std::int64_t resumed_at_step);
     ~MetricsLog();
 
+    // A session's start (kind "start"): layout, device, predictions and memory, for reports.
+    void write(const RunStart& start);
     void write(const StepRecord& step);
     void write(const EvalRecord& eval);
     void flush();
@@ -42,6 +44,7 @@ private:
 struct MetricsHistory {
     std::vector<StepRecord> steps;
     std::vector<EvalRecord> evals;
+    std::vector<RunStart> starts;  // one per session, oldest first
 };
 MetricsHistory read_metrics(const std::filesystem::path& model_dir);
 

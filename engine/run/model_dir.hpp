@@ -5,7 +5,8 @@
 //     model.ckpt-000200.safetensors          the weights (parameters, BN statistics): any safetensors reader opens it
 //     state.ckpt-000200.safetensors          optimizer slots, loss scale, step, data position, other replicas' BN
 //     experiment.json                         the experiment the run was started with
-//     metrics.jsonl, train.csv, eval.csv      one record per step / evaluation
+//     metrics.jsonl, train.csv, eval.csv      one record per step / evaluation (metrics.jsonl also one per session's start)
+//     step_trace.json                         the cores' events of the step before the latest checkpoint (Chrome trace)
 //     summary.json                            the end of the last session: final metrics, mean step times, peak memory
 //     events.out.tfevents.*, eval/…           TensorBoard scalars
 //     predictions/<example>.nii.gz            the latest evaluation's label volumes

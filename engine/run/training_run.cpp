@@ -23,6 +23,7 @@
 #include "loss/cross_entropy.hpp"
 #include "loss/metrics.hpp"
 #include "run/metrics_log.hpp"
+#include "run/step_trace.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -664,6 +665,16 @@ struct TrainingRun::Impl {
         return record;
     }
 
+    // The last step's events on every core, with the model's layer names.
+    StepTrace step_trace(std::int64_t step) {
+        StepTrace trace;
+        trace.step = step;
+        trace.num_cores = mesh->num_cores();
+        trace.events = mesh->events();
+        for (const graph::Node& node : mesh->model().nodes()) trace.layer_names.push_back(node.name);
+        return trace;
+    }
+
     CheckpointRecord checkpoint() {
         const auto start = Clock::now();
         std::vector<train::NamedTensor> state = mesh_training_state();
@@ -811,6 +822,7 @@ RunSummary TrainingRun::train(RunObserver* observer, const std::atomic<bool>* st
     start.host_memory_budget_bytes = static_cast<std::int64_t>(host_memory_budget_bytes());
     start.data = impl.dataset->describe();
     start.notes = impl.notes;
+    log.write(start);
     if (observer) observer->on_start(start);
 
     RunSummary summary;
@@ -855,6 +867,9 @@ RunSummary TrainingRun::train(RunObserver* observer, const std::atomic<bool>* st
             const std::int64_t done = record.step;
             const bool last = done == impl.total_steps;
             const bool stopping = stop && stop->load();
+            const bool checkpointing = last || stopping || (checkpoint_every > 0 && done % checkpoint_every == 0);
+            // Before the evaluation, whose steps on the same cores replace the events.
+            if (checkpointing) write_step_trace(impl.model_dir->path() / step_trace_file_name, impl.step_trace(done));
             if (last || (eval_every > 0 && done % eval_every == 0) || (stopping && impl.options.evaluate_when_stopped)) {
                 const EvalRecord eval = impl.evaluate(done);
                 summary.has_eval = true;
@@ -862,7 +877,7 @@ RunSummary TrainingRun::train(RunObserver* observer, const std::atomic<bool>* st
                 log.write(eval);
                 if (observer) observer->on_eval(eval);
             }
-            if (last || stopping || (checkpoint_every > 0 && done % checkpoint_every == 0)) {
+            if (checkpointing) {
                 const CheckpointRecord saved = impl.checkpoint();
                 last_checkpoint = done;
                 if (observer) observer->on_checkpoint(saved);

@@ -84,6 +84,11 @@ public:
     DetectionView* detectionView() const { return m_detection_view; }
     // A finished run's charts and last evaluation, from its model_dir.
     bool openRun(const std::filesystem::path& model_dir);
+    // Run ▸ Export Report…: asks where (default <model_dir>/report.html), then writes the run's HTML report
+    // (report/run_report.hpp) off the GUI thread; reportExported or an error follows.
+    void chooseReportFile(const std::filesystem::path& model_dir);
+    void exportReport(const std::filesystem::path& model_dir, const std::filesystem::path& out);
+    bool isExportingReport() const { return m_exporting_report; }
     // The run a model_dir's lock names when another process (or another run) is training in it: its
     // charts are reloaded every two seconds, read-only, until it ends. Empty when none is watched.
     const std::filesystem::path& watchedRun() const { return m_watched_run; }
@@ -96,6 +101,9 @@ public:
     QString exportSnippet(SnippetKind kind) const;
     // Shows the snippet in a dialog with Copy and Save buttons.
     void showExportDialog(SnippetKind kind);
+
+signals:
+    void reportExported(const QString& file, const QStringList& omissions);
 
 protected:
     void closeEvent(QCloseEvent* event) override;
@@ -190,6 +198,7 @@ private:
     std::int64_t m_run_capacity = 0;     // the live run's core memory capacity
     QString m_current_run;               // the run the charts follow live
     bool m_overlay_chosen = false;       // the user picked an overlay source: keep it
+    bool m_exporting_report = false;     // a report is being written (one at a time)
 };
 
 }  // namespace tessera::ui

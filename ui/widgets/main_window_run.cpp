@@ -3,6 +3,7 @@
 #include "widgets/main_window.hpp"
 
 #include "io/volume_io.hpp"
+#include "report/run_report.hpp"
 #include "model/run_controller.hpp"
 #include "run/detections_file.hpp"
 #include "run/metrics_log.hpp"
@@ -13,7 +14,14 @@
 #include "widgets/run_panel.hpp"
 
 #include <QComboBox>
+#include <QApplication>
 #include <QDockWidget>
+#include <QFileDialog>
+#include <QMenu>
+#include <QMenuBar>
+#include <QPointer>
+#include <QPushButton>
+#include <QThread>
 #include <QStatusBar>
 #include <QTabWidget>
 #include <QTimer>
@@ -78,6 +86,75 @@ void MainWindow::createRunDocks() {
     connect(m_run_panel, &RunPanel::openRunRequested, this, [this](const std::filesystem::path& dir) { openRun(dir); });
     connect(m_run_controller, &RunController::evaluated, this, [this](const tessera::run::EvalRecord& eval) { showEvaluation(eval); });
     connect(m_run_panel->overlayBox(), &QComboBox::activated, this, [this] { m_overlay_chosen = true; });
+    connect(m_run_panel, &RunPanel::exportReportRequested, this, &MainWindow::chooseReportFile);
+
+    // Run ▸ Open Run…, Export Report…: after the Experiment menu.
+    auto* run_menu = new QMenu(tr("&Run"), this);
+    run_menu->setObjectName(QStringLiteral("runMenu"));
+    run_menu->addAction(tr("&Open Run…"), m_run_panel, &RunPanel::chooseRunToOpen);
+    QAction* export_report = run_menu->addAction(tr("Export &Report…"), m_run_panel, &RunPanel::requestReport);
+    export_report->setObjectName(QStringLiteral("exportReportAction"));
+    export_report->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_R));
+    export_report->setToolTip(tr("The chosen run (the Run dock's list) as one HTML file for any browser (Ctrl+R)"));
+    export_report->setEnabled(false);
+    const QList<QAction*> top = menuBar()->actions();
+    QAction* after_experiment = nullptr;
+    for (int i = 0; i + 1 < top.size(); ++i) {
+        if (top[i]->menu() && top[i]->text() == tr("E&xperiment")) after_experiment = top[i + 1];
+    }
+    menuBar()->insertMenu(after_experiment, run_menu);
+    connect(run_menu, &QMenu::aboutToShow, this, [this, export_report] {
+        export_report->setEnabled(!m_run_panel->chosenRunDir().empty() && !m_exporting_report);
+    });
+}
+
+void MainWindow::chooseReportFile(const std::filesystem::path& model_dir) {
+    if (m_exporting_report) {
+        statusBar()->showMessage(tr("A report is being written; wait for it to finish"), 5000);
+        return;
+    }
+    const QString suggested = QString::fromStdString((model_dir / "report.html").string());
+    const QString file = QFileDialog::getSaveFileName(this, tr("Export the run's report"), suggested, tr("HTML report (*.html)"));
+    if (file.isEmpty()) return;
+    exportReport(model_dir, file.endsWith(QStringLiteral(".html"), Qt::CaseInsensitive) ? file.toStdString() : (file + QStringLiteral(".html")).toStdString());
+}
+
+void MainWindow::exportReport(const std::filesystem::path& model_dir, const std::filesystem::path& out) {
+    if (m_exporting_report) return;
+    m_exporting_report = true;
+    m_run_panel->exportReportButton()->setEnabled(false);
+    statusBar()->showMessage(tr("Writing the report of %1…").arg(RunPanel::runName(model_dir)));
+    // Reading predictions and encoding images takes seconds for large volumes: off the GUI thread, the
+    // result back as copied values.
+    QPointer<MainWindow> window(this);
+    QThread* worker = QThread::create([window, model_dir, out] {
+        QString error;
+        QStringList omissions;
+        try {
+            const report::ReportResult result = report::write_run_report(model_dir, out);
+            for (const std::string& omission : result.omissions) omissions << QString::fromStdString(omission);
+        } catch (const std::exception& e) {
+            error = QString::fromStdString(e.what());
+        }
+        QMetaObject::invokeMethod(qApp, [window, out, error, omissions] {
+            if (!window) return;
+            window->m_exporting_report = false;
+            window->m_run_panel->exportReportButton()->setEnabled(true);
+            if (!error.isEmpty()) {
+                window->statusBar()->clearMessage();
+                window->showError(tr("Cannot write the report"), error);
+                return;
+            }
+            const QString file = QString::fromStdString(out.string());
+            window->statusBar()->showMessage(
+                omissions.isEmpty() ? tr("Report written: %1 (open it in any browser)").arg(file)
+                                    : tr("Report written: %1; left out: %2").arg(file, omissions.join(QStringLiteral("; "))),
+                15000);
+            emit window->reportExported(file, omissions);
+        }, Qt::QueuedConnection);
+    });
+    connect(worker, &QThread::finished, worker, &QObject::deleteLater);
+    worker->start();
 }
 
 bool MainWindow::showEvaluation(const tessera::run::EvalRecord& eval, const std::filesystem::path& model_dir) {

@@ -99,12 +99,17 @@ RunPanel::RunPanel(PartitionDesign* design, RunController* controller, ViewerMod
     m_stop->setEnabled(false);
     m_open = new QPushButton(tr("&Open Run…"), this);
     m_open->setToolTip(tr("Show a finished run's charts and predictions from its model_dir"));
+    m_export_report = new QPushButton(tr("&Report…"), this);
+    m_export_report->setToolTip(tr("Export the chosen run as one HTML file: charts, partition, timeline, best and worst cases"));
+    m_export_report->setEnabled(false);
+    connect(m_export_report, &QPushButton::clicked, this, &RunPanel::requestReport);
     connect(m_start, &QPushButton::clicked, this, &RunPanel::startRun);
     connect(m_stop, &QPushButton::clicked, this, &RunPanel::stopRun);
     connect(m_open, &QPushButton::clicked, this, &RunPanel::chooseRunToOpen);
     buttons->addWidget(m_start);
     buttons->addWidget(m_stop);
     buttons->addWidget(m_open);
+    buttons->addWidget(m_export_report);
     layout->addLayout(buttons);
 
     m_progress = new QProgressBar(this);
@@ -211,6 +216,7 @@ QTreeWidgetItem* RunPanel::itemFor(const std::filesystem::path& model_dir) {
     auto* item = new QTreeWidgetItem(m_runs);
     item->setText(NameColumn, runName(model_dir));
     item->setText(DirColumn, dir);
+    m_export_report->setEnabled(true);
     return item;
 }
 
@@ -533,6 +539,17 @@ void RunPanel::setRunStatus(const std::filesystem::path& model_dir, const QStrin
 void RunPanel::chooseModelDir() {
     const QString dir = QFileDialog::getExistingDirectory(this, tr("The run's model_dir"), m_model_dir->text());
     if (!dir.isEmpty()) m_model_dir->setText(dir);
+}
+
+std::filesystem::path RunPanel::chosenRunDir() const {
+    const QTreeWidgetItem* item = m_runs->currentItem();
+    if (!item && m_runs->topLevelItemCount() > 0) item = m_runs->topLevelItem(m_runs->topLevelItemCount() - 1);
+    return item ? std::filesystem::path(item->text(DirColumn).toStdString()) : std::filesystem::path();
+}
+
+void RunPanel::requestReport() {
+    const std::filesystem::path dir = chosenRunDir();
+    if (!dir.empty()) emit exportReportRequested(dir);
 }
 
 void RunPanel::chooseRunToOpen() {

@@ -39,6 +39,10 @@ public:
 
     QPushButton* startButton() const { return m_start; }
     QPushButton* stopButton() const { return m_stop; }
+    QPushButton* exportReportButton() const { return m_export_report; }
+    // The run a report or an action is for: the run list's current row, else its last run; empty when
+    // the list is empty.
+    std::filesystem::path chosenRunDir() const;
     QProgressBar* progressBar() const { return m_progress; }
     QTreeWidget* runList() const { return m_runs; }
     QLineEdit* modelDirEdit() const { return m_model_dir; }
@@ -75,10 +79,13 @@ public slots:
     void showScores(const tessera::run::EvalRecord& eval);
     // Asks for a run's model_dir and emits openRunRequested (the Open Run… button, Experiment ▸ Open Run…).
     void chooseRunToOpen();
+    // Emits exportReportRequested for chosenRunDir() (the Export Report… button, Run ▸ Export Report…).
+    void requestReport();
 
 signals:
     void runStarted(const QString& run, const std::filesystem::path& model_dir);
     void openRunRequested(const std::filesystem::path& model_dir);
+    void exportReportRequested(const std::filesystem::path& model_dir);
 
 private slots:
     void onExperimentChanged();
@@ -102,6 +109,7 @@ private:
     QPushButton* m_start;
     QPushButton* m_stop;
     QPushButton* m_open;
+    QPushButton* m_export_report;
     QLineEdit* m_model_dir;
     QSpinBox* m_steps;
     QSpinBox* m_ranks;
