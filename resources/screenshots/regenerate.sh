@@ -34,6 +34,11 @@ shoot training_2d.png --experiment "$experiments/unet2d_em_4way.json" --train 15
 shoot run_timeline.png --experiment "$experiments/unet2d_em_4way.json" --train 2 --model-dir "$runs/em_timeline" --grab run-timeline
 shoot training_3d.png --experiment "$experiments/unet3d_ct_8way.json" --train 40 --model-dir "$runs/ct"
 shoot equivalence.png --experiment "$experiments/unet2d_em_4way.json" --grab equivalence
+# A run's HTML report (tessera-cli report) as headless Chromium renders it: its top 2400 pixels.
+"$build/app/tessera-cli" train "$experiments/unet2d_em_4way.json" --steps 100 --model-dir "$runs/report" --plain > /dev/null
+"$build/app/tessera-cli" report "$runs/report" --out "$runs/report.html"
+chromium --headless --no-sandbox --disable-gpu --disable-dev-shm-usage --hide-scrollbars --user-data-dir="$runs/chromium" \
+  --virtual-time-budget=10000 --window-size=1100,2400 --screenshot="$out/report.png" "file://$runs/report.html" 2> /dev/null
 # A detector's design: the shapes preset's first held-out image with its objects in the Detections tab.
 shoot detections_preview.png --experiment "$experiments/retinanet_shapes_4way.json"
 # The shapes preset trained (from the command line: about 13 minutes on 2 cores), opened in the studio:

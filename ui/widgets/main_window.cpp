@@ -113,6 +113,7 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent), m_model(new Viewe
     createRunDocks();
     createActions();
     createDesignActions();
+    createRunActions();  // the Run menu, after Experiment
 
     connect(m_model, &ViewerModel::volumeChanged, this, &MainWindow::onVolumeChanged);
     connect(m_model, &ViewerModel::cursorChanged, this, &MainWindow::updateStatus);

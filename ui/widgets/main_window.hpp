@@ -133,6 +133,7 @@ public slots:
     void resetLayout();
 
 private:
+    void createRunActions();
     void sizeDocksByDefault();
     // Viewer first: with no experiment or run open, the design and run docks wait hidden (the views get
     // the window) and a line in the status bar says how to bring them; an experiment or a run brings

@@ -88,6 +88,9 @@ void MainWindow::createRunDocks() {
     connect(m_run_panel->overlayBox(), &QComboBox::activated, this, [this] { m_overlay_chosen = true; });
     connect(m_run_panel, &RunPanel::exportReportRequested, this, &MainWindow::chooseReportFile);
 
+}
+
+void MainWindow::createRunActions() {
     // Run ▸ Open Run…, Export Report…: after the Experiment menu.
     auto* run_menu = new QMenu(tr("&Run"), this);
     run_menu->setObjectName(QStringLiteral("runMenu"));
@@ -96,7 +99,6 @@ void MainWindow::createRunDocks() {
     export_report->setObjectName(QStringLiteral("exportReportAction"));
     export_report->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_R));
     export_report->setToolTip(tr("The chosen run (the Run dock's list) as one HTML file for any browser (Ctrl+R)"));
-    export_report->setEnabled(false);
     const QList<QAction*> top = menuBar()->actions();
     QAction* after_experiment = nullptr;
     for (int i = 0; i + 1 < top.size(); ++i) {

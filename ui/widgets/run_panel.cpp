@@ -108,9 +108,12 @@ RunPanel::RunPanel(PartitionDesign* design, RunController* controller, ViewerMod
     connect(m_open, &QPushButton::clicked, this, &RunPanel::chooseRunToOpen);
     buttons->addWidget(m_start);
     buttons->addWidget(m_stop);
-    buttons->addWidget(m_open);
-    buttons->addWidget(m_export_report);
     layout->addLayout(buttons);
+    // Past runs on a row of their own: four buttons do not fit the dock's default width.
+    auto* past_runs = new QHBoxLayout;
+    past_runs->addWidget(m_open);
+    past_runs->addWidget(m_export_report);
+    layout->addLayout(past_runs);
 
     m_progress = new QProgressBar(this);
     m_progress->setToolTip(tr("Steps done of the run's total"));
@@ -549,7 +552,11 @@ std::filesystem::path RunPanel::chosenRunDir() const {
 
 void RunPanel::requestReport() {
     const std::filesystem::path dir = chosenRunDir();
-    if (!dir.empty()) emit exportReportRequested(dir);
+    if (dir.empty()) {
+        m_status->setText(tr("No run to report on yet: train one, or open a run's model_dir (Open Run…)"));
+        return;
+    }
+    emit exportReportRequested(dir);
 }
 
 void RunPanel::chooseRunToOpen() {
