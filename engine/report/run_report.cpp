@@ -266,13 +266,22 @@ std::string overview_section(RunFolder& folder) {
 std::vector<float> partition_backdrop(const RunFolder& folder, const std::vector<std::int64_t>& size, std::string& source) {
     const run::EvalRecord* eval = nullptr;
     for (auto it = folder.history.evals.rbegin(); it != folder.history.evals.rend(); ++it) {
-        if (!it->predictions.empty()) {
+        if (!it->is_detection && !it->predictions.empty()) {
             eval = &*it;
             break;
         }
     }
-    if (!eval) return {};
-    const fs::path image_file = eval_file(*eval, 0, false, folder.dir);
+    fs::path image_file;
+    if (eval) {
+        image_file = eval_file(*eval, 0, false, folder.dir);
+    } else if (const run::EvalRecord* last = folder.last_eval(); last && last->is_detection) {
+        // A detector's first held-out image, as its evaluation wrote it beside the boxes.
+        const fs::path boxes = run::locate_detections_file(last->detection.detections_file, folder.dir);
+        if (!boxes.empty()) {
+            const run::DetectionsFile file = run::read_detections_file(boxes);
+            if (!file.images.empty()) image_file = file.images.front().image_file;
+        }
+    }
     if (image_file.empty() || !fs::exists(image_file)) return {};
     const Volume volume = read_volume(image_file);
     const std::int64_t width = size.back(), height = size[size.size() - 2];
@@ -819,7 +828,11 @@ std::string detection_evaluation(RunFolder& folder, const run::EvalRecord& eval)
             f1.push_back(denominator == 0 ? 1.0 : 2.0 * static_cast<double>(shown.num_matched) / denominator);
         }
         const auto best = static_cast<std::size_t>(std::max_element(f1.begin(), f1.end()) - f1.begin());
-        const auto worst = static_cast<std::size_t>(std::min_element(f1.begin(), f1.end()) - f1.begin());
+        // The last of the lowest: another image than the best when all score alike.
+        std::size_t worst = 0;
+        for (std::size_t i = 0; i < f1.size(); ++i) {
+            if (f1[i] <= f1[worst]) worst = i;
+        }
         out += detection_figure(file, file.images[best], "Best image", f1[best]);
         if (worst != best) out += detection_figure(file, file.images[worst], "Worst image", f1[worst]);
     } catch (const Error& error) {

@@ -4,6 +4,7 @@
 #include "report/run_report.hpp"
 
 #include "io/volume_io.hpp"
+#include "run/detections_file.hpp"
 #include "run/metrics_log.hpp"
 #include "run/step_trace.hpp"
 #include "run/training_run.hpp"
@@ -193,6 +194,48 @@ TEST(RunReport, SaysWhatItLeavesOutAndWhy) {
     // The rest is still there: curves, step times, memory, the partition over a blank input.
     EXPECT_NE(result.html.find("Training loss"), std::string::npos);
     EXPECT_NE(result.html.find("no held-out image in the folder yet"), std::string::npos);
+}
+
+// A detector's report: its AP table as the evaluation scored it, and its best and worst held-out images
+// with every ground-truth box drawn over the image.
+TEST(RunReport, ShowsADetectorsScoresAndBoxes) {
+    TemporaryFolder folder("report_detector");
+    const std::string json = R"({
+      "version": 1,
+      "model": {"kind": "retinanet", "depth": 18, "num_classes": 4, "fpn_channels": 8, "num_anchors": 1},
+      "input": {"channels": 3, "size": [256, 256]},
+      "global_batch": 2, "num_cores_per_replica": 2, "input_partition_dims": [[1, 1, 2, 1], null],
+      "data": {"source": "synthetic_shapes", "num_train_images": 2, "num_eval_images": 3, "object_size": [16, 100],
+               "normalization": "none"},
+      "detection": {"anchors": {"num_scales": 1, "aspect_ratios": [1.0]}, "inference": {"score_threshold": 0.0}},
+      "schedule": {"learning_rate": 0.001}, "steps": 2, "steps_per_eval": 2, "seed": 3
+    })";
+    run::TrainingRun training(experiment::parse_experiment(json, "shapes.json"), test::options_in(folder.path() / "run"));
+    training.train(nullptr);
+    const report::ReportResult result = report::render_run_report(folder.path() / "run");
+    EXPECT_TRUE(result.omissions.empty()) << result.omissions.front();
+    const run::EvalRecord eval = run::read_metrics(folder.path() / "run").evals.back();
+    ASSERT_TRUE(eval.is_detection);
+    const std::string& html = result.html;
+    EXPECT_NE(html.find("<th>AP50</th>"), std::string::npos);
+    EXPECT_NE(html.find("<td>disc</td>"), std::string::npos);
+    char ap[32];
+    std::snprintf(ap, sizeof ap, "<td>%.3f</td>", eval.detection.ap);
+    EXPECT_NE(html.find(ap), std::string::npos) << ap;
+    EXPECT_NE(html.find("Best image"), std::string::npos);
+    EXPECT_NE(html.find("Worst image"), std::string::npos);
+    // Every held-out object of the two images shown is drawn: dashed boxes, one per object.
+    const run::DetectionsFile boxes = run::read_detections_file(run::locate_detections_file(eval.detection.detections_file, folder.path() / "run"));
+    std::size_t objects_shown = 0;
+    for (const run::DetectionsFileImage& image : boxes.images) {
+        if (html.find(image.name + " — F1") != std::string::npos) objects_shown += image.ground_truth.size();
+    }
+    std::size_t dashed = 0;
+    for (std::size_t at = html.find("stroke-dasharray=\"5 3\""); at != std::string::npos; at = html.find("stroke-dasharray=\"5 3\"", at + 1)) ++dashed;
+    EXPECT_GT(objects_shown, 0u);
+    EXPECT_EQ(dashed, objects_shown);
+    // The partition is drawn over the first held-out image.
+    EXPECT_NE(html.find("over held-out image"), std::string::npos);
 }
 
 TEST(RunReport, RefusesAFolderThatIsNotARun) {
