@@ -206,7 +206,12 @@ std::string render_line_chart(const LineChart& chart) {
         out += line(left, y, right, y, grid_color);
         out += text_element(left - 6, y + 4, compact_number(tick), "end");
     }
-    for (double tick : nice_ticks(x_low, x_high, max_x_ticks)) {
+    std::vector<double> x_ticks = nice_ticks(x_low, x_high, max_x_ticks);
+    if (chart.integer_x) {
+        std::erase_if(x_ticks, [](double tick) { return tick != std::floor(tick); });
+        if (x_ticks.size() < 2) x_ticks = {std::ceil(x_low), std::floor(x_high)};
+    }
+    for (double tick : x_ticks) {
         const double x = x_axis.map(tick);
         out += line(x, bottom, x, bottom + 4, axis_color);
         out += text_element(x, bottom + 16, compact_number(tick), "middle");

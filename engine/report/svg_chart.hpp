@@ -46,6 +46,7 @@ struct LineChart {
     std::vector<Series> series{};
     std::vector<Band> bands{};
     bool log_y = false;                 // every y must then be > 0 (others are skipped)
+    bool integer_x = true;              // x counts something (steps): ticks on whole numbers only
     std::optional<double> y_min{}, y_max{};  // fixed range (e.g. 0–1 for Dice)
     std::optional<double> x_min{}, x_max{};  // fixed range (evaluations over the training's steps)
     int width = 460, height = 280;           // CSS pixels: two side by side in a report
