@@ -200,16 +200,7 @@ TEST(RunReport, SaysWhatItLeavesOutAndWhy) {
 // with every ground-truth box drawn over the image.
 TEST(RunReport, ShowsADetectorsScoresAndBoxes) {
     TemporaryFolder folder("report_detector");
-    const std::string json = R"({
-      "version": 1,
-      "model": {"kind": "retinanet", "depth": 18, "num_classes": 4, "fpn_channels": 8, "num_anchors": 1},
-      "input": {"channels": 3, "size": [256, 256]},
-      "global_batch": 2, "num_cores_per_replica": 2, "input_partition_dims": [[1, 1, 2, 1], null],
-      "data": {"source": "synthetic_shapes", "num_train_images": 2, "num_eval_images": 3, "object_size": [16, 100],
-               "normalization": "none"},
-      "detection": {"anchors": {"num_scales": 1, "aspect_ratios": [1.0]}, "inference": {"score_threshold": 0.0}},
-      "schedule": {"learning_rate": 0.001}, "steps": 2, "steps_per_eval": 2, "seed": 3
-    })";
+    const std::string json = test::small_shapes_detector_experiment();
     run::TrainingRun training(experiment::parse_experiment(json, "shapes.json"), test::options_in(folder.path() / "run"));
     training.train(nullptr);
     const report::ReportResult result = report::render_run_report(folder.path() / "run");

@@ -46,6 +46,21 @@ inline experiment::Experiment small_em(int steps, int steps_per_eval, int steps_
     return experiment::parse_experiment(small_em_experiment(steps, steps_per_eval, steps_per_checkpoint), "small_em.json");
 }
 
+// A small RetinaNet on synthetic shapes, split 1 × 2: two steps, then COCO scores and a boxes file for
+// three held-out images.
+inline std::string small_shapes_detector_experiment() {
+    return R"({
+      "version": 1,
+      "model": {"kind": "retinanet", "depth": 18, "num_classes": 4, "fpn_channels": 8, "num_anchors": 1},
+      "input": {"channels": 3, "size": [256, 256]},
+      "global_batch": 2, "num_cores_per_replica": 2, "input_partition_dims": [[1, 1, 2, 1], null],
+      "data": {"source": "synthetic_shapes", "num_train_images": 2, "num_eval_images": 3, "object_size": [16, 100],
+               "normalization": "none", "augment": {"flip_axes": [1]}},
+      "detection": {"anchors": {"num_scales": 1, "aspect_ratios": [1.0]}, "inference": {"score_threshold": 0.0}},
+      "schedule": {"learning_rate": 0.001}, "steps": 2, "steps_per_eval": 2, "seed": 3
+    })";
+}
+
 inline run::RunOptions options_in(const std::filesystem::path& model_dir) {
     run::RunOptions options;
     options.model_dir = model_dir;

@@ -349,16 +349,7 @@ TEST(TrainingRun, PlanOnlyExperimentsSayWhyTheyCannotTrain) {
 // TensorBoard, summary) and a file of boxes per held-out image with the dataset's own ground truth.
 TEST(TrainingRun, TrainsADetectorAndWritesItsScoresAndBoxes) {
     TemporaryFolder folder("run_detection");
-    const std::string json = R"({
-      "version": 1,
-      "model": {"kind": "retinanet", "depth": 18, "num_classes": 4, "fpn_channels": 8, "num_anchors": 1},
-      "input": {"channels": 3, "size": [256, 256]},
-      "global_batch": 2, "num_cores_per_replica": 2, "input_partition_dims": [[1, 1, 2, 1], null],
-      "data": {"source": "synthetic_shapes", "num_train_images": 2, "num_eval_images": 3, "object_size": [16, 100],
-               "normalization": "none", "augment": {"flip_axes": [1]}},
-      "detection": {"anchors": {"num_scales": 1, "aspect_ratios": [1.0]}, "inference": {"score_threshold": 0.0}},
-      "schedule": {"learning_rate": 0.001}, "steps": 2, "steps_per_eval": 2, "seed": 3
-    })";
+    const std::string json = test::small_shapes_detector_experiment();
     run::TrainingRun training(experiment::parse_experiment(json, "shapes.json"), test::options_in(folder.path()));
     Recorder recorder;
     const run::RunSummary summary = training.train(&recorder);
