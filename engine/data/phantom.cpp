@@ -69,6 +69,10 @@ Phantom make_ct_phantom(const PhantomOptions& options) {
     phantom.volume.source_scalar_type = "float32";
     phantom.volume.source_path = "phantom (seed " + std::to_string(options.seed) + ")";
     phantom.labels.source_path = phantom.volume.source_path;
+    // Named, so a .seg.nrrd or .nrrd written from it carries the names (no colours: viewers choose).
+    for (std::size_t label = 1; label < phantom_label_names().size(); ++label) {
+        phantom.labels.descriptions.push_back({static_cast<std::int32_t>(label), phantom_label_names()[label], std::nullopt});
+    }
     float* voxels = phantom.volume.voxels.data<float>();
     std::int32_t* labels = phantom.labels.labels.data<std::int32_t>();
 

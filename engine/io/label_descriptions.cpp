@@ -262,4 +262,31 @@ void write_itksnap_label_descriptions(const std::vector<LabelDescription>& descr
     io::write_file_atomically(path, std::span(reinterpret_cast<const std::byte*>(bytes.data()), bytes.size()));
 }
 
+std::array<float, 3> default_label_color(std::int32_t label) {
+    static constexpr std::array<std::array<int, 3>, 12> palette = {{{255, 0, 0},   {0, 255, 0},     {0, 0, 255},   {255, 255, 0},
+                                                                   {0, 255, 255}, {255, 0, 255},   {255, 128, 0}, {128, 0, 255},
+                                                                   {205, 133, 63}, {0, 160, 110}, {102, 205, 170}, {255, 80, 160}}};
+    if (label <= 0) return {0.0f, 0.0f, 0.0f};
+    if (label <= static_cast<std::int32_t>(palette.size())) {
+        const auto& rgb = palette[static_cast<std::size_t>(label - 1)];
+        return {rgb[0] / 255.0f, rgb[1] / 255.0f, rgb[2] / 255.0f};
+    }
+    // HSV with hue label × 137° (the golden angle, so neighbours differ), saturation 230/255, value 1.
+    const double hue = static_cast<double>((static_cast<std::int64_t>(label) * 137) % 360) / 60.0;
+    const double saturation = 230.0 / 255.0;
+    const double chroma = saturation, x = chroma * (1 - std::fabs(std::fmod(hue, 2.0) - 1)), low = 1 - chroma;
+    std::array<double, 3> rgb{};
+    switch (static_cast<int>(hue)) {
+        case 0: rgb = {chroma, x, 0}; break;
+        case 1: rgb = {x, chroma, 0}; break;
+        case 2: rgb = {0, chroma, x}; break;
+        case 3: rgb = {0, x, chroma}; break;
+        case 4: rgb = {x, 0, chroma}; break;
+        default: rgb = {chroma, 0, x}; break;
+    }
+    // Quantised to 8 bits, as a display shows it.
+    return {static_cast<float>(std::lround((rgb[0] + low) * 255) / 255.0), static_cast<float>(std::lround((rgb[1] + low) * 255) / 255.0),
+            static_cast<float>(std::lround((rgb[2] + low) * 255) / 255.0)};
+}
+
 }  // namespace tessera

@@ -16,6 +16,7 @@
 
 #include "io/volume.hpp"
 
+#include <array>
 #include <filesystem>
 #include <vector>
 
@@ -38,6 +39,11 @@ void merge_label_descriptions(std::vector<LabelDescription>& into, const std::ve
 // their colours, or a colour table's colours alone (empty names) when no sidecar names any. Unreadable
 // sidecars are skipped with a warning added to `warnings`.
 std::vector<LabelDescription> find_label_descriptions(const std::filesystem::path& label_map, std::vector<std::string>& warnings);
+
+// The colour a label is shown in when nothing names one (RGB in [0, 1]): saturated colours that stay
+// visible over grey (1 red, 2 green, 3 blue, 4 yellow, 5 cyan, …), then hues a golden angle apart. The
+// studio's overlay, its 3D surfaces, the run report and written .seg.nrrd files share it.
+std::array<float, 3> default_label_color(std::int32_t label);
 
 // An ITK-SNAP label description file (opens in ITK-SNAP's Label Editor and here), background first.
 // A label without a colour is written grey; the studio passes the colours it shows.

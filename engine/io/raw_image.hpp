@@ -93,7 +93,10 @@ void write_metaimage(const ImageGeometry& geometry, const EncodedVoxels& voxels,
 
 // NRRD: .nrrd (attached data), .nhdr (a detached data file beside it).
 RawImage read_nrrd(const std::filesystem::path& path);
-void write_nrrd(const ImageGeometry& geometry, const EncodedVoxels& voxels, const std::filesystem::path& path);
+// `segments`: a label map's labels as 3D Slicer's segments (names, colours, label values), read back by
+// Slicer and by read_label_map; empty for images.
+void write_nrrd(const ImageGeometry& geometry, const EncodedVoxels& voxels, const std::filesystem::path& path,
+                const std::vector<LabelDescription>& segments = {});
 
 // FreeSurfer's .mgh and .mgz (gzipped).
 RawImage read_mgh(const std::filesystem::path& path);

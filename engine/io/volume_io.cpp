@@ -168,14 +168,15 @@ ScalarType stored_type(ScalarType type, const std::filesystem::path& path) {
     }
 }
 
-void write_encoded(const ImageGeometry& geometry, const EncodedVoxels& voxels, const std::filesystem::path& path) {
+void write_encoded(const ImageGeometry& geometry, const EncodedVoxels& voxels, const std::filesystem::path& path,
+                   const std::vector<LabelDescription>& segments = {}) {
     const std::string extension = full_extension(path);
     if (extension == ".nii" || extension == ".nii.gz") {
         io_detail::write_nifti(geometry, voxels, path);
     } else if (extension == ".mgh" || extension == ".mgz") {
         io_detail::write_mgh(geometry, voxels, path);
     } else if (extension == ".nrrd" || extension == ".nhdr") {
-        io_detail::write_nrrd(geometry, voxels, path);
+        io_detail::write_nrrd(geometry, voxels, path, segments);
     } else {
         io_detail::write_metaimage(geometry, voxels, path);
     }
@@ -294,7 +295,24 @@ void write_label_map(const LabelMap& label_map, const std::filesystem::path& pat
     const Tensor dense = label_map.labels.contiguous();
     const std::int32_t* labels = dense.data<std::int32_t>();
     const std::int64_t count = dense.num_elements();
-    write_encoded(label_map.geometry, encode_as(labels, count, stored_type(label_write_type(labels, count), path)), path);
+    // NRRD keeps the labels' names and colours as 3D Slicer's segments: every label present, named from the
+    // map's descriptions ("Label 7" where it has none). A .seg.nrrd always gets them; a plain .nrrd when named.
+    std::vector<LabelDescription> segments;
+    const std::string extension = full_extension(path);
+    std::string name = path.filename().string();
+    std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    const bool seg_nrrd = name.ends_with(".seg.nrrd");
+    if ((extension == ".nrrd" || extension == ".nhdr") && (seg_nrrd || !label_map.descriptions.empty())) {
+        for (std::int32_t value : label_map.present_labels()) {
+            if (value == 0) continue;
+            LabelDescription segment{value, "Label " + std::to_string(value), std::nullopt};
+            for (const LabelDescription& d : label_map.descriptions) {
+                if (d.value == value) segment = d;
+            }
+            segments.push_back(segment);
+        }
+    }
+    write_encoded(label_map.geometry, encode_as(labels, count, stored_type(label_write_type(labels, count), path)), path, segments);
 }
 
 }  // namespace tessera

@@ -5,6 +5,7 @@
 #include "experiment/experiment.hpp"
 #include "io/atomic_file.hpp"
 #include "io/color_image.hpp"
+#include "io/label_descriptions.hpp"
 #include "io/volume_io.hpp"
 #include "partition/partition_spec.hpp"
 #include "partition/tiling.hpp"
@@ -35,12 +36,6 @@ constexpr int figure_width = 560;           // CSS pixels: the widest an image i
 constexpr double shown_min_score = 0.5;     // detections drawn in the report's snapshots
 const std::array<const char*, 10> core_colors = {"#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2",
                                                  "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"};
-// Label colours when the label map names none (the first is label 1).
-const std::array<Rgb, 10> label_palette = {{{0.90f, 0.10f, 0.29f}, {0.24f, 0.71f, 0.29f}, {1.00f, 0.88f, 0.10f},
-                                            {0.00f, 0.51f, 0.78f}, {0.96f, 0.51f, 0.19f}, {0.57f, 0.12f, 0.71f},
-                                            {0.27f, 0.94f, 0.94f}, {0.94f, 0.20f, 0.90f}, {0.82f, 0.96f, 0.24f},
-                                            {0.98f, 0.75f, 0.83f}}};
-
 std::string fixed(double value, int decimals) {
     char text[64];
     std::snprintf(text, sizeof text, "%.*f", decimals, value);
@@ -142,7 +137,7 @@ Rgb label_color(std::int32_t value, const std::vector<LabelDescription>& descrip
     for (const LabelDescription& d : descriptions) {
         if (d.value == value && d.color) return *d.color;
     }
-    return label_palette[static_cast<std::size_t>(std::max(0, value - 1)) % label_palette.size()];
+    return default_label_color(value);
 }
 
 // The size an image of width × height pixels is shown at: at most figure_width wide and 420 high,

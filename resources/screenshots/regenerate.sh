@@ -18,6 +18,10 @@ shoot() {  # shoot <png> <arguments...>: the window a first start opens (1240×7
 }
 shoot viewer_mri.png "$data/KmeansTest_T1UCharRaw.nii.gz" --labels "$data/KmeansTest_T1RawSkullStrip.nii.gz"
 shoot viewer_ct_phantom.png --phantom 3d
+# A 3D Slicer segmentation written by tessera-cli: its segment names in the legend.
+segmentation=$(mktemp -d)
+"$build/app/tessera-cli" phantom "$segmentation/phantom.nii.gz" --labels "$segmentation/phantom.seg.nrrd" > /dev/null
+shoot segmentation_names.png "$segmentation/phantom.nii.gz" --labels "$segmentation/phantom.seg.nrrd"
 shoot viewer_2d.png "$data/BrainProtonDensitySliceBorder20.png" --labels "$data/BrainProtonDensitySliceBorder20Mask.png" || \
   shoot viewer_2d.png --phantom 2d
 # The partition editor: a 2D U-Net's 4-way split over an EM section, a 3D U-Net's 2×2×2 split over the

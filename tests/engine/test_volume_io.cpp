@@ -744,9 +744,55 @@ TEST(VolumeIo, SlicerSegmentNamesAndColoursAreReadAsLabelDescriptions) {
     EXPECT_FLOAT_EQ((*read.descriptions[1].color)[0], 0.866667f);
     EXPECT_EQ(read.label_at(2, 1, 0), 1);
     EXPECT_EQ(read.label_at(0, 2, 1), 2);
-    // A plain NRRD (no segments) describes nothing.
+    // Written again as a plain NRRD, the names and colours stay (as Slicer's segment fields).
     write_label_map(read, scratch / "plain.nrrd");
-    EXPECT_TRUE(read_label_map(scratch / "plain.nrrd").descriptions.empty());
+    const LabelMap again = read_label_map(scratch / "plain.nrrd");
+    ASSERT_EQ(again.descriptions.size(), 2u);
+    EXPECT_EQ(again.descriptions[0].name, "Left kidney \\ cortex");
+    EXPECT_EQ(again.descriptions[1].color, read.descriptions[1].color);
+    // A label map that names nothing, written as plain NRRD, describes nothing.
+    LabelMap unnamed = read;
+    unnamed.descriptions.clear();
+    write_label_map(unnamed, scratch / "unnamed.nrrd");
+    EXPECT_TRUE(read_label_map(scratch / "unnamed.nrrd").descriptions.empty());
+}
+
+// Writing a .seg.nrrd: every label present becomes a segment with 3D Slicer's fields, named from the
+// map's descriptions ("Label 5" for one it does not name). Teem reads the header back (an independent
+// reader of the pairs), and read_label_map gives the same names, colours and voxels.
+TEST(VolumeIo, LabelMapsAreWrittenAsSlicerSegmentations) {
+    TESSERA_REQUIRE_DATA("/usr/bin/teem-unu", "teem-apps (make deps installs it)");
+    ScratchDir scratch;
+    LabelMap map;
+    map.geometry.size = {4, 3, 2};
+    map.labels = Tensor::zeros({2, 3, 4}, DType::I32);  // [D, H, W]
+    std::int32_t* labels = map.labels.data<std::int32_t>();
+    labels[1] = 1;
+    labels[6] = 2;
+    labels[20] = 5;
+    map.descriptions = {{1, "Liver", std::array<float, 3>{0.8f, 0.4f, 0.2f}}, {2, "Left kidney \\ cortex\nouter", std::nullopt},
+                        {9, "Absent", std::nullopt}};
+    write_label_map(map, scratch / "organs.seg.nrrd");
+
+    const std::string command = "cd " + scratch.path().string() + " && teem-unu head organs.seg.nrrd > header.txt 2>&1";
+    ASSERT_EQ(std::system(command.c_str()), 0);
+    std::ifstream in(scratch / "header.txt");
+    const std::string header((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    for (const char* field : {"Segment0_Name:=Liver", "Segment0_LabelValue:=1", "Segment0_Color:=0.8 0.4 0.2", "Segment0_Layer:=0",
+                              "Segment1_Name:=Left kidney \\\\ cortex\\nouter", "Segment1_LabelValue:=2", "Segment2_Name:=Label 5",
+                              "Segment2_LabelValue:=5", "Segment0_Extent:=0 3 0 2 0 1",
+                              "Segmentation_MasterRepresentation:=Binary labelmap"}) {
+        EXPECT_NE(header.find(field), std::string::npos) << field << "\n" << header;
+    }
+    EXPECT_EQ(header.find("Absent"), std::string::npos) << "a label with no voxels is no segment";
+
+    const LabelMap read = read_label_map(scratch / "organs.seg.nrrd");
+    ASSERT_EQ(read.descriptions.size(), 3u);
+    EXPECT_EQ(read.descriptions[0].name, "Liver");
+    EXPECT_EQ(read.descriptions[0].color, (std::array<float, 3>{0.8f, 0.4f, 0.2f}));
+    EXPECT_EQ(read.descriptions[1].name, "Left kidney \\ cortex outer");  // one line in a legend
+    EXPECT_EQ(read.descriptions[2].name, "Label 5");
+    for (std::int64_t index = 0; index < 24; ++index) EXPECT_EQ(read.labels.data<std::int32_t>()[index], labels[index]) << index;
 }
 
 // Segment entries Tessera cannot use are left out with a warning naming the segment; the labels still

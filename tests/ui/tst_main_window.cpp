@@ -228,6 +228,20 @@ private slots:
         QVERIFY(back[1].color.has_value() && (*back[1].color)[0] == 10 / 255.0f);
         QCOMPARE(QString::fromStdString(back[2].name), QStringLiteral("Label 6"));
 
+        // The label map saved as a 3D Slicer segmentation keeps the legend's names and colours, and opens
+        // with them.
+        const QString segmentation = QString::fromStdString((dir / "tissue.seg.nrrd").string());
+        QVERIFY2(window.saveLabelMap(segmentation), qPrintable(window.lastError()));
+        const LabelMap saved_map = read_label_map(segmentation.toStdString());
+        QCOMPARE(saved_map.descriptions.size(), std::size_t{3});
+        QCOMPARE(QString::fromStdString(saved_map.descriptions[1].name), QStringLiteral("Cerebral white matter"));
+        QVERIFY(saved_map.descriptions[1].color.has_value() && std::abs((*saved_map.descriptions[1].color)[1] - 20 / 255.0f) < 1e-5f);
+        QVERIFY(window.openLabelMap(example("KmeansTest_T1RawSkullStrip.nii.gz")));
+        QCOMPARE(window.legend()->labelName(5), QStringLiteral("Label 5"));
+        QVERIFY(window.openLabelMap(segmentation));
+        QCOMPARE(window.legend()->labelName(5), QStringLiteral("Cerebral white matter"));
+        QCOMPARE(window.model()->labelColor(5), QColor(10, 20, 30));
+
         std::ofstream(dir / "broken.txt") << "5 White 999 0 0 255\n";
         QVERIFY(!window.openLabelDescriptions(QString::fromStdString((dir / "broken.txt").string())));
         QVERIFY2(window.lastError().contains(QStringLiteral("broken.txt' line 1")), qPrintable(window.lastError()));

@@ -20,6 +20,7 @@
 #include <QAbstractItemView>
 #include <QComboBox>
 #include <QDir>
+#include <QElapsedTimer>
 #include <QFile>
 #include <QFileDialog>
 #include <QLineEdit>
@@ -36,6 +37,8 @@
 #include <QTimer>
 #include <QTreeWidget>
 
+#include <memory>
+
 using namespace tessera;
 using namespace tessera::ui;
 
@@ -44,30 +47,38 @@ namespace {
 QString plain(QString text) { return text.remove(QLatin1Char('&')); }
 
 // Answers the next file dialog by typing `path` into its file name field and pressing Return, as a user
-// would; polls until the dialog is up (it opens inside a nested event loop).
+// would. Polls while the dialog opens (inside a nested event loop) and types again if it is still up a
+// second later (on a loaded machine the dialog may still be filling its view); after 60 s it rejects
+// the dialog, so a test that cannot answer fails instead of hanging.
 void answerFileDialog(const QString& path) {
-    auto* attempts = new int(0);
     auto* timer = new QTimer;
-    timer->setInterval(50);
-    QObject::connect(timer, &QTimer::timeout, [timer, attempts, path] {
+    timer->setInterval(100);
+    auto started = std::make_shared<QElapsedTimer>();
+    auto typed_at = std::make_shared<QElapsedTimer>();
+    auto seen_at = std::make_shared<QElapsedTimer>();
+    started->start();
+    QObject::connect(timer, &QTimer::timeout, [timer, path, started, typed_at, seen_at] {
         auto* dialog = qobject_cast<QFileDialog*>(QApplication::activeModalWidget());
-        if (!dialog) {
-            if (++*attempts > 400) {  // 20 s: no dialog came
-                timer->stop();
+        if (dialog && dialog->isVisible()) {
+            if (started->elapsed() > 60000) {
+                dialog->reject();
                 timer->deleteLater();
-                delete attempts;
+                return;
             }
-            return;
+            if (!seen_at->isValid()) seen_at->start();
+            // Shown for a moment first, and a second between attempts.
+            if (seen_at->elapsed() < 200 || (typed_at->isValid() && typed_at->elapsed() < 1000)) return;
+            auto* name = dialog->findChild<QLineEdit*>(QStringLiteral("fileNameEdit"));
+            if (!name) return;
+            name->setFocus();
+            name->selectAll();
+            QTest::keyClick(name, Qt::Key_Backspace);
+            QTest::keyClicks(name, path);
+            QTest::keyClick(name, Qt::Key_Return);
+            typed_at->start();
+        } else if (typed_at->isValid() || started->elapsed() > 60000) {
+            timer->deleteLater();  // answered (the dialog closed), or none came
         }
-        timer->stop();
-        timer->deleteLater();
-        delete attempts;
-        auto* name = dialog->findChild<QLineEdit*>(QStringLiteral("fileNameEdit"));
-        QVERIFY(name);
-        name->selectAll();
-        QTest::keyClick(name, Qt::Key_Backspace);
-        QTest::keyClicks(name, path);
-        QTest::keyClick(name, Qt::Key_Return);
     });
     timer->start();
 }

@@ -1,22 +1,16 @@
 #include "model/viewer_model.hpp"
 
+#include "io/label_descriptions.hpp"
+
 #include <algorithm>
 #include <cmath>
 
 namespace tessera::ui {
 
 QColor defaultLabelColor(std::int32_t label) {
-    // Saturated colours that stay visible over grey: 1 red, 2 green, 3 blue, 4 yellow, 5 cyan, ...
-    static const QColor palette[] = {
-        QColor(255, 0, 0),    QColor(0, 255, 0),    QColor(0, 0, 255),    QColor(255, 255, 0),
-        QColor(0, 255, 255),  QColor(255, 0, 255),  QColor(255, 128, 0),  QColor(128, 0, 255),
-        QColor(205, 133, 63), QColor(0, 160, 110),  QColor(102, 205, 170), QColor(255, 80, 160),
-    };
-    constexpr int palette_size = static_cast<int>(std::size(palette));
     if (label <= 0) return QColor(0, 0, 0, 0);
-    if (label <= palette_size) return palette[label - 1];
-    // Beyond the palette (e.g. 255 in binary masks) hues step by the golden angle, so neighbours differ.
-    return QColor::fromHsv(static_cast<int>((static_cast<std::int64_t>(label) * 137) % 360), 230, 255);
+    const std::array<float, 3> rgb = tessera::default_label_color(label);
+    return QColor::fromRgbF(rgb[0], rgb[1], rgb[2]);
 }
 
 ViewerModel::ViewerModel(QObject* parent) : QObject(parent) {}

@@ -420,15 +420,19 @@ bool MainWindow::openLabelDescriptions(const QString& path) {
     }
 }
 
-bool MainWindow::saveLabelDescriptions(const QString& path) {
+std::vector<tessera::LabelDescription> MainWindow::legendDescriptions() const {
     std::vector<tessera::LabelDescription> legend;
     for (std::int32_t label : m_model->presentLabels()) {
         const QColor color = m_model->labelColor(label);
         legend.push_back({label, m_legend->labelName(label).toStdString(),
                           std::array<float, 3>{static_cast<float>(color.redF()), static_cast<float>(color.greenF()), static_cast<float>(color.blueF())}});
     }
+    return legend;
+}
+
+bool MainWindow::saveLabelDescriptions(const QString& path) {
     try {
-        tessera::write_itksnap_label_descriptions(legend, toPath(path));
+        tessera::write_itksnap_label_descriptions(legendDescriptions(), toPath(path));
         return true;
     } catch (const std::exception& error) {
         showError(tr("Cannot save label descriptions"), QString::fromStdString(error.what()));
@@ -487,14 +491,24 @@ void MainWindow::saveImageAs() {
 
 void MainWindow::saveLabelMapAs() {
     if (!m_model->labelMap()) return;
-    const QString path = QFileDialog::getSaveFileName(this, tr("Save label map"), QString(),
-                                                      tr("NIfTI (*.nii.gz *.nii);;MetaImage (*.mha *.mhd);;NRRD (*.nrrd *.nhdr);;FreeSurfer MGH (*.mgz *.mgh)"));
-    if (path.isEmpty()) return;
+    const QString path = QFileDialog::getSaveFileName(
+        this, tr("Save label map"), QString(),
+        tr("NIfTI (*.nii.gz *.nii);;MetaImage (*.mha *.mhd);;3D Slicer segmentation (*.seg.nrrd);;NRRD (*.nrrd *.nhdr);;FreeSurfer MGH (*.mgz *.mgh)"));
+    if (!path.isEmpty()) saveLabelMap(path);
+}
+
+bool MainWindow::saveLabelMap(const QString& path) {
+    if (!m_model->labelMap()) return false;
     try {
-        tessera::write_label_map(*m_model->labelMap(), toPath(path));
+        // The legend's names and colours go with the labels where the format keeps them (NRRD, .seg.nrrd).
+        tessera::LabelMap labels = *m_model->labelMap();
+        labels.descriptions = legendDescriptions();
+        tessera::write_label_map(labels, toPath(path));
         statusBar()->showMessage(tr("Saved %1").arg(path), 5000);
+        return true;
     } catch (const std::exception& error) {
         showError(tr("Cannot save label map"), QString::fromStdString(error.what()));
+        return false;
     }
 }
 

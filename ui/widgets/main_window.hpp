@@ -63,6 +63,8 @@ public:
     // (io/label_descriptions.hpp); the legend saved as an ITK-SNAP label description file.
     bool openLabelDescriptions(const QString& path);
     bool saveLabelDescriptions(const QString& path);
+    // The label map with the legend's names and colours (kept by NRRD and 3D Slicer's .seg.nrrd).
+    bool saveLabelMap(const QString& path);
     void showPhantom(bool two_dimensional);
     void showVolume(std::shared_ptr<const tessera::Volume> volume, std::shared_ptr<const tessera::LabelMap> labels,
                     std::map<std::int32_t, QString> label_names = {});
@@ -134,6 +136,8 @@ public slots:
 
 private:
     void createRunActions();
+    // What the legend shows: every present label's name and colour.
+    std::vector<tessera::LabelDescription> legendDescriptions() const;
     void sizeDocksByDefault();
     // Viewer first: with no experiment or run open, the design and run docks wait hidden (the views get
     // the window) and a line in the status bar says how to bring them; an experiment or a run brings
