@@ -47,38 +47,41 @@ namespace {
 QString plain(QString text) { return text.remove(QLatin1Char('&')); }
 
 // Answers the next file dialog by typing `path` into its file name field and pressing Return, as a user
-// would. Polls while the dialog opens (inside a nested event loop) and types again if it is still up a
-// second later (on a loaded machine the dialog may still be filling its view); after 60 s it rejects
-// the dialog, so a test that cannot answer fails instead of hanging.
+// would. Polls until the dialog is up (it opens inside a nested event loop; the first one can take long on
+// a fresh machine building its font and icon caches) and types again while it stays open; a dialog still
+// open two minutes after it appeared is rejected, so the test fails instead of hanging. A dialog that never
+// comes leaves the poll running harmlessly until the application ends; the test fails at its next check.
 void answerFileDialog(const QString& path) {
-    auto* timer = new QTimer;
+    auto* timer = new QTimer(qApp);
     timer->setInterval(100);
-    auto started = std::make_shared<QElapsedTimer>();
-    auto typed_at = std::make_shared<QElapsedTimer>();
-    auto seen_at = std::make_shared<QElapsedTimer>();
-    started->start();
-    QObject::connect(timer, &QTimer::timeout, [timer, path, started, typed_at, seen_at] {
-        auto* dialog = qobject_cast<QFileDialog*>(QApplication::activeModalWidget());
-        if (dialog && dialog->isVisible()) {
-            if (started->elapsed() > 60000) {
-                dialog->reject();
-                timer->deleteLater();
-                return;
-            }
-            if (!seen_at->isValid()) seen_at->start();
-            // Shown for a moment first, and a second between attempts.
-            if (seen_at->elapsed() < 200 || (typed_at->isValid() && typed_at->elapsed() < 1000)) return;
-            auto* name = dialog->findChild<QLineEdit*>(QStringLiteral("fileNameEdit"));
-            if (!name) return;
-            name->setFocus();
-            name->selectAll();
-            QTest::keyClick(name, Qt::Key_Backspace);
-            QTest::keyClicks(name, path);
-            QTest::keyClick(name, Qt::Key_Return);
-            typed_at->start();
-        } else if (typed_at->isValid() || started->elapsed() > 60000) {
-            timer->deleteLater();  // answered (the dialog closed), or none came
+    auto seen_at = std::make_shared<QElapsedTimer>(), typed_at = std::make_shared<QElapsedTimer>();
+    QObject::connect(timer, &QTimer::timeout, [timer, path, seen_at, typed_at] {
+        // Any visible file dialog (whether or not the window system made it the active window).
+        QFileDialog* dialog = nullptr;
+        for (QWidget* widget : QApplication::topLevelWidgets()) {
+            if (auto* candidate = qobject_cast<QFileDialog*>(widget); candidate && candidate->isVisible()) dialog = candidate;
         }
+        if (!dialog) {
+            if (typed_at->isValid()) timer->deleteLater();  // answered: the dialog closed
+            return;
+        }
+        if (!seen_at->isValid()) seen_at->start();
+        if (seen_at->elapsed() > 120000) {
+            qWarning("the file dialog did not take %s: rejected", qPrintable(path));
+            dialog->reject();
+            timer->deleteLater();
+            return;
+        }
+        // Shown for a moment first, and a second between attempts.
+        if (seen_at->elapsed() < 200 || (typed_at->isValid() && typed_at->elapsed() < 1000)) return;
+        auto* name = dialog->findChild<QLineEdit*>(QStringLiteral("fileNameEdit"));
+        if (!name) return;
+        name->setFocus();
+        name->selectAll();
+        QTest::keyClick(name, Qt::Key_Backspace);
+        QTest::keyClicks(name, path);
+        QTest::keyClick(name, Qt::Key_Return);
+        typed_at->start();
     });
     timer->start();
 }
@@ -93,7 +96,7 @@ void clickMenuPath(QMainWindow& window, const QStringList& path) {
     QVERIFY2(top && top->menu(), qPrintable(QStringLiteral("no menu %1").arg(path.front())));
     QTest::mouseClick(bar, Qt::LeftButton, Qt::NoModifier, bar->actionGeometry(top).center());
     QMenu* menu = top->menu();
-    QTRY_VERIFY(menu->isVisible());
+    QTRY_VERIFY_WITH_TIMEOUT(menu->isVisible(), 30000);
     for (int i = 1; i < path.size(); ++i) {
         QAction* item = nullptr;
         for (QAction* action : menu->actions()) {
@@ -105,7 +108,7 @@ void clickMenuPath(QMainWindow& window, const QStringList& path) {
         QTest::mouseClick(menu, Qt::LeftButton, Qt::NoModifier, centre);
         if (item->menu()) {
             menu = item->menu();
-            QTRY_VERIFY(menu->isVisible());
+            QTRY_VERIFY_WITH_TIMEOUT(menu->isVisible(), 30000);
         }
     }
 }
@@ -169,10 +172,10 @@ private slots:
         // 1. File ▸ Open Image… and File ▸ Open Label Map….
         answerFileDialog(image);
         clickMenuPath(window, {QStringLiteral("&File"), QStringLiteral("&Open Image…")});
-        QTRY_VERIFY_WITH_TIMEOUT(window.model()->hasVolume(), 20000);
+        QTRY_VERIFY_WITH_TIMEOUT(window.model()->hasVolume(), 180000);
         answerFileDialog(labels);
         clickMenuPath(window, {QStringLiteral("&File"), QStringLiteral("Open &Label Map…")});
-        QTRY_VERIFY_WITH_TIMEOUT(window.model()->labelMap() != nullptr, 20000);
+        QTRY_VERIFY_WITH_TIMEOUT(window.model()->labelMap() != nullptr, 180000);
         screenshot(QStringLiteral("image_and_labels"));
 
         // 2. Experiment ▸ Presets ▸ unet2d_em_4way: the design docks come back with its 4 × 1 split.
