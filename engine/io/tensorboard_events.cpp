@@ -29,20 +29,6 @@ std::string errno_text(int error) {
     return std::generic_category().message(error);
 }
 
-// ---- CRC-32C ------------------------------------------------------------------------------------
-
-constexpr std::array<std::uint32_t, 256> make_crc32c_table() {
-    std::array<std::uint32_t, 256> table{};
-    for (std::uint32_t byte = 0; byte < 256; ++byte) {
-        std::uint32_t crc = byte;
-        for (int bit = 0; bit < 8; ++bit) crc = (crc >> 1) ^ ((crc & 1u) ? 0x82F63B78u : 0u);
-        table[byte] = crc;
-    }
-    return table;
-}
-
-constexpr std::array<std::uint32_t, 256> k_crc32c_table = make_crc32c_table();
-
 // ---- protobuf wire format -------------------------------------------------------------------
 
 enum class WireType : std::uint32_t { Varint = 0, Fixed64 = 1, LengthDelimited = 2, Fixed32 = 5 };
@@ -238,66 +224,22 @@ DecodedEvent decode_event(std::span<const std::byte> bytes) {
     return event;
 }
 
-std::uint64_t load_u64(const std::byte* bytes) {
-    std::uint64_t value = 0;
-    std::memcpy(&value, bytes, 8);
-    return value;
-}
-
-std::uint32_t load_u32(const std::byte* bytes) {
-    std::uint32_t value = 0;
-    std::memcpy(&value, bytes, 4);
-    return value;
-}
-
-std::string hex(std::uint32_t value) {
-    static constexpr char k_digits[] = "0123456789abcdef";
-    std::string text = "0x00000000";
-    for (int i = 0; i < 8; ++i) text[static_cast<std::size_t>(9 - i)] = k_digits[(value >> (4 * i)) & 0xf];
-    return text;
-}
-
 void read_event_file(const fs::path& path, std::vector<ScalarEvent>& scalars) {
-    std::ifstream in(path, std::ios::binary);
-    TESSERA_CHECK(in, "cannot read the TensorBoard event file " << path << ": " << errno_text(errno));
-    std::vector<char> chars{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-    TESSERA_CHECK(!in.bad(), "cannot read the TensorBoard event file " << path << ": " << errno_text(errno));
-    const std::span<const std::byte> bytes = std::as_bytes(std::span(chars));
-
-    constexpr std::size_t k_length_bytes = 8 + 4;  // u64 length, u32 masked CRC
-    std::size_t offset = 0;
-    while (offset < bytes.size()) {
-        const std::size_t remaining = bytes.size() - offset;
-        // A process killed mid-write leaves a short last record; TensorBoard skips it, and so do we.
-        if (remaining < k_length_bytes) break;
-        const std::uint64_t length = load_u64(bytes.data() + offset);
-        const std::uint32_t length_crc = load_u32(bytes.data() + offset + 8);
-        const std::uint32_t expected_length_crc = masked_crc32c(bytes.subspan(offset, 8));
-        TESSERA_CHECK(length_crc == expected_length_crc, path << ": corrupt record at byte offset " << offset
-                                                              << ": the CRC of its length is " << hex(length_crc)
-                                                              << ", expected " << hex(expected_length_crc));
-        if (length > remaining - k_length_bytes || remaining - k_length_bytes - length < 4) break;
-        const std::span<const std::byte> data =
-            bytes.subspan(offset + k_length_bytes, static_cast<std::size_t>(length));
-        const std::uint32_t data_crc = load_u32(data.data() + data.size());
-        const std::uint32_t expected_data_crc = masked_crc32c(data);
-        TESSERA_CHECK(data_crc == expected_data_crc, path << ": corrupt record at byte offset " << offset
-                                                          << ": the CRC of its " << length << " data bytes is "
-                                                          << hex(data_crc) << ", expected " << hex(expected_data_crc));
+    // A process killed mid-write leaves a short last record; TensorBoard skips it, and so do we.
+    TFRecordReader records(path, TFRecordReader::TornTail::Ignore);
+    std::vector<std::byte> data;
+    while (records.next(data)) {
         DecodedEvent event;
         try {
             event = decode_event(data);
         } catch (const MalformedEvent& error) {
-            TESSERA_REJECT(path << ": record at byte offset " << offset
-                                << " is not a valid tensorflow.Event: " << error.what);
+            TESSERA_REJECT(path << ": record at byte offset " << records.record_offset() << " is not a valid tensorflow.Event: " << error.what);
         }
         if (event.is_session_start) {
             // TensorBoard's rule for a restarted run: what was logged at or after this step is superseded.
             std::erase_if(scalars, [&](const ScalarEvent& scalar) { return scalar.step >= event.step; });
         }
-        for (auto& [tag, value] : event.scalars)
-            scalars.push_back({std::move(tag), event.step, event.wall_time, value});
-        offset += k_length_bytes + static_cast<std::size_t>(length) + 4;
+        for (auto& [tag, value] : event.scalars) scalars.push_back({std::move(tag), event.step, event.wall_time, value});
     }
 }
 
@@ -339,17 +281,6 @@ std::string host_name() {
 }  // namespace
 
 // ---- public ---------------------------------------------------------------------------------
-
-std::uint32_t crc32c(std::span<const std::byte> bytes) {
-    std::uint32_t crc = 0xffffffffu;
-    for (std::byte byte : bytes) crc = (crc >> 8) ^ k_crc32c_table[(crc ^ static_cast<std::uint32_t>(byte)) & 0xffu];
-    return crc ^ 0xffffffffu;
-}
-
-std::uint32_t masked_crc32c(std::span<const std::byte> bytes) {
-    const std::uint32_t crc = crc32c(bytes);
-    return ((crc >> 15) | (crc << 17)) + 0xa282ead8u;
-}
 
 double unix_time_now() {
     const auto since_epoch = std::chrono::system_clock::now().time_since_epoch();
@@ -421,20 +352,10 @@ void TensorBoardWriter::flush() {
 
 void TensorBoardWriter::write_record(std::span<const std::byte> data) {
     TESSERA_CHECK(m_file != nullptr, "this TensorBoardWriter was moved from");
-    std::byte header[12];
-    const std::uint64_t length = data.size();
-    std::memcpy(header, &length, 8);
-    const std::uint32_t length_crc = masked_crc32c(std::span<const std::byte>(header, 8));
-    std::memcpy(header + 8, &length_crc, 4);
-    const std::uint32_t data_crc = masked_crc32c(data);
-    std::byte footer[4];
-    std::memcpy(footer, &data_crc, 4);
-    // One buffered stream: a record reaches the file whole unless the process dies mid-flush, and a
+    // One buffered write: a record reaches the file whole unless the process dies mid-flush, and a
     // reader ignores a torn last record.
-    const bool ok = std::fwrite(header, 1, sizeof header, m_file.get()) == sizeof header &&
-                    std::fwrite(data.data(), 1, data.size(), m_file.get()) == data.size() &&
-                    std::fwrite(footer, 1, sizeof footer, m_file.get()) == sizeof footer;
-    TESSERA_CHECK(ok, "cannot write " << m_path << ": " << errno_text(errno));
+    const std::vector<std::byte> framed = frame_tfrecord(data);
+    TESSERA_CHECK(std::fwrite(framed.data(), 1, framed.size(), m_file.get()) == framed.size(), "cannot write " << m_path << ": " << errno_text(errno));
 }
 
 std::vector<ScalarEvent> read_tensorboard_scalars(const fs::path& file_or_dir) {

@@ -19,6 +19,8 @@
 // A writer is not thread-safe; one per run folder and process.
 #pragma once
 
+#include "io/tfrecord.hpp"  // the framing, and crc32c for tests that damage files
+
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -30,12 +32,6 @@
 #include <vector>
 
 namespace tessera::io {
-
-// CRC-32C (Castagnoli, reflected polynomial 0x82F63B78): crc32c("123456789") == 0xE3069283.
-std::uint32_t crc32c(std::span<const std::byte> bytes);
-// What TFRecords store: ((crc >> 15) | (crc << 17)) + 0xa282ead8, so that a CRC of data holding
-// CRCs does not degenerate.
-std::uint32_t masked_crc32c(std::span<const std::byte> bytes);
 
 // Seconds since the Unix epoch, with sub-second precision: the wall_time TensorBoard expects.
 double unix_time_now();

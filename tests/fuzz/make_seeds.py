@@ -227,6 +227,42 @@ def text_seeds():
         put("partition_dims", f"{i:02d}.txt", text.encode())
 
 
+def varint(value):
+    value &= (1 << 64) - 1
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def length_delimited(field, payload):
+    return varint(field << 3 | 2) + varint(len(payload)) + payload
+
+
+def tf_example(features):
+    """A tf.Example in protobuf's wire format: features {key: (kind, values)}, kind 1 bytes, 2 float, 3 int64."""
+    entries = b""
+    for key, (kind, values) in features.items():
+        if kind == 1:
+            body = b"".join(length_delimited(1, value) for value in values)
+        elif kind == 2:
+            body = length_delimited(1, b"".join(struct.pack("<f", value) for value in values))
+        else:
+            body = length_delimited(1, b"".join(varint(value) for value in values))
+        entries += length_delimited(1, length_delimited(1, key.encode()) + length_delimited(2, length_delimited(kind, body)))
+    return length_delimited(1, entries)
+
+
+def tf_example_seeds():
+    put("tf_example", "imagenet.bin", tf_example({"image/encoded": (1, [b"\xff\xd8\xff\xe0" + bytes(12)]),
+                                                   "image/class/label": (3, [417]), "image/format": (1, [b"JPEG"])}))
+    put("tf_example", "lists.bin", tf_example({"bbox": (2, [0.25, -1.5, 3.0e38]), "ids": (3, [-7, 1 << 40, 0]), "empty": (1, [])}))
+    put("tf_example", "unpacked.bin", bytes([0x0A, 0x10, 0x0A, 0x0E, 0x0A, 0x01]) + b"x" + bytes([0x12, 0x09, 0x1A, 0x07, 0x08, 0x05, 0x08, 0x80, 0x01, 0x08, 0x7F]))
+    put("tf_example", "empty.bin", b"")
+
+
 def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__)
@@ -239,6 +275,7 @@ def main():
     safetensors_seeds()
     checkpoint_index_seeds()
     text_seeds()
+    tf_example_seeds()
     total = sum(p.stat().st_size for p in CORPUS.rglob("*") if p.is_file())
     print(f"wrote the seeds under {CORPUS}: {total} bytes in all")
 

@@ -25,7 +25,7 @@ niceness="${FUZZ_NICE:-10}"
 out="${FUZZ_OUT:-$build/fuzz-out/$(date +%Y%m%d-%H%M%S)}"
 
 all_targets=(nifti nifti_gz metaimage_mha metaimage_mhd nrrd mgh dicom tiff png
-             experiment partition_dims device safetensors checkpoint_index label_descriptions)
+             experiment partition_dims device safetensors checkpoint_index label_descriptions tf_example)
 targets=("$@")
 [ ${#targets[@]} -eq 0 ] && targets=("${all_targets[@]}")
 

@@ -4,12 +4,16 @@
 //   run_files_tool write-samples DIR        DIR/sample.safetensors and DIR/events/events.out.tfevents.*
 //   run_files_tool read-safetensors FILE    the tensors as JSON on stdout
 //   run_files_tool read-tensorboard PATH    the scalars as JSON on stdout
+//   run_files_tool write-examples FILE      sample tf.Examples as a TFRecord file
+//   run_files_tool read-examples FILE       a TFRecord file's tf.Examples as JSON on stdout (bytes as hex)
 //
 // The samples are fixed; the Python scripts rebuild the expected values from the same formulas.
 // Errors go to stderr with exit status 1.
 #include "core/json_support.hpp"
 #include "io/safetensors.hpp"
 #include "io/tensorboard_events.hpp"
+#include "io/tf_example.hpp"
+#include "io/tfrecord.hpp"
 
 #include <cstdint>
 #include <exception>
@@ -113,10 +117,56 @@ Json read_tensorboard_as_json(const fs::path& path) {
     return scalars;
 }
 
+// The samples check_tf_example.py expects: record r has an image of r + 1 bytes (0, 1, 2, … mod 256,
+// with a zero byte inside), its label 1000·r − 7 (negative for r = 0), a float list and a class name.
+void write_examples(const fs::path& file) {
+    std::vector<std::vector<std::byte>> records;
+    for (int r = 0; r < 3; ++r) {
+        TFExample example;
+        TFFeature image{.kind = TFFeature::Kind::Bytes};
+        std::string bytes;
+        for (int i = 0; i <= r; ++i) bytes.push_back(static_cast<char>((i * 37) % 256));
+        image.bytes.push_back(bytes);
+        example["image/encoded"] = image;
+        example["image/class/label"] = TFFeature{.kind = TFFeature::Kind::Int64, .int64s = {1000 * r - 7}};
+        example["image/bbox"] = TFFeature{.kind = TFFeature::Kind::Float, .floats = {0.25f * static_cast<float>(r), -1.5f}};
+        example["image/class/text"] = TFFeature{.kind = TFFeature::Kind::Bytes, .bytes = {"class " + std::to_string(r), ""}};
+        records.push_back(serialize_tf_example(example));
+    }
+    write_tfrecords(file, records);
+}
+
+std::string hex_of(const std::string& bytes) {
+    static constexpr char digits[] = "0123456789abcdef";
+    std::string text;
+    for (unsigned char c : bytes) text += {digits[c >> 4], digits[c & 15]};
+    return text;
+}
+
+Json read_examples_as_json(const fs::path& file) {
+    Json examples = Json::array();
+    TFRecordReader reader(file);
+    std::vector<std::byte> record;
+    while (reader.next(record)) {
+        Json features = Json::object();
+        for (const auto& [name, feature] : parse_tf_example(record)) {
+            Json values = Json::array();
+            for (const std::string& bytes : feature.bytes) values.push_back(hex_of(bytes));
+            for (float value : feature.floats) values.push_back(static_cast<double>(value));
+            for (std::int64_t value : feature.int64s) values.push_back(value);
+            const char* kind = feature.kind == TFFeature::Kind::Bytes ? "bytes" : feature.kind == TFFeature::Kind::Float ? "float" : "int64";
+            features[name] = {{"kind", kind}, {"values", values}};
+        }
+        examples.push_back({{"offset", reader.record_offset()}, {"features", features}});
+    }
+    return examples;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-    const std::string usage = "usage: run_files_tool write-samples DIR | read-safetensors FILE | read-tensorboard PATH";
+    const std::string usage =
+        "usage: run_files_tool write-samples DIR | read-safetensors FILE | read-tensorboard PATH | write-examples FILE | read-examples FILE";
     if (argc != 3) {
         std::cerr << usage << '\n';
         return 2;
@@ -130,6 +180,10 @@ int main(int argc, char** argv) {
             std::cout << read_safetensors_as_json(path).dump() << '\n';
         } else if (command == "read-tensorboard") {
             std::cout << read_tensorboard_as_json(path).dump() << '\n';
+        } else if (command == "write-examples") {
+            write_examples(path);
+        } else if (command == "read-examples") {
+            std::cout << read_examples_as_json(path).dump() << '\n';
         } else {
             std::cerr << usage << '\n';
             return 2;
