@@ -242,9 +242,10 @@ std::string overview_section(RunFolder& folder) {
     }
     out += row("final training loss", fixed(last.loss, 4) + " at step " + std::to_string(last.step));
     if (const run::EvalRecord* eval = folder.last_eval()) {
-        out += row("last evaluation", eval->is_detection ? "AP " + fixed(eval->detection.ap, 3) + ", AP50 " + fixed(eval->detection.ap50, 3)
-                                                         : "mean Dice " + fixed(eval->mean_dice, 4) + ", mean IoU " + fixed(eval->mean_iou, 4) +
-                                                               ", accuracy " + fixed(eval->accuracy, 4));
+        out += row("last evaluation", eval->is_detection    ? "AP " + fixed(eval->detection.ap, 3) + ", AP50 " + fixed(eval->detection.ap50, 3)
+                                      : eval->classes.empty() ? "accuracy " + fixed(eval->accuracy, 4) + ", macro F1 " + fixed(eval->mean_dice, 4)
+                                                              : "mean Dice " + fixed(eval->mean_dice, 4) + ", mean IoU " + fixed(eval->mean_iou, 4) +
+                                                                    ", accuracy " + fixed(eval->accuracy, 4));
     }
     out += row("first and last step", utc_of(history.steps.front().wall_time) + " → " + utc_of(last.wall_time));
     out += "</table>\n";
@@ -452,9 +453,11 @@ std::string curves_section(RunFolder& folder) {
         eval_chart.y_min = 0, eval_chart.y_max = 1;
         eval_chart.x_min = first_step, eval_chart.x_max = last_step;
         const bool detection = history.evals.back().is_detection;
+        const bool classifier = !detection && history.evals.back().classes.empty();
         std::vector<std::pair<std::string, std::string>> names =
-            detection ? std::vector<std::pair<std::string, std::string>>{{"AP", "#1f77b4"}, {"AP50", "#ff7f0e"}, {"AR100", "#2ca02c"}}
-                      : std::vector<std::pair<std::string, std::string>>{{"mean Dice", "#1f77b4"}, {"mean IoU", "#ff7f0e"}, {"accuracy", "#2ca02c"}};
+            detection    ? std::vector<std::pair<std::string, std::string>>{{"AP", "#1f77b4"}, {"AP50", "#ff7f0e"}, {"AR100", "#2ca02c"}}
+            : classifier ? std::vector<std::pair<std::string, std::string>>{{"macro F1", "#1f77b4"}, {"mean IoU", "#ff7f0e"}, {"accuracy", "#2ca02c"}}
+                         : std::vector<std::pair<std::string, std::string>>{{"mean Dice", "#1f77b4"}, {"mean IoU", "#ff7f0e"}, {"accuracy", "#2ca02c"}};
         for (std::size_t k = 0; k < names.size(); ++k) {
             Series series{.name = names[k].first, .color = names[k].second, .markers = true};
             for (const run::EvalRecord& e : history.evals) {
@@ -840,7 +843,17 @@ std::string evaluation_section(RunFolder& folder) {
     std::string out = "<section id=\"evaluation\"><h2>Evaluation</h2>\n";
     const run::EvalRecord* eval = folder.last_eval();
     if (!eval) return out + folder.omit("No evaluation table: the run has not evaluated yet.") + "</section>\n";
-    out += eval->is_detection ? detection_evaluation(folder, *eval) : segmentation_evaluation(folder, *eval);
+    if (eval->is_detection) {
+        out += detection_evaluation(folder, *eval);
+    } else if (eval->classes.empty()) {
+        // A classifier: whole images, one label each; its "Dice" over classes is the macro F1 score.
+        out += "<table><tr><th>accuracy</th><th>macro F1</th><th>mean IoU (Jaccard)</th><th>loss</th><th>held-out images</th></tr>\n<tr><td>" +
+               fixed(eval->accuracy, 4) + "</td><td>" + fixed(eval->mean_dice, 4) + "</td><td>" + fixed(eval->mean_iou, 4) + "</td><td>" +
+               fixed(eval->loss, 4) + "</td><td>" + std::to_string(eval->num_examples) + "</td></tr>\n</table>\n<p>" +
+               h("Step " + std::to_string(eval->step) + ", evaluated in " + fixed(eval->seconds, 1) + " s. A classifier has no overlays.") + "</p>\n";
+    } else {
+        out += segmentation_evaluation(folder, *eval);
+    }
     return out + "</section>\n";
 }
 

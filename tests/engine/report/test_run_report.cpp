@@ -229,6 +229,23 @@ TEST(RunReport, ShowsADetectorsScoresAndBoxes) {
     EXPECT_NE(html.find("over held-out image"), std::string::npos);
 }
 
+// A classifier's report: accuracy and macro F1 as the evaluation scored them, and no overlays asked for.
+TEST(RunReport, ShowsAClassifiersScores) {
+    TemporaryFolder folder("report_classifier");
+    const std::string json = R"({"version": 1, "model": {"kind": "resnet", "depth": 18, "base_width": 8, "num_classes": 10},
+        "input": {"channels": 3, "size": [32, 32]}, "global_batch": 4, "num_cores_per_replica": 1, "num_replicas": 2,
+        "data": {"source": "fake_images", "num_eval_images": 4}, "steps": 2, "steps_per_eval": 2, "seed": 1})";
+    run::TrainingRun training(experiment::parse_experiment(json, "classifier.json"), test::options_in(folder.path() / "run"));
+    training.train(nullptr);
+    const report::ReportResult result = report::render_run_report(folder.path() / "run");
+    EXPECT_TRUE(result.omissions.empty()) << result.omissions.front();
+    const run::EvalRecord eval = run::read_metrics(folder.path() / "run").evals.back();
+    EXPECT_NE(result.html.find("<th>macro F1</th>"), std::string::npos);
+    EXPECT_NE(result.html.find("<td>" + four_decimals(eval.accuracy) + "</td><td>" + four_decimals(eval.mean_dice) + "</td>"), std::string::npos);
+    EXPECT_EQ(result.html.find("Best case"), std::string::npos);
+    EXPECT_EQ(result.html.find("<th>Dice</th>"), std::string::npos);
+}
+
 TEST(RunReport, RefusesAFolderThatIsNotARun) {
     TemporaryFolder folder("report_not_a_run");
     try {
