@@ -28,6 +28,7 @@
 #include "cost/planner.hpp"
 #include "data/examples.hpp"
 #include "experiment/experiment.hpp"
+#include "data/image_shards.hpp"
 #include "data/phantom.hpp"
 #include "io/volume_io.hpp"
 #include "report/run_report.hpp"
@@ -356,6 +357,15 @@ int run(int argc, char** argv) {
     convert->add_option("in", convert_in, "Input image or DICOM folder")->required();
     convert->add_option("out", convert_out, "Output image (.nii, .nii.gz, .mha, .mhd, .nrrd, .nhdr, .mgh, .mgz)")->required();
     convert->add_flag("--labels", convert_as_labels, "Treat the image as a label map (integer values)");
+    bool convert_tfrecord = false;
+    tessera::data::ImageShardOptions shard_options;
+    convert->add_flag("--tfrecord", convert_tfrecord,
+                      "in is a folder of class folders (photos/cat/001.jpg): write TFRecord shards of tf.Example named out-00000-of-0000N, "
+                      "as TensorFlow's ImageNet builder lays them out");
+    convert->add_option("--shards", shard_options.num_shards, "Shards to write (--tfrecord)")->capture_default_str();
+    convert->add_option("--first-label", shard_options.first_label,
+                        "image/class/label of the first class folder (names sorted); ImageNet's shards count from 1 (--tfrecord)")
+        ->capture_default_str();
 
     std::string plan_experiment, plan_json_out, plan_device;
     bool plan_sweep = false, plan_overlap = false;
@@ -505,6 +515,15 @@ int run(int argc, char** argv) {
             if (!phantom_labels.empty()) {
                 tessera::write_label_map(generated.labels, phantom_labels);
                 std::printf("wrote %s\n", phantom_labels.c_str());
+            }
+        } else if (*convert && convert_tfrecord) {
+            const tessera::data::ShardSummary written = tessera::data::write_image_shards(convert_in, convert_out, shard_options);
+            std::printf("wrote %lld images of %zu classes into %zu shards (%.1f MiB): %s … %s\n", static_cast<long long>(written.num_images),
+                        written.classes.size(), written.shards.size(), static_cast<double>(written.num_bytes) / (1024.0 * 1024.0),
+                        written.shards.front().string().c_str(), written.shards.back().string().c_str());
+            for (std::size_t c = 0; c < written.classes.size(); ++c) {
+                std::printf("  label %lld  %s\n", static_cast<long long>(shard_options.first_label + static_cast<std::int64_t>(c)),
+                            written.classes[c].c_str());
             }
         } else if (*convert) {
             if (convert_as_labels) {
