@@ -4,12 +4,11 @@
     tfrecord_convert_checks.py <tessera-cli> <work folder>
 
 Class folders of PNG images (written here with zlib, each a different size) become two shards; every
-record's CRCs hold (a CRC-32C written in check_tf_example.py), it parses as a tf.Example (TensorFlow's
+record's CRCs hold (a CRC-32C written in tests/engine/io/tfrecord_check.py), it parses as a tf.Example (TensorFlow's
 messages declared at run time there), its image/encoded is the file's bytes, its label, synset, format,
 filename, height and width are the ones expected, and every image is in exactly one shard. Bad folders
 exit 2 naming the problem."""
 
-import importlib.util
 import os
 import shutil
 import struct
@@ -17,10 +16,9 @@ import subprocess
 import sys
 import zlib
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-spec = importlib.util.spec_from_file_location("check_tf_example", os.path.join(HERE, "..", "engine", "io", "check_tf_example.py"))
-check_tf_example = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(check_tf_example)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "engine", "io"))
+import check_tf_example  # noqa: E402 (TensorFlow's Example, declared at run time)
+import tfrecord_check  # noqa: E402 (CRC-32C, framing)
 
 
 def fail(message):
@@ -66,7 +64,7 @@ def main():
     seen = {}
     for shard in ("photos-00000-of-00002", "photos-00001-of-00002"):
         blob = open(os.path.join(work, "shards", shard), "rb").read()
-        records = check_tf_example.split_records(blob, shard)
+        records = tfrecord_check.split_records(blob, shard)
         if not records:
             fail(shard + " holds no records: the images were not dealt over the shards")
         for offset, data in records:
@@ -89,8 +87,8 @@ def main():
             for ok, what in checks:
                 if not ok:
                     fail("%s at %d (%r): %s" % (shard, offset, key, what))
-    if check_tf_example.FAILURES:
-        fail("%d framing or CRC check(s) failed" % len(check_tf_example.FAILURES))
+    if tfrecord_check.FAILURES:
+        fail("%d framing or CRC check(s) failed" % len(tfrecord_check.FAILURES))
     if len(seen) != len(expected):
         fail("%d of %d images are in the shards" % (len(seen), len(expected)))
 

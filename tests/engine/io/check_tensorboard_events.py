@@ -25,77 +25,9 @@ import subprocess
 import sys
 import tempfile
 
-try:
-    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
-except ImportError as error:
-    sys.exit("check_tensorboard_events.py: the Python module google.protobuf is missing (%s) for %s. "
-             "Install the Debian package python3-protobuf (it is in the Makefile's DEBIAN_PACKAGES: "
-             "`make deps`)." % (error, sys.executable))
+from tfrecord_check import FAILURES, check, frame, message_classes, split_records
 
-FAILURES = []
-
-
-def check(condition, message):
-    if not condition:
-        FAILURES.append(message)
-        print("FAIL: " + message)
-
-
-# ---- CRC-32C and TFRecord framing ------------------------------------------------------------
-
-def _crc32c_table():
-    table = []
-    for byte in range(256):
-        crc = byte
-        for _ in range(8):
-            crc = (crc >> 1) ^ 0x82F63B78 if crc & 1 else crc >> 1
-        table.append(crc)
-    return table
-
-
-CRC32C_TABLE = _crc32c_table()
-
-
-def crc32c(data):
-    crc = 0xFFFFFFFF
-    for byte in data:
-        crc = (crc >> 8) ^ CRC32C_TABLE[(crc ^ byte) & 0xFF]
-    return crc ^ 0xFFFFFFFF
-
-
-def masked_crc32c(data):
-    crc = crc32c(data)
-    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
-
-
-assert crc32c(b"123456789") == 0xE3069283, "the CRC-32C of this script is wrong"
-
-
-def frame(data):
-    length = struct.pack("<Q", len(data))
-    return length + struct.pack("<I", masked_crc32c(length)) + data + struct.pack("<I", masked_crc32c(data))
-
-
-def split_records(blob, name):
-    """[(offset, data)], checking lengths and both CRCs of every record."""
-    records = []
-    offset = 0
-    while offset < len(blob):
-        if len(blob) - offset < 16:
-            check(False, "%s: %d stray bytes at offset %d" % (name, len(blob) - offset, offset))
-            break
-        length_bytes = blob[offset:offset + 8]
-        (length,) = struct.unpack("<Q", length_bytes)
-        (length_crc,) = struct.unpack("<I", blob[offset + 8:offset + 12])
-        check(length_crc == masked_crc32c(length_bytes), "%s: bad length CRC at offset %d" % (name, offset))
-        data = blob[offset + 12:offset + 12 + length]
-        check(len(data) == length and offset + 16 + length <= len(blob), "%s: record at %d cut short" % (name, offset))
-        (data_crc,) = struct.unpack("<I", blob[offset + 12 + length:offset + 16 + length])
-        check(data_crc == masked_crc32c(data), "%s: bad data CRC at offset %d" % (name, offset))
-        records.append((offset, data))
-        offset += 16 + length
-    return records
-
+from google.protobuf import descriptor_pb2  # noqa: E402 (tfrecord_check says what to install when it is missing)
 
 # ---- TensorFlow's messages, declared at run time ----------------------------------------------
 
@@ -133,17 +65,7 @@ def build_message_classes():
     event.field.add(name="session_log", number=7, type=F.TYPE_MESSAGE, label=F.LABEL_OPTIONAL,
                     type_name=".tensorflow.SessionLog", oneof_index=0)
 
-    pool = descriptor_pool.DescriptorPool()
-    pool.Add(proto)
-    factory = None if hasattr(message_factory, "GetMessageClass") else message_factory.MessageFactory(pool)
-
-    def message_class(full_name):
-        descriptor = pool.FindMessageTypeByName(full_name)
-        if factory is None:  # protobuf >= 4.22
-            return message_factory.GetMessageClass(descriptor)
-        return factory.GetPrototype(descriptor)
-
-    return [message_class("tensorflow." + name) for name in ("Event", "Summary", "Summary.Value", "SessionLog")]
+    return message_classes(proto, ["tensorflow." + name for name in ("Event", "Summary", "Summary.Value", "SessionLog")])
 
 
 Event, Summary, SummaryValue, SessionLog = build_message_classes()

@@ -23,59 +23,9 @@ import subprocess
 import sys
 import tempfile
 
-try:
-    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
-except ImportError as error:
-    sys.exit("check_tf_example.py: the Python module google.protobuf is missing (%s) for %s. Install the Debian "
-             "package python3-protobuf (it is in the Makefile's DEBIAN_PACKAGES: `make deps`)." % (error, sys.executable))
+from tfrecord_check import FAILURES, check, frame, message_classes, split_records
 
-FAILURES = []
-
-
-def check(condition, message):
-    if not condition:
-        FAILURES.append(message)
-        print("FAIL: " + message)
-
-
-def _crc32c_table():
-    table = []
-    for byte in range(256):
-        crc = byte
-        for _ in range(8):
-            crc = (crc >> 1) ^ 0x82F63B78 if crc & 1 else crc >> 1
-        table.append(crc)
-    return table
-
-
-CRC32C_TABLE = _crc32c_table()
-
-
-def masked_crc32c(data):
-    crc = 0xFFFFFFFF
-    for byte in data:
-        crc = (crc >> 8) ^ CRC32C_TABLE[(crc ^ byte) & 0xFF]
-    crc ^= 0xFFFFFFFF
-    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
-
-
-def frame(data):
-    length = struct.pack("<Q", len(data))
-    return length + struct.pack("<I", masked_crc32c(length)) + data + struct.pack("<I", masked_crc32c(data))
-
-
-def split_records(blob, name):
-    records, offset = [], 0
-    while offset < len(blob):
-        (length,) = struct.unpack("<Q", blob[offset:offset + 8])
-        (length_crc,) = struct.unpack("<I", blob[offset + 8:offset + 12])
-        check(length_crc == masked_crc32c(blob[offset:offset + 8]), "%s: bad length CRC at offset %d" % (name, offset))
-        data = blob[offset + 12:offset + 12 + length]
-        (data_crc,) = struct.unpack("<I", blob[offset + 12 + length:offset + 16 + length])
-        check(data_crc == masked_crc32c(data), "%s: bad data CRC at offset %d" % (name, offset))
-        records.append((offset, data))
-        offset += 16 + length
-    return records
+from google.protobuf import descriptor_pb2  # noqa: E402 (tfrecord_check says what to install when it is missing)
 
 
 def build_example_class():
@@ -97,12 +47,8 @@ def build_example_class():
     features.field.add(name="feature", number=1, type=F.TYPE_MESSAGE, label=F.LABEL_REPEATED, type_name=".tensorflow.Features.FeatureEntry")
     example = proto.message_type.add(name="Example")
     example.field.add(name="features", number=1, type=F.TYPE_MESSAGE, label=F.LABEL_OPTIONAL, type_name=".tensorflow.Features")
-    pool = descriptor_pool.DescriptorPool()
-    pool.Add(proto)
-    descriptor = pool.FindMessageTypeByName("tensorflow.Example")
-    if hasattr(message_factory, "GetMessageClass"):  # protobuf >= 4.22
-        return message_factory.GetMessageClass(descriptor)
-    return message_factory.MessageFactory(pool).GetPrototype(descriptor)
+    (example_class,) = message_classes(proto, ["tensorflow.Example"])
+    return example_class
 
 
 Example = build_example_class()
