@@ -200,13 +200,7 @@ private:
     }
 
     DetectionSample to_static_shape(const DetectionSample& sample) const {
-        const auto [height, width] = input_size();
-        if (m_config.static_shape == StaticShape::Resize) return resize_fixed_shape(sample, {height, width});
-        if (height == width) {
-            return resize_keep_aspect_ratio(
-                sample, {.min_dimension = height, .max_dimension = height, .pad_to_max_dimension = true});
-        }
-        return scale_and_crop(sample, {height, width}, 1.0, {0, 0}, 0.0);
+        return whole_image_to_input(sample, m_config.static_shape, input_size());
     }
 
     DataConfig m_config;

@@ -68,6 +68,7 @@ std::string_view source_kind_name(SourceKind kind) {
         case SourceKind::ExampleMri: return "ExampleMri";
         case SourceKind::SyntheticShapes: return "SyntheticShapes";
         case SourceKind::Coco: return "Coco";
+        case SourceKind::TFRecord: return "TFRecord";
     }
     return "?";
 }
@@ -98,7 +99,7 @@ void validate(const DataConfig& config) {
     TESSERA_CHECK(source_kind_name(config.source) != "?",
                   "data.source " << static_cast<int>(config.source)
                                  << " is not a source: use SyntheticEm, SyntheticCt, FakeImages, Folder, ExampleMri, "
-                                    "SyntheticShapes or Coco");
+                                    "SyntheticShapes, Coco or TFRecord");
     TESSERA_CHECK(static_shape_name(config.static_shape) != "?",
                   "data.static_shape " << static_cast<int>(config.static_shape) << " is not one: use Crop, Resize or PadToMax");
     TESSERA_CHECK(normalization_name(config.normalization) != "?",
@@ -164,6 +165,14 @@ void validate(const DataConfig& config) {
         min_scale > 0 && max_scale >= min_scale && max_scale <= 10,
         "data.scale_jitter must be [min, max] with 0 < min ≤ max ≤ 10 (e.g. [0.8, 1.2]; [1, 1] for none), got ["
             << min_scale << ", " << max_scale << "]");
+    if (config.source == SourceKind::TFRecord) {
+        TESSERA_CHECK(!config.records.empty(),
+                      "data.records is empty: a TFRecord source needs its shards, e.g. \"imagenet/train-*-of-01024\"");
+    } else {
+        TESSERA_CHECK(config.records.empty() && config.eval_records.empty() && config.first_label == 1,
+                      "data.records, eval_records and first_label are for a TFRecord source; this source is "
+                          << source_kind_name(config.source) << ": remove them");
+    }
     if (config.source == SourceKind::Coco) {
         TESSERA_CHECK(!config.annotations_file.empty(),
                       "data.annotations is empty: a COCO source needs its instances.json, e.g. "
@@ -210,6 +219,7 @@ std::unique_ptr<Dataset> make_dataset(const DataConfig& config, const Shape& bat
         case SourceKind::FakeImages: return detail::make_fake_images(config, batch_shape, num_classes);
         case SourceKind::SyntheticShapes: return detail::make_synthetic_shapes(config, batch_shape, num_classes);
         case SourceKind::Coco: return detail::make_coco(config, batch_shape, num_classes);
+        case SourceKind::TFRecord: return detail::make_tfrecord_images(config, batch_shape, num_classes);
         case SourceKind::SyntheticEm: plan = detail::synthetic_em_plan(config, batch_shape, num_classes); break;
         case SourceKind::SyntheticCt: plan = detail::synthetic_ct_plan(config, batch_shape, num_classes); break;
         case SourceKind::Folder: plan = detail::folder_plan(config, batch_shape, num_classes); break;

@@ -55,7 +55,7 @@ struct Example {
     std::vector<detection::LabeledBox> objects{};  // detection: the image's boxes, pixels, class ids
 };
 
-enum class SourceKind { SyntheticEm, SyntheticCt, FakeImages, Folder, ExampleMri, SyntheticShapes, Coco };
+enum class SourceKind { SyntheticEm, SyntheticCt, FakeImages, Folder, ExampleMri, SyntheticShapes, Coco, TFRecord };
 // True for the sources whose examples are boxes (detection) rather than label maps or labels.
 bool is_detection_source(SourceKind kind);
 // Crop: patches sampled from larger images (default). Resize: the whole image resampled to the model
@@ -148,6 +148,12 @@ struct DataConfig {
     // Training only: each image scaled by U(min, max) × the size that fits the input, then cropped at a
     // random offset or padded at the bottom right (random_scale_jitter). [1, 1]: no jitter (no draws).
     std::array<double, 2> scale_jitter{1, 1};
+    // TFRecord (classifiers, tfrecord_source.cpp): shards of tf.Example named by a pattern whose file name
+    // may hold * ? [...] ("imagenet/train-*-of-01024"), and optionally the held-out shards' (else the last
+    // holdout_fraction of the records is held out). A record's class is image/class/label − first_label
+    // (ImageNet's shards count from 1, as `tessera-cli convert` writes by default).
+    std::filesystem::path records{}, eval_records{};
+    std::int64_t first_label = 1;
 };
 
 // Checks the config on its own (throws tessera::Error naming the field, the value and what is allowed).

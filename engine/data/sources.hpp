@@ -20,5 +20,7 @@ std::unique_ptr<Dataset> make_fake_images(const DataConfig& config, const Shape&
 std::unique_ptr<Dataset> make_synthetic_shapes(const DataConfig& config, const Shape& batch_shape, std::int64_t num_classes);
 // Reads the annotation file(s) (not the images: those are decoded when a batch or example needs them).
 std::unique_ptr<Dataset> make_coco(const DataConfig& config, const Shape& batch_shape, std::int64_t num_classes);
+// Finds the shards and indexes their records (headers only; images are decoded when a batch needs them).
+std::unique_ptr<Dataset> make_tfrecord_images(const DataConfig& config, const Shape& batch_shape, std::int64_t num_classes);
 
 }  // namespace tessera::data::detail

@@ -228,4 +228,14 @@ ImageGeometry resampled_geometry(const ImageGeometry& geometry, const std::array
     return result;
 }
 
+DetectionSample whole_image_to_input(const DetectionSample& sample, StaticShape static_shape, std::array<std::int64_t, 2> size) {
+    TESSERA_CHECK(static_shape != StaticShape::Crop, "whole_image_to_input brings a whole image to the input: Resize or PadToMax, not Crop");
+    const auto [height, width] = size;
+    if (static_shape == StaticShape::Resize) return resize_fixed_shape(sample, size);
+    if (height == width) {
+        return resize_keep_aspect_ratio(sample, {.min_dimension = height, .max_dimension = height, .pad_to_max_dimension = true});
+    }
+    return scale_and_crop(sample, size, 1.0, {0, 0}, 0.0);
+}
+
 }  // namespace tessera::data

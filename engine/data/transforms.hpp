@@ -53,4 +53,10 @@ ImageGeometry resampled_geometry(const ImageGeometry& geometry, const std::array
                                  const std::array<std::int64_t, 3>& extent,
                                  const std::array<std::int64_t, 3>& content);  // extents [D, H, W]
 
+// A whole image brought to the input `size` [H, W] with its boxes: StaticShape::Resize is
+// resize_fixed_shape (the aspect ratio changes); PadToMax keeps the aspect ratio, scaled to fit and padded
+// with zeros at the bottom and right (for a square input the detection seed's keep_aspect_ratio_resizer
+// with pad_to_max_dimension, for a non-square one scale_and_crop at scale 1). Not for Crop.
+DetectionSample whole_image_to_input(const DetectionSample& sample, StaticShape static_shape, std::array<std::int64_t, 2> size);
+
 }  // namespace tessera::data

@@ -66,7 +66,7 @@ struct VolumePlan {
 };
 
 // A derived seed for member `index` of a family (training images, batches, ...) of `seed`'s streams.
-enum class SeedPurpose : std::uint64_t { TrainingImage = 1, EvalImage = 2, Batch = 3 };
+enum class SeedPurpose : std::uint64_t { TrainingImage = 1, EvalImage = 2, Batch = 3, Shuffle = 4 };
 std::uint64_t derived_seed(std::uint64_t seed, SeedPurpose purpose, std::uint64_t index);
 // Uniform in [0, count).
 std::int64_t uniform_index(SeededRandom& random, std::int64_t count);

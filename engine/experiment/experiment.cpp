@@ -401,12 +401,12 @@ data::DataConfig parse_data(const Reader& read, const Json& root, const Experime
         {"source", "seed", "image_size", "num_train_images", "num_eval_images", "noise", "images", "labels",
          "label_mapping", "normalization", "static_shape", "foreground_fraction", "augment", "holdout_fraction",
          "non_finite", "max_number_of_boxes", "excess_boxes", "objects", "object_size", "annotations",
-         "eval_annotations", "eval_images", "categories", "scale_jitter"});
+         "eval_annotations", "eval_images", "categories", "scale_jitter", "records", "eval_records", "first_label"});
     const Json& d = *object;
     data::DataConfig config;
     const std::string source = read.choice(
         d, "data", "source",
-        {"synthetic_em", "synthetic_ct", "fake_images", "folder", "example_mri", "synthetic_shapes", "coco"},
+        {"synthetic_em", "synthetic_ct", "fake_images", "folder", "example_mri", "synthetic_shapes", "coco", "tfrecord"},
         std::nullopt);
     config.source = source == "synthetic_em"       ? data::SourceKind::SyntheticEm
                     : source == "synthetic_ct"     ? data::SourceKind::SyntheticCt
@@ -414,14 +414,17 @@ data::DataConfig parse_data(const Reader& read, const Json& root, const Experime
                     : source == "folder"           ? data::SourceKind::Folder
                     : source == "synthetic_shapes" ? data::SourceKind::SyntheticShapes
                     : source == "coco"             ? data::SourceKind::Coco
+                    : source == "tfrecord"         ? data::SourceKind::TFRecord
                                                    : data::SourceKind::ExampleMri;
+    const bool classifier_source = config.source == data::SourceKind::FakeImages || config.source == data::SourceKind::TFRecord;
     const bool detection = data::is_detection_source(config.source);
     if (e.model.kind == ModelKind::RetinaNet && !detection) {
         read.fail("data.source",
                   "a RetinaNet detects boxes: use \"synthetic_shapes\" or \"coco\", got " + in_quotes(source));
-    } else if (e.model.kind == ModelKind::ResNet && config.source != data::SourceKind::FakeImages) {
-        read.fail("data.source", "a ResNet classifies whole images: use \"fake_images\", got " + in_quotes(source));
-    } else if (e.model.kind == ModelKind::UNet && (config.source == data::SourceKind::FakeImages || detection)) {
+    } else if (e.model.kind == ModelKind::ResNet && !classifier_source) {
+        read.fail("data.source", "a ResNet classifies whole images: use \"tfrecord\" (shards of labelled images) or "
+                                 "\"fake_images\", got " + in_quotes(source));
+    } else if (e.model.kind == ModelKind::UNet && (classifier_source || detection)) {
         read.fail("data.source", "a U-Net segments: use \"synthetic_em\", \"synthetic_ct\", \"folder\" or \"example_mri\", got " +
                                      in_quotes(source));
     }
@@ -474,6 +477,30 @@ data::DataConfig parse_data(const Reader& read, const Json& root, const Experime
                           "only a \"folder\" source reads folders (and a \"coco\" source its images' "
                           "folder); this source is " +
                               in_quotes(source));
+            }
+        }
+    }
+    if (config.source == data::SourceKind::TFRecord) {
+        const auto records = read.string(d, "data", "records");
+        if (!records || records->empty()) {
+            read.fail("data.records", "missing; a \"tfrecord\" source needs its shards, a file name pattern relative to the "
+                                      "experiment file, e.g. \"imagenet/train-*-of-01024\"");
+        }
+        config.records = *records;
+        if (const auto eval_records = read.string(d, "data", "eval_records")) {
+            if (eval_records->empty()) read.fail("data.eval_records", "expected the held-out shards' pattern, got an empty string");
+            if (read.find(d, "holdout_fraction")) {
+                read.fail("data.holdout_fraction", "the held-out images are data.eval_records': remove holdout_fraction (or "
+                                                   "eval_records, to hold out the last records of data.records)");
+            }
+            config.eval_records = *eval_records;
+        }
+        config.first_label = read.integer(d, "data", "first_label", std::numeric_limits<std::int32_t>::min(),
+                                          std::numeric_limits<std::int32_t>::max(), config.first_label);
+    } else {
+        for (std::string_view key : {"records", "eval_records", "first_label"}) {
+            if (read.find(d, key)) {
+                read.fail(join_path("data", key), "only a \"tfrecord\" source reads record shards; this source is " + in_quotes(source));
             }
         }
     }
@@ -536,7 +563,8 @@ data::DataConfig parse_data(const Reader& read, const Json& root, const Experime
     const bool coco = config.source == data::SourceKind::Coco;
     // A COCO source brings whole images to the input, by default as the detection seed's pad_to_max_dimension.
     const std::string static_shape =
-        read.choice(d, "data", "static_shape", {"crop", "resize", "pad_to_max"}, coco ? "pad_to_max" : "crop");
+        read.choice(d, "data", "static_shape", {"crop", "resize", "pad_to_max"},
+                    coco ? "pad_to_max" : config.source == data::SourceKind::TFRecord ? "resize" : "crop");
     if (coco && static_shape == "crop") {
         read.fail(
             "data.static_shape",
@@ -951,7 +979,8 @@ void place_in_directory(Experiment& e, const std::filesystem::path& directory) {
     e.directory = directory;
     if (!e.data) return;
     for (std::filesystem::path* folder : {&e.data->images_dir, &e.data->labels_dir, &e.data->annotations_file,
-                                          &e.data->eval_annotations_file, &e.data->eval_images_dir}) {
+                                          &e.data->eval_annotations_file, &e.data->eval_images_dir, &e.data->records,
+                                          &e.data->eval_records}) {
         if (!folder->empty() && folder->is_relative()) *folder = directory / *folder;
     }
 }

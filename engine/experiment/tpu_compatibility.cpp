@@ -43,6 +43,8 @@ std::string_view source_json_name(data::SourceKind kind) {
             return "synthetic_shapes";
         case data::SourceKind::Coco:
             return "coco";
+        case data::SourceKind::TFRecord:
+            return "tfrecord";
     }
     TESSERA_FAIL("data source " << static_cast<int>(kind) << " has no name");
 }

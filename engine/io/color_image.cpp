@@ -12,7 +12,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
+#include <istream>
 #include <optional>
+#include <streambuf>
 
 namespace tessera {
 namespace {
@@ -42,7 +45,7 @@ std::int64_t little_endian(const unsigned char* bytes, int count) {
 }
 
 // A JPEG's size is in its first start-of-frame segment; the markers before it are skipped by length.
-std::optional<std::array<std::int64_t, 2>> jpeg_size(std::ifstream& in) {
+std::optional<std::array<std::int64_t, 2>> jpeg_size(std::istream& in) {
     in.seekg(2);
     unsigned char byte = 0;
     const auto read_byte = [&]() { return static_cast<bool>(in.read(reinterpret_cast<char*>(&byte), 1)); };
@@ -70,11 +73,30 @@ std::optional<std::array<std::int64_t, 2>> jpeg_size(std::ifstream& in) {
     return std::nullopt;
 }
 
-ImageHeader read_image_header(const fs::path& path) {
-    std::ifstream in(path, std::ios::binary);
-    TESSERA_CHECK(in.good(), "image " << quoted(path)
-                                      << " cannot be opened for reading: check that the file exists and that this "
-                                         "user may read it");
+// A read-only stream over bytes in memory (an image stored inside a TFRecord), seekable as a file is.
+class ByteSpanBuffer final : public std::streambuf {
+public:
+    explicit ByteSpanBuffer(std::span<const std::byte> bytes) {
+        // std::streambuf wants char*; nothing is ever written through it.
+        char* begin = const_cast<char*>(reinterpret_cast<const char*>(bytes.data()));
+        setg(begin, begin, begin + bytes.size());
+    }
+
+protected:
+    pos_type seekoff(off_type offset, std::ios_base::seekdir direction, std::ios_base::openmode) override {
+        const off_type base = direction == std::ios_base::beg ? 0 : direction == std::ios_base::cur ? gptr() - eback() : egptr() - eback();
+        const off_type target = base + offset;
+        if (target < 0 || target > egptr() - eback()) return pos_type(off_type(-1));
+        setg(eback(), eback() + target, egptr());
+        return pos_type(target);
+    }
+    pos_type seekpos(pos_type position, std::ios_base::openmode mode) override {
+        return seekoff(off_type(position), std::ios_base::beg, mode);
+    }
+};
+
+// `what` names the image in messages: "image 'a.jpg'", "the image of record 3 (byte offset 120) of 'train-00000'".
+ImageHeader read_image_header(std::istream& in, const std::string& what) {
     unsigned char bytes[26] = {};
     in.read(reinterpret_cast<char*>(bytes), sizeof bytes);
     const auto count = in.gcount();
@@ -101,11 +123,18 @@ ImageHeader read_image_header(const fs::path& path) {
             }
         }
     } else {
-        TESSERA_REJECT("image " << quoted(path)
-                                << " is not a PNG, JPEG or BMP file (it does not start with any of their "
-                                   "signatures); convert it to one of them");
+        TESSERA_REJECT(what << " is not a PNG, JPEG or BMP file (it does not start with any of their "
+                               "signatures); convert it to one of them");
     }
     return header;
+}
+
+ImageHeader read_image_header(const fs::path& path) {
+    std::ifstream in(path, std::ios::binary);
+    TESSERA_CHECK(in.good(), "image " << quoted(path)
+                                      << " cannot be opened for reading: check that the file exists and that this "
+                                         "user may read it");
+    return read_image_header(in, "image " + quoted(path));
 }
 
 const char* kind_name(ImageKind kind) {
@@ -121,8 +150,8 @@ const char* kind_name(ImageKind kind) {
 }
 
 // The header's [H, W]; throws when the header does not give it.
-std::array<std::int64_t, 2> size_from_header(const fs::path& path, const ImageHeader& header) {
-    TESSERA_CHECK(header.size.has_value(), "image " << quoted(path) << " is damaged: its " << kind_name(header.kind)
+std::array<std::int64_t, 2> size_from_header(const std::string& what, const ImageHeader& header) {
+    TESSERA_CHECK(header.size.has_value(), what << " is damaged: its " << kind_name(header.kind)
                                                     << " header does not give the image size; replace it with an "
                                                        "intact copy");
     return *header.size;
@@ -149,56 +178,73 @@ void copy_to_rgb(const cv::Mat& decoded, float scale, Tensor& image) {
     }
 }
 
-}  // namespace
-
-std::array<std::int64_t, 2> read_color_image_size(const fs::path& path) {
-    return size_from_header(path, read_image_header(path));
-}
-
-Tensor read_color_image(const fs::path& path, std::array<std::int64_t, 2> expected_size) {
-    const ImageHeader header = read_image_header(path);
+// The header's size checked against the expectation and the limit, then `decode` run (OpenCV's imread or
+// imdecode) and its result turned into [3, H, W] f32.
+Tensor decode_checked(const std::string& what, const ImageHeader& header, std::array<std::int64_t, 2> expected_size,
+                      const std::function<cv::Mat()>& decode) {
     const char* kind = kind_name(header.kind);
-    const auto [height, width] = size_from_header(path, header);
+    const auto [height, width] = size_from_header(what, header);
     const bool check_size = expected_size[0] != 0 || expected_size[1] != 0;
     TESSERA_CHECK(!check_size || (height == expected_size[0] && width == expected_size[1]),
-                  "image " << quoted(path) << " is " << width << "×" << height << " pixels (width × height) but "
-                           << expected_size[1] << "×" << expected_size[0]
-                           << " was expected. Is it the right file, or was it resized after its size was recorded?");
+                  what << " is " << width << "×" << height << " pixels (width × height) but " << expected_size[1] << "×"
+                       << expected_size[0] << " was expected. Is it the right file, or was it resized after its size was recorded?");
     // Divided, not multiplied: a PNG header's 32-bit sizes multiply past the int64 range.
     TESSERA_CHECK(height >= 1 && width >= 1 && width <= max_color_image_pixels / height,
-                  "image " << quoted(path) << " declares " << width << "×" << height
-                           << " pixels: expected at least 1 and at most " << max_color_image_pixels
-                           << " pixels. Either its header is damaged (replace the file with an intact copy) or the "
-                              "image is too large (split or downscale it)");
+                  what << " declares " << width << "×" << height << " pixels: expected at least 1 and at most "
+                       << max_color_image_pixels
+                       << " pixels. Either its header is damaged (replace the file with an intact copy) or the "
+                          "image is too large (split or downscale it)");
 
     cv::Mat decoded;
     try {
-        decoded = cv::imread(path.string(), cv::IMREAD_ANYDEPTH | cv::IMREAD_ANYCOLOR | cv::IMREAD_IGNORE_ORIENTATION);
+        decoded = decode();
     } catch (const cv::Exception& error) {
-        TESSERA_REJECT("image " << quoted(path) << " could not be decoded as " << kind << ": " << error.err
-                                << ". The file is damaged: replace it with an intact copy");
+        TESSERA_REJECT(what << " could not be decoded as " << kind << ": " << error.err
+                            << ". The file is damaged: replace it with an intact copy");
     }
-    TESSERA_CHECK(!decoded.empty(), "image " << quoted(path) << " could not be decoded as " << kind
-                                             << ": the file is damaged or uses a variant OpenCV cannot read. "
-                                                "Replace it with an intact copy, or re-save it as an 8-bit PNG");
+    TESSERA_CHECK(!decoded.empty(), what << " could not be decoded as " << kind
+                                         << ": the file is damaged or uses a variant OpenCV cannot read. "
+                                            "Replace it with an intact copy, or re-save it as an 8-bit PNG");
     TESSERA_CHECK(decoded.rows == height && decoded.cols == width,
-                  "image " << quoted(path) << " decodes to " << decoded.cols << "×" << decoded.rows
-                           << " pixels but its header says " << width << "×" << height
-                           << ": the file is damaged. Replace it with an intact copy");
+                  what << " decodes to " << decoded.cols << "×" << decoded.rows << " pixels but its header says " << width
+                       << "×" << height << ": the file is damaged. Replace it with an intact copy");
     const int channels = decoded.channels();
-    TESSERA_CHECK(
-        channels == 1 || channels == 3 || channels == 4,
-        "image " << quoted(path) << " has " << channels << " channels: expected grey, RGB or RGBA. Convert it to RGB");
+    TESSERA_CHECK(channels == 1 || channels == 3 || channels == 4,
+                  what << " has " << channels << " channels: expected grey, RGB or RGBA. Convert it to RGB");
     Tensor image = Tensor::empty({3, height, width}, DType::F32);
     if (decoded.depth() == CV_8U) {
         copy_to_rgb<std::uint8_t>(decoded, 1.0f / 255.0f, image);
     } else if (decoded.depth() == CV_16U) {
         copy_to_rgb<std::uint16_t>(decoded, 1.0f / 65535.0f, image);
     } else {
-        TESSERA_REJECT("image " << quoted(path) << " has samples of OpenCV depth " << decoded.depth()
-                                << ": expected 8 or 16 bits unsigned. Convert it to 8-bit RGB");
+        TESSERA_REJECT(what << " has samples of OpenCV depth " << decoded.depth()
+                            << ": expected 8 or 16 bits unsigned. Convert it to 8-bit RGB");
     }
     return image;
+}
+
+constexpr int imread_flags = cv::IMREAD_ANYDEPTH | cv::IMREAD_ANYCOLOR | cv::IMREAD_IGNORE_ORIENTATION;
+
+}  // namespace
+
+std::array<std::int64_t, 2> read_color_image_size(const fs::path& path) {
+    return size_from_header("image " + quoted(path), read_image_header(path));
+}
+
+Tensor read_color_image(const fs::path& path, std::array<std::int64_t, 2> expected_size) {
+    return decode_checked("image " + quoted(path), read_image_header(path), expected_size,
+                          [&] { return cv::imread(path.string(), imread_flags); });
+}
+
+Tensor decode_color_image(std::span<const std::byte> bytes, const std::string& what) {
+    ByteSpanBuffer buffer(bytes);
+    std::istream in(&buffer);
+    const ImageHeader header = read_image_header(in, what);
+    return decode_checked(what, header, {0, 0}, [&] {
+        // imdecode only reads the bytes; cv::Mat wants a non-const pointer.
+        const cv::Mat encoded(1, static_cast<int>(bytes.size()), CV_8U, const_cast<std::byte*>(bytes.data()));
+        return cv::imdecode(encoded, imread_flags);
+    });
 }
 
 std::vector<std::uint8_t> encode_png(const Tensor& image) {

@@ -3,6 +3,7 @@
 //   std::array<std::int64_t, 2> size = read_color_image_size("val2017/000139.jpg");  // [H, W], header only
 //   Tensor image = read_color_image("val2017/000139.jpg", {426, 640});              // [3, 426, 640] f32
 //   image.at<float>({0, y, x});                                                     // red, in [0, 1]
+//   Tensor photo = decode_color_image(jpeg_bytes, "the image of record 3 of 'train-00000'");  // from memory
 //
 // Decoded by OpenCV as stored: EXIF orientation is ignored, as annotations refer to the stored pixels.
 // 8-bit samples are divided by 255, 16-bit by 65535; a grey image is replicated to 3 channels, an alpha
@@ -19,7 +20,10 @@
 
 #include <array>
 #include <cstdint>
+#include <cstddef>
 #include <filesystem>
+#include <span>
+#include <string>
 #include <vector>
 
 namespace tessera {
@@ -35,6 +39,9 @@ std::array<std::int64_t, 2> read_color_image_size(const std::filesystem::path& p
 // [3, H, W] f32 in [0, 1], channels R, G, B (see above). When expected_size [H, W] is not {0, 0}, the
 // header's size must equal it.
 Tensor read_color_image(const std::filesystem::path& path, std::array<std::int64_t, 2> expected_size = {0, 0});
+// The same from an encoded image in memory (a TFRecord's image/encoded); `what` names it in errors,
+// e.g. "the image of record 3 (byte offset 120) of 'train-00000-of-00004'".
+Tensor decode_color_image(std::span<const std::byte> bytes, const std::string& what);
 
 // Writes image [3, H, W] (RGB) or [1, H, W] (grey) f32 as an 8-bit PNG: values clamped to [0, 1], times 255,
 // rounded. Replaces `path` atomically (a reader never sees half a file). Throws naming the file when it

@@ -67,15 +67,15 @@ TFRecordReader::TFRecordReader(fs::path path, TornTail torn_tail)
     TESSERA_CHECK(!error, "cannot read the TFRecord file " << m_path << ": " << error.message());
 }
 
-bool TFRecordReader::next(std::vector<std::byte>& data) {
-    if (m_offset == m_size) return false;
+std::optional<std::uint64_t> TFRecordReader::next_length() {
+    if (m_offset == m_size) return std::nullopt;
     const std::uint64_t remaining = m_size - m_offset;
-    const auto torn = [&](const char* what) {
+    const auto torn = [&](const char* what) -> std::optional<std::uint64_t> {
         TESSERA_CHECK(m_torn_tail == TornTail::Ignore,
                       m_path << ": the record at byte offset " << m_offset << " is cut short (" << what << "; " << remaining
                                       << " bytes remain): the file is truncated. Copy or write it again.");
         m_offset = m_size;
-        return false;
+        return std::nullopt;
     };
     if (remaining < header_bytes) return torn("no whole header");
     std::byte header[header_bytes];
@@ -91,18 +91,44 @@ bool TFRecordReader::next(std::vector<std::byte>& data) {
     TESSERA_CHECK(length <= max_tfrecord_bytes, m_path << ": the record at byte offset " << m_offset << " claims " << length
                                                                 << " bytes, more than the " << max_tfrecord_bytes << " a record may hold");
     if (length > remaining - header_bytes || remaining - header_bytes - length < footer_bytes) return torn("its data run past the end");
-    data.resize(static_cast<std::size_t>(length));
+    return length;
+}
+
+bool TFRecordReader::next(std::vector<std::byte>& data) {
+    const std::optional<std::uint64_t> length = next_length();
+    if (!length) return false;
+    data.resize(static_cast<std::size_t>(*length));
     std::uint32_t data_crc = 0;
-    m_in.read(reinterpret_cast<char*>(data.data()), static_cast<std::streamsize>(length));
+    m_in.read(reinterpret_cast<char*>(data.data()), static_cast<std::streamsize>(*length));
     m_in.read(reinterpret_cast<char*>(&data_crc), footer_bytes);
     TESSERA_CHECK(m_in.good(), m_path << ": cannot read the record at byte offset " << m_offset);
     const std::uint32_t expected_data_crc = masked_crc32c(data);
-    TESSERA_CHECK(data_crc == expected_data_crc, m_path << ": corrupt record at byte offset " << m_offset << ": the CRC of its " << length
+    TESSERA_CHECK(data_crc == expected_data_crc, m_path << ": corrupt record at byte offset " << m_offset << ": the CRC of its " << *length
                                                                  << " data bytes is " << hex(data_crc) << ", expected " << hex(expected_data_crc));
     m_record_offset = m_offset;
-    m_offset += header_bytes + length + footer_bytes;
+    m_offset += header_bytes + *length + footer_bytes;
     ++m_records;
     return true;
+}
+
+bool TFRecordReader::skip() {
+    const std::optional<std::uint64_t> length = next_length();
+    if (!length) return false;
+    m_record_offset = m_offset;
+    m_offset += header_bytes + *length + footer_bytes;
+    m_in.seekg(static_cast<std::streamoff>(m_offset));
+    TESSERA_CHECK(m_in.good(), m_path << ": cannot seek past the record at byte offset " << m_record_offset);
+    ++m_records;
+    return true;
+}
+
+void TFRecordReader::seek(std::uint64_t offset) {
+    TESSERA_CHECK(offset <= m_size, m_path << ": byte offset " << offset << " is past the end of the file (" << m_size
+                                           << " bytes): was the shard replaced after it was indexed?");
+    m_in.clear();
+    m_in.seekg(static_cast<std::streamoff>(offset));
+    TESSERA_CHECK(m_in.good(), m_path << ": cannot seek to byte offset " << offset);
+    m_offset = offset;
 }
 
 void write_tfrecords(const fs::path& path, const std::vector<std::vector<std::byte>>& records) {

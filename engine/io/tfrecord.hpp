@@ -5,6 +5,8 @@
 //   TFRecordReader shard("train-00000-of-01024");
 //   std::vector<std::byte> record;
 //   while (shard.next(record)) { ... shard.record_offset() ... }
+//   while (shard.skip()) offsets.push_back(shard.record_offset());   // headers only: an index
+//   shard.seek(offsets[7]); shard.next(record);                       // record 7
 //   write_tfrecords("out-00000-of-00001", records);      // atomically
 //
 // A reader checks both CRCs and the framing; damage throws tessera::Error naming the file and the byte
@@ -16,6 +18,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -40,11 +43,19 @@ public:
 
     // The next record's data into `data`; false at the end of the file (or at a torn tail ignored).
     bool next(std::vector<std::byte>& data);
+    // Steps over the next record reading its header only (its length's CRC is checked, its data's is not):
+    // how an index of a shard's record offsets is built without reading the data. False at the end.
+    bool skip();
+    // The next record read is the one at `offset` (a record_offset() this file returned before).
+    void seek(std::uint64_t offset);
     std::uint64_t record_offset() const { return m_record_offset; }  // of the record last returned
     std::int64_t records_read() const { return m_records; }
     const std::filesystem::path& path() const { return m_path; }
 
 private:
+    // The next record's data length, its header checked; nothing at the end of the file.
+    std::optional<std::uint64_t> next_length();
+
     std::filesystem::path m_path;
     TornTail m_torn_tail;
     std::ifstream m_in;

@@ -115,7 +115,7 @@ std::vector<std::string> class_names(const experiment::Experiment& e) {
             c < static_cast<std::int64_t>(phantom_label_names().size())) {
             name = phantom_label_names()[static_cast<std::size_t>(c)];
         }
-        if (source == data::SourceKind::FakeImages) name = "class " + std::to_string(c);
+        if (source == data::SourceKind::FakeImages || source == data::SourceKind::TFRecord) name = "class " + std::to_string(c);
         names.push_back(name);
     }
     return names;
@@ -837,7 +837,25 @@ RunSummary TrainingRun::train(RunObserver* observer, const std::atomic<bool>* st
     if (first_step < impl.total_steps) {
         data::Prefetcher batches(*impl.dataset, first_step, impl.options.prefetch_depth);
         for (std::int64_t step = first_step; step < impl.total_steps; ++step) {
-            const data::Batch batch = batches.next();
+            data::Batch batch;
+            try {
+                batch = batches.next();
+            } catch (const Error& error) {
+                if (error.is_internal()) throw;
+                // A damaged file met mid-run (sources that read records or images when a batch needs them):
+                // the steps done since the last checkpoint are saved before the run stops.
+                if (step > last_checkpoint) {
+                    write_step_trace(impl.model_dir->path() / step_trace_file_name, impl.step_trace(step));
+                    const CheckpointRecord saved = impl.checkpoint();
+                    last_checkpoint = step;
+                    if (observer) observer->on_checkpoint(saved);
+                    log.flush();
+                }
+                const std::string kept =
+                    last_checkpoint > 0 ? "the checkpoint of step " + std::to_string(last_checkpoint) + " is kept" : "no step had been done";
+                TESSERA_REJECT(error.what() << "\nThe run stopped before step " << step + 1 << " (" << kept
+                                            << "): repair or remove what is named above and train again to resume.");
+            }
             const auto step_start = Clock::now();
             const train::StepResult result = impl.is_detection() ? impl.mesh_train_step(batch.images, batch.ground_truth)
                                                                  : impl.mesh_train_step(batch.images, batch.labels);

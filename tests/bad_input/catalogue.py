@@ -241,6 +241,70 @@ def with_nan_image_folder(work):
     return experiment(data={"source": "folder", "images": "data", "labels": "data"})(work)
 
 
+def crc32c(data):
+    crc = 0xFFFFFFFF
+    for byte in data:
+        crc ^= byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+    return crc ^ 0xFFFFFFFF
+
+
+def tfrecord(data):
+    """One TFRecord: length, masked CRC-32C of it, data, masked CRC-32C of the data."""
+    def masked(blob):
+        crc = crc32c(blob)
+        return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+    length = struct.pack("<Q", len(data))
+    return length + struct.pack("<I", masked(length)) + data + struct.pack("<I", masked(data))
+
+
+def tf_example(image, label):
+    """A tf.Example with image/encoded and image/class/label, in protobuf's wire format by hand."""
+    def varint(value):
+        out = b""
+        while True:
+            low = value & 0x7F
+            value >>= 7
+            out += bytes([low | (0x80 if value else 0)])
+            if not value:
+                return out
+    def field(number, payload):  # length-delimited
+        return varint(number << 3 | 2) + varint(len(payload)) + payload
+    def entry(key, feature):
+        return field(1, field(1, key.encode()) + field(2, feature))
+    encoded = field(1, field(1, image))                      # Feature.bytes_list = BytesList{value}
+    labelled = field(3, field(1, varint(label)))             # Feature.int64_list = Int64List{packed value}
+    return field(1, entry("image/encoded", encoded) + entry("image/class/label", labelled))
+
+
+def grey_png(width, height, level):
+    rows = b"".join(b"\x00" + bytes([level]) * width for _ in range(height))
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+
+
+def classifier_on_shards(records=None, change=None, data=None):
+    """A tiny ResNet reading shards/train-00000-of-00001 (4 labelled PNGs, or `records`), the file then
+    changed by `change(bytes) -> bytes`."""
+    def make(work):
+        os.makedirs(os.path.join(work, "shards"))
+        blob = b"".join(tfrecord(r) for r in (records or [tf_example(grey_png(12, 10, 40 * i), 1 + i % 2) for i in range(4)]))
+        write(os.path.join(work, "shards", "train-00000-of-00001"), change(blob) if change else blob)
+        e = tiny_experiment(model={"kind": "resnet", "depth": 18, "num_classes": 2}, input={"channels": 3, "size": [32, 32]},
+                            num_cores_per_replica=1, input_partition_dims=[[1, 1, 1, 1], None], global_batch=4,
+                            steps_per_checkpoint=0)
+        e["data"] = data or {"source": "tfrecord", "records": "shards/train-*", "holdout_fraction": 0}
+        return experiment(text=json.dumps(e))(work)
+    return make
+
+
+def flip_byte(offset):
+    return lambda blob: blob[:offset] + bytes([blob[offset] ^ 0x20]) + blob[offset + 1:]
+
+
 def trained(steps=2, then=None, **changes):
     """A model_dir trained `steps` steps by the CLI under test, then changed by `then(model_dir)`."""
     def make(work, cli):
@@ -477,6 +541,24 @@ CASES = [
     ("calibrate_threads_zero", lambda w: w, ["calibrate", "--threads", "0"], 2, "--threads must be", False),
     ("phantom_bad_size", lambda w: os.path.join(w, "p.nii.gz"), ["phantom", "{in}", "--size", "40,32"], 2, "--size", False),
     ("convert_to_png", nii("img.nii", H() + V), ["convert", "{in}", "{work}/out.png"], 2, "cannot write", False),
+    # TFRecord shards (a classifier's data.source "tfrecord"): refused at the start when the pattern or the
+    # framing is wrong; a record's data, example and label are read with its batch, so those stop the run (exit 1).
+    ("tfrecord_no_shard", classifier_on_shards(data={"source": "tfrecord", "records": "shards/valid-*", "holdout_fraction": 0}),
+     ["train", "{in}", "--model-dir", "{work}/run"], 2, "matches no file", False),
+    ("tfrecord_truncated", classifier_on_shards(change=lambda blob: blob[:-9]), ["train", "{in}", "--model-dir", "{work}/run"], 2,
+     "the file is truncated", False),
+    ("tfrecord_length_crc", classifier_on_shards(change=flip_byte(2)), ["validate", "{in}"], 2,
+     "corrupt record at byte offset 0: the CRC of its length", False),
+    ("tfrecord_data_crc", classifier_on_shards(change=flip_byte(40)), ["train", "{in}", "--model-dir", "{work}/run"], 1,
+     "corrupt record at byte offset 0: the CRC of its", False),
+    ("tfrecord_not_an_example", classifier_on_shards(records=[b"\x0a\x05hello"] * 4), ["train", "{in}", "--model-dir", "{work}/run"], 1,
+     "is not a tf.Example", False),
+    ("tfrecord_label_out_of_range", classifier_on_shards(records=[tf_example(grey_png(8, 8, 9), 7)] * 4),
+     ["train", "{in}", "--model-dir", "{work}/run"], 1, "has image/class/label 7, which is class 6 with data.first_label 1", False),
+    ("tfrecord_image_undecodable", classifier_on_shards(records=[tf_example(b"GIF89a not supported", 1)] * 4),
+     ["train", "{in}", "--model-dir", "{work}/run"], 1, "is not a PNG, JPEG or BMP file", False),
+    ("tfrecord_for_a_unet", experiment(data={"source": "tfrecord", "records": "shards/*"}), ["validate", "{in}"], 2,
+     "a U-Net segments", False),
     # Runs and their model_dirs
     ("train_nan_voxels", with_nan_image_folder, ["train", "{in}", "--model-dir", "{work}/run"], 2, "NaN or infinite voxel", False),
     ("validate_nan_voxels", with_nan_image_folder, ["validate", "{in}"], 2, "data.non_finite", False),

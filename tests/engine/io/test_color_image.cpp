@@ -11,7 +11,9 @@
 #include <opencv2/core.hpp>
 #include <opencv2/imgcodecs.hpp>
 
+#include <cstring>
 #include <fstream>
+#include <span>
 #include <iterator>
 #include <string>
 
@@ -209,4 +211,31 @@ TEST(ColorImageValidation, NamesTheFileAndTheFixOfEveryMistake) {
     expect_mentions(error_of([&] { read_color_image(huge); }), {"declares 0×10 pixels"});
     // The expected size is checked first: the stale CRC never reaches the decoder.
     expect_mentions(error_of([&] { read_color_image(huge, {10, 20}); }), {"is 0×10 pixels (width × height) but 20×10"});
+}
+
+// Images inside TFRecords are decoded from memory: the same pixels as from the file, header checks included,
+// and messages naming the record instead of a file.
+TEST(ColorImageConversion, DecodingFromMemoryGivesTheFilesPixels) {
+    ScratchDir scratch;
+    cv::Mat pixels(9, 14, CV_8UC3, cv::Scalar(50, 100, 200));
+    pixels.at<cv::Vec3b>(3, 11) = cv::Vec3b(1, 2, 3);
+    for (const char* name : {"m.png", "m.jpg", "m.bmp"}) {
+        ASSERT_TRUE(cv::imwrite((scratch / name).string(), pixels));
+        const std::string bytes = file_text(scratch / name);
+        const Tensor from_file = read_color_image(scratch / name);
+        const Tensor from_memory = decode_color_image(std::as_bytes(std::span(bytes.data(), bytes.size())), "record 0");
+        ASSERT_EQ(from_memory.shape(), from_file.shape()) << name;
+        EXPECT_EQ(std::memcmp(from_memory.raw_data(), from_file.raw_data(), from_file.num_bytes()), 0) << name;
+    }
+    const std::string jpeg = file_text(scratch / "m.jpg");
+    const std::string cut = jpeg.substr(0, jpeg.size() / 2);
+    expect_mentions(error_of([&] { decode_color_image(std::as_bytes(std::span(cut.data(), cut.size())), "the image of record 4"); }),
+                    {"the image of record 4 could not be decoded as JPEG"});
+    const std::string text = "plain text";
+    expect_mentions(error_of([&] { decode_color_image(std::as_bytes(std::span(text.data(), text.size())), "the image of record 5"); }),
+                    {"the image of record 5 is not a PNG, JPEG or BMP file"});
+    // A JPEG cut before its frame header: no size, refused before decoding.
+    const std::string headless = jpeg.substr(0, 4);
+    expect_mentions(error_of([&] { decode_color_image(std::as_bytes(std::span(headless.data(), headless.size())), "record 6"); }),
+                    {"record 6 is damaged: its JPEG header does not give the image size"});
 }

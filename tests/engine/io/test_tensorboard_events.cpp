@@ -1,6 +1,7 @@
 // TensorBoard event files: CRC-32C, the exact bytes of a record, writer -> reader round trips, session
 // starts, and damaged files (a torn tail is tolerated, a bad CRC elsewhere is reported with its offset).
 #include "io/tensorboard_events.hpp"
+#include "io/tfrecord.hpp"
 
 #include "run_files_test_support.hpp"
 
@@ -344,4 +345,53 @@ TEST(TensorBoardEventValidation, UnwritableFolderIsReported) {
     const ScratchDir dir;
     write_file_bytes(dir / "file", bytes_of("x"));
     EXPECT_ERROR_CONTAINS(TensorBoardWriter(dir / "file" / "run"), "cannot create the TensorBoard log folder");
+}
+
+// ---- TFRecord index: skip and seek -------------------------------------------------------------
+
+// An index built from headers alone finds every record where a full read does, and a seek to any indexed
+// offset reads that record; a damaged length is found while indexing, a damaged data byte only on reading.
+TEST(TFRecordIndex, SkipFindsEveryRecordAndSeekReadsIt) {
+    const ScratchDir dir;
+    const fs::path path = dir.path() / "shard-00000-of-00001";
+    std::vector<std::vector<std::byte>> records;
+    std::vector<std::byte> file;
+    std::vector<std::size_t> offsets;
+    for (int i = 0; i < 5; ++i) {
+        records.emplace_back(static_cast<std::size_t>(3 + 7 * i), std::byte(i + 1));
+        offsets.push_back(file.size());
+        const std::vector<std::byte> framed = frame(records.back());
+        file.insert(file.end(), framed.begin(), framed.end());
+    }
+    write_file_bytes(path, file);
+    TFRecordReader indexer(path);
+    std::vector<std::uint64_t> indexed;
+    while (indexer.skip()) indexed.push_back(indexer.record_offset());
+    EXPECT_EQ(indexed, std::vector<std::uint64_t>(offsets.begin(), offsets.end()));
+    EXPECT_EQ(indexer.records_read(), 5);
+    TFRecordReader reader(path);
+    std::vector<std::byte> data;
+    for (int i : {3, 0, 1, 4}) {
+        reader.seek(indexed[static_cast<std::size_t>(i)]);
+        ASSERT_TRUE(reader.next(data));
+        EXPECT_EQ(data, records[static_cast<std::size_t>(i)]) << "record " << i;
+    }
+    EXPECT_FALSE(reader.next(data)) << "the last record was read: nothing follows it";
+    EXPECT_ERROR_CONTAINS(reader.seek(file.size() + 1), "past the end of the file");
+
+    std::vector<std::byte> damaged = file;
+    damaged[offsets[2] + 12 + 1] ^= std::byte{0x08};  // a data byte of record 2: the index does not see it
+    write_file_bytes(path, damaged);
+    TFRecordReader skipping(path);
+    int count = 0;
+    while (skipping.skip()) ++count;
+    EXPECT_EQ(count, 5);
+    TFRecordReader reading(path);
+    reading.seek(offsets[2]);
+    EXPECT_ERROR_CONTAINS(reading.next(data), "corrupt record at byte offset " + std::to_string(offsets[2]));
+    damaged = file;
+    damaged[offsets[3]] ^= std::byte{0x01};  // the length of record 3: the index refuses it
+    write_file_bytes(path, damaged);
+    TFRecordReader refusing(path);
+    EXPECT_ERROR_CONTAINS({ while (refusing.skip()) {} }, "corrupt record at byte offset " + std::to_string(offsets[3]) + ": the CRC of its length");
 }
