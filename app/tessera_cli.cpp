@@ -30,6 +30,7 @@
 #include "experiment/experiment.hpp"
 #include "data/image_shards.hpp"
 #include "data/phantom.hpp"
+#include "io/dicom_series.hpp"
 #include "io/volume_io.hpp"
 #include "report/run_report.hpp"
 
@@ -71,6 +72,40 @@ void describe_volume(const tessera::Volume& volume) {
     std::printf("voxels   %s in the file, values %g … %g\n", volume.source_scalar_type.c_str(),
                 static_cast<double>(*lowest), static_cast<double>(*highest));
     for (const std::string& warning : volume.warnings) std::printf("warning  %s\n", warning.c_str());
+}
+
+// `text` cut or padded to `width` characters (UTF-8: "×" is one character, two bytes).
+std::string padded(const std::string& text, std::size_t width) {
+    std::string out;
+    std::size_t characters = 0;
+    for (std::size_t at = 0; at < text.size() && characters < width; ++characters) {
+        std::size_t length = 1;
+        const auto lead = static_cast<unsigned char>(text[at]);
+        if (lead >= 0xf0) length = 4; else if (lead >= 0xe0) length = 3; else if (lead >= 0xc0) length = 2;
+        out.append(text, at, length);
+        at += length;
+    }
+    return out + std::string(width - characters, ' ');
+}
+
+// The series of a DICOM folder, one per line: what a series browser shows.
+void print_dicom_series(const std::vector<tessera::DicomSeriesInfo>& series) {
+    std::printf("DICOM    %zu series\n", series.size());
+    std::printf("  number  %s%s%s%s%s%s%s%s\n", padded("modality", 10).c_str(), padded("description", 30).c_str(), padded("slices", 8).c_str(),
+                padded("size", 11).c_str(), padded("spacing (mm)", 19).c_str(), padded("transfer syntax", 26).c_str(),
+                padded("patient", 18).c_str(), "study date");
+    for (const tessera::DicomSeriesInfo& one : series) {
+        char spacing[64];
+        std::snprintf(spacing, sizeof spacing, "%.3g × %.3g × %.3g", one.spacing[0], one.spacing[1], one.spacing[2]);
+        std::printf("  %6lld  %s%s%s%s%s%s%s%s\n", static_cast<long long>(one.series_number),
+                    padded(one.modality.empty() ? "?" : one.modality, 10).c_str(), padded(one.description, 30).c_str(),
+                    padded(std::to_string(one.num_slices), 8).c_str(),
+                    padded(std::to_string(one.size[0]) + "×" + std::to_string(one.size[1]), 11).c_str(), padded(spacing, 19).c_str(),
+                    padded(one.transfer_syntax, 26).c_str(), padded(one.patient_name, 18).c_str(), one.study_date.c_str());
+        std::printf("          UID %s, %lld file%s\n", one.series_uid.empty() ? "(none)" : one.series_uid.c_str(),
+                    static_cast<long long>(one.num_files), one.num_files == 1 ? "" : "s");
+        for (const std::string& warning : one.warnings) std::printf("          warning: %s\n", warning.c_str());
+    }
 }
 
 void describe_labels(const tessera::LabelMap& labels) {
@@ -337,10 +372,11 @@ int run(int argc, char** argv) {
     app.set_version_flag("--version", TESSERA_VERSION);
     app.require_subcommand(0, 1);
 
-    std::string info_image, info_labels;
-    CLI::App* info = app.add_subcommand("info", "Describe an image (and a label map on its grid)");
+    std::string info_image, info_labels, info_series;
+    CLI::App* info = app.add_subcommand("info", "Describe an image (and a label map on its grid); a DICOM folder: list its series");
     info->add_option("image", info_image, "Image file or DICOM folder")->required();
     info->add_option("--labels", info_labels, "Label map to check against the image's grid");
+    info->add_option("--series", info_series, "DICOM: the series to describe, by number or UID (a folder with several is listed)");
 
     std::string phantom_out, phantom_labels, phantom_size = "128,128,96", phantom_spacing = "1,1,1";
     std::uint64_t phantom_seed = 1;
@@ -357,6 +393,8 @@ int run(int argc, char** argv) {
     convert->add_option("in", convert_in, "Input image or DICOM folder")->required();
     convert->add_option("out", convert_out, "Output image (.nii, .nii.gz, .mha, .mhd, .nrrd, .nhdr, .mgh, .mgz)")->required();
     convert->add_flag("--labels", convert_as_labels, "Treat the image as a label map (integer values)");
+    std::string convert_series;
+    convert->add_option("--series", convert_series, "DICOM: the series to convert, by number or UID");
     bool convert_tfrecord = false;
     tessera::data::ImageShardOptions shard_options;
     convert->add_flag("--tfrecord", convert_tfrecord,
@@ -496,7 +534,19 @@ int run(int argc, char** argv) {
             for (const std::string& omission : written.omissions) std::printf("left out: %s\n", omission.c_str());
             std::printf("wrote %s (%.1f MiB)\n", out.string().c_str(), static_cast<double>(written.html.size()) / (1024.0 * 1024.0));
         } else if (*info) {
-            const tessera::Volume volume = tessera::read_volume(info_image);
+            const bool dicom = tessera::detect_volume_format(info_image) == tessera::VolumeFormat::DicomSeries;
+            if (dicom) {
+                const std::vector<tessera::DicomSeriesInfo> series = tessera::list_dicom_series(info_image);
+                print_dicom_series(series);
+                if (series.size() > 1 && info_series.empty()) {
+                    std::printf("describe one with --series <number> (or its UID)\n");
+                    return 0;
+                }
+            } else if (!info_series.empty()) {
+                std::fprintf(stderr, "tessera-cli: --series picks a DICOM series; %s is not DICOM\n", info_image.c_str());
+                return exit_bad_input;
+            }
+            const tessera::Volume volume = dicom ? tessera::read_dicom_series(info_image, info_series) : tessera::read_volume(info_image);
             describe_volume(volume);
             if (!info_labels.empty()) {
                 const tessera::LabelMap labels = tessera::read_label_map(info_labels);
@@ -526,7 +576,11 @@ int run(int argc, char** argv) {
                             written.classes[c].c_str());
             }
         } else if (*convert) {
-            if (convert_as_labels) {
+            if (!convert_series.empty()) {
+                TESSERA_CHECK(!convert_as_labels, "--series with --labels: a DICOM series is read as an image; convert it, then read the "
+                                                  "result as labels");
+                tessera::write_volume(tessera::read_dicom_series(convert_in, convert_series), convert_out);
+            } else if (convert_as_labels) {
                 tessera::write_label_map(tessera::read_label_map(convert_in), convert_out);
             } else {
                 tessera::write_volume(tessera::read_volume(convert_in), convert_out);

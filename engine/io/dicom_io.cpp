@@ -1,72 +1,61 @@
-// DICOM: a folder holding one series of single-frame slices, or one file.
+// DICOM through GDCM (dicom_series.hpp): headers read up to the pixel data for listing and sorting,
+// pixels decoded by GDCM's codecs in whatever transfer syntax the file uses.
 //
-// Each file's header is scanned here first (a small walker over the data elements up to the pixel
-// data). Only uncompressed little-endian grayscale pixels are read, and those are decoded here too:
-// the walker already knows where the pixel data starts and how long it is, and VTK's DICOM reader,
-// used until round 2, trusted its own parse of the header and read past its buffer on a malformed
-// file that disagreed with ours (found by the fuzzer). Stored values become Rescale Slope × value +
-// Rescale Intercept; slices are stacked in the order of their position along the slice normal.
-//
-// Geometry (LPS, as DICOM): i runs along the row direction (Image Orientation's first vector), j down
-// the columns (its second), k along their cross product; the origin is the Image Position of the first
-// slice. The slice spacing is the distance between consecutive positions (Slice Thickness for one slice).
+// Per file: identity (series, study, patient), the pixel format, the frame count, and where each frame
+// lies — Image Position (Patient) of a single-frame file; for an enhanced multi-frame object the Plane
+// Position of each item of the Per-Frame Functional Groups, with orientation and pixel spacing from the
+// shared groups (or the first frame's); for an RT dose grid the Image Position plus Grid Frame Offset
+// Vector along the normal. GDCM's own messages are switched off: every failure is ours, naming the file.
+#include "io/dicom_series.hpp"
+
 #include "io/raw_image.hpp"
+
+#include <gdcmDataSet.h>
+#include <gdcmFile.h>
+#include <gdcmImage.h>
+#include <gdcmPhotometricInterpretation.h>
+#include <gdcmPixelFormat.h>
+#include <gdcmReader.h>
+#include <gdcmSequenceOfItems.h>
+#include <gdcmTrace.h>
+#include <gdcmTransferSyntax.h>
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <chrono>
+#include <functional>
 #include <cmath>
+#include <cstdio>
+#include <csignal>
 #include <cstring>
+#include <iostream>
+#include <mutex>
 #include <fstream>
 #include <map>
+#include <numbers>
 #include <optional>
 #include <sstream>
 
-namespace tessera::io_detail {
+// Present when a sanitizer runtime is linked (fuzzing and sanitizer builds), null otherwise.
+extern "C" void __sanitizer_set_death_callback(void (*callback)(void)) __attribute__((weak));
+
+namespace tessera {
 
 namespace {
 
+namespace fs = std::filesystem;
+using io_detail::quoted;
+using Vector3 = std::array<double, 3>;
+
 constexpr std::string_view implicit_little_endian = "1.2.840.10008.1.2";
-constexpr std::string_view explicit_little_endian = "1.2.840.10008.1.2.1";
-constexpr std::string_view explicit_big_endian = "1.2.840.10008.1.2.2";
-
-struct DicomFile {
-    std::filesystem::path path;
-    std::string transfer_syntax{implicit_little_endian};
-    std::string series_uid;
-    int rows = 0;
-    int columns = 0;
-    int samples_per_pixel = 1;
-    int bits_allocated = 0;
-    int pixel_representation = 0;
-    std::int64_t number_of_frames = 1;
-    std::optional<std::array<double, 3>> position;       // Image Position (Patient), mm
-    std::optional<std::array<double, 6>> orientation;    // Image Orientation (Patient)
-    std::optional<std::array<double, 2>> pixel_spacing;  // between rows, between columns (mm)
-    double slice_thickness = 0;
-    double rescale_slope = 1;      // value = slope × stored + intercept
-    double rescale_intercept = 0;
-    std::int64_t instance_number = 0;
-    bool has_pixel_data = false;
-    bool encapsulated = false;  // compressed pixel data
-    std::uint64_t pixel_data_offset = 0;  // bytes from the file's start to the first pixel
-    std::uint64_t pixel_data_bytes = 0;
-    std::uint64_t pixel_data_available = 0;
-};
-
-std::vector<double> parse_decimals(const std::string& text) {
-    std::vector<double> values;
-    std::string item;
-    std::istringstream in(text);
-    while (std::getline(in, item, '\\')) {
-        try {
-            values.push_back(std::stod(item));
-        } catch (const std::exception&) {
-            return {};
-        }
-    }
-    return values;
-}
 
 std::string trim_value(std::string text) {
     while (!text.empty() && (text.back() == '\0' || text.back() == ' ')) text.pop_back();
@@ -74,448 +63,1315 @@ std::string trim_value(std::string text) {
     return text;
 }
 
-// Walks the data elements of one file. Nested sequences are skipped; only top-level elements count.
-class DicomScanner {
+// What GDCM says while it reads: its warnings and errors into a string, and fds 1 and 2 (where the C
+// libraries under its codecs, libjpeg and pvrg-jpeg, print) into a temporary file, for the lifetime of the
+// capture. It runs in the reader's child process (run_in_child), whose output is no one else's.
+class GdcmOutputCapture {
 public:
-    DicomScanner(const std::vector<unsigned char>& bytes, DicomFile& file) : m_bytes(bytes), m_file(file) {}
+    GdcmOutputCapture() : m_lock(mutex()) {
+        messages().str({});
+        gdcm::Trace::DebugOff();
+        gdcm::Trace::SetWarningStream(messages());
+        gdcm::Trace::SetErrorStream(messages());
+        gdcm::Trace::WarningOn();
+        gdcm::Trace::ErrorOn();
+        std::fflush(nullptr);
+        std::cout.flush();
+        m_file = std::tmpfile();
+        m_saved_stdout = m_file ? ::dup(1) : -1;
+        m_saved_stderr = m_file ? ::dup(2) : -1;
+        if (m_saved_stdout >= 0) ::dup2(::fileno(m_file), 1);
+        if (m_saved_stderr >= 0) ::dup2(::fileno(m_file), 2);
+    }
+    ~GdcmOutputCapture() { restore(); }
+    GdcmOutputCapture(const GdcmOutputCapture&) = delete;
+    GdcmOutputCapture& operator=(const GdcmOutputCapture&) = delete;
 
-    // False if the bytes do not look like DICOM at all.
-    bool scan() {
-        std::size_t position = 0;
-        if (m_bytes.size() >= 132 && std::memcmp(m_bytes.data() + 128, "DICM", 4) == 0) {
-            position = 132;
-        } else if (!looks_like_bare_dataset()) {
-            return false;
-        }
-        // File meta information (group 0002) is always explicit VR little endian.
-        m_explicit = true;
-        m_big_endian = false;
-        while (position + 8 <= m_bytes.size() && u16(position) == 0x0002) {
-            if (!element(position, 0)) return true;
-        }
-        if (!m_meta_found && position + 6 <= m_bytes.size() && std::isupper(m_bytes[position + 4]) &&
-            std::isupper(m_bytes[position + 5])) {
-            m_file.transfer_syntax = explicit_little_endian;  // no meta header, but explicit VRs
-        }
-        m_explicit = m_file.transfer_syntax != implicit_little_endian;
-        m_big_endian = m_file.transfer_syntax == explicit_big_endian;
-        if (m_file.transfer_syntax == "1.2.840.10008.1.2.1.99") return true;  // deflated: cannot walk on
-        while (position + 8 <= m_bytes.size() && !m_file.has_pixel_data) {
-            if (!element(position, 0)) break;
-        }
-        return true;
+    // Everything said so far, trimmed; restores stderr first.
+    std::string text() {
+        restore();
+        std::string said = messages().str();
+        said += m_printed;
+        return trim_value(said);
     }
 
 private:
-    bool looks_like_bare_dataset() const {
-        // No preamble: a dataset starting at group 0002 or 0008 with a short length.
-        if (m_bytes.size() < 8) return false;
-        const std::uint16_t group = static_cast<std::uint16_t>(m_bytes[0] | (m_bytes[1] << 8));
-        return group == 0x0002 || group == 0x0008;
+    static std::mutex& mutex() {
+        static std::mutex instance;
+        return instance;
+    }
+    static std::ostringstream& messages() {
+        static std::ostringstream instance;
+        return instance;
+    }
+    void restore() {
+        if (m_restored) return;
+        m_restored = true;
+        std::fflush(nullptr);
+        std::cout.flush();
+        std::cerr.flush();
+        if (m_saved_stdout >= 0) {
+            ::dup2(m_saved_stdout, 1);
+            ::close(m_saved_stdout);
+        }
+        if (m_saved_stderr >= 0) {
+            ::dup2(m_saved_stderr, 2);
+            ::close(m_saved_stderr);
+        }
+        if (m_file) {
+            std::rewind(m_file);
+            char chunk[4096];
+            std::size_t count = 0;
+            while ((count = std::fread(chunk, 1, sizeof chunk, m_file)) > 0 && m_printed.size() < 65536) m_printed.append(chunk, count);
+            std::fclose(m_file);
+        }
+        gdcm::Trace::WarningOff();
+        gdcm::Trace::ErrorOff();
+        gdcm::Trace::SetWarningStream(std::cerr);
+        gdcm::Trace::SetErrorStream(std::cerr);
     }
 
-    std::uint16_t u16(std::size_t at) const {
-        return m_big_endian ? static_cast<std::uint16_t>((m_bytes[at] << 8) | m_bytes[at + 1])
-                            : static_cast<std::uint16_t>(m_bytes[at] | (m_bytes[at + 1] << 8));
+    std::lock_guard<std::mutex> m_lock;
+    std::FILE* m_file = nullptr;
+    int m_saved_stdout = -1, m_saved_stderr = -1;
+    bool m_restored = false;
+    std::string m_printed;
+};
+
+// The element's value as text (string VRs), trimmed; "" when absent or empty.
+std::string text_of(const gdcm::DataSet& data, std::uint16_t group, std::uint16_t element) {
+    const gdcm::Tag tag(group, element);
+    if (!data.FindDataElement(tag)) return {};
+    const gdcm::ByteValue* value = data.GetDataElement(tag).GetByteValue();
+    if (!value || value->GetLength() == 0) return {};
+    return trim_value(std::string(value->GetPointer(), value->GetLength()));
+}
+
+// A US element (rows, columns, bits): GDCM keeps values in the machine's order after reading.
+std::optional<int> unsigned_short_of(const gdcm::DataSet& data, std::uint16_t group, std::uint16_t element) {
+    const gdcm::Tag tag(group, element);
+    if (!data.FindDataElement(tag)) return std::nullopt;
+    const gdcm::ByteValue* value = data.GetDataElement(tag).GetByteValue();
+    if (!value || value->GetLength() < 2) return std::nullopt;
+    std::uint16_t number = 0;
+    std::memcpy(&number, value->GetPointer(), 2);
+    return number;
+}
+
+std::vector<double> decimals_of(const std::string& text) {
+    std::vector<double> values;
+    std::string item;
+    std::istringstream in(text);
+    while (std::getline(in, item, '\\')) {
+        try {
+            std::size_t used = 0;
+            const double value = std::stod(item, &used);
+            if (!std::isfinite(value)) return {};
+            values.push_back(value);
+        } catch (const std::exception&) {
+            return {};
+        }
     }
-    std::uint32_t u32(std::size_t at) const {
-        const std::uint32_t low = u16(at), high = u16(at + 2);
-        return m_big_endian ? (low << 16) | high : (high << 16) | low;
+    return values;
+}
+
+template <std::size_t N>
+std::optional<std::array<double, N>> decimals_of(const gdcm::DataSet& data, std::uint16_t group, std::uint16_t element) {
+    const std::vector<double> values = decimals_of(text_of(data, group, element));
+    if (values.size() != N) return std::nullopt;
+    std::array<double, N> fixed{};
+    std::copy(values.begin(), values.end(), fixed.begin());
+    return fixed;
+}
+
+std::optional<double> decimal_of(const gdcm::DataSet& data, std::uint16_t group, std::uint16_t element) {
+    const auto value = decimals_of<1>(data, group, element);
+    return value ? std::optional<double>((*value)[0]) : std::nullopt;
+}
+
+// The nested data sets of sequence (group, element), copied; empty when absent or not a sequence.
+std::vector<gdcm::DataSet> items_of(const gdcm::DataSet& data, std::uint16_t group, std::uint16_t element, std::size_t limit) {
+    std::vector<gdcm::DataSet> items;
+    const gdcm::Tag tag(group, element);
+    if (!data.FindDataElement(tag)) return items;
+    const gdcm::SmartPointer<gdcm::SequenceOfItems> sequence = data.GetDataElement(tag).GetValueAsSQ();
+    if (!sequence) return items;
+    const std::size_t count = std::min<std::size_t>(sequence->GetNumberOfItems(), limit);
+    for (std::size_t index = 1; index <= count; ++index) items.push_back(sequence->GetItem(index).GetNestedDataSet());
+    return items;
+}
+
+std::optional<gdcm::DataSet> first_item_of(const gdcm::DataSet& data, std::uint16_t group, std::uint16_t element) {
+    std::vector<gdcm::DataSet> items = items_of(data, group, element, 1);
+    if (items.empty()) return std::nullopt;
+    return std::move(items.front());
+}
+
+// A functional group's item: (group sequence)[0].(macro sequence)[0].
+std::optional<gdcm::DataSet> macro_of(const std::optional<gdcm::DataSet>& frame_group, std::uint16_t group, std::uint16_t element) {
+    if (!frame_group) return std::nullopt;
+    return first_item_of(*frame_group, group, element);
+}
+
+Vector3 cross(const Vector3& a, const Vector3& b) {
+    return {a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]};
+}
+double dot(const Vector3& a, const Vector3& b) { return a[0] * b[0] + a[1] * b[1] + a[2] * b[2]; }
+
+std::string transfer_syntax_name(const std::string& uid) {
+    if (uid == implicit_little_endian) return "implicit little endian";
+    if (uid == "1.2.840.10008.1.2.1") return "explicit little endian";
+    if (uid == "1.2.840.10008.1.2.2") return "explicit big endian";
+    if (uid == "1.2.840.10008.1.2.1.99") return "deflated explicit little endian";
+    if (uid == "1.2.840.10008.1.2.4.50" || uid == "1.2.840.10008.1.2.4.51") return "JPEG baseline";
+    if (uid == "1.2.840.10008.1.2.4.57" || uid == "1.2.840.10008.1.2.4.70") return "JPEG lossless";
+    if (uid == "1.2.840.10008.1.2.4.80") return "JPEG-LS lossless";
+    if (uid == "1.2.840.10008.1.2.4.81") return "JPEG-LS near-lossless";
+    if (uid == "1.2.840.10008.1.2.4.90") return "JPEG 2000 lossless";
+    if (uid == "1.2.840.10008.1.2.4.91") return "JPEG 2000";
+    if (uid == "1.2.840.10008.1.2.5") return "RLE lossless";
+    return uid.empty() ? "unknown" : uid;
+}
+
+struct DicomFile {
+    fs::path path;
+    std::string transfer_syntax;  // UID
+    std::string series_uid, patient_name, patient_id, study_description, study_date, series_description, modality;
+    std::int64_t series_number = 0, instance_number = 0;
+    bool is_image = false;  // has rows and columns
+    int rows = 0, columns = 0, samples_per_pixel = 1, bits_allocated = 0, bits_stored = 0, high_bit = 0, pixel_representation = 0;
+    std::string photometric;  // MONOCHROME2, MONOCHROME1, RGB, …
+    std::int64_t frames = 1;
+    std::optional<std::array<double, 6>> orientation;  // row vector, column vector
+    std::vector<Vector3> positions;                     // one per frame; empty when the file does not say
+    std::optional<std::array<double, 2>> pixel_spacing; // between rows, between columns (mm)
+    double slice_thickness = 0, spacing_between_slices = 0;
+    double rescale_slope = 1, rescale_intercept = 0;
+};
+
+// Geometry of an enhanced multi-frame object, from its functional groups.
+void read_functional_groups(const gdcm::DataSet& data, DicomFile& file) {
+    const std::optional<gdcm::DataSet> shared = first_item_of(data, 0x5200, 0x9229);
+    const std::vector<gdcm::DataSet> per_frame = items_of(data, 0x5200, 0x9230, static_cast<std::size_t>(file.frames));
+    const std::optional<gdcm::DataSet> first_frame =
+        per_frame.empty() ? std::nullopt : std::optional<gdcm::DataSet>(per_frame.front());
+    // A macro from the shared groups, else from the first frame's.
+    const auto macro = [&](std::uint16_t group, std::uint16_t element) {
+        std::optional<gdcm::DataSet> found = macro_of(shared, group, element);
+        return found ? found : macro_of(first_frame, group, element);
+    };
+    if (const auto orientation = macro(0x0020, 0x9116)) file.orientation = decimals_of<6>(*orientation, 0x0020, 0x0037);
+    if (const auto measures = macro(0x0028, 0x9110)) {
+        file.pixel_spacing = decimals_of<2>(*measures, 0x0028, 0x0030);
+        file.slice_thickness = decimal_of(*measures, 0x0018, 0x0050).value_or(file.slice_thickness);
+        file.spacing_between_slices = decimal_of(*measures, 0x0018, 0x0088).value_or(file.spacing_between_slices);
+    }
+    if (const auto rescale = macro(0x0028, 0x9145)) {
+        file.rescale_intercept = decimal_of(*rescale, 0x0028, 0x1052).value_or(file.rescale_intercept);
+        file.rescale_slope = decimal_of(*rescale, 0x0028, 0x1053).value_or(file.rescale_slope);
+    }
+    if (static_cast<std::int64_t>(per_frame.size()) != file.frames) return;
+    std::vector<Vector3> positions;
+    for (const gdcm::DataSet& frame : per_frame) {
+        const std::optional<gdcm::DataSet> plane = first_item_of(frame, 0x0020, 0x9113);
+        const auto position = plane ? decimals_of<3>(*plane, 0x0020, 0x0032) : std::nullopt;
+        if (!position) return;
+        positions.push_back(*position);
+    }
+    file.positions = std::move(positions);
+}
+
+// Before GDCM parses a file, every length it declares is checked against the bytes that remain: GDCM
+// allocates an element's declared length before reading it, so one damaged length would make it try to
+// allocate gigabytes. The walk reads element headers only (values are skipped by seeking), descends into
+// sequences and items of defined and undefined length (and, in implicit VR, into any value that starts with
+// an item tag, as GDCM does), and into encapsulated pixel data's fragments.
+class LengthCheck {
+public:
+    explicit LengthCheck(const fs::path& path) : m_in(path, std::ios::binary) {
+        std::error_code error;
+        m_size = fs::file_size(path, error);
+        if (error || !m_in) m_size = 0;
     }
 
-    // Reads one element at `position` and moves past it; false at the end or on malformed data.
-    bool element(std::size_t& position, int depth) {
-        if (position + 8 > m_bytes.size()) return false;
-        const std::uint16_t group = u16(position);
-        const std::uint16_t number = u16(position + 2);
-        const std::uint32_t tag = (static_cast<std::uint32_t>(group) << 16) | number;
+    // Empty when GDCM may read the file, else what is wrong.
+    std::string problem() {
+        if (m_size < 8) return "it is too short to be DICOM";
+        std::uint64_t position = 0;
+        char preamble[132] = {};
+        if (m_size >= 132 && read_at(0, preamble, 132) && std::memcmp(preamble + 128, "DICM", 4) == 0) position = 132;
+        // File meta information (group 0002): explicit VR little endian.
+        m_explicit = true;
+        m_big_endian = false;
+        std::string transfer_syntax;
+        bool meta = false;
+        while (position + 8 <= m_size && m_problem.empty() && group_at(position) == 0x0002) {
+            const std::uint64_t start = position;
+            if (!element(position, 0)) break;
+            if (element_at(start) == 0x00020010) transfer_syntax = m_last_value;
+            meta = true;
+        }
+        if (!m_problem.empty()) return m_problem;
+        transfer_syntax = trim_value(transfer_syntax);
+        if (transfer_syntax == "1.2.840.10008.1.2.1.99") {
+            return "it uses the deflated transfer syntax, which Tessera does not read; 'gdcmconv --raw' converts it";
+        }
+        if (meta) {
+            m_explicit = transfer_syntax != implicit_little_endian;
+        } else {
+            char vr[2] = {};
+            m_explicit = read_at(position + 4, vr, 2) && std::isupper(static_cast<unsigned char>(vr[0])) &&
+                         std::isupper(static_cast<unsigned char>(vr[1]));
+        }
+        m_big_endian = transfer_syntax == "1.2.840.10008.1.2.2";
+        while (position + 8 <= m_size && m_problem.empty()) {
+            if (!element(position, 0)) break;
+        }
+        return m_problem;
+    }
+
+private:
+    static constexpr std::uint32_t undefined = 0xffffffffu;
+
+    bool read_at(std::uint64_t at, char* bytes, std::size_t count) {
+        if (at + count > m_size) return false;
+        m_in.clear();
+        m_in.seekg(static_cast<std::streamoff>(at));
+        return static_cast<bool>(m_in.read(bytes, static_cast<std::streamsize>(count)));
+    }
+    std::uint16_t u16(const unsigned char* bytes) const {
+        return m_big_endian ? static_cast<std::uint16_t>((bytes[0] << 8) | bytes[1]) : static_cast<std::uint16_t>(bytes[0] | (bytes[1] << 8));
+    }
+    std::uint32_t u32(const unsigned char* bytes) const {
+        const std::uint32_t first = u16(bytes), second = u16(bytes + 2);
+        return m_big_endian ? (first << 16) | second : (second << 16) | first;
+    }
+    std::uint16_t group_at(std::uint64_t at) {
+        unsigned char bytes[2] = {};
+        if (!read_at(at, reinterpret_cast<char*>(bytes), 2)) return 0;
+        return m_big_endian ? static_cast<std::uint16_t>((bytes[0] << 8) | bytes[1]) : static_cast<std::uint16_t>(bytes[0] | (bytes[1] << 8));
+    }
+    std::uint32_t element_at(std::uint64_t at) {
+        unsigned char bytes[4] = {};
+        if (!read_at(at, reinterpret_cast<char*>(bytes), 4)) return 0;
+        return (static_cast<std::uint32_t>(u16(bytes)) << 16) | u16(bytes + 2);
+    }
+    bool fail(std::uint64_t at, std::uint32_t tag, std::uint64_t length) {
+        std::ostringstream text;
+        if (tag == 0x7fe00010) {
+            text << "its pixel data (at byte " << at << ") declares " << length << " bytes but only " << (m_size > at ? m_size - at : 0)
+                 << " remain: the file is truncated";
+            m_problem = text.str();
+            return false;
+        }
+        text << "its element (" << std::hex << (tag >> 16) << "," << (tag & 0xffff) << std::dec << ") at byte " << at << " declares "
+             << length << " bytes but only " << (m_size > at ? m_size - at : 0) << " remain: the file is damaged or truncated";
+        m_problem = text.str();
+        return false;
+    }
+
+    // One element at `position`, moved past; false at the end or when something is wrong (m_problem).
+    bool element(std::uint64_t& position, int depth) {
+        if (depth > 32) {
+            m_problem = "its sequences nest more than 32 deep: the file is damaged";
+            return false;
+        }
+        unsigned char header[12] = {};
+        if (!read_at(position, reinterpret_cast<char*>(header), 8)) return false;
+        const std::uint32_t tag = (static_cast<std::uint32_t>(u16(header)) << 16) | u16(header + 2);
+        const std::uint64_t start = position;
         std::uint64_t length = 0;
         std::string vr;
-        bool implicit_here = !m_explicit || group == 0xfffe;
-        if (!implicit_here) {
-            vr.assign(reinterpret_cast<const char*>(m_bytes.data() + position + 4), 2);
-            static constexpr std::string_view long_vrs[] = {"OB", "OD", "OF", "OL", "OV", "OW", "SQ",
-                                                            "SV", "UC", "UN", "UR", "UT", "UV"};
+        if (m_explicit && (tag >> 16) != 0xfffe) {
+            vr.assign(reinterpret_cast<const char*>(header + 4), 2);
+            static constexpr std::string_view long_vrs[] = {"OB", "OD", "OF", "OL", "OV", "OW", "SQ", "SV", "UC", "UN", "UR", "UT", "UV"};
             if (std::find(std::begin(long_vrs), std::end(long_vrs), vr) != std::end(long_vrs)) {
-                if (position + 12 > m_bytes.size()) return false;
-                length = u32(position + 8);
+                if (!read_at(position, reinterpret_cast<char*>(header), 12)) return fail(start, tag, 12);
+                length = u32(header + 8);
                 position += 12;
             } else {
-                length = u16(position + 6);
+                length = u16(header + 6);
                 position += 8;
             }
         } else {
-            length = u32(position + 4);
+            length = u32(header + 4);
             position += 8;
         }
-        constexpr std::uint64_t undefined = 0xffffffffu;
-        if (tag == 0x7fe00010 && depth == 0) {
-            m_file.has_pixel_data = true;
-            m_file.encapsulated = length == undefined;
-            m_file.pixel_data_bytes = length == undefined ? 0 : length;
-            m_file.pixel_data_offset = position;
-            m_file.pixel_data_available = m_bytes.size() - std::min<std::uint64_t>(position, m_bytes.size());
-            return true;
+        if (length == undefined) return undefined_contents(position, depth + 1, vr == "UN", tag == 0x7fe00010);
+        if (length > m_size - std::min(position, m_size)) return fail(start, tag, length);
+        m_last_value.clear();
+        if (length <= 64) {
+            m_last_value.resize(static_cast<std::size_t>(length));
+            if (length > 0) read_at(position, m_last_value.data(), static_cast<std::size_t>(length));
         }
-        if (length == undefined) return skip_undefined(position, depth, vr == "UN");
-        if (position + length > m_bytes.size()) return false;
-        if (depth == 0) record(tag, position, static_cast<std::size_t>(length));
-        position += static_cast<std::size_t>(length);
+        // A sequence's value (explicit SQ, or any value starting with an item tag) holds items to check.
+        if (length >= 8 && (vr == "SQ" || vr.empty() || vr == "UN") && tag != 0x7fe00010) {
+            unsigned char first[4] = {};
+            if (read_at(position, reinterpret_cast<char*>(first), 4) && u16(first) == 0xfffe && u16(first + 2) == 0xe000) {
+                const std::uint64_t end = position + length;
+                std::uint64_t inside = position;
+                const bool saved_explicit = m_explicit;
+                if (vr == "UN") m_explicit = false;
+                while (inside + 8 <= end && m_problem.empty()) {
+                    if (!item(inside, depth + 1, false)) break;
+                }
+                m_explicit = saved_explicit;
+                if (!m_problem.empty()) return false;
+            }
+        }
+        position += length;
         return true;
     }
 
-    // A sequence (or item) of undefined length: walk its items to the delimiter.
-    bool skip_undefined(std::size_t& position, int depth, bool implicit_inside) {
-        if (depth > 16) return false;
+    // An item (fffe,e000) at `position` and its contents (elements; a pixel data fragment's bytes are
+    // skipped); delimiters end the enclosing walk (false).
+    bool item(std::uint64_t& position, int depth, bool fragment) {
+        unsigned char header[8] = {};
+        if (!read_at(position, reinterpret_cast<char*>(header), 8)) return false;
+        const std::uint32_t tag = (static_cast<std::uint32_t>(u16(header)) << 16) | u16(header + 2);
+        const std::uint64_t length = u32(header + 4);
+        if (tag != 0xfffee000) return false;
+        const std::uint64_t start = position;
+        position += 8;
+        if (length == undefined) return !fragment && undefined_contents(position, depth + 1, false, false);
+        if (length > m_size - std::min(position, m_size)) return fail(start, tag, length);
+        const std::uint64_t end = position + length;
+        std::uint64_t inside = position;
+        while (!fragment && inside + 8 <= end && m_problem.empty()) {
+            if (!element(inside, depth + 1)) break;
+        }
+        position = end;
+        return m_problem.empty();
+    }
+
+    // Contents of undefined length (a sequence's items, an item's elements, pixel data fragments) up to
+    // their delimiter.
+    bool undefined_contents(std::uint64_t& position, int depth, bool implicit_inside, bool fragments) {
+        if (depth > 32) {
+            m_problem = "its sequences nest more than 32 deep: the file is damaged";
+            return false;
+        }
         const bool saved_explicit = m_explicit;
         if (implicit_inside) m_explicit = false;
-        bool ok = true;
-        while (ok && position + 8 <= m_bytes.size()) {
-            const std::uint32_t tag = (static_cast<std::uint32_t>(u16(position)) << 16) | u16(position + 2);
-            const std::uint32_t length = u32(position + 4);
-            if (tag == 0xfffee0dd || tag == 0xfffee00d) {  // sequence or item delimiter
+        while (position + 8 <= m_size && m_problem.empty()) {
+            unsigned char header[8] = {};
+            if (!read_at(position, reinterpret_cast<char*>(header), 8)) break;
+            const std::uint32_t tag = (static_cast<std::uint32_t>(u16(header)) << 16) | u16(header + 2);
+            if (tag == 0xfffee0dd || tag == 0xfffee00d) {
                 position += 8;
                 break;
             }
-            if (tag == 0xfffee000) {  // item
-                position += 8;
-                if (length == 0xffffffffu) {
-                    ok = skip_undefined(position, depth + 1, false);
-                } else {
-                    position += length;
-                }
-                continue;
+            if (tag == 0xfffee000) {
+                if (!item(position, depth, fragments)) break;
+            } else if (fragments || !element(position, depth)) {
+                break;
             }
-            ok = element(position, depth + 1);
         }
         m_explicit = saved_explicit;
-        return ok && position <= m_bytes.size();
+        return m_problem.empty();
     }
 
-    void record(std::uint32_t tag, std::size_t at, std::size_t length) {
-        auto text = [&] { return trim_value(std::string(reinterpret_cast<const char*>(m_bytes.data() + at), length)); };
-        auto us = [&] { return length >= 2 ? static_cast<int>(u16(at)) : 0; };
-        switch (tag) {
-            case 0x00020010:
-                m_file.transfer_syntax = text();
-                m_meta_found = true;
-                break;
-            case 0x0020000e:
-                m_file.series_uid = text();
-                break;
-            case 0x00200013: {
-                const std::vector<double> values = parse_decimals(text());
-                if (values.size() == 1) m_file.instance_number = static_cast<std::int64_t>(values[0]);
-                break;
-            }
-            case 0x00200032: {
-                const std::vector<double> values = parse_decimals(text());
-                if (values.size() == 3) m_file.position = std::array<double, 3>{values[0], values[1], values[2]};
-                break;
-            }
-            case 0x00200037: {
-                const std::vector<double> values = parse_decimals(text());
-                if (values.size() == 6) {
-                    m_file.orientation =
-                        std::array<double, 6>{values[0], values[1], values[2], values[3], values[4], values[5]};
-                }
-                break;
-            }
-            case 0x00280030: {
-                const std::vector<double> values = parse_decimals(text());
-                if (values.size() == 2) m_file.pixel_spacing = std::array<double, 2>{values[0], values[1]};
-                break;
-            }
-            case 0x00180050: {
-                const std::vector<double> values = parse_decimals(text());
-                if (values.size() == 1) m_file.slice_thickness = values[0];
-                break;
-            }
-            case 0x00281052: {
-                const std::vector<double> values = parse_decimals(text());
-                if (values.size() == 1) m_file.rescale_intercept = values[0];
-                break;
-            }
-            case 0x00281053: {
-                const std::vector<double> values = parse_decimals(text());
-                if (values.size() == 1) m_file.rescale_slope = values[0];
-                break;
-            }
-            case 0x00280008: {
-                const std::vector<double> values = parse_decimals(text());
-                if (values.size() == 1) m_file.number_of_frames = static_cast<std::int64_t>(values[0]);
-                break;
-            }
-            case 0x00280002:
-                m_file.samples_per_pixel = us();
-                break;
-            case 0x00280010:
-                m_file.rows = us();
-                break;
-            case 0x00280011:
-                m_file.columns = us();
-                break;
-            case 0x00280100:
-                m_file.bits_allocated = us();
-                break;
-            case 0x00280103:
-                m_file.pixel_representation = us();
-                break;
-            default:
-                break;
-        }
-    }
-
-    const std::vector<unsigned char>& m_bytes;
-    DicomFile& m_file;
-    bool m_explicit = true;
-    bool m_big_endian = false;
-    bool m_meta_found = false;
+    std::ifstream m_in;
+    std::uint64_t m_size = 0;
+    bool m_explicit = true, m_big_endian = false;
+    std::string m_problem, m_last_value;
 };
 
-// Empty if the file is not DICOM.
-std::optional<DicomFile> scan_dicom_file(const std::filesystem::path& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in.is_open()) return std::nullopt;
-    std::vector<unsigned char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+// The file's header (everything before the pixel data); nothing when it is not DICOM.
+// Throws (damaged) or returns false (not DICOM) unless every length in the file fits: run in this process,
+// before any child lets GDCM at the file.
+bool lengths_fit(const fs::path& path) {
+    if (const std::string problem = LengthCheck(path).problem(); !problem.empty()) {
+        // Not DICOM at all is told apart from damaged DICOM by the preamble.
+        if (!io_detail::has_dicom_preamble(path)) return false;
+        TESSERA_REJECT(quoted(path) << " cannot be read: " << problem << ".");
+    }
+    return true;
+}
+
+// In the reader's child: the header of a file lengths_fit() passed.
+std::optional<DicomFile> scan_file(const fs::path& path) {
+    gdcm::Reader reader;
+    reader.SetFileName(path.c_str());
+    {
+        GdcmOutputCapture quiet;  // what it says about a header is not kept: the checks below speak
+        if (!reader.ReadUpToTag(gdcm::Tag(0x7fe0, 0x0010))) return std::nullopt;
+    }
+    const gdcm::File& parsed = reader.GetFile();
+    const gdcm::DataSet& data = parsed.GetDataSet();
+    if (data.IsEmpty()) return std::nullopt;
     DicomFile file;
     file.path = path;
-    DicomScanner scanner(bytes, file);
-    if (!scanner.scan()) return std::nullopt;
+    file.transfer_syntax = trim_value(parsed.GetHeader().GetDataSetTransferSyntax().GetString() ? parsed.GetHeader().GetDataSetTransferSyntax().GetString() : "");
+    file.series_uid = text_of(data, 0x0020, 0x000e);
+    file.patient_name = text_of(data, 0x0010, 0x0010);
+    file.patient_id = text_of(data, 0x0010, 0x0020);
+    file.study_date = text_of(data, 0x0008, 0x0020);
+    file.study_description = text_of(data, 0x0008, 0x1030);
+    file.series_description = text_of(data, 0x0008, 0x103e);
+    file.modality = text_of(data, 0x0008, 0x0060);
+    file.series_number = static_cast<std::int64_t>(decimal_of(data, 0x0020, 0x0011).value_or(0));
+    file.instance_number = static_cast<std::int64_t>(decimal_of(data, 0x0020, 0x0013).value_or(0));
+    const auto rows = unsigned_short_of(data, 0x0028, 0x0010), columns = unsigned_short_of(data, 0x0028, 0x0011);
+    file.is_image = rows.has_value() && columns.has_value();
+    if (!file.is_image) return file;
+    file.rows = *rows;
+    file.columns = *columns;
+    file.samples_per_pixel = unsigned_short_of(data, 0x0028, 0x0002).value_or(1);
+    file.bits_allocated = unsigned_short_of(data, 0x0028, 0x0100).value_or(0);
+    file.bits_stored = unsigned_short_of(data, 0x0028, 0x0101).value_or(file.bits_allocated);
+    file.high_bit = unsigned_short_of(data, 0x0028, 0x0102).value_or(file.bits_stored - 1);
+    file.photometric = text_of(data, 0x0028, 0x0004);
+    file.pixel_representation = unsigned_short_of(data, 0x0028, 0x0103).value_or(0);
+    const double frames = decimal_of(data, 0x0028, 0x0008).value_or(1);
+    file.frames = frames >= 1 && frames <= 1e6 ? static_cast<std::int64_t>(frames) : (frames > 1e6 ? -1 : 1);
+    file.orientation = decimals_of<6>(data, 0x0020, 0x0037);
+    if (const auto position = decimals_of<3>(data, 0x0020, 0x0032)) file.positions = {*position};
+    file.pixel_spacing = decimals_of<2>(data, 0x0028, 0x0030);
+    file.slice_thickness = decimal_of(data, 0x0018, 0x0050).value_or(0);
+    file.spacing_between_slices = decimal_of(data, 0x0018, 0x0088).value_or(0);
+    file.rescale_intercept = decimal_of(data, 0x0028, 0x1052).value_or(0);
+    file.rescale_slope = decimal_of(data, 0x0028, 0x1053).value_or(1);
+    // An RT dose grid's stored values times Dose Grid Scaling are the dose in Gy.
+    if (file.modality == "RTDOSE" && !decimal_of(data, 0x0028, 0x1053)) {
+        file.rescale_slope = decimal_of(data, 0x3004, 0x000e).value_or(file.rescale_slope);
+    }
+    if (file.frames > 1) {
+        read_functional_groups(data, file);
+        // An RT dose grid: frame f lies Grid Frame Offset Vector[f] mm along the normal from Image Position.
+        const std::vector<double> offsets = decimals_of(text_of(data, 0x3004, 0x000c));
+        if (file.positions.size() == 1 && static_cast<std::int64_t>(offsets.size()) == file.frames && file.orientation) {
+            const auto& o = *file.orientation;
+            const Vector3 normal = cross({o[0], o[1], o[2]}, {o[3], o[4], o[5]});
+            const Vector3 origin = file.positions.front();
+            file.positions.clear();
+            for (double offset : offsets) {
+                file.positions.push_back({origin[0] + offset * normal[0], origin[1] + offset * normal[1], origin[2] + offset * normal[2]});
+            }
+        }
+        if (static_cast<std::int64_t>(file.positions.size()) != file.frames) file.positions.clear();
+    }
     return file;
 }
 
-std::string_view transfer_syntax_name(const std::string& uid) {
-    if (uid.rfind("1.2.840.10008.1.2.4.5", 0) == 0 || uid.rfind("1.2.840.10008.1.2.4.7", 0) == 0) return "JPEG";
-    if (uid.rfind("1.2.840.10008.1.2.4.8", 0) == 0) return "JPEG-LS";
-    if (uid.rfind("1.2.840.10008.1.2.4.9", 0) == 0) return "JPEG 2000";
-    if (uid == "1.2.840.10008.1.2.5") return "RLE";
-    if (uid == "1.2.840.10008.1.2.1.99") return "deflate";
-    return "compressed";
-}
-
-// Throws unless decode_slice can read this file as one grayscale slice.
+// Throws unless the file's pixels can become one grayscale slice per frame.
 void check_readable(const DicomFile& file) {
     const std::string name = quoted(file.path);
-    TESSERA_CHECK(file.transfer_syntax != explicit_big_endian,
-                  name << " uses the retired big-endian transfer syntax (" << file.transfer_syntax
-                       << "), which Tessera does not decode: convert it to little endian first "
-                       << "(e.g. 'gdcmconv --explicit' or 'dcmconv +te').");
-    const bool plain = file.transfer_syntax == implicit_little_endian || file.transfer_syntax == explicit_little_endian;
-    TESSERA_CHECK(plain && !file.encapsulated,
-                  name << " holds " << transfer_syntax_name(file.transfer_syntax) << "-compressed pixel data "
-                       << "(transfer syntax " << file.transfer_syntax << "), which Tessera cannot decode: "
-                       << "decompress the series first (e.g. 'gdcmconv --raw' or 'dcmdjpeg').");
-    TESSERA_CHECK(file.number_of_frames <= 1,
-                  name << " is a multi-frame DICOM (" << file.number_of_frames << " frames in one file), which "
-                       << "Tessera does not read: split it into one file per slice or convert it to NIfTI "
-                       << "(e.g. dcm2niix).");
+    TESSERA_CHECK(file.frames >= 1, name << " declares more than a million frames (Number of Frames): its header is damaged");
     TESSERA_CHECK(file.samples_per_pixel == 1, name << " holds colour pixels (" << file.samples_per_pixel
-                                                    << " samples per pixel), an "
-                                                    << "unsupported voxel type: Tessera reads grayscale DICOM.");
-    TESSERA_CHECK(file.bits_allocated == 8 || file.bits_allocated == 16,
-                  name << " stores " << file.bits_allocated << " bits per pixel: Tessera reads 8- and 16-bit DICOM.");
-    TESSERA_CHECK(file.rows > 0 && file.columns > 0,
-                  name << " has a zero dimension (" << file.columns << "×" << file.rows << " pixels).");
-    const std::uint64_t needed = static_cast<std::uint64_t>(file.rows) * static_cast<std::uint64_t>(file.columns) *
-                                 static_cast<std::uint64_t>(file.bits_allocated / 8);
-    TESSERA_CHECK(file.pixel_data_bytes >= needed && file.pixel_data_available >= needed,
-                  name << " is truncated: its header promises " << file.columns << "×" << file.rows << " pixels ("
-                       << needed << " bytes) but the file holds only "
-                       << std::min(file.pixel_data_bytes, file.pixel_data_available) << " bytes of pixel data.");
-    // The largest rescaled value must fit a float (stored values are at most 65535 in magnitude).
-    const double largest = std::abs(file.rescale_slope) * 65535.0 + std::abs(file.rescale_intercept);
+                                                    << " samples per pixel), an unsupported voxel type: Tessera reads "
+                                                       "grayscale DICOM.");
+    TESSERA_CHECK(file.bits_allocated == 8 || file.bits_allocated == 16 || file.bits_allocated == 32,
+                  name << " stores " << file.bits_allocated << " bits per pixel: Tessera reads 8-, 16- and 32-bit DICOM.");
+    TESSERA_CHECK(file.rows > 0 && file.columns > 0, name << " has a zero dimension (" << file.columns << "×" << file.rows << " pixels).");
+    const double largest = std::abs(file.rescale_slope) * std::pow(2.0, file.bits_allocated) + std::abs(file.rescale_intercept);
     TESSERA_CHECK(file.rescale_slope != 0 && std::isfinite(largest) && largest < 1e30,
-                  name << " has an unusable Rescale Slope/Intercept (" << file.rescale_slope << ", "
-                       << file.rescale_intercept << "): expected a non-zero slope and values that fit a float.");
+                  name << " has an unusable Rescale Slope/Intercept (" << file.rescale_slope << ", " << file.rescale_intercept
+                       << "): expected a non-zero slope and values that fit a float.");
 }
 
-std::array<double, 3> cross(const std::array<double, 3>& a, const std::array<double, 3>& b) {
-    return {a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]};
+// One slice of a series: frame `frame` of file `file`.
+struct Slice {
+    std::size_t file = 0;
+    std::int64_t frame = 0;
+};
+
+// A series' files and slices in stacking order, with its geometry and what it noticed.
+struct SeriesLayout {
+    std::vector<DicomFile> files;
+    std::vector<Slice> slices;
+    ImageGeometry geometry;
+    std::vector<std::string> warnings;
+};
+
+std::string millimetres(double value) {
+    std::ostringstream text;
+    text.precision(4);
+    text << value << " mm";
+    return text.str();
 }
 
-// Decodes one file's pixels into `slice` (rows top-down, as DICOM stores them), as float.
-// check_readable has made sure the pixel data is little endian, uncompressed and long enough.
-void decode_slice(const DicomFile& file, float* slice) {
-    const std::size_t num_pixels = static_cast<std::size_t>(file.columns) * static_cast<std::size_t>(file.rows);
-    const std::size_t bytes_per_pixel = static_cast<std::size_t>(file.bits_allocated / 8);
-    std::vector<unsigned char> stored(num_pixels * bytes_per_pixel);
-    std::ifstream in(file.path, std::ios::binary);
-    in.seekg(static_cast<std::streamoff>(file.pixel_data_offset));
-    TESSERA_CHECK(in && in.read(reinterpret_cast<char*>(stored.data()), static_cast<std::streamsize>(stored.size())),
-                  quoted(file.path) << " could not be read back (" << stored.size() << " bytes of pixel data at byte "
-                                    << file.pixel_data_offset << "): was it changed or removed while loading?");
-    const bool is_signed = file.pixel_representation != 0;
-    const double slope = file.rescale_slope, intercept = file.rescale_intercept;
-    for (std::size_t index = 0; index < num_pixels; ++index) {
-        double value = 0;
-        if (bytes_per_pixel == 1) {
-            const unsigned char byte = stored[index];
-            value = is_signed ? static_cast<double>(static_cast<std::int8_t>(byte)) : static_cast<double>(byte);
-        } else {
-            const auto word = static_cast<std::uint16_t>(stored[2 * index] | (stored[2 * index + 1] << 8));
-            value = is_signed ? static_cast<double>(static_cast<std::int16_t>(word)) : static_cast<double>(word);
-        }
-        slice[index] = static_cast<float>(slope * value + intercept);
+// Sorts the slices along the normal and derives the grid; throws for series that are not one volume.
+SeriesLayout lay_out(std::vector<DicomFile> files, const fs::path& where) {
+    SeriesLayout layout;
+    layout.files = std::move(files);
+    std::sort(layout.files.begin(), layout.files.end(), [](const DicomFile& a, const DicomFile& b) { return a.path < b.path; });
+    for (const DicomFile& file : layout.files) check_readable(file);
+    const DicomFile& first = layout.files.front();
+    const std::string series_name = "the DICOM series in " + quoted(where);
+    for (const DicomFile& file : layout.files) {
+        TESSERA_CHECK(file.rows == first.rows && file.columns == first.columns,
+                      series_name << " mixes slice sizes: " << quoted(first.path) << " is " << first.columns << "×" << first.rows
+                                  << ", " << quoted(file.path) << " is " << file.columns << "×" << file.rows);
     }
+    const bool positioned = std::all_of(layout.files.begin(), layout.files.end(), [](const DicomFile& file) {
+        return file.orientation.has_value() && static_cast<std::int64_t>(file.positions.size()) == file.frames;
+    });
+    Vector3 row_direction{1, 0, 0}, column_direction{0, 1, 0};
+    if (positioned) {
+        const auto& o = *first.orientation;
+        row_direction = {o[0], o[1], o[2]};
+        column_direction = {o[3], o[4], o[5]};
+        for (const DicomFile& file : layout.files) {
+            for (int index = 0; index < 6; ++index) {
+                TESSERA_CHECK(std::abs((*file.orientation)[static_cast<std::size_t>(index)] - o[static_cast<std::size_t>(index)]) < 1e-3,
+                              series_name << " mixes slice orientations (" << quoted(first.path) << " and " << quoted(file.path)
+                                          << "): is it a localizer mixed with the axial series?");
+            }
+        }
+    }
+    const Vector3 normal = cross(row_direction, column_direction);
+    for (std::size_t file = 0; file < layout.files.size(); ++file) {
+        for (std::int64_t frame = 0; frame < layout.files[file].frames; ++frame) layout.slices.push_back({file, frame});
+    }
+    const auto position = [&](const Slice& slice) { return layout.files[slice.file].positions[static_cast<std::size_t>(slice.frame)]; };
+    const auto along_normal = [&](const Slice& slice) { return dot(position(slice), normal); };
+    if (positioned) {
+        std::stable_sort(layout.slices.begin(), layout.slices.end(),
+                         [&](const Slice& a, const Slice& b) { return along_normal(a) < along_normal(b); });
+    } else {
+        std::stable_sort(layout.slices.begin(), layout.slices.end(), [&](const Slice& a, const Slice& b) {
+            const std::int64_t instance_a = layout.files[a.file].instance_number, instance_b = layout.files[b.file].instance_number;
+            return instance_a != instance_b ? instance_a < instance_b : a.frame < b.frame;
+        });
+    }
+
+    ImageGeometry& geometry = layout.geometry;
+    const auto num_slices = static_cast<std::int64_t>(layout.slices.size());
+    geometry.size = {first.columns, first.rows, num_slices};
+    if (first.pixel_spacing) {
+        geometry.spacing[0] = (*first.pixel_spacing)[1];  // between columns
+        geometry.spacing[1] = (*first.pixel_spacing)[0];  // between rows
+    }
+    geometry.spacing[2] = first.spacing_between_slices > 0 ? first.spacing_between_slices
+                          : first.slice_thickness > 0     ? first.slice_thickness
+                                                          : 1.0;
+    if (positioned) {
+        if (num_slices > 1) {
+            const Slice& lowest = layout.slices.front();
+            const Slice& highest = layout.slices.back();
+            const double extent = along_normal(highest) - along_normal(lowest);
+            const double step = extent / static_cast<double>(num_slices - 1);
+            double smallest_gap = extent, largest_gap = 0;
+            for (std::int64_t index = 1; index < num_slices; ++index) {
+                const Slice& before = layout.slices[static_cast<std::size_t>(index - 1)];
+                const Slice& after = layout.slices[static_cast<std::size_t>(index)];
+                const double gap = along_normal(after) - along_normal(before);
+                const auto slice_name = [&](const Slice& slice) {
+                    return quoted(layout.files[slice.file].path) +
+                           (layout.files[slice.file].frames > 1 ? " frame " + std::to_string(slice.frame + 1) : std::string());
+                };
+                TESSERA_CHECK(gap > 1e-3, series_name << " has two slices at the same position (" << slice_name(before) << " and "
+                                                      << slice_name(after) << "): is a second series mixed in?");
+                smallest_gap = std::min(smallest_gap, gap);
+                largest_gap = std::max(largest_gap, gap);
+            }
+            geometry.spacing[2] = step;
+            if (largest_gap - smallest_gap > 0.01 * step + 1e-3) {
+                layout.warnings.push_back("uneven slice spacing: consecutive slices are " + millimetres(smallest_gap) + " to " +
+                                          millimetres(largest_gap) + " apart (" + millimetres(step) +
+                                          " on average, used as the spacing; not resampled): slices may be missing");
+            }
+            // Gantry tilt: the slices' positions step along a direction off their normal.
+            const Vector3 first_position = position(lowest), last_position = position(highest);
+            const Vector3 travel{last_position[0] - first_position[0], last_position[1] - first_position[1],
+                                 last_position[2] - first_position[2]};
+            const double length = std::sqrt(dot(travel, travel));
+            if (length > 0) {
+                const double angle = std::acos(std::clamp(dot(travel, normal) / length, -1.0, 1.0)) * 180.0 / std::numbers::pi;
+                if (angle > 0.05) {
+                    std::ostringstream text;
+                    text.precision(3);
+                    text << "gantry tilt: the slices step along a direction " << angle
+                         << "° off their normal, so the volume (stacked along the normal, not resampled) is sheared by "
+                         << millimetres(length * std::sin(angle * std::numbers::pi / 180.0)) << " from its first slice to its last";
+                    layout.warnings.push_back(text.str());
+                }
+            }
+        }
+        geometry.origin = position(layout.slices.front());
+        for (std::size_t row = 0; row < 3; ++row) {
+            geometry.direction[row * 3 + 0] = row_direction[row];
+            geometry.direction[row * 3 + 1] = column_direction[row];
+            geometry.direction[row * 3 + 2] = normal[row];
+        }
+    } else if (num_slices > 1) {
+        layout.warnings.push_back("the files give no Image Position/Orientation: slices stacked by Instance Number, " +
+                                  millimetres(geometry.spacing[2]) + " apart, with an identity orientation");
+    }
+    for (int axis = 0; axis < 3; ++axis) {
+        TESSERA_CHECK(geometry.spacing[axis] > 0 && std::isfinite(geometry.spacing[axis]),
+                      quoted(first.path) << " has a zero or negative pixel spacing (" << geometry.spacing[axis] << " mm along axis "
+                                         << axis << ")");
+    }
+    return layout;
+}
+
+// ---- GDCM in a child process --------------------------------------------------------------------
+//
+// Debian builds GDCM with its assertions on, and its parser asserts (aborts the process) on some damaged
+// files where it cannot go on. So GDCM runs in a forked child: the child parses and decodes, sends what it
+// found down a pipe and writes pixels into memory shared with the parent; a child that dies takes no one
+// with it, and the parent names the file it was reading. A child that does not finish within its time is
+// killed.
+
+// Bytes written and read in order: the pipe's messages.
+class Message {
+public:
+    void put(std::int64_t value) { m_bytes.append(reinterpret_cast<const char*>(&value), sizeof value); }
+    void put(double value) { m_bytes.append(reinterpret_cast<const char*>(&value), sizeof value); }
+    void put(const std::string& text) {
+        put(static_cast<std::int64_t>(text.size()));
+        m_bytes += text;
+    }
+    const std::string& bytes() const { return m_bytes; }
+
+private:
+    std::string m_bytes;
+};
+
+class MessageReader {
+public:
+    explicit MessageReader(std::string_view bytes) : m_bytes(bytes) {}
+    std::int64_t integer() { return take<std::int64_t>(); }
+    double decimal() { return take<double>(); }
+    std::string text() {
+        const std::int64_t length = integer();
+        TESSERA_ASSERT(length >= 0 && static_cast<std::size_t>(length) <= m_bytes.size() - m_at, "a DICOM reader message is cut short");
+        std::string value(m_bytes.substr(m_at, static_cast<std::size_t>(length)));
+        m_at += static_cast<std::size_t>(length);
+        return value;
+    }
+    bool done() const { return m_at == m_bytes.size(); }
+
+private:
+    template <class T>
+    T take() {
+        TESSERA_ASSERT(m_bytes.size() - m_at >= sizeof(T), "a DICOM reader message is cut short");
+        T value;
+        std::memcpy(&value, m_bytes.data() + m_at, sizeof(T));
+        m_at += sizeof(T);
+        return value;
+    }
+    std::string_view m_bytes;
+    std::size_t m_at = 0;
+};
+
+void put_file(Message& out, const DicomFile& file) {
+    for (const std::string* text : {&file.transfer_syntax, &file.series_uid, &file.patient_name, &file.patient_id, &file.study_description,
+                                    &file.study_date, &file.series_description, &file.modality, &file.photometric}) {
+        out.put(*text);
+    }
+    for (std::int64_t value : {file.series_number, file.instance_number, std::int64_t{file.is_image}, std::int64_t{file.rows},
+                               std::int64_t{file.columns}, std::int64_t{file.samples_per_pixel}, std::int64_t{file.bits_allocated},
+                               std::int64_t{file.bits_stored}, std::int64_t{file.high_bit}, std::int64_t{file.pixel_representation}, file.frames}) {
+        out.put(value);
+    }
+    out.put(std::int64_t{file.orientation.has_value()});
+    if (file.orientation) for (double value : *file.orientation) out.put(value);
+    out.put(static_cast<std::int64_t>(file.positions.size()));
+    for (const Vector3& position : file.positions) for (double value : position) out.put(value);
+    out.put(std::int64_t{file.pixel_spacing.has_value()});
+    if (file.pixel_spacing) for (double value : *file.pixel_spacing) out.put(value);
+    for (double value : {file.slice_thickness, file.spacing_between_slices, file.rescale_slope, file.rescale_intercept}) out.put(value);
+}
+
+DicomFile take_file(MessageReader& in, const fs::path& path) {
+    DicomFile file;
+    file.path = path;
+    for (std::string* text : {&file.transfer_syntax, &file.series_uid, &file.patient_name, &file.patient_id, &file.study_description,
+                              &file.study_date, &file.series_description, &file.modality, &file.photometric}) {
+        *text = in.text();
+    }
+    file.series_number = in.integer();
+    file.instance_number = in.integer();
+    file.is_image = in.integer() != 0;
+    for (int* value : {&file.rows, &file.columns, &file.samples_per_pixel, &file.bits_allocated, &file.bits_stored, &file.high_bit,
+                       &file.pixel_representation}) {
+        *value = static_cast<int>(in.integer());
+    }
+    file.frames = in.integer();
+    if (in.integer() != 0) {
+        std::array<double, 6> orientation{};
+        for (double& value : orientation) value = in.decimal();
+        file.orientation = orientation;
+    }
+    const std::int64_t positions = in.integer();
+    for (std::int64_t index = 0; index < positions; ++index) {
+        Vector3 position{};
+        for (double& value : position) value = in.decimal();
+        file.positions.push_back(position);
+    }
+    if (in.integer() != 0) {
+        std::array<double, 2> spacing{};
+        for (double& value : spacing) value = in.decimal();
+        file.pixel_spacing = spacing;
+    }
+    for (double* value : {&file.slice_thickness, &file.spacing_between_slices, &file.rescale_slope, &file.rescale_intercept}) *value = in.decimal();
+    return file;
+}
+
+// Memory the child writes and the parent reads: MAP_SHARED, anonymous.
+class SharedMemory {
+public:
+    explicit SharedMemory(std::size_t bytes) : m_bytes(std::max<std::size_t>(bytes, 1)) {
+        m_data = ::mmap(nullptr, m_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        TESSERA_CHECK(m_data != MAP_FAILED, "cannot map " << m_bytes << " bytes for a DICOM volume: " << std::strerror(errno)
+                                                          << ". Free memory, or read a smaller series.");
+    }
+    ~SharedMemory() { ::munmap(m_data, m_bytes); }
+    SharedMemory(const SharedMemory&) = delete;
+    SharedMemory& operator=(const SharedMemory&) = delete;
+    void* data() const { return m_data; }
+
+private:
+    std::size_t m_bytes;
+    void* m_data;
+};
+
+// What a child sent: frames of (kind, bytes), and how it ended.
+struct ChildOutcome {
+    std::vector<std::pair<char, std::string>> frames;
+    bool finished = false;     // exited normally after sending its last frame
+    std::string how_it_ended;  // "it was killed by signal 6 (SIGABRT: an assertion failed in GDCM)", …
+    std::int64_t progress = -1;  // the index of the item it was working on (shared counter)
+};
+
+// Runs work(send, progress) in a child. `send(kind, bytes)` writes one frame to the parent; `progress` is
+// a counter in shared memory the child sets to the item it starts on. `seconds` bounds the child's time.
+ChildOutcome run_in_child(const std::function<void(const std::function<void(char, const std::string&)>&, std::int64_t&)>& work,
+                          double seconds, std::uint64_t memory_allowance) {
+    SharedMemory control(sizeof(std::int64_t));
+    auto* progress = static_cast<std::int64_t*>(control.data());
+    *progress = -1;
+    int pipe_ends[2];
+    TESSERA_CHECK(::pipe(pipe_ends) == 0, "cannot start the DICOM reader: pipe() failed: " << std::strerror(errno));
+    std::cout.flush();
+    std::fflush(nullptr);
+    const pid_t child = ::fork();
+    if (child < 0) {
+        ::close(pipe_ends[0]);
+        ::close(pipe_ends[1]);
+        TESSERA_REJECT("cannot start the DICOM reader: fork() failed: " << std::strerror(errno) << ". Free memory and try again.");
+    }
+    if (child == 0) {
+        ::close(pipe_ends[0]);
+        // The child dies by the signal, as the parent expects, rather than through handlers it inherited
+        // (a fuzzer's or a sanitizer's would report GDCM's abort as the program's crash).
+        for (int signal : {SIGABRT, SIGSEGV, SIGBUS, SIGFPE, SIGILL}) std::signal(signal, SIG_DFL);
+        // Likewise a sanitizer's report of GDCM's memory use ends the child without the fuzzer's callback.
+        if (__sanitizer_set_death_callback) __sanitizer_set_death_callback(nullptr);
+        // GDCM allocates what a damaged length declares before it reads: the child may grow by its
+        // allowance only, so such an allocation fails (std::bad_alloc) instead of taking the machine's memory.
+        std::ifstream statm("/proc/self/statm");
+        std::uint64_t mapped_pages = 0;
+        if (statm >> mapped_pages) {
+            const std::uint64_t limit = mapped_pages * static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE)) + memory_allowance;
+            rlimit address_space{};
+            if (::getrlimit(RLIMIT_AS, &address_space) == 0 && (address_space.rlim_max == RLIM_INFINITY || address_space.rlim_max > limit)) {
+                address_space.rlim_cur = limit;
+                ::setrlimit(RLIMIT_AS, &address_space);
+            }
+        }
+        const int out = pipe_ends[1];
+        const auto write_all = [out](const char* bytes, std::size_t count) {
+            while (count > 0) {
+                const ssize_t written = ::write(out, bytes, count);
+                if (written <= 0) {
+                    if (written < 0 && errno == EINTR) continue;
+                    ::_exit(3);
+                }
+                bytes += written;
+                count -= static_cast<std::size_t>(written);
+            }
+        };
+        const auto send = [&](char kind, const std::string& bytes) {
+            const std::uint64_t length = bytes.size();
+            write_all(&kind, 1);
+            write_all(reinterpret_cast<const char*>(&length), sizeof length);
+            write_all(bytes.data(), bytes.size());
+        };
+        try {
+            work(send, *progress);
+        } catch (const Error& error) {
+            send(error.is_internal() ? 'I' : 'E', error.what());
+        } catch (const std::bad_alloc&) {
+            std::ostringstream text;
+            text << "cannot be read: GDCM asked for more memory than the file could need (over " << (memory_allowance >> 20)
+                 << " MiB), so a length in it is damaged. Replace it with an intact copy.";
+            send('M', text.str());
+        } catch (const std::exception& error) {
+            send('I', error.what());
+        }
+        send('.', "");
+        ::close(out);
+        ::_exit(0);
+    }
+    ::close(pipe_ends[1]);
+    ChildOutcome outcome;
+    std::string received;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+    bool timed_out = false;
+    for (;;) {
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
+        if (left <= 0) {
+            timed_out = true;
+            break;
+        }
+        pollfd watched{pipe_ends[0], POLLIN, 0};
+        const int ready = ::poll(&watched, 1, static_cast<int>(std::min<long long>(left, 1000)));
+        if (ready < 0 && errno == EINTR) continue;
+        if (ready <= 0) continue;
+        char chunk[65536];
+        const ssize_t count = ::read(pipe_ends[0], chunk, sizeof chunk);
+        if (count < 0 && errno == EINTR) continue;
+        if (count <= 0) break;
+        received.append(chunk, static_cast<std::size_t>(count));
+    }
+    ::close(pipe_ends[0]);
+    if (timed_out) ::kill(child, SIGKILL);
+    int status = 0;
+    while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
+    }
+    outcome.progress = *progress;
+    // Frames: kind, u64 length, bytes.
+    std::size_t at = 0;
+    while (received.size() - at >= 9) {
+        std::uint64_t length = 0;
+        std::memcpy(&length, received.data() + at + 1, sizeof length);
+        if (received.size() - at - 9 < length) break;
+        outcome.frames.emplace_back(received[at], received.substr(at + 9, static_cast<std::size_t>(length)));
+        at += 9 + static_cast<std::size_t>(length);
+    }
+    outcome.finished = !timed_out && WIFEXITED(status) && WEXITSTATUS(status) == 0 && !outcome.frames.empty() &&
+                       outcome.frames.back().first == '.';
+    if (timed_out) {
+        std::ostringstream text;
+        text << "it did not finish within " << std::lround(seconds) << " s and was stopped";
+        outcome.how_it_ended = text.str();
+    } else if (WIFSIGNALED(status)) {
+        const int signal = WTERMSIG(status);
+        outcome.how_it_ended = "GDCM stopped on it (signal " + std::to_string(signal) +
+                               (signal == SIGABRT ? ", SIGABRT: an assertion failed inside GDCM)" : signal == SIGSEGV ? ", SIGSEGV)" : ")");
+    } else if (!outcome.finished) {
+        outcome.how_it_ended = "the reader ended unexpectedly (exit status " + std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1) + ")";
+    }
+    return outcome;
+}
+
+// A child's error frame, rethrown in the parent as what it was.
+// `files` and the outcome's progress name the file an out-of-memory ('M') was met on.
+void rethrow_child_error(const ChildOutcome& outcome, const std::vector<fs::path>& files) {
+    for (const auto& [kind, bytes] : outcome.frames) {
+        if (kind == 'E') throw Error(Error::Kind::InvalidInput, bytes);
+        if (kind == 'I') throw Error(Error::Kind::Internal, bytes);
+        if (kind == 'M') {
+            const auto at = static_cast<std::size_t>(std::clamp<std::int64_t>(outcome.progress, 0, static_cast<std::int64_t>(files.size()) - 1));
+            throw Error(Error::Kind::InvalidInput, quoted(files[at]) + " " + bytes);
+        }
+    }
+}
+
+// What a child may allocate beyond what it inherits: a few times the largest file, plus `extra`.
+std::uint64_t memory_allowance(const std::vector<fs::path>& files, std::uint64_t extra) {
+    std::uint64_t largest = 0;
+    for (const fs::path& file : files) {
+        std::error_code error;
+        const std::uint64_t size = fs::file_size(file, error);
+        if (!error) largest = std::max(largest, size);
+    }
+    return (std::uint64_t{256} << 20) + 4 * largest + extra;
+}
+
+// How long a child may take: generous for the files' bytes (a slow disk, a large JPEG 2000 series).
+double child_seconds(const std::vector<fs::path>& files) {
+    std::uint64_t bytes = 0;
+    for (const fs::path& file : files) {
+        std::error_code error;
+        const std::uint64_t size = fs::file_size(file, error);
+        if (!error) bytes += size;
+    }
+    return 60.0 + static_cast<double>(bytes) / (4.0 * 1024 * 1024);  // 4 MB/s at the slowest
+}
+
+std::string series_label(const DicomSeriesInfo& series) {
+    std::ostringstream text;
+    text << "series " << series.series_number;
+    if (!series.description.empty()) text << " \"" << series.description << "\"";
+    text << " (" << (series.modality.empty() ? "?" : series.modality) << ", " << series.num_slices << " slice"
+         << (series.num_slices == 1 ? "" : "s") << ", UID " << (series.series_uid.empty() ? "none" : series.series_uid) << ")";
+    return text.str();
+}
+
+// The image files of `path` (a folder or one file), grouped by Series Instance UID, and the count of
+// files skipped (not DICOM; DICOM without pixels).
+struct ScannedFolder {
+    std::map<std::string, std::vector<DicomFile>> series;
+    std::size_t num_candidates = 0, not_dicom = 0, without_pixels = 0;
+    std::vector<std::string> damaged;  // files skipped, each with why
+};
+
+ScannedFolder scan(const fs::path& path) {
+    ScannedFolder scanned;
+    std::vector<fs::path> candidates;
+    const bool folder = fs::is_directory(path);
+    if (folder) {
+        for (const auto& entry : fs::directory_iterator(path)) {
+            const std::string name = entry.path().filename().string();
+            if (entry.is_regular_file() && !name.starts_with(".") && name != "DICOMDIR") candidates.push_back(entry.path());
+        }
+        std::sort(candidates.begin(), candidates.end());
+        TESSERA_CHECK(!candidates.empty(), "the DICOM folder " << quoted(path) << " is empty: choose the folder that holds the series' .dcm files.");
+    } else {
+        candidates.push_back(path);
+    }
+    scanned.num_candidates = candidates.size();
+    // Lengths first, here; the files that pass go to GDCM.
+    {
+        std::vector<fs::path> passed;
+        for (const fs::path& candidate : candidates) {
+            try {
+                if (lengths_fit(candidate)) {
+                    passed.push_back(candidate);
+                } else {
+                    ++scanned.not_dicom;
+                }
+            } catch (const Error& error) {
+                if (!folder) throw;
+                scanned.damaged.emplace_back(error.what());
+            }
+        }
+        candidates = std::move(passed);
+    }
+    // Headers are read in a child; one that GDCM stops on is skipped as damaged (a single file: an error),
+    // and a new child goes on from the next file.
+    std::size_t next = 0;
+    while (next < candidates.size()) {
+        const std::size_t first = next;
+        const ChildOutcome outcome = run_in_child(
+            [&](const auto& send, std::int64_t& progress) {
+                for (std::size_t index = first; index < candidates.size(); ++index) {
+                    progress = static_cast<std::int64_t>(index);
+                    Message out;
+                    out.put(static_cast<std::int64_t>(index));
+                    std::string damage;
+                    try {
+                        const std::optional<DicomFile> file = scan_file(candidates[index]);
+                        out.put(std::int64_t{file.has_value() ? 1 : 0});
+                        if (file) put_file(out, *file);
+                        send('F', out.bytes());
+                        continue;
+                    } catch (const Error& error) {
+                        damage = error.what();
+                    } catch (const std::bad_alloc&) {
+                        damage = quoted(candidates[index]) + " cannot be read: GDCM asked for more memory than the file could need, so a "
+                                                             "length in it is damaged";
+                    }
+                    TESSERA_CHECK(folder, damage << (damage.ends_with(".") ? "" : ". Replace it with an intact copy."));
+                    out.put(std::int64_t{2});
+                    out.put(damage);
+                    send('F', out.bytes());
+                }
+            },
+            child_seconds(std::vector<fs::path>(candidates.begin() + static_cast<std::ptrdiff_t>(first), candidates.end())),
+            memory_allowance(candidates, 0));
+        rethrow_child_error(outcome, candidates);
+        for (const auto& [kind, bytes] : outcome.frames) {
+            if (kind != 'F') continue;
+            MessageReader in(bytes);
+            const auto index = static_cast<std::size_t>(in.integer());
+            const std::int64_t found = in.integer();
+            next = index + 1;
+            if (found == 0) {
+                ++scanned.not_dicom;
+            } else if (found == 2) {
+                scanned.damaged.push_back(in.text());
+            } else {
+                DicomFile file = take_file(in, candidates[index]);
+                if (!file.is_image) {
+                    ++scanned.without_pixels;
+                } else {
+                    scanned.series[file.series_uid].push_back(std::move(file));
+                }
+            }
+        }
+        if (!outcome.finished) {
+            const auto stopped_at = static_cast<std::size_t>(std::max<std::int64_t>(outcome.progress, static_cast<std::int64_t>(next)));
+            TESSERA_CHECK(stopped_at < candidates.size(), "the DICOM reader stopped after the last file of " << quoted(path) << ": "
+                                                                                                          << outcome.how_it_ended);
+            const std::string problem = quoted(candidates[stopped_at]) + " cannot be read: " + outcome.how_it_ended + "; the file is damaged";
+            TESSERA_CHECK(folder, problem << ". Replace it with an intact copy.");
+            scanned.damaged.push_back(problem);
+            next = stopped_at + 1;
+        }
+    }
+    if (!folder) {
+        TESSERA_CHECK(scanned.not_dicom == 0, quoted(path) << " is not a DICOM file (GDCM finds no DICOM data set in it).");
+        TESSERA_CHECK(scanned.without_pixels == 0, quoted(path) << " is a DICOM file without pixel data (a report, structure set or "
+                                                                   "directory), not an image.");
+    }
+    TESSERA_CHECK(!scanned.series.empty(), "the folder " << quoted(path) << " holds no DICOM images: of its " << candidates.size()
+                                                         << " files, " << scanned.not_dicom << " are not DICOM, "
+                                                         << scanned.without_pixels << " have no pixel data and " << scanned.damaged.size()
+                                                         << " are damaged" << (scanned.damaged.empty() ? "" : " (" + scanned.damaged.front() + ")")
+                                                         << ". Choose the folder of the image series.");
+    return scanned;
+}
+
+DicomSeriesInfo describe_series(const std::vector<DicomFile>& files) {
+    const DicomFile& first = files.front();
+    DicomSeriesInfo info;
+    info.series_uid = first.series_uid;
+    info.series_number = first.series_number;
+    info.patient_name = first.patient_name;
+    info.patient_id = first.patient_id;
+    info.study_description = first.study_description;
+    info.study_date = first.study_date;
+    info.description = first.series_description;
+    info.modality = first.modality;
+    info.transfer_syntax = transfer_syntax_name(first.transfer_syntax);
+    info.num_files = static_cast<std::int64_t>(files.size());
+    for (const DicomFile& file : files) {
+        info.num_slices += std::max<std::int64_t>(file.frames, 1);
+        info.files.push_back(file.path);
+    }
+    std::sort(info.files.begin(), info.files.end());
+    info.size = {first.columns, first.rows};
+    return info;
+}
+
+std::vector<DicomSeriesInfo> sorted_infos(const ScannedFolder& scanned, const fs::path& path) {
+    std::vector<DicomSeriesInfo> infos;
+    for (const auto& [uid, files] : scanned.series) {
+        DicomSeriesInfo info = describe_series(files);
+        try {
+            const SeriesLayout layout = lay_out(files, path);
+            info.spacing = layout.geometry.spacing;
+            info.warnings = layout.warnings;
+        } catch (const Error& error) {
+            info.warnings.push_back(std::string("cannot be read as one volume: ") + error.what());
+        }
+        for (const std::string& damaged : scanned.damaged) info.warnings.push_back("skipped in the folder: " + damaged);
+        infos.push_back(std::move(info));
+    }
+    std::sort(infos.begin(), infos.end(), [](const DicomSeriesInfo& a, const DicomSeriesInfo& b) {
+        return a.series_number != b.series_number ? a.series_number < b.series_number : a.series_uid < b.series_uid;
+    });
+    return infos;
+}
+
+template <class Stored>
+void convert_frames(const char* buffer, std::int64_t frame_pixels, std::int64_t frames, double slope, double intercept,
+                    const std::vector<float*>& targets) {
+    for (std::int64_t frame = 0; frame < frames; ++frame) {
+        float* out = targets[static_cast<std::size_t>(frame)];
+        const char* in = buffer + frame * frame_pixels * static_cast<std::int64_t>(sizeof(Stored));
+        for (std::int64_t pixel = 0; pixel < frame_pixels; ++pixel) {
+            Stored value;
+            std::memcpy(&value, in + pixel * static_cast<std::int64_t>(sizeof(Stored)), sizeof(Stored));
+            out[pixel] = static_cast<float>(slope * static_cast<double>(value) + intercept);
+        }
+    }
+}
+
+// Decodes `file` with GDCM and writes frame f, rescaled, to targets[f].
+std::string decode_file(const DicomFile& file, const std::vector<float*>& targets) {
+    const std::string name = quoted(file.path);
+    // What the header promises, for the messages when the pixels cannot be had.
+    std::ostringstream promised_text;
+    promised_text << file.columns << "×" << file.rows << (file.frames > 1 ? "×" + std::to_string(file.frames) : std::string())
+                  << " pixels of " << file.bits_allocated << " bits";
+    const std::string promised = promised_text.str();
+    // The whole data set is parsed by GDCM, the pixels decoded by its codecs through an image described
+    // from our own reading of the header: GDCM's ImageReader derives geometry itself and asserts
+    // (aborts) on headers it does not expect, where ours refuses them by name.
+    gdcm::Reader reader;
+    reader.SetFileName(file.path.c_str());
+    GdcmOutputCapture capture;
+    const bool read = reader.Read();
+    const gdcm::DataSet& data = reader.GetFile().GetDataSet();
+    const gdcm::Tag pixel_data_tag(0x7fe0, 0x0010);
+    const bool has_pixels = read && data.FindDataElement(pixel_data_tag) && !data.GetDataElement(pixel_data_tag).IsEmpty();
+    gdcm::Image image;
+    image.SetNumberOfDimensions(file.frames > 1 ? 3 : 2);
+    image.SetDimension(0, static_cast<unsigned int>(file.columns));
+    image.SetDimension(1, static_cast<unsigned int>(file.rows));
+    if (file.frames > 1) image.SetDimension(2, static_cast<unsigned int>(file.frames));
+    image.SetPixelFormat(gdcm::PixelFormat(static_cast<unsigned short>(file.samples_per_pixel), static_cast<unsigned short>(file.bits_allocated),
+                                           static_cast<unsigned short>(file.bits_stored), static_cast<unsigned short>(file.high_bit),
+                                           static_cast<unsigned short>(file.pixel_representation)));
+    const gdcm::PhotometricInterpretation::PIType photometric =
+        gdcm::PhotometricInterpretation::GetPIType(file.photometric.empty() ? "MONOCHROME2" : file.photometric.c_str());
+    image.SetPhotometricInterpretation(photometric == gdcm::PhotometricInterpretation::UNKNOWN
+                                           ? gdcm::PhotometricInterpretation(gdcm::PhotometricInterpretation::MONOCHROME2)
+                                           : gdcm::PhotometricInterpretation(photometric));
+    image.SetTransferSyntax(reader.GetFile().GetHeader().GetDataSetTransferSyntax());
+    if (has_pixels) image.SetDataElement(data.GetDataElement(pixel_data_tag));
+    const unsigned long length = has_pixels ? image.GetBufferLength() : 0;
+    std::vector<char> buffer(length);
+    const bool decoded = has_pixels && length > 0 && image.GetBuffer(buffer.data());
+    const std::string said = capture.text();
+    const std::string gdcm_said = said.empty() ? std::string() : " GDCM said: " + said.substr(0, 300);
+    TESSERA_CHECK(read, name << " could not be parsed by GDCM: the file is damaged. Replace it with an intact copy." << gdcm_said);
+    TESSERA_CHECK(has_pixels, name << " has no pixel data element although its header describes " << promised << ": the file is damaged.");
+    TESSERA_CHECK(decoded, name << " is truncated or damaged: its header promises " << promised
+                                << ", which GDCM could not decode (transfer syntax " << transfer_syntax_name(file.transfer_syntax)
+                                << "). Replace the file with an intact copy." << gdcm_said);
+    // GDCM pads a short uncompressed pixel data element with zeros and says so: that is not an image.
+    TESSERA_CHECK(said.find("Incomplete Pixel Data") == std::string::npos,
+                  name << " is truncated: its header promises " << promised << " but the file ends inside its pixel data. "
+                       << "Replace the file with an intact copy.");
+    const std::int64_t frames = file.frames;
+    // Uncompressed pixels must all be there (GDCM would hand back zeros for the rest).
+    if (const gdcm::ByteValue* stored = data.GetDataElement(pixel_data_tag).GetByteValue()) {
+        const std::uint64_t needed = static_cast<std::uint64_t>(file.columns) * static_cast<std::uint64_t>(file.rows) *
+                                     static_cast<std::uint64_t>(frames) * static_cast<std::uint64_t>(file.bits_allocated) / 8;
+        TESSERA_CHECK(stored->GetLength() >= needed, name << " is damaged: its header promises " << promised << " (" << needed
+                                                          << " bytes) but its pixel data holds " << stored->GetLength() << " bytes.");
+    }
+    const gdcm::PixelFormat& format = image.GetPixelFormat();
+    TESSERA_CHECK(format.GetSamplesPerPixel() == 1, name << " holds colour pixels (" << format.GetSamplesPerPixel()
+                                                         << " samples per pixel): Tessera reads grayscale DICOM.");
+    const std::int64_t frame_pixels = static_cast<std::int64_t>(file.columns) * file.rows;
+    const double slope = file.rescale_slope, intercept = file.rescale_intercept;
+    const auto expect_bytes = [&](std::size_t bytes_per_pixel) {
+        TESSERA_CHECK(buffer.size() >= static_cast<std::size_t>(frame_pixels * frames) * bytes_per_pixel,
+                      name << " decoded to " << buffer.size() << " bytes, fewer than its " << frame_pixels * frames << " pixels need.");
+    };
+    switch (format.GetScalarType()) {
+        case gdcm::PixelFormat::UINT8:
+            expect_bytes(1);
+            convert_frames<std::uint8_t>(buffer.data(), frame_pixels, frames, slope, intercept, targets);
+            return "uint8";
+        case gdcm::PixelFormat::INT8:
+            expect_bytes(1);
+            convert_frames<std::int8_t>(buffer.data(), frame_pixels, frames, slope, intercept, targets);
+            return "int8";
+        case gdcm::PixelFormat::UINT12:
+        case gdcm::PixelFormat::UINT16:
+            expect_bytes(2);
+            convert_frames<std::uint16_t>(buffer.data(), frame_pixels, frames, slope, intercept, targets);
+            return "uint16";
+        case gdcm::PixelFormat::INT12:
+        case gdcm::PixelFormat::INT16:
+            expect_bytes(2);
+            convert_frames<std::int16_t>(buffer.data(), frame_pixels, frames, slope, intercept, targets);
+            return "int16";
+        case gdcm::PixelFormat::UINT32:
+            expect_bytes(4);
+            convert_frames<std::uint32_t>(buffer.data(), frame_pixels, frames, slope, intercept, targets);
+            return "uint32";
+        case gdcm::PixelFormat::INT32:
+            expect_bytes(4);
+            convert_frames<std::int32_t>(buffer.data(), frame_pixels, frames, slope, intercept, targets);
+            return "int32";
+        default:
+            TESSERA_REJECT(name << " stores pixels as " << format.GetScalarTypeAsString()
+                                << ": Tessera reads 8-, 16- and 32-bit integer DICOM.");
+    }
+}
+
+io_detail::RawImage read_series(const fs::path& path, const std::string& wanted) {
+    const ScannedFolder scanned = scan(path);
+    const std::vector<DicomFile>* chosen = nullptr;
+    if (wanted.empty()) {
+        if (scanned.series.size() > 1) {
+            std::ostringstream list;
+            for (const DicomSeriesInfo& info : sorted_infos(scanned, path)) list << "\n  " << series_label(info);
+            TESSERA_REJECT("the folder " << quoted(path) << " holds " << scanned.series.size()
+                                         << " DICOM series: choose one in the studio's series browser (File ▸ Open DICOM "
+                                            "Folder…), or list them with `tessera-cli info "
+                                         << path.string() << "` and read one with --series <number>:" << list.str());
+        }
+        chosen = &scanned.series.begin()->second;
+    } else {
+        for (const auto& [uid, files] : scanned.series) {
+            if (uid == wanted || std::to_string(files.front().series_number) == wanted) {
+                TESSERA_CHECK(chosen == nullptr, "series \"" << wanted << "\" names more than one series in " << quoted(path)
+                                                             << ": give its UID instead of its number");
+                chosen = &files;
+            }
+        }
+        if (!chosen) {
+            std::ostringstream list;
+            for (const DicomSeriesInfo& info : sorted_infos(scanned, path)) list << "\n  " << series_label(info);
+            TESSERA_REJECT(quoted(path) << " holds no DICOM series numbered or with UID \"" << wanted << "\"; it holds:" << list.str());
+        }
+    }
+    SeriesLayout layout = lay_out(*chosen, path);
+    io_detail::RawImage raw;
+    raw.geometry = layout.geometry;
+    raw.warnings = layout.warnings;
+    const DicomFile& first = layout.files.front();
+    const std::uint64_t slice_voxels = static_cast<std::uint64_t>(first.columns) * static_cast<std::uint64_t>(first.rows);
+    const std::uint64_t num_slices = layout.slices.size();
+    io_detail::check_volume_budget(path, std::to_string(first.columns) + "×" + std::to_string(first.rows) + "×" + std::to_string(num_slices),
+                                   slice_voxels * num_slices, static_cast<std::uint64_t>(std::max(first.bits_allocated / 8, 1)));
+    // Decoded in a child straight into memory shared with this process (see run_in_child).
+    auto voxels = std::make_shared<SharedMemory>(slice_voxels * num_slices * sizeof(float));
+    float* stack = static_cast<float*>(voxels->data());
+    // Where each file's frames go in the stack.
+    std::vector<std::vector<float*>> targets(layout.files.size());
+    for (std::size_t file = 0; file < layout.files.size(); ++file) targets[file].resize(static_cast<std::size_t>(layout.files[file].frames));
+    for (std::size_t index = 0; index < layout.slices.size(); ++index) {
+        const Slice& slice = layout.slices[index];
+        targets[slice.file][static_cast<std::size_t>(slice.frame)] = stack + index * slice_voxels;
+    }
+    std::vector<fs::path> paths;
+    for (const DicomFile& file : layout.files) paths.push_back(file.path);
+    const ChildOutcome outcome = run_in_child(
+        [&](const auto& send, std::int64_t& progress) {
+            std::string stored_type;
+            for (std::size_t file = 0; file < layout.files.size(); ++file) {
+                progress = static_cast<std::int64_t>(file);
+                const std::string stored = decode_file(layout.files[file], targets[file]);
+                if (stored_type.empty()) stored_type = stored;
+            }
+            send('T', stored_type);
+        },
+        child_seconds(paths), memory_allowance(paths, slice_voxels * num_slices * 4));
+    rethrow_child_error(outcome, paths);
+    if (!outcome.finished) {
+        const auto stopped_at = static_cast<std::size_t>(std::clamp<std::int64_t>(outcome.progress, 0, static_cast<std::int64_t>(paths.size()) - 1));
+        TESSERA_REJECT(quoted(paths[stopped_at]) << " cannot be decoded: " << outcome.how_it_ended
+                                                 << "; the file is damaged. Replace it with an intact copy.");
+    }
+    for (const auto& [kind, bytes] : outcome.frames) {
+        if (kind == 'T') raw.source_scalar_type = bytes;
+    }
+    if (!scanned.damaged.empty()) {
+        raw.warnings.push_back(std::to_string(scanned.damaged.size()) + " damaged file" + (scanned.damaged.size() == 1 ? " was" : "s were") +
+                               " skipped: " + scanned.damaged.front());
+    }
+    raw.scalar_type = io_detail::ScalarType::F32;
+    raw.voxels = stack;
+    raw.owner = voxels;
+    return raw;
 }
 
 }  // namespace
 
-bool has_dicom_preamble(const std::filesystem::path& path) {
+namespace io_detail {
+
+bool has_dicom_preamble(const fs::path& path) {
     std::ifstream in(path, std::ios::binary);
     char bytes[132] = {};
     if (!in.read(bytes, sizeof bytes)) return false;
     return std::memcmp(bytes + 128, "DICM", 4) == 0;
 }
 
-RawImage read_dicom(const std::filesystem::path& path) {
-    // Gather candidate files.
-    std::vector<std::filesystem::path> candidates;
-    const bool folder = std::filesystem::is_directory(path);
-    if (folder) {
-        for (const auto& entry : std::filesystem::directory_iterator(path)) {
-            const std::string name = entry.path().filename().string();
-            if (entry.is_regular_file() && !name.starts_with(".") && name != "DICOMDIR")
-                candidates.push_back(entry.path());
-        }
-        std::sort(candidates.begin(), candidates.end());
-        TESSERA_CHECK(!candidates.empty(), "the DICOM folder " << quoted(path)
-                                                               << " is empty: choose the folder that holds the "
-                                                                  "series' .dcm files.");
-    } else {
-        candidates.push_back(path);
-    }
+RawImage read_dicom(const fs::path& path) { return read_series(path, ""); }
 
-    std::vector<DicomFile> images;
-    std::size_t not_dicom = 0, without_pixels = 0;
-    for (const std::filesystem::path& candidate : candidates) {
-        std::optional<DicomFile> file = scan_dicom_file(candidate);
-        if (!file) {
-            ++not_dicom;
-            continue;
-        }
-        if (!file->has_pixel_data) {
-            ++without_pixels;
-            continue;
-        }
-        images.push_back(std::move(*file));
-    }
-    if (!folder) {
-        TESSERA_CHECK(not_dicom == 0, quoted(path) << " is not a DICOM file (no 'DICM' marker and no DICOM data "
-                                                      "elements at its start).");
-        TESSERA_CHECK(without_pixels == 0, quoted(path) << " is a DICOM file without pixel data (a report, "
-                                                           "structure set or directory), not an image.");
-    }
-    TESSERA_CHECK(!images.empty(), "the folder " << quoted(path) << " holds no DICOM images: of its "
-                                                 << candidates.size() << " files, " << not_dicom
-                                                 << " are not DICOM and " << without_pixels
-                                                 << " have no pixel data. Choose the folder of the image series.");
+}  // namespace io_detail
 
-    // One series only.
-    std::map<std::string, std::size_t> series;
-    for (const DicomFile& file : images) ++series[file.series_uid];
-    if (series.size() > 1) {
-        std::ostringstream list;
-        for (const auto& [uid, count] : series)
-            list << "\n  " << (uid.empty() ? "(no UID)" : uid) << ": " << count << " files";
-        TESSERA_REJECT("the folder " << quoted(path) << " holds " << series.size() << " DICOM series; put each in a "
-                                     << "folder of its own:" << list.str());
-    }
-    for (const DicomFile& file : images) check_readable(file);
-    const DicomFile& first = images.front();
-    for (const DicomFile& file : images) {
-        TESSERA_CHECK(file.rows == first.rows && file.columns == first.columns,
-                      "the DICOM series in " << quoted(path) << " mixes slice sizes: " << quoted(first.path) << " is "
-                                             << first.columns << "×" << first.rows << ", " << quoted(file.path)
-                                             << " is " << file.columns << "×" << file.rows);
-    }
-
-    // Orientation and slice order.
-    std::array<double, 3> row_direction{1, 0, 0}, column_direction{0, 1, 0};
-    const bool positioned = std::all_of(images.begin(), images.end(), [](const DicomFile& file) {
-        return file.position.has_value() && file.orientation.has_value();
-    });
-    if (positioned) {
-        const auto& o = *first.orientation;
-        row_direction = {o[0], o[1], o[2]};
-        column_direction = {o[3], o[4], o[5]};
-        for (const DicomFile& file : images) {
-            for (int index = 0; index < 6; ++index) {
-                TESSERA_CHECK(std::abs((*file.orientation)[index] - o[index]) < 1e-3,
-                              "the DICOM series in " << quoted(path) << " mixes slice orientations ("
-                                                     << quoted(first.path) << " and " << quoted(file.path)
-                                                     << "): is it a localizer mixed with the axial series?");
-            }
-        }
-    }
-    const std::array<double, 3> normal = cross(row_direction, column_direction);
-    auto along_normal = [&](const DicomFile& file) {
-        const auto& p = *file.position;
-        return p[0] * normal[0] + p[1] * normal[1] + p[2] * normal[2];
-    };
-    if (positioned) {
-        std::stable_sort(images.begin(), images.end(),
-                         [&](const DicomFile& a, const DicomFile& b) { return along_normal(a) < along_normal(b); });
-    } else {
-        std::stable_sort(images.begin(), images.end(),
-                         [](const DicomFile& a, const DicomFile& b) { return a.instance_number < b.instance_number; });
-    }
-
-    RawImage raw;
-    ImageGeometry& geometry = raw.geometry;
-    const auto num_slices = static_cast<std::int64_t>(images.size());
-    geometry.size = {first.columns, first.rows, num_slices};
-    if (first.pixel_spacing) {
-        geometry.spacing[0] = (*first.pixel_spacing)[1];  // between columns
-        geometry.spacing[1] = (*first.pixel_spacing)[0];  // between rows
-    }
-    geometry.spacing[2] = first.slice_thickness > 0 ? first.slice_thickness : 1.0;
-    if (positioned) {
-        if (num_slices > 1) {
-            const double extent = along_normal(images.back()) - along_normal(images.front());
-            const double step = extent / static_cast<double>(num_slices - 1);
-            for (std::int64_t index = 1; index < num_slices; ++index) {
-                const double gap = along_normal(images[index]) - along_normal(images[index - 1]);
-                TESSERA_CHECK(gap > 1e-3, "the DICOM series in " << quoted(path) << " has two slices at the same "
-                                                                 << "position (" << quoted(images[index - 1].path)
-                                                                 << " and " << quoted(images[index].path)
-                                                                 << "): is a second series mixed in?");
-                TESSERA_CHECK(std::abs(gap - step) < 0.01 * step + 1e-3,
-                              "the DICOM series in " << quoted(path) << " has uneven slice spacing (" << gap
-                                                     << " mm between " << quoted(images[index - 1].path) << " and "
-                                                     << quoted(images[index].path) << ", " << step
-                                                     << " mm on average): slices are missing.");
-            }
-            geometry.spacing[2] = step;
-        }
-        geometry.origin = *images.front().position;
-        for (int row = 0; row < 3; ++row) {
-            geometry.direction[row * 3 + 0] = row_direction[row];
-            geometry.direction[row * 3 + 1] = column_direction[row];
-            geometry.direction[row * 3 + 2] = normal[row];
-        }
-    }
-    for (int axis = 0; axis < 3; ++axis) {
-        TESSERA_CHECK(geometry.spacing[axis] > 0 && std::isfinite(geometry.spacing[axis]),
-                      quoted(first.path) << " has a zero or negative pixel spacing (" << geometry.spacing[axis]
-                                         << " mm along axis " << axis << ")");
-    }
-
-    // Voxels: each file decoded, stacked as float.
-    const std::size_t slice_voxels = static_cast<std::size_t>(first.columns) * static_cast<std::size_t>(first.rows);
-    check_volume_budget(path, std::to_string(first.columns) + "×" + std::to_string(first.rows) + "×" + std::to_string(images.size()),
-                        slice_voxels * images.size(), sizeof(float));
-    auto buffer = std::make_shared<std::vector<float>>(slice_voxels * images.size());
-    for (std::size_t index = 0; index < images.size(); ++index) {
-        decode_slice(images[index], buffer->data() + index * slice_voxels);
-    }
-    raw.scalar_type = ScalarType::F32;
-    raw.voxels = buffer->data();
-    raw.owner = buffer;
-    raw.source_scalar_type = std::string(first.bits_allocated == 8 ? (first.pixel_representation ? "int8" : "uint8")
-                                                                   : (first.pixel_representation ? "int16" : "uint16"));
-    return raw;
+std::vector<DicomSeriesInfo> list_dicom_series(const fs::path& path) {
+    TESSERA_CHECK(fs::exists(path), quoted(path) << " does not exist: name a folder of DICOM files, or one DICOM file");
+    return sorted_infos(scan(path), path);
 }
 
-}  // namespace tessera::io_detail
+Volume read_dicom_series(const fs::path& path, const std::string& series) {
+    TESSERA_CHECK(fs::exists(path), quoted(path) << " does not exist: name a folder of DICOM files, or one DICOM file");
+    return io_detail::volume_from_raw(read_series(path, series), path);
+}
+
+}  // namespace tessera

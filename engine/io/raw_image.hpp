@@ -48,6 +48,8 @@ struct RawImage {
 
 // f32 [D, H, W] with slope and intercept applied.
 Tensor to_volume_voxels(const RawImage& image);
+// The Volume read_volume returns for `raw` read from `path` (its non-finite voxels counted and reported).
+Volume volume_from_raw(const RawImage& raw, const std::filesystem::path& path);
 // i32 [D, H, W]; throws, naming `path` and the first offending voxel, if a value is not a whole number
 // in the int32 range.
 Tensor to_label_voxels(const RawImage& image, const std::filesystem::path& path);
@@ -102,7 +104,7 @@ void write_nrrd(const ImageGeometry& geometry, const EncodedVoxels& voxels, cons
 RawImage read_mgh(const std::filesystem::path& path);
 void write_mgh(const ImageGeometry& geometry, const EncodedVoxels& voxels, const std::filesystem::path& path);
 
-// A folder holding one series, or a single file.
+// A folder holding one series, or a single file (dicom_series.hpp: several series, through GDCM).
 RawImage read_dicom(const std::filesystem::path& path);
 bool has_dicom_preamble(const std::filesystem::path& path);
 

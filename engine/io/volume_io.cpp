@@ -238,8 +238,9 @@ VolumeFormat detect_volume_format(const std::filesystem::path& path) {
                    << ". Supported: " << joined(supported_volume_extensions()) << ", or a folder of DICOM files.");
 }
 
-Volume read_volume(const std::filesystem::path& path) {
-    const RawImage raw = read_raw(path);
+Volume read_volume(const std::filesystem::path& path) { return io_detail::volume_from_raw(read_raw(path), path); }
+
+Volume io_detail::volume_from_raw(const RawImage& raw, const std::filesystem::path& path) {
     Volume volume;
     volume.geometry = raw.geometry;
     volume.voxels = io_detail::to_volume_voxels(raw);

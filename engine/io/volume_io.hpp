@@ -1,7 +1,8 @@
 // Reading and writing volumes and label maps.
 //
 // Formats read: NIfTI-1/2 (.nii, .nii.gz), MetaImage (.mha, .mhd + data file), NRRD (.nrrd, .nhdr + data
-// file), FreeSurfer's MGH (.mgh, .mgz), DICOM (a folder holding one series, or a single .dcm file), TIFF (.tif/.tiff: several pages are
+// file), FreeSurfer's MGH (.mgh, .mgz), DICOM through GDCM (a folder holding one series, or a single file; several
+// series: dicom_series.hpp), TIFF (.tif/.tiff: several pages are
 // a stack of slices, one page a 2D image), PNG and JPEG (2D images, colour converted to luminance).
 // Formats written: .nii, .nii.gz, .mha, .mhd (+ .raw beside it), .nrrd, .nhdr (+ .raw), .mgh, .mgz.
 //

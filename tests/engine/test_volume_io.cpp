@@ -426,6 +426,53 @@ TEST(VolumeIoRealData, DicomTransferSyntaxesDecodeAlike) {
     EXPECT_TRUE(same_voxels(mr, other));
 }
 
+TEST(VolumeIoRealData, DicomBigEndianReadsAsItsLittleEndianTwin) {
+    const auto big = pydicom_data("MR_small_bigendian.dcm"), little = pydicom_data("MR_small.dcm");
+    TESSERA_REQUIRE_DATA(big, pydicom_package);
+    const Volume swapped = read_volume(big), plain = read_volume(little);
+    EXPECT_TRUE(same_grid(swapped.geometry, plain.geometry));
+    EXPECT_TRUE(same_voxels(swapped, plain));
+    EXPECT_EQ(voxel_sum(swapped), 2125338.0);  // pydicom 2.3.1's pixel_array sum
+}
+
+TEST(VolumeIoRealData, DicomRtDoseFramesAreSlicesAtTheirGridOffsets) {
+    // pydicom's rtdose.dcm: 10×10 pixels × 15 frames of uint32, Image Position (189.43125, 199.43125,
+    // -761.87), axial, 10 mm pixels, Grid Frame Offset Vector 0, 5, …, 70 mm, Dose Grid Scaling 1e-6 Gy.
+    const auto path = pydicom_data("rtdose.dcm");
+    TESSERA_REQUIRE_DATA(path, pydicom_package);
+    ::testing::internal::CaptureStderr();
+    const Volume dose = read_volume(path);
+    EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
+    expect_same_geometry(ImageGeometry{{10, 10, 15}, {10, 10, 5}, {189.43125, 199.43125, -761.87}, {1, 0, 0, 0, 1, 0, 0, 0, 1}},
+                         dose.geometry, 1e-9);
+    EXPECT_EQ(dose.source_scalar_type, "uint32");
+    // pydicom: pixel_array[0, 0, 0] = 1249000, [14, 9, 9] = 799000, [7, 3, 5] = 1073000 (frame, row, column);
+    // the sum 1519910000. Times 1e-6 Gy, within f32 rounding.
+    EXPECT_NEAR(dose.value_at(0, 0, 0), 1.249f, 1e-6f);
+    EXPECT_NEAR(dose.value_at(9, 9, 14), 0.799f, 1e-6f);
+    EXPECT_NEAR(dose.value_at(5, 3, 7), 1.073f, 1e-6f);
+    EXPECT_NEAR(voxel_sum(dose), 1519.91, 1e-3);
+}
+
+TEST(VolumeIoRealData, DicomLossyTwelveBitJpegDecodesSilently) {
+    // pydicom's JPEG-lossy.dcm: extended (12-bit) lossy JPEG, 256×1024. GDCM's 8-bit codec tries first and
+    // libjpeg complains on stderr: the reader keeps that out of the user's terminal.
+    const auto path = pydicom_data("JPEG-lossy.dcm");
+    TESSERA_REQUIRE_DATA(path, pydicom_package);
+    ::testing::internal::CaptureStderr();
+    const Volume image = read_volume(path);
+    EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
+    EXPECT_EQ(image.geometry.size, (std::array<std::int64_t, 3>{256, 1024, 1}));
+    float lowest = 1e9f, highest = -1e9f;
+    for (std::int64_t index = 0; index < image.voxels.num_elements(); ++index) {
+        lowest = std::min(lowest, image.voxels.data<float>()[index]);
+        highest = std::max(highest, image.voxels.data<float>()[index]);
+    }
+    EXPECT_GE(lowest, 0.0f);
+    EXPECT_LE(highest, 4095.0f) << "12 bits stored";
+    EXPECT_GT(highest - lowest, 100.0f) << "an image, not a constant";
+}
+
 TEST(VolumeIoRealData, DicomSeriesIsStackedByPosition) {
     // Three copies of MR_small at z = 6.6406, 7.4406 and 8.2406 mm, named against that order, each
     // with its top-left pixel marked.

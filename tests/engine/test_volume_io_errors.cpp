@@ -247,36 +247,12 @@ TEST(VolumeIoErrors, NiftiHeaderPairAndBadMagic) {
     EXPECT_CONTAINS(read_error(scratch / "analyze.nii"), "magic string");
 }
 
-TEST(VolumeIoErrors, MultiFrameDicomIsRefusedNotCrashed) {
-    const auto path = pydicom_data("rtdose.dcm");  // 15 frames: vtkDICOMImageReader would crash
-    TESSERA_REQUIRE_DATA(path, pydicom_package);
-    const std::string message = read_error(path);
-    EXPECT_CONTAINS(message, "multi-frame");
-    EXPECT_CONTAINS(message, "15 frames");
-}
-
-TEST(VolumeIoErrors, CompressedDicom) {
-    const auto path = pydicom_data("JPEG-lossy.dcm");
-    TESSERA_REQUIRE_DATA(path, pydicom_package);
-    const std::string message = read_error(path);
-    EXPECT_CONTAINS(message, "JPEG-compressed");
-    EXPECT_CONTAINS(message, "decompress");
-}
-
-TEST(VolumeIoErrors, BigEndianDicom) {
-    const auto path = pydicom_data("MR_small_bigendian.dcm");
-    TESSERA_REQUIRE_DATA(path, pydicom_package);
-    const std::string message = read_error(path);
-    EXPECT_CONTAINS(message, "big-endian transfer syntax");
-    EXPECT_CONTAINS(message, "convert it to little endian");
-}
-
 TEST(VolumeIoErrors, TruncatedDicom) {
     const auto path = pydicom_data("MR_truncated.dcm");
     TESSERA_REQUIRE_DATA(path, pydicom_package);
     const std::string message = read_error(path);
     EXPECT_CONTAINS(message, "truncated");
-    EXPECT_CONTAINS(message, "64×64 pixels");
+    EXPECT_CONTAINS(message, "its pixel data (at byte 1488) declares 8192 bytes but only 8142 remain");
 }
 
 TEST(VolumeIoErrors, TwoDicomSeriesInOneFolder) {

@@ -80,6 +80,11 @@ bool MpiLauncher::start(const MpiLaunch& launch) {
     connect(m_process, &QProcess::finished, this, [this](int exit_code, QProcess::ExitStatus) {
         m_output += QString::fromUtf8(m_process->readAll());
         m_poll->stop();
+        // A short run can take and release the model_dir's lock between two polls: its metrics say it ran.
+        if (!m_announced && QFileInfo::exists(QDir(m_launch.model_dir).filePath(QStringLiteral("metrics.jsonl")))) {
+            m_announced = true;
+            emit runStarted(m_launch.model_dir);
+        }
         m_process->deleteLater();
         m_process = nullptr;
         emit finished(exit_code, m_output);
