@@ -22,6 +22,10 @@ shoot viewer_ct_phantom.png --phantom 3d
 segmentation=$(mktemp -d)
 "$build/app/tessera-cli" phantom "$segmentation/phantom.nii.gz" --labels "$segmentation/phantom.seg.nrrd" > /dev/null
 shoot segmentation_names.png "$segmentation/phantom.nii.gz" --labels "$segmentation/phantom.seg.nrrd"
+# The DICOM series browser over a folder of four series (pydicom's CT, MR, RT dose and a JPEG 2000 CT): its
+# UI test takes the shot.
+QT_QPA_PLATFORM=xcb xvfb-run -a -s "-screen 0 1280x800x24" "$build/tests/ui/tst_dicom_browser" > /dev/null
+cp "$build/tests/ui/dicom_browser_screens/dicom_series_browser.png" "$out/dicom_series_browser.png"
 shoot viewer_2d.png "$data/BrainProtonDensitySliceBorder20.png" --labels "$data/BrainProtonDensitySliceBorder20Mask.png" || \
   shoot viewer_2d.png --phantom 2d
 # The partition editor: a 2D U-Net's 4-way split over an EM section, a 3D U-Net's 2×2×2 split over the

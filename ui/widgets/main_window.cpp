@@ -1,9 +1,11 @@
 #include "widgets/main_window.hpp"
 
 #include "data/phantom.hpp"
+#include "io/dicom_series.hpp"
 #include "io/label_descriptions.hpp"
 #include "io/volume_io.hpp"
 #include "widgets/detection_view.hpp"
+#include "widgets/dicom_series_browser.hpp"
 #include "widgets/label_legend.hpp"
 #include "widgets/slice_view.hpp"
 #include "widgets/volume_view.hpp"
@@ -188,11 +190,11 @@ void MainWindow::createActions() {
     QAction* open = file->addAction(tr("&Open Image…"), this, &MainWindow::chooseImage);
     open->setShortcut(QKeySequence::Open);
     open->setToolTip(tr("Open a NIfTI, MetaImage, TIFF stack or 2D image (Ctrl+O)"));
-    QAction* open_dicom = file->addAction(tr("Open &DICOM Series…"), this, [this] {
-        const QString folder = QFileDialog::getExistingDirectory(this, tr("Open DICOM series folder"));
+    QAction* open_dicom = file->addAction(tr("Open &DICOM Folder…"), this, [this] {
+        const QString folder = QFileDialog::getExistingDirectory(this, tr("Open DICOM folder"));
         if (!folder.isEmpty()) openImage(folder);
     });
-    open_dicom->setToolTip(tr("Open every slice of a DICOM series kept in one folder"));
+    open_dicom->setToolTip(tr("Open a DICOM series from a folder; a folder holding several series shows them to choose from"));
     QAction* open_labels = file->addAction(tr("Open &Label Map…"), this, &MainWindow::chooseLabelMap);
     open_labels->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_L));
     open_labels->setToolTip(tr("Open a label map on the same grid as the image (Ctrl+L)"));
@@ -354,7 +356,19 @@ QString warningText(const QString& path, const std::vector<std::string>& warning
 bool MainWindow::openImage(const QString& path) {
     QApplication::setOverrideCursor(Qt::WaitCursor);
     try {
-        auto volume = std::make_shared<tessera::Volume>(tessera::read_volume(toPath(path)));
+        std::string series;  // a DICOM folder with several series: the one chosen in the browser
+        if (tessera::detect_volume_format(toPath(path)) == tessera::VolumeFormat::DicomSeries) {
+            std::vector<tessera::DicomSeriesInfo> found = tessera::list_dicom_series(toPath(path));
+            if (found.size() > 1) {
+                QApplication::restoreOverrideCursor();
+                DicomSeriesBrowser browser(std::move(found), path, this);
+                if (browser.exec() != QDialog::Accepted) return false;
+                series = browser.chosenSeries();
+                QApplication::setOverrideCursor(Qt::WaitCursor);
+            }
+        }
+        auto volume = std::make_shared<tessera::Volume>(series.empty() ? tessera::read_volume(toPath(path))
+                                                                        : tessera::read_dicom_series(toPath(path), series));
         QApplication::restoreOverrideCursor();
         m_last_warning.clear();
         const std::vector<std::string> warnings = volume->warnings;
