@@ -181,22 +181,12 @@ private:
     DetectionSample decoded(const Split& split, std::int64_t index) const {
         const std::shared_ptr<const Tensor> image = m_cache.get({split.file, index}, [&] {
             Tensor rgb = split.coco->load(index).image;  // [3, h, w] f32 in [0, 1]
-            Tensor prepared = batch_shape()[1] == 1 ? mean_of_channels(rgb) : std::move(rgb);
+            Tensor prepared = batch_shape()[1] == 1 ? mean_of_rgb(rgb) : std::move(rgb);
             normalize(prepared, m_config.normalization, m_config.window_low, m_config.window_high);
             return prepared;
         });
         // The cached tensor is shared: the transforms below copy before they write.
         return make_detection_sample(*image, split.coco->image(index).objects);
-    }
-
-    // [3, h, w] → [1, h, w]: grey as the plain mean of R, G and B.
-    static Tensor mean_of_channels(const Tensor& rgb) {
-        const std::int64_t pixels = rgb.dim(1) * rgb.dim(2);
-        Tensor grey = Tensor::empty({1, rgb.dim(1), rgb.dim(2)}, DType::F32);
-        const float* in = rgb.data<float>();
-        float* out = grey.data<float>();
-        for (std::int64_t p = 0; p < pixels; ++p) out[p] = (in[p] + in[pixels + p] + in[2 * pixels + p]) / 3.0f;
-        return grey;
     }
 
     DetectionSample to_static_shape(const DetectionSample& sample) const {

@@ -242,7 +242,7 @@ private:
     // [3, h, w] in [0, 1] → [C, H, W] of the input, normalised. `random` is the training stream (the
     // crop's two draws, made whether or not the image is larger), null for a held-out image.
     Tensor to_input(Tensor rgb, SeededRandom* random) const {
-        Tensor image = batch_shape()[1] == 1 ? mean_of_channels(rgb) : std::move(rgb);
+        Tensor image = batch_shape()[1] == 1 ? mean_of_rgb(rgb) : std::move(rgb);
         normalize(image, m_config.normalization, m_config.window_low, m_config.window_high);
         const auto [height, width] = input_size();
         if (m_config.static_shape != StaticShape::Crop) {
@@ -258,16 +258,6 @@ private:
         }
         const std::array<std::int64_t, 3> box_begin{0, begin[0], begin[1]}, box_extent{image.dim(0), height, width};
         return crop_padded(image, box_begin, box_extent);
-    }
-
-    // [3, h, w] → [1, h, w]: grey as the plain mean of R, G and B.
-    static Tensor mean_of_channels(const Tensor& rgb) {
-        const std::int64_t pixels = rgb.dim(1) * rgb.dim(2);
-        Tensor grey = Tensor::empty({1, rgb.dim(1), rgb.dim(2)}, DType::F32);
-        const float* in = rgb.data<float>();
-        float* out = grey.data<float>();
-        for (std::int64_t p = 0; p < pixels; ++p) out[p] = (in[p] + in[pixels + p] + in[2 * pixels + p]) / 3.0f;
-        return grey;
     }
 
     DataConfig m_config;

@@ -238,4 +238,16 @@ DetectionSample whole_image_to_input(const DetectionSample& sample, StaticShape 
     return scale_and_crop(sample, size, 1.0, {0, 0}, 0.0);
 }
 
+Tensor mean_of_rgb(const Tensor& rgb) {
+    TESSERA_CHECK(rgb.rank() == 3 && rgb.dim(0) == 3 && rgb.dtype() == DType::F32,
+                  "mean_of_rgb takes an f32 [3, H, W] image, got " << dtype_name(rgb.dtype()) << " " << shape_to_string(rgb.shape()));
+    const Tensor dense = rgb.contiguous();
+    const std::int64_t pixels = dense.dim(1) * dense.dim(2);
+    Tensor grey = Tensor::empty({1, dense.dim(1), dense.dim(2)}, DType::F32);
+    const float* in = dense.data<float>();
+    float* out = grey.data<float>();
+    for (std::int64_t p = 0; p < pixels; ++p) out[p] = (in[p] + in[pixels + p] + in[2 * pixels + p]) / 3.0f;
+    return grey;
+}
+
 }  // namespace tessera::data

@@ -53,6 +53,9 @@ ImageGeometry resampled_geometry(const ImageGeometry& geometry, const std::array
                                  const std::array<std::int64_t, 3>& extent,
                                  const std::array<std::int64_t, 3>& content);  // extents [D, H, W]
 
+// [3, H, W] → [1, H, W]: grey as the plain mean of R, G and B (a colour photo fed to a one-channel input).
+Tensor mean_of_rgb(const Tensor& rgb);
+
 // A whole image brought to the input `size` [H, W] with its boxes: StaticShape::Resize is
 // resize_fixed_shape (the aspect ratio changes); PadToMax keeps the aspect ratio, scaled to fit and padded
 // with zeros at the bottom and right (for a square input the detection seed's keep_aspect_ratio_resizer

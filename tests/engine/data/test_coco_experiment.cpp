@@ -1,6 +1,7 @@
 // Experiment files with data.source "coco": the new data keys, their errors (each naming the field),
 // paths relative to the experiment file, the TPU static-shape rule, and make_dataset from a parsed file.
 #include "experiment/experiment.hpp"
+#include "experiment_test_support.hpp"
 #include "experiment/tpu_compatibility.hpp"
 
 #include "core/error.hpp"
@@ -29,19 +30,7 @@ std::string retinanet_with(const std::string& data_fields, std::int64_t num_clas
 
 const std::string k_files = R"("annotations": "coco/instances.json", "images": "coco/images")";
 
-std::string error_of(const std::string& text) {
-    try {
-        experiment::parse_experiment(text, "coco.json");
-    } catch (const Error& error) {
-        return error.what();
-    }
-    return "(no error)";
-}
-
-void expect_message(const std::string& text, const std::string& expected) {
-    const std::string message = error_of(text);
-    EXPECT_NE(message.find(expected), std::string::npos) << "expected: " << expected << "\ngot: " << message;
-}
+void expect_message(const std::string& text, const std::string& expected) { data::test::expect_parse_error(text, "coco.json", expected); }
 
 }  // namespace
 

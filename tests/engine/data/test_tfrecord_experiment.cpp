@@ -1,6 +1,7 @@
 // Experiment files with data.source "tfrecord": the new keys, their errors (each naming the field), the
 // shard patterns resolved against the experiment file, and a ResNet trained from a parsed file's dataset.
 #include "experiment/experiment.hpp"
+#include "experiment_test_support.hpp"
 #include "experiment/tpu_compatibility.hpp"
 
 #include "core/error.hpp"
@@ -19,19 +20,7 @@ std::string resnet_with(const std::string& data_fields, const std::string& kind 
                "data": {)" + data_fields + "}}";
 }
 
-std::string error_of(const std::string& text) {
-    try {
-        experiment::parse_experiment(text, "imagenet.json");
-    } catch (const Error& error) {
-        return error.what();
-    }
-    return "(no error)";
-}
-
-void expect_message(const std::string& text, const std::string& expected) {
-    const std::string message = error_of(text);
-    EXPECT_NE(message.find(expected), std::string::npos) << "expected: " << expected << "\ngot: " << message;
-}
+void expect_message(const std::string& text, const std::string& expected) { data::test::expect_parse_error(text, "imagenet.json", expected); }
 
 }  // namespace
 
