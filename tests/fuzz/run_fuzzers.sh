@@ -129,6 +129,19 @@ for t in "${targets[@]}"; do
 done
 echo "${#targets[@]} targets in $(( $(date +%s) - started ))s"
 if [ "$failed" -ne 0 ]; then
+    # The report itself (sanitizer stack, the input's bytes) goes to this output too: a run in a throwaway
+    # machine (CI, fresh-machine) keeps nothing else.
+    for t in "${targets[@]}"; do
+        IFS=$'\t' read -r _ _ _ _ _ verdict <"$out/results/$t"
+        [ "$verdict" = ok ] && continue
+        echo "---- $t: the finding's report ($out/logs/$t.log)" >&2
+        grep -m1 -A60 -e '==[0-9]*==ERROR' -e 'ERROR: libFuzzer' -e 'fuzz finding:' -e 'runtime error:' "$out/logs/$t.log" >&2 || tail -40 "$out/logs/$t.log" >&2
+        for artifact in "$out/artifacts/$t"/*; do
+            [ -f "$artifact" ] || continue
+            echo "---- $t: $(basename "$artifact") as base64" >&2
+            head -c 65536 "$artifact" | base64 >&2
+        done
+    done
     echo "run_fuzzers: findings above; reproducers in $out/artifacts/<target>/, logs in $out/logs/" >&2
     exit 1
 fi
