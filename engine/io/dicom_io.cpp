@@ -356,16 +356,18 @@ private:
         if (!read_at(at, reinterpret_cast<char*>(bytes), 4)) return 0;
         return (static_cast<std::uint32_t>(u16(bytes)) << 16) | u16(bytes + 2);
     }
-    bool fail(std::uint64_t at, std::uint32_t tag, std::uint64_t length) {
+    // An element (or item) whose header starts at `at` and whose value would start at `value_at` declares
+    // more bytes than remain after its header.
+    bool fail(std::uint64_t at, std::uint64_t value_at, std::uint32_t tag, std::uint64_t length) {
+        const std::uint64_t remaining = m_size > value_at ? m_size - value_at : 0;
         std::ostringstream text;
         if (tag == 0x7fe00010) {
-            text << "its pixel data (at byte " << at << ") declares " << length << " bytes but only " << (m_size > at ? m_size - at : 0)
-                 << " remain: the file is truncated";
-            m_problem = text.str();
-            return false;
+            text << "its pixel data (at byte " << at << ") declares " << length << " bytes but only " << remaining
+                 << " follow its header: the file is truncated";
+        } else {
+            text << "its element (" << std::hex << (tag >> 16) << "," << (tag & 0xffff) << std::dec << ") at byte " << at << " declares "
+                 << length << " bytes but only " << remaining << " follow its header: the file is damaged or truncated";
         }
-        text << "its element (" << std::hex << (tag >> 16) << "," << (tag & 0xffff) << std::dec << ") at byte " << at << " declares "
-             << length << " bytes but only " << (m_size > at ? m_size - at : 0) << " remain: the file is damaged or truncated";
         m_problem = text.str();
         return false;
     }
@@ -386,7 +388,7 @@ private:
             vr.assign(reinterpret_cast<const char*>(header + 4), 2);
             static constexpr std::string_view long_vrs[] = {"OB", "OD", "OF", "OL", "OV", "OW", "SQ", "SV", "UC", "UN", "UR", "UT", "UV"};
             if (std::find(std::begin(long_vrs), std::end(long_vrs), vr) != std::end(long_vrs)) {
-                if (!read_at(position, reinterpret_cast<char*>(header), 12)) return fail(start, tag, 12);
+                if (!read_at(position, reinterpret_cast<char*>(header), 12)) return fail(start, start + 12, tag, 12);
                 length = u32(header + 8);
                 position += 12;
             } else {
@@ -398,7 +400,7 @@ private:
             position += 8;
         }
         if (length == undefined) return undefined_contents(position, depth + 1, vr == "UN", tag == 0x7fe00010);
-        if (length > m_size - std::min(position, m_size)) return fail(start, tag, length);
+        if (length > m_size - std::min(position, m_size)) return fail(start, position, tag, length);
         m_last_value.clear();
         if (length <= 64) {
             m_last_value.resize(static_cast<std::size_t>(length));
@@ -434,7 +436,7 @@ private:
         const std::uint64_t start = position;
         position += 8;
         if (length == undefined) return !fragment && undefined_contents(position, depth + 1, false, false);
-        if (length > m_size - std::min(position, m_size)) return fail(start, tag, length);
+        if (length > m_size - std::min(position, m_size)) return fail(start, position, tag, length);
         const std::uint64_t end = position + length;
         std::uint64_t inside = position;
         while (!fragment && inside + 8 <= end && m_problem.empty()) {
@@ -1160,12 +1162,16 @@ std::vector<DicomSeriesInfo> sorted_infos(const ScannedFolder& scanned, const fs
     return infos;
 }
 
+// Frame f of the decoded `buffer` (stored values of type Stored), rescaled, into targets[f]. Throws, naming
+// the file, when the decoder gave fewer bytes than the frames need.
 template <class Stored>
-void convert_frames(const char* buffer, std::int64_t frame_pixels, std::int64_t frames, double slope, double intercept,
-                    const std::vector<float*>& targets) {
+void convert_frames(const std::vector<char>& buffer, std::int64_t frame_pixels, std::int64_t frames, double slope, double intercept,
+                    const std::vector<float*>& targets, const std::string& name) {
+    TESSERA_CHECK(buffer.size() >= static_cast<std::size_t>(frame_pixels * frames) * sizeof(Stored),
+                  name << " decoded to " << buffer.size() << " bytes, fewer than its " << frame_pixels * frames << " pixels need.");
     for (std::int64_t frame = 0; frame < frames; ++frame) {
         float* out = targets[static_cast<std::size_t>(frame)];
-        const char* in = buffer + frame * frame_pixels * static_cast<std::int64_t>(sizeof(Stored));
+        const char* in = buffer.data() + frame * frame_pixels * static_cast<std::int64_t>(sizeof(Stored));
         for (std::int64_t pixel = 0; pixel < frame_pixels; ++pixel) {
             Stored value;
             std::memcpy(&value, in + pixel * static_cast<std::int64_t>(sizeof(Stored)), sizeof(Stored));
@@ -1234,36 +1240,26 @@ std::string decode_file(const DicomFile& file, const std::vector<float*>& target
                                                          << " samples per pixel): Tessera reads grayscale DICOM.");
     const std::int64_t frame_pixels = static_cast<std::int64_t>(file.columns) * file.rows;
     const double slope = file.rescale_slope, intercept = file.rescale_intercept;
-    const auto expect_bytes = [&](std::size_t bytes_per_pixel) {
-        TESSERA_CHECK(buffer.size() >= static_cast<std::size_t>(frame_pixels * frames) * bytes_per_pixel,
-                      name << " decoded to " << buffer.size() << " bytes, fewer than its " << frame_pixels * frames << " pixels need.");
-    };
     switch (format.GetScalarType()) {
         case gdcm::PixelFormat::UINT8:
-            expect_bytes(1);
-            convert_frames<std::uint8_t>(buffer.data(), frame_pixels, frames, slope, intercept, targets);
+            convert_frames<std::uint8_t>(buffer, frame_pixels, frames, slope, intercept, targets, name);
             return "uint8";
         case gdcm::PixelFormat::INT8:
-            expect_bytes(1);
-            convert_frames<std::int8_t>(buffer.data(), frame_pixels, frames, slope, intercept, targets);
+            convert_frames<std::int8_t>(buffer, frame_pixels, frames, slope, intercept, targets, name);
             return "int8";
         case gdcm::PixelFormat::UINT12:
         case gdcm::PixelFormat::UINT16:
-            expect_bytes(2);
-            convert_frames<std::uint16_t>(buffer.data(), frame_pixels, frames, slope, intercept, targets);
+            convert_frames<std::uint16_t>(buffer, frame_pixels, frames, slope, intercept, targets, name);
             return "uint16";
         case gdcm::PixelFormat::INT12:
         case gdcm::PixelFormat::INT16:
-            expect_bytes(2);
-            convert_frames<std::int16_t>(buffer.data(), frame_pixels, frames, slope, intercept, targets);
+            convert_frames<std::int16_t>(buffer, frame_pixels, frames, slope, intercept, targets, name);
             return "int16";
         case gdcm::PixelFormat::UINT32:
-            expect_bytes(4);
-            convert_frames<std::uint32_t>(buffer.data(), frame_pixels, frames, slope, intercept, targets);
+            convert_frames<std::uint32_t>(buffer, frame_pixels, frames, slope, intercept, targets, name);
             return "uint32";
         case gdcm::PixelFormat::INT32:
-            expect_bytes(4);
-            convert_frames<std::int32_t>(buffer.data(), frame_pixels, frames, slope, intercept, targets);
+            convert_frames<std::int32_t>(buffer, frame_pixels, frames, slope, intercept, targets, name);
             return "int32";
         default:
             TESSERA_REJECT(name << " stores pixels as " << format.GetScalarTypeAsString()
