@@ -21,10 +21,10 @@ export CCACHE_NOHASHDIR := 1
 DEBIAN_PACKAGES := \
 	build-essential cmake ninja-build ccache pkg-config git \
 	qt6-base-dev qt6-charts-dev libqt6opengl6-dev libgl-dev \
-	libvtk9-dev libopencv-dev libgdcm-dev libgdcm-tools libeigen3-dev libdnnl-dev zlib1g-dev \
+	libvtk9-dev libopencv-dev libgdcm-dev libgdcm-tools libhdf5-dev hdf5-tools libeigen3-dev libdnnl-dev zlib1g-dev \
 	nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev \
 	xvfb xauth libgl1-mesa-dri fonts-dejavu-core chromium \
-	insighttoolkit5-examples python3-pydicom qt6-svg-dev python3-protobuf python3-nibabel teem-apps \
+	insighttoolkit5-examples python3-pydicom qt6-svg-dev python3-protobuf python3-nibabel python3-h5py teem-apps \
 	clang-16 libclang-rt-16-dev libomp-16-dev llvm-16 \
 	libopenmpi-dev openmpi-bin
 

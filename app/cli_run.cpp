@@ -7,6 +7,7 @@
 #include "cost/memory_model.hpp"
 #include "experiment/experiment.hpp"
 #include "experiment/tpu_compatibility.hpp"
+#include "io/hdf5_volume.hpp"
 #include "mpi/mpi_transport.hpp"
 #include "run/training_run.hpp"
 
@@ -24,6 +25,13 @@
 namespace tessera::cli {
 
 namespace {
+
+// An input to predict exists: a file or folder, or for an HDF5 dataset ("file.h5:/volumes/raw") its file.
+void check_prediction_input(const std::string& input) {
+    const auto hdf5 = tessera::parse_hdf5_name(input);
+    const std::filesystem::path file = hdf5 ? hdf5->file : std::filesystem::path(input);
+    TESSERA_CHECK(std::filesystem::exists(file), "cannot predict '" << input << "': " << (hdf5 ? "the HDF5 file '" + file.string() + "' does not exist" : "no such file or folder"));
+}
 
 std::atomic<bool> g_stop_requested = false;
 static_assert(std::atomic<bool>::is_always_lock_free, "the signal handler needs a lock-free flag");
@@ -428,7 +436,7 @@ int predict_command(const RunArguments& arguments, const std::vector<std::string
             arguments, "predict", run::ModelDirAccess::ReadOnly,
             [&](run::TrainingRun& training) {
                 for (const std::string& input : inputs) {
-                    TESSERA_CHECK(std::filesystem::exists(input), "cannot predict '" << input << "': no such file or folder");
+                    check_prediction_input(input);
                 }
                 training.load_checkpoint(true);
             },
@@ -438,7 +446,7 @@ int predict_command(const RunArguments& arguments, const std::vector<std::string
     return guarded(
         [&] {
             for (const std::string& input : inputs) {
-                TESSERA_CHECK(std::filesystem::exists(input), "cannot predict '" << input << "': no such file or folder");
+                check_prediction_input(input);
             }
             auto training = std::make_unique<run::TrainingRun>(experiment::load_experiment(arguments.experiment),
                                                                run_options(arguments, "predict", run::ModelDirAccess::ReadOnly));

@@ -31,7 +31,9 @@
 #include "data/image_shards.hpp"
 #include "data/phantom.hpp"
 #include "io/dicom_series.hpp"
+#include "io/hdf5_volume.hpp"
 #include "io/volume_io.hpp"
+#include "io/volume_region.hpp"
 #include "report/run_report.hpp"
 
 #include <CLI/CLI.hpp>
@@ -74,6 +76,19 @@ void describe_volume(const tessera::Volume& volume) {
     for (const std::string& warning : volume.warnings) std::printf("warning  %s\n", warning.c_str());
 }
 
+// A volume too large to read whole for `info`: its grid, from the header alone.
+void describe_region_volume(const tessera::VolumeRegionReader& reader) {
+    const auto& g = reader.geometry();
+    std::printf("image    %s\n", reader.source_path().c_str());
+    std::printf("grid     %s\n", tessera::describe(g).c_str());
+    std::printf("origin   %.3f, %.3f, %.3f mm (LPS)\n", g.origin[0], g.origin[1], g.origin[2]);
+    std::printf("direction %.3f %.3f %.3f | %.3f %.3f %.3f | %.3f %.3f %.3f\n", g.direction[0], g.direction[1],
+                g.direction[2], g.direction[3], g.direction[4], g.direction[5], g.direction[6], g.direction[7],
+                g.direction[8]);
+    std::printf("voxels   %s in the file (%s; values not scanned: training and prediction read it region by region)\n",
+                reader.source_scalar_type().c_str(), tessera::format_gib(g.num_voxels() * 4).c_str());
+}
+
 // `text` cut or padded to `width` characters (UTF-8: "×" is one character, two bytes).
 std::string padded(const std::string& text, std::size_t width) {
     std::string out;
@@ -86,6 +101,22 @@ std::string padded(const std::string& text, std::size_t width) {
         at += length;
     }
     return out + std::string(width - characters, ' ');
+}
+
+// The datasets of an HDF5 file, one per line.
+void print_hdf5_datasets(const std::filesystem::path& file, const std::vector<tessera::Hdf5DatasetInfo>& datasets) {
+    std::printf("HDF5     %s: %zu dataset%s\n", file.string().c_str(), datasets.size(), datasets.size() == 1 ? "" : "s");
+    for (const tessera::Hdf5DatasetInfo& dataset : datasets) {
+        std::string shape;
+        for (std::int64_t extent : dataset.shape) shape += (shape.empty() ? "" : "×") + std::to_string(extent);
+        char spacing[80] = "no resolution attribute";
+        if (dataset.spacing_mm) {
+            std::snprintf(spacing, sizeof spacing, "%.4g × %.4g × %.4g mm", (*dataset.spacing_mm)[0], (*dataset.spacing_mm)[1], (*dataset.spacing_mm)[2]);
+        }
+        std::printf("  %s%s%s%s%s\n", padded(dataset.name, 28).c_str(), padded(shape, 18).c_str(),
+                    padded(dataset.scalar_type.empty() ? "?" : dataset.scalar_type, 9).c_str(), padded(dataset.storage, 40).c_str(), spacing);
+        if (!dataset.readable) std::printf("      cannot be read: %s\n", dataset.problem.c_str());
+    }
 }
 
 // The series of a DICOM folder, one per line: what a series browser shows.
@@ -373,15 +404,15 @@ int run(int argc, char** argv) {
     app.require_subcommand(0, 1);
 
     std::string info_image, info_labels, info_series;
-    CLI::App* info = app.add_subcommand("info", "Describe an image (and a label map on its grid); a DICOM folder: list its series");
-    info->add_option("image", info_image, "Image file or DICOM folder")->required();
+    CLI::App* info = app.add_subcommand("info", "Describe an image (and a label map on its grid); a DICOM folder: list its series; an HDF5 file: its datasets");
+    info->add_option("image", info_image, "Image file, DICOM folder, or HDF5 dataset (file.h5:/volumes/raw)")->required();
     info->add_option("--labels", info_labels, "Label map to check against the image's grid");
     info->add_option("--series", info_series, "DICOM: the series to describe, by number or UID (a folder with several is listed)");
 
     std::string phantom_out, phantom_labels, phantom_size = "128,128,96", phantom_spacing = "1,1,1";
     std::uint64_t phantom_seed = 1;
     CLI::App* phantom = app.add_subcommand("phantom", "Write a seeded synthetic CT phantom");
-    phantom->add_option("out", phantom_out, "Output image (.nii, .nii.gz, .mha, .mhd, .nrrd, .nhdr, .mgh, .mgz)")->required();
+    phantom->add_option("out", phantom_out, "Output image (.nii, .nii.gz, .mha, .mhd, .nrrd, .nhdr, .mgh, .mgz, file.h5:/dataset)")->required();
     phantom->add_option("--labels", phantom_labels, "Output label map");
     phantom->add_option("--size", phantom_size, "Voxels along x,y,z (z = 1 for 2D)")->capture_default_str();
     phantom->add_option("--spacing", phantom_spacing, "Voxel spacing x,y,z in mm")->capture_default_str();
@@ -391,7 +422,7 @@ int run(int argc, char** argv) {
     bool convert_as_labels = false;
     CLI::App* convert = app.add_subcommand("convert", "Convert an image between formats");
     convert->add_option("in", convert_in, "Input image or DICOM folder")->required();
-    convert->add_option("out", convert_out, "Output image (.nii, .nii.gz, .mha, .mhd, .nrrd, .nhdr, .mgh, .mgz)")->required();
+    convert->add_option("out", convert_out, "Output image (.nii, .nii.gz, .mha, .mhd, .nrrd, .nhdr, .mgh, .mgz, file.h5:/dataset)")->required();
     convert->add_flag("--labels", convert_as_labels, "Treat the image as a label map (integer values)");
     std::string convert_series;
     convert->add_option("--series", convert_series, "DICOM: the series to convert, by number or UID");
@@ -533,6 +564,28 @@ int run(int argc, char** argv) {
             const tessera::report::ReportResult written = tessera::report::write_run_report(report_model_dir, out);
             for (const std::string& omission : written.omissions) std::printf("left out: %s\n", omission.c_str());
             std::printf("wrote %s (%.1f MiB)\n", out.string().c_str(), static_cast<double>(written.html.size()) / (1024.0 * 1024.0));
+        } else if (*info && tessera::is_hdf5_name(info_image)) {
+            const std::optional<tessera::Hdf5DatasetName> name = tessera::parse_hdf5_name(info_image);
+            const std::vector<tessera::Hdf5DatasetInfo> datasets = tessera::list_hdf5_datasets(name->file);
+            print_hdf5_datasets(name->file, datasets);
+            const auto num_readable = std::count_if(datasets.begin(), datasets.end(), [](const auto& d) { return d.readable; });
+            const bool cremi = std::any_of(datasets.begin(), datasets.end(), [](const auto& d) { return d.name == "/volumes/raw"; });
+            if (name->dataset.empty() && !cremi && num_readable != 1) {
+                std::printf("describe one with %s:<dataset>\n", name->file.string().c_str());
+                return 0;
+            }
+            const std::unique_ptr<tessera::VolumeRegionReader> reader = tessera::open_region_reader(info_image);
+            // Scanned for its value range when it would be read whole anyway (up to 1 GiB as f32).
+            if (reader->geometry().num_voxels() <= (std::int64_t{1} << 28)) {
+                describe_volume(tessera::read_volume(reader->source_path()));
+            } else {
+                describe_region_volume(*reader);
+            }
+            if (!info_labels.empty()) {
+                const std::unique_ptr<tessera::VolumeRegionReader> labels = tessera::open_region_reader(info_labels);
+                tessera::check_same_grid(reader->geometry(), labels->geometry(), info_labels);
+                std::printf("labels   %s on the same grid\n", labels->source_path().c_str());
+            }
         } else if (*info) {
             const bool dicom = tessera::detect_volume_format(info_image) == tessera::VolumeFormat::DicomSeries;
             if (dicom) {

@@ -69,6 +69,7 @@ std::string_view source_kind_name(SourceKind kind) {
         case SourceKind::SyntheticShapes: return "SyntheticShapes";
         case SourceKind::Coco: return "Coco";
         case SourceKind::TFRecord: return "TFRecord";
+        case SourceKind::Volume: return "Volume";
     }
     return "?";
 }
@@ -99,7 +100,7 @@ void validate(const DataConfig& config) {
     TESSERA_CHECK(source_kind_name(config.source) != "?",
                   "data.source " << static_cast<int>(config.source)
                                  << " is not a source: use SyntheticEm, SyntheticCt, FakeImages, Folder, ExampleMri, "
-                                    "SyntheticShapes, Coco or TFRecord");
+                                    "SyntheticShapes, Coco, TFRecord or Volume");
     TESSERA_CHECK(static_shape_name(config.static_shape) != "?",
                   "data.static_shape " << static_cast<int>(config.static_shape) << " is not one: use Crop, Resize or PadToMax");
     TESSERA_CHECK(normalization_name(config.normalization) != "?",
@@ -173,6 +174,15 @@ void validate(const DataConfig& config) {
                       "data.records, eval_records and first_label are for a TFRecord source; this source is "
                           << source_kind_name(config.source) << ": remove them");
     }
+    if (config.source == SourceKind::Volume) {
+        TESSERA_CHECK(!config.image_file.empty() && !config.label_file.empty(),
+                      "data.image and data.labels name the volume and its label map for a Volume source, e.g. "
+                      "\"sample_A.h5:/volumes/raw\" and \"sample_A.h5:/volumes/labels/clefts\"");
+    } else {
+        TESSERA_CHECK(config.image_file.empty() && config.label_file.empty() && config.read_by_region == RegionReading::Auto,
+                      "data.image and read_by_region are for a Volume source; this source is " << source_kind_name(config.source)
+                                                                                                 << ": remove them");
+    }
     if (config.source == SourceKind::Coco) {
         TESSERA_CHECK(!config.annotations_file.empty(),
                       "data.annotations is empty: a COCO source needs its instances.json, e.g. "
@@ -224,6 +234,7 @@ std::unique_ptr<Dataset> make_dataset(const DataConfig& config, const Shape& bat
         case SourceKind::SyntheticCt: plan = detail::synthetic_ct_plan(config, batch_shape, num_classes); break;
         case SourceKind::Folder: plan = detail::folder_plan(config, batch_shape, num_classes); break;
         case SourceKind::ExampleMri: plan = detail::example_mri_plan(config, batch_shape, num_classes); break;
+        case SourceKind::Volume: plan = detail::volume_plan(config, batch_shape, num_classes); break;
     }
     return std::make_unique<detail::VolumeDataset>(config, batch_shape, num_classes, std::move(plan));
 }

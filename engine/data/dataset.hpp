@@ -55,7 +55,7 @@ struct Example {
     std::vector<detection::LabeledBox> objects{};  // detection: the image's boxes, pixels, class ids
 };
 
-enum class SourceKind { SyntheticEm, SyntheticCt, FakeImages, Folder, ExampleMri, SyntheticShapes, Coco, TFRecord };
+enum class SourceKind { SyntheticEm, SyntheticCt, FakeImages, Folder, ExampleMri, SyntheticShapes, Coco, TFRecord, Volume };
 // True for the sources whose examples are boxes (detection) rather than label maps or labels.
 bool is_detection_source(SourceKind kind);
 // Crop: patches sampled from larger images (default). Resize: the whole image resampled to the model
@@ -65,6 +65,10 @@ enum class StaticShape { Crop, Resize, PadToMax };
 // ZScore: per image/volume and channel, mean 0 and standard deviation 1. Window: [window_low,
 // window_high] -> [0, 1], clamped.
 enum class Normalization { None, ZScore, Window };
+// Volume source: whether the image is read whole or patch by patch (a volume larger than memory). Auto:
+// by region when the file can be read so (HDF5 datasets, uncompressed .nii) and reading it whole would
+// pass TESSERA_MAX_VOLUME_BYTES; whole otherwise.
+enum class RegionReading { Auto, Always, Never };
 // What a training image's NaN or infinite voxels do: stop the run before it starts (a NaN in the input
 // makes every loss NaN), or become 0 before normalisation.
 enum class NonFinitePolicy { Error, Zero };
@@ -154,6 +158,11 @@ struct DataConfig {
     // (ImageNet's shards count from 1, as `tessera-cli convert` writes by default).
     std::filesystem::path records{}, eval_records{};
     std::int64_t first_label = 1;
+    // Volume (one image and its label map, each a file or an HDF5 dataset "sample_A.h5:/volumes/raw"):
+    // the last holdout_fraction of its slices (rows for 2D) is held out. Read by region (Crop only),
+    // patches come from the file as a batch needs them (io/volume_region.hpp).
+    std::filesystem::path image_file{}, label_file{};
+    RegionReading read_by_region = RegionReading::Auto;
 };
 
 // Checks the config on its own (throws tessera::Error naming the field, the value and what is allowed).

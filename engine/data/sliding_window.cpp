@@ -177,4 +177,160 @@ Tensor sliding_window_predict(const Tensor& image, const SlidingWindowOptions& o
     return result;
 }
 
+void sliding_window_predict_streamed(const Shape& spatial, std::int64_t num_channels, const SlidingWindowOptions& options,
+                                     const std::function<void(std::int64_t, std::int64_t, float*)>& read,
+                                     const std::function<Tensor(const Tensor&)>& predict,
+                                     const std::function<void(std::int64_t, const Tensor&)>& write) {
+    TESSERA_CHECK(spatial.size() == 3, "streamed sliding-window prediction runs along D of a volume [D, H, W], got "
+                                           << shape_to_string(spatial));
+    check_options(3, options);
+    TESSERA_CHECK(num_channels >= 1, "an image needs at least one channel, got " << num_channels);
+    std::array<std::int64_t, 3> extent{}, window{}, padded{}, pad_before{};
+    for (std::size_t axis = 0; axis < 3; ++axis) {
+        extent[axis] = spatial[axis];
+        window[axis] = options.window[axis];
+        padded[axis] = std::max(extent[axis], window[axis]);
+        pad_before[axis] = (padded[axis] - extent[axis]) / 2;
+    }
+    std::array<std::vector<std::int64_t>, 3> starts;
+    std::array<std::vector<float>, 3> weights;
+    for (std::size_t axis = 0; axis < 3; ++axis) {
+        starts[axis] = window_starts(padded[axis], window[axis], options.overlap);
+        weights[axis] = axis_weights(window[axis], options.blend);
+    }
+    const std::int64_t plane = padded[1] * padded[2];           // padded voxels of one slice
+    const std::int64_t window_voxels = window[0] * window[1] * window[2];
+    // The slab of windows that start at slice `base` (padded D): its image, its sums, its weights.
+    std::vector<float> slab(static_cast<std::size_t>(num_channels * window[0] * plane));
+    std::vector<float> weight_sum(static_cast<std::size_t>(window[0] * plane), 0.0f);
+    std::vector<float> sums;  // [K, window D, padded H, padded W], sized once K is known
+    std::int64_t num_classes = 0;
+    std::int64_t written = 0;  // image slices handed to write()
+
+    // Slices [base, base + count) of the padded volume are final: argmax, crop the padding, write.
+    const auto finish = [&](std::int64_t base, std::int64_t count) {
+        const std::int64_t first = std::max(base, pad_before[0]);
+        const std::int64_t last = std::min(base + count, pad_before[0] + extent[0]);
+        if (last <= first) return;
+        Tensor labels = Tensor::empty({last - first, extent[1], extent[2]}, DType::I32);
+        std::int32_t* out = labels.data<std::int32_t>();
+        for (std::int64_t z = first; z < last; ++z) {
+            for (std::int64_t y = 0; y < extent[1]; ++y) {
+                const std::int64_t row = (z - base) * plane + (y + pad_before[1]) * padded[2] + pad_before[2];
+                for (std::int64_t x = 0; x < extent[2]; ++x) {
+                    // The blended mean's argmax; dividing by the weight first keeps ties as sliding_window_predict's.
+                    const float weight = weight_sum[static_cast<std::size_t>(row + x)];
+                    std::int32_t best = 0;
+                    float best_value = sums[static_cast<std::size_t>(row + x)] / weight;
+                    for (std::int64_t k = 1; k < num_classes; ++k) {
+                        const float value = sums[static_cast<std::size_t>(k * window[0] * plane + row + x)] / weight;
+                        if (value > best_value) {
+                            best_value = value;
+                            best = static_cast<std::int32_t>(k);
+                        }
+                    }
+                    *out++ = best;
+                }
+            }
+        }
+        TESSERA_ASSERT(first - pad_before[0] == written, "slices finished out of order");
+        write(written, labels);
+        written += last - first;
+    };
+    // Drops the first `count` slices of the slab's sums and weights (finished), zeroing the tail.
+    const auto advance = [&](std::int64_t count) {
+        const auto keep = static_cast<std::size_t>((window[0] - count) * plane);
+        const auto drop = static_cast<std::size_t>(count * plane);
+        std::copy(weight_sum.begin() + static_cast<std::ptrdiff_t>(drop), weight_sum.end(), weight_sum.begin());
+        std::fill(weight_sum.begin() + static_cast<std::ptrdiff_t>(keep), weight_sum.end(), 0.0f);
+        for (std::int64_t k = 0; k < num_classes; ++k) {
+            auto begin = sums.begin() + static_cast<std::ptrdiff_t>(k * window[0] * plane);
+            std::copy(begin + static_cast<std::ptrdiff_t>(drop), begin + static_cast<std::ptrdiff_t>(window[0] * plane), begin);
+            std::fill(begin + static_cast<std::ptrdiff_t>(keep), begin + static_cast<std::ptrdiff_t>(window[0] * plane), 0.0f);
+        }
+    };
+
+    Shape batch_shape{0, num_channels, window[0], window[1], window[2]};
+    for (std::size_t z_index = 0; z_index < starts[0].size(); ++z_index) {
+        const std::int64_t base = starts[0][z_index];
+        // The slab's image: slices [base, base + window D) of the padded volume, zeros in the padding.
+        std::fill(slab.begin(), slab.end(), 0.0f);
+        const std::int64_t first = std::max(base, pad_before[0]);
+        const std::int64_t last = std::min(base + window[0], pad_before[0] + extent[0]);
+        if (last > first && num_channels == 1 && padded[1] == extent[1] && padded[2] == extent[2]) {
+            // Rows need no padding: the slices go straight into their place in the slab.
+            read(first - pad_before[0], last - first, slab.data() + (first - base) * plane);
+        } else if (last > first) {
+            std::vector<float> part(static_cast<std::size_t>(num_channels * (last - first) * extent[1] * extent[2]));
+            read(first - pad_before[0], last - first, part.data());
+            for (std::int64_t c = 0; c < num_channels; ++c) {
+                for (std::int64_t z = first; z < last; ++z) {
+                    for (std::int64_t y = 0; y < extent[1]; ++y) {
+                        const float* from = part.data() + ((c * (last - first) + z - first) * extent[1] + y) * extent[2];
+                        float* to = slab.data() + ((c * window[0] + z - base) * padded[1] + y + pad_before[1]) * padded[2] + pad_before[2];
+                        std::copy(from, from + extent[2], to);
+                    }
+                }
+            }
+        }
+        std::vector<std::array<std::int64_t, 2>> corners;  // (y, x) of this slab's windows, in sliding_window_predict's order
+        for (std::int64_t y : starts[1]) {
+            for (std::int64_t x : starts[2]) corners.push_back({y, x});
+        }
+        for (std::size_t begin = 0; begin < corners.size(); begin += static_cast<std::size_t>(options.window_batch)) {
+            const std::size_t count = std::min(corners.size() - begin, static_cast<std::size_t>(options.window_batch));
+            batch_shape[0] = static_cast<std::int64_t>(count);
+            Tensor windows = Tensor::empty(batch_shape, DType::F32);
+            float* gathered = windows.data<float>();
+            for (std::size_t b = 0; b < count; ++b) {
+                const auto& corner = corners[begin + b];
+                for (std::int64_t c = 0; c < num_channels; ++c) {
+                    for (std::int64_t z = 0; z < window[0]; ++z) {
+                        for (std::int64_t y = 0; y < window[1]; ++y) {
+                            const float* from = slab.data() + ((c * window[0] + z) * padded[1] + corner[0] + y) * padded[2] + corner[1];
+                            std::copy(from, from + window[2], gathered + (((static_cast<std::int64_t>(b) * num_channels + c) * window[0] + z) * window[1] + y) * window[2]);
+                        }
+                    }
+                }
+            }
+            const Tensor output = predict(windows);
+            TESSERA_CHECK(output.is_defined() && output.dtype() == DType::F32 && output.rank() == 5 &&
+                              output.dim(0) == static_cast<std::int64_t>(count) && output.dim(2) == window[0] &&
+                              output.dim(3) == window[1] && output.dim(4) == window[2] && output.dim(1) >= 1 &&
+                              (num_classes == 0 || output.dim(1) == num_classes),
+                          "the predictor returned " << (output.is_defined() ? shape_to_string(output.shape()) : std::string("nothing"))
+                                                    << " for windows " << shape_to_string(batch_shape) << "; expected f32 [B, K, window...]");
+            if (num_classes == 0) {
+                num_classes = output.dim(1);
+                sums.assign(static_cast<std::size_t>(num_classes * window[0] * plane), 0.0f);
+            }
+            const Tensor dense = output.contiguous();
+            const float* predicted = dense.data<float>();
+            for (std::size_t b = 0; b < count; ++b) {
+                const auto& corner = corners[begin + b];
+                for (std::int64_t z = 0; z < window[0]; ++z) {
+                    for (std::int64_t y = 0; y < window[1]; ++y) {
+                        const float wzy = weights[0][static_cast<std::size_t>(z)] * weights[1][static_cast<std::size_t>(y)];
+                        const std::int64_t row = (z * padded[1] + corner[0] + y) * padded[2] + corner[1];
+                        for (std::int64_t x = 0; x < window[2]; ++x) {
+                            const float w = wzy * weights[2][static_cast<std::size_t>(x)];
+                            weight_sum[static_cast<std::size_t>(row + x)] += w;
+                            const std::int64_t in_window = (z * window[1] + y) * window[2] + x;
+                            for (std::int64_t k = 0; k < num_classes; ++k) {
+                                sums[static_cast<std::size_t>(k * window[0] * plane + row + x)] +=
+                                    w * predicted[(static_cast<std::int64_t>(b) * num_classes + k) * window_voxels + in_window];
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        // Slices before the next window's start get no more windows.
+        const std::int64_t next = z_index + 1 < starts[0].size() ? starts[0][z_index + 1] : base + window[0];
+        finish(base, next - base);
+        if (z_index + 1 < starts[0].size()) advance(next - base);
+    }
+    TESSERA_ASSERT(written == extent[0], "wrote " << written << " of " << extent[0] << " slices");
+}
+
 }  // namespace tessera::data

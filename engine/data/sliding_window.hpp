@@ -37,6 +37,18 @@ struct SlidingWindowOptions {
 Tensor sliding_window_predict(const Tensor& image, const SlidingWindowOptions& options,
                               const std::function<Tensor(const Tensor&)>& predict);
 
+// The same prediction for a volume larger than memory, slab by slab along D, its labels written as they
+// are finished: windows are visited in the order sliding_window_predict visits them and blended alike, so
+// the labels are the argmax of its logits (exactly, for a predictor that answers each window the same
+// whatever the batch). Memory: one window-deep slab of the image and of the K blended sums.
+//   spatial: [D, H, W] of the image (C channels); read(first, count, out): the normalised image's slices
+//   [first, first + count) into out, [C, count, H, W] f32; write(first, labels): labels [count, H, W] i32
+//   of slices [first, first + count), called with first = 0, then each next slice in order.
+void sliding_window_predict_streamed(const Shape& spatial, std::int64_t num_channels, const SlidingWindowOptions& options,
+                                     const std::function<void(std::int64_t, std::int64_t, float*)>& read,
+                                     const std::function<Tensor(const Tensor&)>& predict,
+                                     const std::function<void(std::int64_t, const Tensor&)>& write);
+
 // How many windows sliding_window_predict sends to predict for an image of these spatial extents.
 std::int64_t count_windows(const Shape& spatial, const SlidingWindowOptions& options);
 

@@ -4,9 +4,13 @@
 #include "data/examples.hpp"
 #include "data/folder_pairs.hpp"
 #include "data/phantom.hpp"
+#include "data/region_volume.hpp"
 #include "data/synthetic_em.hpp"
 #include "data/transforms.hpp"
+#include "core/memory_budget.hpp"
+#include "io/hdf5_volume.hpp"
 #include "io/volume_io.hpp"
+#include "io/volume_region.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -62,6 +66,17 @@ LoadedVolume prepare(Volume volume, LabelMap labels, std::string name, const Dat
     return loaded;
 }
 
+// How many of a single volume's `extent` slices (rows) are held out: the last holdout_fraction, at least
+// one unless it is 0, and never all.
+std::int64_t held_out_count(std::int64_t extent, double holdout_fraction, const std::string& base_name, const char* unit) {
+    const std::int64_t held =
+        holdout_fraction > 0 ? std::max<std::int64_t>(1, static_cast<std::int64_t>(std::floor(holdout_fraction * static_cast<double>(extent)))) : 0;
+    TESSERA_CHECK(held < extent, base_name << " has " << extent << " " << unit << "; holding out " << held
+                                           << " leaves none for training: set data.holdout_fraction to 0 or give "
+                                              "more images");
+    return held;
+}
+
 // A source with one image or volume: the last holdout_fraction of its slices (rows for a 2D image) are
 // the held-out example, the rest the training volume. Returns "slices 0-46 training + 47-61 held out".
 std::string split_single(VolumePlan& plan, std::shared_ptr<const LoadedVolume> whole, int spatial_rank,
@@ -69,11 +84,7 @@ std::string split_single(VolumePlan& plan, std::shared_ptr<const LoadedVolume> w
     const int axis = spatial_rank == 3 ? 0 : 1;  // D for volumes, H for 2D images
     const char* unit = axis == 0 ? "slices" : "rows";
     const std::int64_t extent = whole->labels.dim(axis);
-    const std::int64_t held =
-        holdout_fraction > 0 ? std::max<std::int64_t>(1, static_cast<std::int64_t>(std::floor(holdout_fraction * static_cast<double>(extent)))) : 0;
-    TESSERA_CHECK(held < extent, base_name << " has " << extent << " " << unit << "; holding out " << held
-                                           << " leaves none for training: set data.holdout_fraction to 0 or give "
-                                              "more images");
+    const std::int64_t held = held_out_count(extent, holdout_fraction, base_name, unit);
     const std::int64_t kept = extent - held;
     plan.train.push_back([whole, axis, kept] { return slab(*whole, axis, 0, kept, whole->name); });
     std::ostringstream text;
@@ -294,6 +305,95 @@ VolumePlan folder_plan(const DataConfig& config, const Shape& batch_shape, std::
         text << ": " << count << " image/label pairs, " << count - held << " training + " << held << " held out";
     }
     text << ", " << spatial_rank << "D" << mapping_text(mapping);
+    plan.description = text.str();
+    return plan;
+}
+
+namespace {
+
+// A volume source's name for its examples and prediction files: the file's stem, and for an HDF5 dataset
+// its last component ("sample_A.h5:/volumes/raw" -> "sample_A_raw").
+std::string volume_name(const std::filesystem::path& image) {
+    if (const auto hdf5 = parse_hdf5_name(image.string())) {
+        const std::string stem = hdf5->file.stem().string();
+        const std::string dataset = hdf5->dataset.substr(hdf5->dataset.find_last_of('/') + 1);
+        return dataset.empty() ? stem : stem + "_" + dataset;
+    }
+    const std::string stem = volume_file_stem(image);
+    return stem.empty() ? image.stem().string() : stem;
+}
+
+void check_dimensionality(const ImageGeometry& geometry, const std::filesystem::path& image, int spatial_rank, const Shape& batch_shape) {
+    if (spatial_rank == 2) {
+        TESSERA_CHECK(geometry.is_2d(), quoted(image) << " is a volume (" << describe(geometry) << ") but the model is 2D (input "
+                                                      << shape_to_string(batch_shape) << "): use a 3D model (input [N, 1, D, H, W])");
+    } else {
+        TESSERA_CHECK(!geometry.is_2d(), quoted(image) << " is a 2D image (" << describe(geometry) << ") but the model is 3D (input "
+                                                       << shape_to_string(batch_shape) << "): use a 2D model (input [N, 1, H, W])");
+    }
+}
+
+}  // namespace
+
+VolumePlan volume_plan(const DataConfig& config, const Shape& batch_shape, std::int64_t num_classes) {
+    check_one_channel(batch_shape, "a volume source's images (read as one channel)");
+    const int spatial_rank = static_cast<int>(batch_shape.size()) - 2;
+    const LabelMapping mapping(config.label_mapping, false, num_classes);
+    const std::string name = volume_name(config.image_file);
+    const std::string files = quoted(config.image_file) + " + " + quoted(config.label_file);
+
+    bool by_region = config.read_by_region == RegionReading::Always;
+    std::shared_ptr<const VolumeRegionReader> image, labels;
+    if (config.read_by_region == RegionReading::Always ||
+        (config.read_by_region == RegionReading::Auto && can_read_by_region(config.image_file) && can_read_by_region(config.label_file))) {
+        image = open_region_reader(config.image_file);
+        labels = open_region_reader(config.label_file);
+        // Whole, the image and labels take 4 bytes each per voxel (f32, i32) besides the file's own.
+        by_region = by_region || static_cast<double>(image->geometry().num_voxels()) * 8.0 > static_cast<double>(max_volume_bytes());
+    }
+    VolumePlan plan;
+    plan.mapping = mapping;
+    std::ostringstream text;
+    text << "volume " << files;
+    if (!by_region) {
+        std::vector<LabelDescription> descriptions;
+        const FilePair pair{name, config.image_file, config.label_file};
+        auto whole = std::make_shared<const LoadedVolume>(read_pair(pair, config, mapping, spatial_rank, batch_shape, descriptions));
+        plan.label_descriptions = std::move(descriptions);
+        const Shape spatial(whole->labels.shape().begin() + (3 - spatial_rank), whole->labels.shape().end());
+        text << " " << extents_text(spatial) << " read whole, " << split_single(plan, whole, spatial_rank, config.holdout_fraction, name);
+    } else {
+        TESSERA_CHECK(config.static_shape == StaticShape::Crop,
+                      "data.static_shape " << static_shape_name(config.static_shape) << " resamples the whole image, which a volume "
+                                           << "read by region never is: use \"crop\" (patches), or set data.read_by_region to false");
+        check_same_grid(image->geometry(), labels->geometry(), "the label map " + quoted(config.label_file));
+        check_dimensionality(image->geometry(), config.image_file, spatial_rank, batch_shape);
+        const ImageGeometry& grid = image->geometry();
+        const int axis = spatial_rank == 3 ? 2 : 1;  // geometry k (slices) or j (rows of a 2D image)
+        const char* unit = spatial_rank == 3 ? "slices" : "rows";
+        const std::int64_t extent = grid.size[static_cast<std::size_t>(axis)];
+        const std::int64_t held = held_out_count(extent, config.holdout_fraction, name, unit);
+        const std::int64_t kept = extent - held;
+        auto region = std::make_shared<const RegionVolume>(name, image, labels, config, mapping, spatial_rank, kept);
+        ImageGeometry training = grid;
+        training.size[static_cast<std::size_t>(axis)] = kept;
+        plan.train.push_back([region, name, training] {
+            LoadedVolume volume;
+            volume.name = name;
+            volume.geometry = training;
+            volume.region = region;
+            return volume;
+        });
+        text << " " << describe(grid).substr(0, describe(grid).find(',')) << " read by region, " << unit << " 0-" << kept - 1 << " training";
+        if (held > 0) {
+            const std::string held_name = name + " " + unit + " " + std::to_string(kept) + "-" + std::to_string(extent - 1);
+            plan.eval.push_back([region, held_name] { return region->held_out(held_name); });
+            text << " + " << kept << "-" << extent - 1 << " held out";
+        } else {
+            text << ", none held out";
+        }
+    }
+    text << mapping_text(mapping);
     plan.description = text.str();
     return plan;
 }

@@ -14,6 +14,8 @@ namespace tessera::data::detail {
 VolumePlan synthetic_em_plan(const DataConfig& config, const Shape& batch_shape, std::int64_t num_classes);
 VolumePlan synthetic_ct_plan(const DataConfig& config, const Shape& batch_shape, std::int64_t num_classes);
 VolumePlan folder_plan(const DataConfig& config, const Shape& batch_shape, std::int64_t num_classes);
+// One image and its labels, read whole or by region (DataConfig::read_by_region).
+VolumePlan volume_plan(const DataConfig& config, const Shape& batch_shape, std::int64_t num_classes);
 VolumePlan example_mri_plan(const DataConfig& config, const Shape& batch_shape, std::int64_t num_classes);
 
 std::unique_ptr<Dataset> make_fake_images(const DataConfig& config, const Shape& batch_shape, std::int64_t num_classes);

@@ -36,6 +36,26 @@ void normalize(Tensor& image, Normalization normalization, double window_low, do
     }
 }
 
+void RunningMoments::add_block(const float* values, std::int64_t count) {
+    if (count <= 0) return;
+    double sum = 0;
+    for (std::int64_t v = 0; v < count; ++v) sum += values[v];
+    const double block_mean = sum / static_cast<double>(count);
+    double block_m2 = 0;
+    for (std::int64_t v = 0; v < count; ++v) block_m2 += (values[v] - block_mean) * (values[v] - block_mean);
+    const double block_count = static_cast<double>(count);
+    const double total = m_count + block_count;
+    const double delta = block_mean - m_mean;
+    m_mean += delta * block_count / total;
+    m_m2 += block_m2 + delta * delta * m_count * block_count / total;
+    m_count = total;
+}
+
+double RunningMoments::scale() const {
+    const double sigma = m_count > 0 ? std::sqrt(m_m2 / m_count) : 0.0;
+    return sigma > 1e-12 ? 1.0 / sigma : 0.0;
+}
+
 void augment_intensity(Tensor& image, const AugmentConfig& augment, SeededRandom& random) {
     if (augment.intensity_scale <= 0 && augment.intensity_shift <= 0) return;
     TESSERA_ASSERT(image.is_contiguous() && image.dtype() == DType::F32,

@@ -13,6 +13,7 @@
 #include "core/random.hpp"
 #include "data/dataset.hpp"
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <span>
@@ -22,6 +23,26 @@ namespace tessera::data {
 // Normalises image [C, ...] in place, each channel on its own (ZScore: over that channel's voxels; a
 // constant channel becomes 0). `image` must be contiguous.
 void normalize(Tensor& image, Normalization normalization, double window_low, double window_high);
+
+// normalize()'s z-score statistics for an image seen block by block (a volume read by region): each
+// block's mean and squared deviations, merged (Chan et al.), so the result does not depend on the
+// blocking beyond the last bits.
+class RunningMoments {
+public:
+    void add_block(const float* values, std::int64_t count);
+    double mean() const { return m_mean; }
+    double scale() const;  // 1 / standard deviation; 0 for a constant image (it becomes 0, as in normalize())
+private:
+    double m_count = 0, m_mean = 0, m_m2 = 0;
+};
+// normalize()'s expression for one value: z-score with (mean, scale), or the window.
+inline float normalized_value(float value, Normalization normalization, double mean, double scale, double window_low, double window_high) {
+    if (normalization == Normalization::ZScore) return static_cast<float>((value - mean) * scale);
+    if (normalization == Normalization::Window) {
+        return static_cast<float>(std::clamp((value - window_low) / (window_high - window_low), 0.0, 1.0));
+    }
+    return value;
+}
 
 // The box [begin, begin + extent) of `source` as a new dense tensor; parts of the box outside the source
 // (begin may be negative, the box may overhang the end) are 0. Any rank, any dtype, any strides.

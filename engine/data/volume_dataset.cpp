@@ -1,5 +1,6 @@
 #include "data/volume_dataset.hpp"
 
+#include "data/region_volume.hpp"
 #include "data/transforms.hpp"
 
 #include <algorithm>
@@ -181,6 +182,12 @@ std::array<std::int64_t, 3> VolumeDataset::content_extents(const std::array<std:
 
 VolumeDataset::TrainingVolume VolumeDataset::prepare_training(LoadedVolume volume) const {
     TrainingVolume result;
+    if (volume.region) {
+        TESSERA_ASSERT(m_config.static_shape == StaticShape::Crop, "a volume read by region is cropped");
+        volume.region->scan();
+        result.region = std::move(volume.region);
+        return result;
+    }
     const std::array<std::int64_t, 3> extent{volume.labels.dim(0), volume.labels.dim(1), volume.labels.dim(2)};
     if (m_config.static_shape != StaticShape::Crop) {
         const auto content = content_extents(extent);
@@ -203,6 +210,7 @@ VolumeDataset::TrainingVolume VolumeDataset::prepare_training(LoadedVolume volum
 }
 
 Example VolumeDataset::prepare_example(LoadedVolume volume) const {
+    TESSERA_ASSERT(!volume.region, "held-out volumes are read whole (RegionVolume::held_out)");
     Example example;
     example.name = std::move(volume.name);
     example.geometry = volume.geometry;
@@ -248,13 +256,21 @@ void VolumeDataset::sample(SeededRandom& random, float* image_out, std::int32_t*
         m_train[static_cast<std::size_t>(uniform_index(random, static_cast<std::int64_t>(m_train.size())))]->get();
     Tensor image, labels;
     if (m_config.static_shape == StaticShape::Crop) {
-        const std::array<std::int64_t, 3> extent{volume->labels.dim(0), volume->labels.dim(1), volume->labels.dim(2)};
-        const bool on_foreground = random.uniform() < m_config.foreground_fraction && !volume->foreground.empty();
+        // The same draws, in the same order, whether the volume is in memory or read by region.
+        const RegionVolume* region = volume->region.get();
+        const std::array<std::int64_t, 3> extent =
+            region ? region->training_extent() : std::array<std::int64_t, 3>{volume->labels.dim(0), volume->labels.dim(1), volume->labels.dim(2)};
+        const std::int64_t num_foreground = region ? region->num_foreground() : static_cast<std::int64_t>(volume->foreground.size());
+        const bool on_foreground = random.uniform() < m_config.foreground_fraction && num_foreground > 0;
         std::array<std::int64_t, 3> centre{};
         if (on_foreground) {
-            const auto flat = static_cast<std::int64_t>(
-                volume->foreground[static_cast<std::size_t>(uniform_index(random, static_cast<std::int64_t>(volume->foreground.size())))]);
-            centre = {flat / (extent[1] * extent[2]), flat / extent[2] % extent[1], flat % extent[2]};
+            const std::int64_t rank = uniform_index(random, num_foreground);
+            if (region) {
+                centre = region->foreground_voxel(rank);
+            } else {
+                const auto flat = static_cast<std::int64_t>(volume->foreground[static_cast<std::size_t>(rank)]);
+                centre = {flat / (extent[1] * extent[2]), flat / extent[2] % extent[1], flat % extent[2]};
+            }
         }
         std::array<std::int64_t, 4> begin{0, 0, 0, 0};
         for (std::size_t axis = 0; axis < 3; ++axis) {
@@ -269,8 +285,14 @@ void VolumeDataset::sample(SeededRandom& random, float* image_out, std::int32_t*
             }
             begin[axis + 1] = start;
         }
-        image = crop_padded(volume->image, begin, std::array<std::int64_t, 4>{m_num_channels, m_patch[0], m_patch[1], m_patch[2]});
-        labels = crop_padded(volume->labels, std::span(begin).subspan(1), m_patch);
+        if (region) {
+            image = Tensor::empty({1, m_patch[0], m_patch[1], m_patch[2]}, DType::F32);
+            labels = Tensor::empty({m_patch[0], m_patch[1], m_patch[2]}, DType::I32);
+            region->read_patch({begin[1], begin[2], begin[3]}, m_patch, image.data<float>(), labels.data<std::int32_t>());
+        } else {
+            image = crop_padded(volume->image, begin, std::array<std::int64_t, 4>{m_num_channels, m_patch[0], m_patch[1], m_patch[2]});
+            labels = crop_padded(volume->labels, std::span(begin).subspan(1), m_patch);
+        }
     } else {
         image = volume->image.clone();
         labels = volume->labels.clone();

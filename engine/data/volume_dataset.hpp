@@ -22,12 +22,17 @@
 
 namespace tessera::data::detail {
 
+class RegionVolume;  // region_volume.hpp
+
 // A source's volume, ready to sample: normalised, labels mapped to classes.
 struct LoadedVolume {
     std::string name;        // "em_train_3", "case01", "head_mri slices 47-61"
     Tensor image;            // [C, D, H, W] f32 (D = 1 for 2D)
     Tensor labels;           // [D, H, W] i32, each in [0, num_classes)
     ImageGeometry geometry;  // of image and labels
+    // A volume larger than memory (data.read_by_region): image and labels stay empty, patches are read
+    // from here (Crop only).
+    std::shared_ptr<const RegionVolume> region;
 };
 using VolumeLoader = std::function<LoadedVolume()>;
 
@@ -92,6 +97,7 @@ private:
         Tensor image;   // [C, D, H, W] f32, dense; Resize/PadToMax: already at the patch extents
         Tensor labels;  // [D, H, W] i32, dense
         std::vector<std::uint32_t> foreground;  // Crop: flat indices of labels != 0
+        std::shared_ptr<const RegionVolume> region;  // instead of image, labels and foreground: read by region
     };
     template <class T> class Lazy {  // made on first use, once, whichever thread asks
     public:

@@ -401,12 +401,13 @@ data::DataConfig parse_data(const Reader& read, const Json& root, const Experime
         {"source", "seed", "image_size", "num_train_images", "num_eval_images", "noise", "images", "labels",
          "label_mapping", "normalization", "static_shape", "foreground_fraction", "augment", "holdout_fraction",
          "non_finite", "max_number_of_boxes", "excess_boxes", "objects", "object_size", "annotations",
-         "eval_annotations", "eval_images", "categories", "scale_jitter", "records", "eval_records", "first_label"});
+         "eval_annotations", "eval_images", "categories", "scale_jitter", "records", "eval_records", "first_label", "image",
+         "read_by_region"});
     const Json& d = *object;
     data::DataConfig config;
     const std::string source = read.choice(
         d, "data", "source",
-        {"synthetic_em", "synthetic_ct", "fake_images", "folder", "example_mri", "synthetic_shapes", "coco", "tfrecord"},
+        {"synthetic_em", "synthetic_ct", "fake_images", "folder", "example_mri", "synthetic_shapes", "coco", "tfrecord", "volume"},
         std::nullopt);
     config.source = source == "synthetic_em"       ? data::SourceKind::SyntheticEm
                     : source == "synthetic_ct"     ? data::SourceKind::SyntheticCt
@@ -415,6 +416,7 @@ data::DataConfig parse_data(const Reader& read, const Json& root, const Experime
                     : source == "synthetic_shapes" ? data::SourceKind::SyntheticShapes
                     : source == "coco"             ? data::SourceKind::Coco
                     : source == "tfrecord"         ? data::SourceKind::TFRecord
+                    : source == "volume"           ? data::SourceKind::Volume
                                                    : data::SourceKind::ExampleMri;
     const bool classifier_source = config.source == data::SourceKind::FakeImages || config.source == data::SourceKind::TFRecord;
     const bool detection = data::is_detection_source(config.source);
@@ -425,7 +427,7 @@ data::DataConfig parse_data(const Reader& read, const Json& root, const Experime
         read.fail("data.source", "a ResNet classifies whole images: use \"tfrecord\" (shards of labelled images) or "
                                  "\"fake_images\", got " + in_quotes(source));
     } else if (e.model.kind == ModelKind::UNet && (classifier_source || detection)) {
-        read.fail("data.source", "a U-Net segments: use \"synthetic_em\", \"synthetic_ct\", \"folder\" or \"example_mri\", got " +
+        read.fail("data.source", "a U-Net segments: use \"synthetic_em\", \"synthetic_ct\", \"folder\", \"volume\" or \"example_mri\", got " +
                                      in_quotes(source));
     }
     if (!detection) {
@@ -470,6 +472,28 @@ data::DataConfig parse_data(const Reader& read, const Json& root, const Experime
         config.labels_dir = *labels;
     } else if (config.source == data::SourceKind::Coco) {
         parse_coco_fields(read, d, e, config);
+    } else if (config.source == data::SourceKind::Volume) {
+        const auto image = read.string(d, "data", "image");
+        const auto labels = read.string(d, "data", "labels");
+        if (!image || image->empty()) {
+            read.fail("data.image", "missing; a \"volume\" source needs its image: a file (\"ct.nii\") or an HDF5 dataset "
+                                    "(\"sample_A.h5:/volumes/raw\"), relative to the experiment file");
+        }
+        if (!labels || labels->empty()) {
+            read.fail("data.labels", "missing; a \"volume\" source needs its label map on the image's grid: a file or an HDF5 "
+                                     "dataset (\"sample_A.h5:/volumes/labels/clefts\")");
+        }
+        if (read.find(d, "images")) read.fail("data.images", "a \"volume\" source reads one image: name it with data.image");
+        config.image_file = *image;
+        config.label_file = *labels;
+        if (const Json* by_region = read.find(d, "read_by_region")) {
+            if (by_region->is_boolean()) {
+                config.read_by_region = by_region->get<bool>() ? data::RegionReading::Always : data::RegionReading::Never;
+            } else if (!(by_region->is_string() && by_region->get<std::string>() == "auto")) {
+                read.fail("data.read_by_region", "expected true (patches read from the file as batches need them), false (read "
+                                                 "whole) or \"auto\" (by region when too large to read whole), got " + shown(*by_region));
+            }
+        }
     } else {
         for (std::string_view key : {"images", "labels"}) {
             if (read.find(d, key)) {
@@ -501,6 +525,14 @@ data::DataConfig parse_data(const Reader& read, const Json& root, const Experime
         for (std::string_view key : {"records", "eval_records", "first_label"}) {
             if (read.find(d, key)) {
                 read.fail(join_path("data", key), "only a \"tfrecord\" source reads record shards; this source is " + in_quotes(source));
+            }
+        }
+    }
+    if (config.source != data::SourceKind::Volume) {
+        for (std::string_view key : {"image", "read_by_region"}) {
+            if (read.find(d, key)) {
+                read.fail(join_path("data", key), "only a \"volume\" source reads one image (\"folder\" reads a folder of "
+                                                  "them); this source is " + in_quotes(source));
             }
         }
     }
@@ -980,7 +1012,7 @@ void place_in_directory(Experiment& e, const std::filesystem::path& directory) {
     if (!e.data) return;
     for (std::filesystem::path* folder : {&e.data->images_dir, &e.data->labels_dir, &e.data->annotations_file,
                                           &e.data->eval_annotations_file, &e.data->eval_images_dir, &e.data->records,
-                                          &e.data->eval_records}) {
+                                          &e.data->eval_records, &e.data->image_file, &e.data->label_file}) {
         if (!folder->empty() && folder->is_relative()) *folder = directory / *folder;
     }
 }

@@ -45,6 +45,8 @@ std::string_view source_json_name(data::SourceKind kind) {
             return "coco";
         case data::SourceKind::TFRecord:
             return "tfrecord";
+        case data::SourceKind::Volume:
+            return "volume";
     }
     TESSERA_FAIL("data source " << static_cast<int>(kind) << " has no name");
 }

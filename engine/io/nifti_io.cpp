@@ -114,7 +114,7 @@ std::string size_text(const std::array<std::int64_t, 8>& dim) {
 }
 
 // Reads and checks the header; `path` is .nii or .nii.gz.
-NiftiHeader read_nifti_header(const std::filesystem::path& path) {
+NiftiHeader read_nifti_header(const std::filesystem::path& path, bool whole_read = true) {
     gzFile file = gzopen(path.c_str(), "rb");
     TESSERA_CHECK(file != nullptr, "cannot open " << quoted(path) << ": " << std::strerror(errno));
     unsigned char bytes[nifti2_header_bytes] = {};
@@ -275,7 +275,8 @@ NiftiHeader read_nifti_header(const std::filesystem::path& path) {
                                    << static_cast<std::uint64_t>(most) << " at the most. Get a complete copy (or fix the header's dim "
                                    << "and vox_offset).");
     }
-    check_volume_budget(path, size_text(header.dim), num_voxels, static_cast<std::uint64_t>(datatype->bits / 8));
+    // Read by region, a volume never needs to fit memory.
+    if (whole_read) check_volume_budget(path, size_text(header.dim), num_voxels, static_cast<std::uint64_t>(datatype->bits / 8));
 
     // Voxel spacing and scaling the geometry and values are built from.
     for (int axis = 1; axis <= 3; ++axis) {
@@ -460,15 +461,13 @@ void read_intent_label_names(const NiftiHeader& header, const std::filesystem::p
     }
 }
 
-RawImage read_nifti(const std::filesystem::path& path) {
-    const NiftiHeader header = read_nifti_header(path);
-    const NiftiDatatype& datatype = *find_datatype(header.datatype);
+namespace {
 
+// Everything read_nifti returns but the voxels.
+RawImage describe_nifti(const NiftiHeader& header, const std::filesystem::path& path) {
+    const NiftiDatatype& datatype = *find_datatype(header.datatype);
     RawImage raw;
     raw.geometry = nifti_geometry(header);
-    std::shared_ptr<std::byte[]> voxels = read_nifti_voxels(path, header, datatype);
-    raw.voxels = voxels.get();
-    raw.owner = std::move(voxels);
     raw.scalar_type = *datatype.scalar_type;
     raw.source_scalar_type = std::string(datatype.name);
     for (int axis = 1; axis <= 3; ++axis) {
@@ -487,6 +486,27 @@ RawImage read_nifti(const std::filesystem::path& path) {
     }
     read_intent_label_names(header, path, raw);
     return raw;
+}
+
+}  // namespace
+
+RawImage read_nifti(const std::filesystem::path& path) {
+    const NiftiHeader header = read_nifti_header(path);
+    RawImage raw = describe_nifti(header, path);
+    std::shared_ptr<std::byte[]> voxels = read_nifti_voxels(path, header, *find_datatype(header.datatype));
+    raw.voxels = voxels.get();
+    raw.owner = std::move(voxels);
+    return raw;
+}
+
+NiftiLayout read_nifti_layout(const std::filesystem::path& path) {
+    const NiftiHeader header = read_nifti_header(path, false);
+    NiftiLayout layout;
+    layout.description = describe_nifti(header, path);
+    layout.data_offset = static_cast<std::uint64_t>(header.vox_offset);
+    layout.swapped = header.swapped;
+    layout.compressed = header.compressed;
+    return layout;
 }
 
 void write_nifti(const ImageGeometry& geometry, const EncodedVoxels& voxels, const std::filesystem::path& path) {

@@ -88,6 +88,14 @@ std::string full_extension(const std::filesystem::path& path);
 // ---- per-format readers and writers ---------------------------------------------------------------
 
 RawImage read_nifti(const std::filesystem::path& path);
+// A NIfTI file's header, checked, for reading it by region: the RawImage without voxels, and where they lie.
+struct NiftiLayout {
+    RawImage description;          // voxels null
+    std::uint64_t data_offset = 0;  // vox_offset: bytes before the first voxel
+    bool swapped = false;           // stored in the other byte order
+    bool compressed = false;        // .nii.gz: cannot be read by region
+};
+NiftiLayout read_nifti_layout(const std::filesystem::path& path);
 void write_nifti(const ImageGeometry& geometry, const EncodedVoxels& voxels, const std::filesystem::path& path);
 
 RawImage read_metaimage(const std::filesystem::path& path);

@@ -1,6 +1,7 @@
 // Format detection and the public read/write entry points; the formats live in <format>_io.cpp.
 #include "io/volume_io.hpp"
 
+#include "io/hdf5_detail.hpp"
 #include "io/label_descriptions.hpp"
 
 #include "io/raw_image.hpp"
@@ -40,6 +41,7 @@ void check_exists(const std::filesystem::path& path) {
 }
 
 RawImage read_raw(const std::filesystem::path& path) {
+    if (is_hdf5_name(path)) return io_detail::read_hdf5(path);  // "file.h5:/dataset" names no file itself
     check_exists(path);
     switch (detect_volume_format(path)) {
         case VolumeFormat::Nifti:
@@ -55,12 +57,15 @@ RawImage read_raw(const std::filesystem::path& path) {
         case VolumeFormat::TiffStack:
         case VolumeFormat::Image2D:
             return io_detail::read_image2d(path);
+        case VolumeFormat::Hdf5:
+            return io_detail::read_hdf5(path);
     }
     TESSERA_ASSERT(false, "unhandled volume format");
     return {};
 }
 
 void check_writable_extension(const std::filesystem::path& path) {
+    if (is_hdf5_name(path)) return;
     const std::vector<std::string> writable = writable_volume_extensions();
     const std::string extension = full_extension(path);
     TESSERA_CHECK(std::find(writable.begin(), writable.end(), extension) != writable.end(),
@@ -171,7 +176,9 @@ ScalarType stored_type(ScalarType type, const std::filesystem::path& path) {
 void write_encoded(const ImageGeometry& geometry, const EncodedVoxels& voxels, const std::filesystem::path& path,
                    const std::vector<LabelDescription>& segments = {}) {
     const std::string extension = full_extension(path);
-    if (extension == ".nii" || extension == ".nii.gz") {
+    if (is_hdf5_name(path)) {
+        io_detail::write_hdf5(geometry, voxels, path);
+    } else if (extension == ".nii" || extension == ".nii.gz") {
         io_detail::write_nifti(geometry, voxels, path);
     } else if (extension == ".mgh" || extension == ".mgz") {
         io_detail::write_mgh(geometry, voxels, path);
@@ -200,20 +207,23 @@ std::string_view volume_format_name(VolumeFormat format) {
             return "TIFF stack";
         case VolumeFormat::Image2D:
             return "2D image";
+        case VolumeFormat::Hdf5:
+            return "HDF5";
     }
     return "?";
 }
 
 std::vector<std::string> supported_volume_extensions() {
-    return {".nii", ".nii.gz", ".mha", ".mhd", ".nrrd", ".nhdr", ".mgh", ".mgz", ".dcm", ".tif", ".tiff", ".png", ".jpg", ".jpeg"};
+    return {".nii", ".nii.gz", ".mha", ".mhd", ".nrrd", ".nhdr", ".mgh", ".mgz", ".h5", ".hdf5", ".dcm", ".tif", ".tiff", ".png", ".jpg", ".jpeg"};
 }
 
 std::vector<std::string> writable_volume_extensions() {
-    return {".nii", ".nii.gz", ".mha", ".mhd", ".nrrd", ".nhdr", ".mgh", ".mgz"};
+    return {".nii", ".nii.gz", ".mha", ".mhd", ".nrrd", ".nhdr", ".mgh", ".mgz", ".h5", ".hdf5"};
 }
 
 VolumeFormat detect_volume_format(const std::filesystem::path& path) {
     std::error_code error;
+    if (is_hdf5_name(path)) return VolumeFormat::Hdf5;
     const FileKind kind = file_kind(path);
     if (kind == FileKind::Folder) return VolumeFormat::DicomSeries;
     // Nothing below opens a FIFO, a device or a socket (reading one can block forever).

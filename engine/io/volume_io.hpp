@@ -2,9 +2,10 @@
 //
 // Formats read: NIfTI-1/2 (.nii, .nii.gz), MetaImage (.mha, .mhd + data file), NRRD (.nrrd, .nhdr + data
 // file), FreeSurfer's MGH (.mgh, .mgz), DICOM through GDCM (a folder holding one series, or a single file; several
-// series: dicom_series.hpp), TIFF (.tif/.tiff: several pages are
+// series: dicom_series.hpp), HDF5 datasets ("file.h5:/volumes/raw", hdf5_volume.hpp), TIFF (.tif/.tiff: several pages are
 // a stack of slices, one page a 2D image), PNG and JPEG (2D images, colour converted to luminance).
-// Formats written: .nii, .nii.gz, .mha, .mhd (+ .raw beside it), .nrrd, .nhdr (+ .raw), .mgh, .mgz.
+// Formats written: .nii, .nii.gz, .mha, .mhd (+ .raw beside it), .nrrd, .nhdr (+ .raw), .mgh, .mgz, and HDF5
+// datasets ("out.h5:/volumes/labels/clefts": added to an HDF5 file that exists).
 //
 //   Volume ct = read_volume("case01/ct.nii.gz");        // voxels f32 [D, H, W], rescale applied
 //   LabelMap organs = read_label_map("case01/organs.nii.gz");
@@ -26,11 +27,11 @@
 
 namespace tessera {
 
-enum class VolumeFormat { Nifti, MetaImage, Nrrd, Mgh, DicomSeries, TiffStack, Image2D };
+enum class VolumeFormat { Nifti, MetaImage, Nrrd, Mgh, DicomSeries, TiffStack, Image2D, Hdf5 };
 
 std::string_view volume_format_name(VolumeFormat format);  // "NIfTI", "MetaImage", ...
 
-// By extension (case-insensitive); a directory is a DICOM series, and so is a file starting with the
+// By extension (case-insensitive); an HDF5 name ("file.h5", "file.h5:/dataset") is HDF5; a directory is a DICOM series, and so is a file starting with the
 // DICOM preamble whatever its name. A TIFF with more than one page is a stack, else a 2D image (an
 // existing file is opened to count its pages). Throws for an unknown extension, listing the supported
 // ones.
@@ -50,7 +51,7 @@ Volume read_volume(const std::filesystem::path& path);
 LabelMap read_label_map(const std::filesystem::path& path);
 
 // Writes .nii, .nii.gz, .mha, .mhd (the .mhd's data goes to a .raw of the same stem), .nrrd (gzip),
-// .nhdr (its data to a .raw, like .mhd), .mgh or .mgz (MGH
+// .nhdr (its data to a .raw, like .mhd), an HDF5 dataset (chunked 64³, gzip; CREMI's resolution attribute), .mgh or .mgz (MGH
 // stores uint8, int16, int32 or float32: other types become the nearest that holds every value). Volumes are
 // stored in their source_scalar_type when every voxel fits it exactly, else float32; label maps as
 // uint8, int16 or int32, the smallest that holds their range. NIfTI needs an orthonormal direction

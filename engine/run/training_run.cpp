@@ -19,7 +19,9 @@
 #include "detection/postprocess.hpp"
 #include "io/atomic_file.hpp"
 #include "io/color_image.hpp"
+#include "io/hdf5_volume.hpp"
 #include "io/volume_io.hpp"
+#include "io/volume_region.hpp"
 #include "loss/cross_entropy.hpp"
 #include "loss/metrics.hpp"
 #include "run/metrics_log.hpp"
@@ -565,13 +567,73 @@ struct TrainingRun::Impl {
         return result.logits.view_box(out_begin, out_extent).clone();
     }
 
-    Tensor sliding_window(const Tensor& image) {
+    data::SlidingWindowOptions window_options() const {
         data::SlidingWindowOptions window;
         window.window = experiment.size;
         window.overlap = experiment.training.eval_overlap;
         window.window_batch = experiment.global_batch;
         window.blend = experiment.training.eval_blend;
-        return data::sliding_window_predict(image, window, [this](const Tensor& windows) { return predict_windows(windows); });
+        return window;
+    }
+
+    Tensor sliding_window(const Tensor& image) {
+        return data::sliding_window_predict(image, window_options(), [this](const Tensor& windows) { return predict_windows(windows); });
+    }
+
+    // predict() for a volume too large to read whole: one pass for the normalisation statistics, then
+    // slab by slab, the labels written as each slab is finished (HDF5 or uncompressed NIfTI).
+    fs::path predict_by_region(const VolumeRegionReader& reader, const fs::path& input, const fs::path& output_dir) {
+        const ImageGeometry& grid = reader.geometry();
+        TESSERA_CHECK(experiment.size.size() == 3 && !grid.is_2d(),
+                      input.string() << " (" << describe(grid) << ") is too large to read whole; predicting it slab by slab needs a "
+                                     << "volume and a 3D model");
+        const data::DataConfig& config = *experiment.data;
+        const std::int64_t plane = grid.size[0] * grid.size[1];
+        const std::int64_t depth = std::max<std::int64_t>(1, std::min<std::int64_t>(grid.size[2], (std::int64_t{8} << 20) / plane));
+        data::RunningMoments moments;
+        if (config.normalization == data::Normalization::ZScore) {
+            std::vector<float> block(static_cast<std::size_t>(depth * plane));
+            for (std::int64_t k = 0; k < grid.size[2]; k += depth) {
+                const VoxelBox box{{0, 0, k}, {grid.size[0], grid.size[1], std::min(depth, grid.size[2] - k)}};
+                reader.read(box, block.data());
+                for (std::int64_t v = 0; v < box.num_voxels(); ++v) {
+                    if (std::isfinite(block[static_cast<std::size_t>(v)])) [[likely]] continue;
+                    TESSERA_CHECK(config.non_finite == data::NonFinitePolicy::Zero,
+                                  input.string() << " holds NaN or infinite voxels (the first at i, j, k = " << v % grid.size[0] << ", "
+                                                 << v / grid.size[0] % grid.size[1] << ", " << k + v / plane
+                                                 << "); a prediction there would be meaningless. Clean the image, or set data.non_finite "
+                                                    "to \"zero\" to read them as 0.");
+                    block[static_cast<std::size_t>(v)] = 0.0f;
+                }
+                moments.add_block(block.data(), box.num_voxels());
+            }
+        }
+        const fs::path output = is_hdf5_name(input)
+                                    ? fs::path((output_dir / (safe_file_name(parse_hdf5_name(input.string())->file.stem().string()) +
+                                                               "_prediction.h5"))
+                                                   .string() +
+                                               ":/volumes/labels/prediction")
+                                    : output_dir / (data::volume_file_stem(input) + "_prediction.nii");
+        const std::unique_ptr<LabelVolumeWriter> writer =
+            create_label_volume_writer(output, grid, static_cast<std::int32_t>(experiment.model.num_classes - 1));
+        data::sliding_window_predict_streamed(
+            Shape{grid.size[2], grid.size[1], grid.size[0]}, 1, window_options(),
+            [&](std::int64_t first, std::int64_t count, float* out) {
+                const VoxelBox box{{0, 0, first}, {grid.size[0], grid.size[1], count}};
+                reader.read(box, out);
+                for (std::int64_t v = 0; v < box.num_voxels(); ++v) {
+                    const float value = std::isfinite(out[v]) ? out[v] : 0.0f;
+                    TESSERA_CHECK(std::isfinite(out[v]) || config.non_finite == data::NonFinitePolicy::Zero,
+                                  input.string() << " holds NaN or infinite voxels in slice " << first + v / plane
+                                                 << "; set data.non_finite to \"zero\" to read them as 0.");
+                    out[v] = data::normalized_value(value, config.normalization, moments.mean(), moments.scale(), config.window_low,
+                                                    config.window_high);
+                }
+            },
+            [this](const Tensor& windows) { return predict_windows(windows); },
+            [&](std::int64_t first, const Tensor& labels) { writer->write_slices(first, labels); });
+        writer->finish();
+        return output;
     }
 
     EvalRecord evaluate(std::int64_t step) {
@@ -822,6 +884,7 @@ RunSummary TrainingRun::train(RunObserver* observer, const std::atomic<bool>* st
     start.host_memory_budget_bytes = static_cast<std::int64_t>(host_memory_budget_bytes());
     start.data = impl.dataset->describe();
     start.notes = impl.notes;
+    if (impl.dataset->num_eval_examples() == 0) start.notes.push_back("nothing is held out (data.holdout_fraction 0): the run is not evaluated");
     log.write(start);
     if (observer) observer->on_start(start);
 
@@ -830,6 +893,9 @@ RunSummary TrainingRun::train(RunObserver* observer, const std::atomic<bool>* st
     summary.first_step = summary.last_step = first_step;
     summary.core_peak_bytes = start.core_memory_bytes;
     const std::int64_t eval_every = x.training.steps_per_eval;
+    // Nothing held out (data.holdout_fraction 0): the run trains and checkpoints without evaluations
+    // rather than failing at its last step, before its last checkpoint.
+    const bool can_evaluate = impl.dataset->num_eval_examples() > 0;
     const std::int64_t checkpoint_every = x.training.steps_per_checkpoint > 0 ? x.training.steps_per_checkpoint : eval_every;
     std::vector<double> host_seconds;
     std::int64_t last_checkpoint = first_step;
@@ -888,7 +954,7 @@ RunSummary TrainingRun::train(RunObserver* observer, const std::atomic<bool>* st
             const bool checkpointing = last || stopping || (checkpoint_every > 0 && done % checkpoint_every == 0);
             // Before the evaluation, whose steps on the same cores replace the events.
             if (checkpointing) write_step_trace(impl.model_dir->path() / step_trace_file_name, impl.step_trace(done));
-            if (last || (eval_every > 0 && done % eval_every == 0) || (stopping && impl.options.evaluate_when_stopped)) {
+            if (can_evaluate && (last || (eval_every > 0 && done % eval_every == 0) || (stopping && impl.options.evaluate_when_stopped))) {
                 const EvalRecord eval = impl.evaluate(done);
                 summary.has_eval = true;
                 summary.last_eval = eval;
@@ -943,8 +1009,20 @@ std::vector<fs::path> TrainingRun::predict(const std::vector<fs::path>& inputs, 
     TESSERA_CHECK(!created, "cannot create the folder '" << output_dir.string() << "' for predictions: " << created.message());
     std::vector<fs::path> written;
     for (const fs::path& input : inputs) {
-        Volume volume = read_volume(input);
         const experiment::Experiment& x = impl.experiment;
+        // A volume read whole takes 4 bytes a voxel, its K logits 4 K more: too large, it is read and
+        // written slab by slab when its format allows.
+        if (can_read_by_region(input)) {
+            const std::unique_ptr<VolumeRegionReader> reader = open_region_reader(input);
+            const double whole_bytes = static_cast<double>(reader->geometry().num_voxels()) * 4.0 * static_cast<double>(1 + x.model.num_classes);
+            if (whole_bytes > static_cast<double>(max_volume_bytes())) {
+                TESSERA_CHECK(x.channels == 1, input.string() << ": predict reads single-channel images and volumes; this model takes "
+                                                              << x.channels << " channels");
+                written.push_back(impl.predict_by_region(*reader, input, output_dir));
+                continue;
+            }
+        }
+        Volume volume = read_volume(input);
         if (volume.num_non_finite > 0) {
             TESSERA_CHECK(x.data->non_finite == data::NonFinitePolicy::Zero,
                           input.string() << ": " << volume.warnings.back()
@@ -969,7 +1047,8 @@ std::vector<fs::path> TrainingRun::predict(const std::vector<fs::path>& inputs, 
         const Tensor logits = impl.sliding_window(image);
         LabelMap prediction = make_label_map(volume.geometry);
         prediction.labels.copy_from(argmax_labels(logits).reshape(prediction.labels.shape()));
-        const std::string stem = data::volume_file_stem(input);
+        const auto hdf5 = parse_hdf5_name(input.string());
+        const std::string stem = hdf5 ? safe_file_name(hdf5->file.stem().string()) : data::volume_file_stem(input);
         const fs::path file = output_dir / (stem + "_prediction.nii.gz");
         write_label_map(prediction, file);
         written.push_back(file);

@@ -203,6 +203,39 @@ def dicom_file(rows=4, columns=4, slope=b"1 ", pixel_bytes=None):
             + element(0x7fe0, 0x0010, b"OW", pixels))
 
 
+def hdf5(name, make_datasets, cut=None):
+    """An HDF5 file written by h5py (python3-h5py, a test dependency): make_datasets(f) fills it; cut keeps
+    that many bytes of it."""
+    def make(work):
+        import h5py
+        path = os.path.join(work, name)
+        with h5py.File(path, "w") as f:
+            make_datasets(f)
+        if cut is not None:
+            with open(path, "rb") as f:
+                data = f.read()
+            write(path, data[:cut])
+        return path
+    return make
+
+
+def cremi_like(f):
+    import numpy
+    f.create_dataset("volumes/raw", data=numpy.arange(8 * 16 * 16, dtype=numpy.uint8).reshape(8, 16, 16), chunks=(4, 8, 8),
+                     compression="gzip").attrs["resolution"] = [40.0, 4.0, 4.0]
+    f.create_dataset("volumes/labels/clefts", data=numpy.zeros((8, 16, 16), dtype=numpy.uint64))
+
+
+def volume_experiment(image, labels, **data):
+    """A 3D U-Net on one HDF5 volume (the "volume" source)."""
+    def make(work):
+        hdf5("cremi.h5", cremi_like)(work)
+        return experiment(model={"kind": "unet", "depth": 2, "base_width": 4, "num_classes": 2}, input={"channels": 1, "size": [8, 8, 8]},
+                          input_partition_dims=[[1, 2, 1, 1, 1], None],
+                          data={"source": "volume", "image": image, "labels": labels, "holdout_fraction": 0, **data})(work)
+    return make
+
+
 def tiny_experiment(**changes):
     """A 2D U-Net small enough to train in a second: the base the training cases change."""
     e = {
@@ -559,6 +592,31 @@ CASES = [
      ["train", "{in}", "--model-dir", "{work}/run"], 1, "is not a PNG, JPEG or BMP file", False),
     ("tfrecord_for_a_unet", experiment(data={"source": "tfrecord", "records": "shards/*"}), ["validate", "{in}"], 2,
      "a U-Net segments", False),
+    # HDF5 volumes (python3-h5py writes them)
+    ("hdf5_not_hdf5", nii("notes.h5", b"these are notes, not HDF5\n" * 20), ["info", "{in}"], 2, "is not an HDF5 file", True),
+    ("hdf5_truncated", hdf5("cut.h5", cremi_like, cut=3000), ["convert", "{in}:/volumes/raw", "{work}/out.nii"], 2, "cut.h5", True),
+    ("hdf5_missing_dataset", hdf5("cremi.h5", cremi_like), ["convert", "{in}:/volumes/nothing", "{work}/out.nii"], 2,
+     "has no dataset /volumes/nothing. Its datasets: /volumes/labels/clefts, /volumes/raw", False),
+    ("hdf5_several_datasets", hdf5("pair.h5", lambda f: (f.create_dataset("a", data=[[1, 2], [3, 4]]), f.create_dataset("b", data=[[1, 2], [3, 4]]))),
+     ["convert", "{in}", "{work}/out.nii"], 2, "holds several datasets: name one", True),
+    ("hdf5_four_axes", hdf5("stack.h5", lambda f: f.create_dataset("stack", data=[[[[1, 2]]]])), ["convert", "{in}", "{work}/out.nii"], 2,
+     "holds no 2D or 3D numeric dataset", True),
+    ("hdf5_strings", hdf5("names.h5", lambda f: f.create_dataset("names", data=[b"a", b"b"])), ["convert", "{in}:/names", "{work}/out.nii"],
+     2, "not integers or floats", False),
+    ("hdf5_lzf", hdf5("lzf.h5", lambda f: f.create_dataset("raw", data=[[1, 2], [3, 4]], chunks=(1, 2), compression="lzf")),
+     ["convert", "{in}:/raw", "{work}/out.nii"], 2, "compressed with lzf, which this machine's HDF5 library does not have", False),
+    ("hdf5_fractional_labels", hdf5("floats.h5", lambda f: f.create_dataset("labels", data=[[0.5, 1.0]])),
+     ["convert", "--labels", "{in}:/labels", "{work}/out.nii"], 2, "whole number", False),
+    ("volume_source_missing_labels", volume_experiment("cremi.h5:/volumes/raw", "cremi.h5:/volumes/labels/none", read_by_region=True),
+     ["train", "{in}", "--model-dir", "{work}/run"], 2, "has no dataset /volumes/labels/none", False),
+    ("volume_source_gz_by_region", volume_experiment("img.nii.gz", "img.nii.gz", read_by_region=True),
+     ["train", "{in}", "--model-dir", "{work}/run"], 2, "region by region", False),
+    ("volume_source_resize_by_region", volume_experiment("cremi.h5:/volumes/raw", "cremi.h5:/volumes/labels/clefts", read_by_region=True,
+                                                         static_shape="resize"),
+     ["train", "{in}", "--model-dir", "{work}/run"], 2, 'use "crop"', False),
+    ("volume_source_without_labels", volume_experiment("cremi.h5:/volumes/raw", ""), ["validate", "{in}"], 2, "data.labels", False),
+    ("volume_source_read_by_region_text", volume_experiment("cremi.h5:/volumes/raw", "cremi.h5:/volumes/labels/clefts", read_by_region="yes"),
+     ["validate", "{in}"], 2, "data.read_by_region", False),
     # Runs and their model_dirs
     ("train_nan_voxels", with_nan_image_folder, ["train", "{in}", "--model-dir", "{work}/run"], 2, "NaN or infinite voxel", False),
     ("validate_nan_voxels", with_nan_image_folder, ["validate", "{in}"], 2, "data.non_finite", False),

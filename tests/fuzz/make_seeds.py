@@ -255,6 +255,30 @@ def tf_example(features):
     return length_delimited(1, entries)
 
 
+def hdf5_seeds():
+    """Small HDF5 files as h5py writes them (python3-h5py): CREMI-like chunked gzip, contiguous 2D, attributes."""
+    try:
+        import h5py
+        import numpy as np
+    except ImportError:
+        print("python3-h5py missing: HDF5 seeds not written")
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        path = pathlib.Path(tmp) / "seed.h5"
+        with h5py.File(path, "w") as f:
+            d = f.create_dataset("volumes/raw", data=(np.arange(4 * 6 * 8) % 251).astype(np.uint8).reshape(4, 6, 8),
+                                 chunks=(2, 3, 4), compression="gzip", shuffle=True)
+            d.attrs["resolution"] = np.array([40.0, 4.0, 4.0])
+            d.attrs["offset"] = np.array([8.0, 4.0, 4.0])
+            f.create_dataset("volumes/labels/clefts", data=(np.arange(4 * 6 * 8) % 3).astype(np.uint64).reshape(4, 6, 8), chunks=(4, 6, 8))
+        put("hdf5", "cremi.h5", path.read_bytes())
+        with h5py.File(path, "w") as f:
+            d = f.create_dataset("section", data=np.linspace(-1, 1, 5 * 7).astype(">f4").reshape(5, 7))
+            d.attrs["element_size_um"] = np.array([0.5, 0.25])
+            d.attrs["direction"] = np.array([0, -1, 0, 1, 0, 0, 0, 0, 1], dtype=np.float64)
+        put("hdf5", "section.h5", path.read_bytes())
+
+
 def tf_example_seeds():
     put("tf_example", "imagenet.bin", tf_example({"image/encoded": (1, [b"\xff\xd8\xff\xe0" + bytes(12)]),
                                                    "image/class/label": (3, [417]), "image/format": (1, [b"JPEG"])}))

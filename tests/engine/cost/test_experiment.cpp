@@ -166,7 +166,7 @@ TEST(Experiment, TrainingSchemaErrorsNameThePathWhatIsAllowedAndWhatCame) {
     expect_message(R"("steps": 10)", "steps: this experiment has no \"data\" section, so it cannot train");
     expect_message(data + R"("stesp": 3)", "stesp: unknown field; did you mean \"steps\"?");
     expect_message(R"("data": {"source": "synthetic_emm"}, "steps": 1)",
-                   "data.source: expected one of \"synthetic_em\", \"synthetic_ct\", \"fake_images\", \"folder\", \"example_mri\", \"synthetic_shapes\", \"coco\", \"tfrecord\", got \"synthetic_emm\"; did you mean \"synthetic_em\"?");
+                   "data.source: expected one of \"synthetic_em\", \"synthetic_ct\", \"fake_images\", \"folder\", \"example_mri\", \"synthetic_shapes\", \"coco\", \"tfrecord\", \"volume\", got \"synthetic_emm\"; did you mean \"synthetic_em\"?");
     expect_message(R"("data": {"source": "synthetic_shapes"}, "steps": 1)", "data.source: a U-Net segments");
     expect_message(R"("data": {"source": "synthetic_em", "max_number_of_boxes": 5}, "steps": 1)",
                    "data.max_number_of_boxes: only a detection source has boxes; this source is \"synthetic_em\"");

@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 
 using namespace tessera;
 using namespace tessera::data;
@@ -134,4 +136,85 @@ TEST(DataSlidingWindow, BlendWeightsAverageOverlappingWindows) {
     EXPECT_LT(gaussian.at<float>({0, 0, 9}), 0.5f);   // nearer window 0's centre (7.5)
     EXPECT_GT(gaussian.at<float>({0, 0, 14}), 0.5f);  // nearer window 1's centre (15.5)
     EXPECT_NEAR(gaussian.at<float>({0, 0, 9}) + gaussian.at<float>({0, 0, 14}), 1.0f, 1e-5f);  // symmetric about 11.5
+}
+
+namespace {
+
+// Logits that depend on where a voxel sits in its window (so seams and blending matter) and on the
+// image: 4 classes from sin/cos of value and in-window position. Each window is answered alone, so the
+// batch a window comes in does not change its answer.
+Tensor position_dependent(const Tensor& input) {
+    Shape shape = input.shape();
+    const std::int64_t batch = shape[0], channels = shape[1];
+    shape[1] = 4;
+    Tensor output = Tensor::empty(shape, DType::F32);
+    const std::int64_t depth = shape[2], height = shape[3], width = shape[4];
+    const std::int64_t voxels = depth * height * width;
+    for (std::int64_t b = 0; b < batch; ++b) {
+        for (std::int64_t v = 0; v < voxels; ++v) {
+            const float x = input.data<float>()[(b * channels) * voxels + v];
+            const float z = static_cast<float>(v / (height * width)), y = static_cast<float>(v / width % height);
+            for (std::int64_t k = 0; k < 4; ++k) {
+                output.data<float>()[(b * 4 + k) * voxels + v] =
+                    std::sin(x * static_cast<float>(k + 1) + 0.3f * z) + 0.2f * std::cos(0.7f * y * static_cast<float>(k));
+            }
+        }
+    }
+    return output;
+}
+
+Tensor argmax_of(const Tensor& logits) {  // [K, D, H, W] -> [D, H, W]
+    const std::int64_t classes = logits.dim(0), voxels = logits.num_elements() / classes;
+    Tensor labels = Tensor::empty({logits.dim(1), logits.dim(2), logits.dim(3)}, DType::I32);
+    for (std::int64_t v = 0; v < voxels; ++v) {
+        std::int32_t best = 0;
+        for (std::int64_t c = 1; c < classes; ++c) {
+            if (logits.data<float>()[c * voxels + v] > logits.data<float>()[best * voxels + v]) best = static_cast<std::int32_t>(c);
+        }
+        labels.data<std::int32_t>()[v] = best;
+    }
+    return labels;
+}
+
+}  // namespace
+
+TEST(SlidingWindowStreamed, SlabBySlabGivesTheLabelsOfTheWholePrediction) {
+    struct Case {
+        Shape image;  // [C, D, H, W]
+        std::vector<std::int64_t> window;
+        double overlap;
+        std::int64_t window_batch;
+        BlendMode blend;
+    };
+    for (const Case& c : {Case{{1, 23, 19, 17}, {8, 8, 8}, 0.5, 3, BlendMode::Gaussian},
+                          Case{{2, 30, 12, 20}, {7, 12, 9}, 0.25, 1, BlendMode::Constant},
+                          Case{{1, 5, 21, 9}, {8, 6, 6}, 0.6, 4, BlendMode::Gaussian}}) {  // D shorter than the window: padded
+        const Tensor image = random_image(c.image, 41);
+        SlidingWindowOptions options;
+        options.window = c.window;
+        options.overlap = c.overlap;
+        options.window_batch = c.window_batch;
+        options.blend = c.blend;
+        const Tensor expected = argmax_of(sliding_window_predict(image, options, position_dependent));
+        const Shape spatial{c.image[1], c.image[2], c.image[3]};
+        Tensor labels = Tensor::full<std::int32_t>(spatial, -1);
+        std::int64_t next_slice = 0, largest_read = 0;
+        sliding_window_predict_streamed(
+            spatial, c.image[0], options,
+            [&](std::int64_t first, std::int64_t count, float* out) {
+                largest_read = std::max(largest_read, count);
+                out = std::copy_n(image.view_box(Shape{0, first, 0, 0}, Shape{c.image[0], count, c.image[2], c.image[3]}).contiguous().data<float>(),
+                                  c.image[0] * count * c.image[2] * c.image[3], out);
+            },
+            position_dependent,
+            [&](std::int64_t first, const Tensor& slab) {
+                EXPECT_EQ(first, next_slice);
+                next_slice += slab.dim(0);
+                labels.view_box(Shape{first, 0, 0}, slab.shape()).copy_from(slab);
+            });
+        EXPECT_EQ(next_slice, c.image[1]);
+        EXPECT_LE(largest_read, c.window[0]);  // never more than a window's depth of the image at once
+        EXPECT_EQ(std::memcmp(labels.data<std::int32_t>(), expected.data<std::int32_t>(), expected.num_bytes()), 0)
+            << shape_to_string(c.image) << " window " << shape_to_string(c.window);
+    }
 }

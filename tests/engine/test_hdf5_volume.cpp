@@ -1,0 +1,218 @@
+// HDF5 datasets (round trips, CREMI naming, errors) and reading by region: every box of a region
+// reader must hold what the whole read (a separate code path: zlib/VTK for NIfTI) puts there.
+// Files written by an independent writer (h5py, nibabel) are checked in tests/app/hdf5_checks.py.
+#include "volume_io_test_support.hpp"
+
+#include "io/hdf5_volume.hpp"
+#include "io/volume_region.hpp"
+
+#include "core/random.hpp"
+
+namespace tessera::test {
+namespace {
+
+Volume cremi_volume(std::array<std::int64_t, 3> size, const std::string& scalar_type) {
+    ImageGeometry geometry;
+    geometry.size = size;
+    geometry.spacing = {0.004, 0.004, 0.04};  // CREMI: 4 × 4 × 40 nm
+    geometry.origin = {1.5, -2.25, 10.0};
+    Volume volume = make_volume(geometry);
+    volume.source_scalar_type = scalar_type;
+    float* voxels = volume.voxels.data<float>();
+    for (std::int64_t index = 0; index < geometry.num_voxels(); ++index) voxels[index] = static_cast<float>((index * 37) % 251);
+    return volume;
+}
+
+void expect_error_containing(const std::function<void()>& action, std::initializer_list<std::string> parts) {
+    const std::string message = error_message(action);
+    for (const std::string& part : parts) EXPECT_CONTAINS(message, part);
+}
+
+void expect_grid_equal(const ImageGeometry& read, const ImageGeometry& written) {
+    EXPECT_EQ(read.size, written.size);
+    for (int axis = 0; axis < 3; ++axis) {
+        EXPECT_NEAR(read.spacing[axis], written.spacing[axis], 1e-12) << "axis " << axis;
+        EXPECT_NEAR(read.origin[axis], written.origin[axis], 1e-9) << "axis " << axis;
+    }
+    for (int index = 0; index < 9; ++index) EXPECT_NEAR(read.direction[index], written.direction[index], 1e-12);
+}
+
+TEST(Hdf5Names, SplitFileAndDataset) {
+    auto name = parse_hdf5_name("data/sample_A.h5:/volumes/raw");
+    ASSERT_TRUE(name.has_value());
+    EXPECT_EQ(name->file, fs::path("data/sample_A.h5"));
+    EXPECT_EQ(name->dataset, "/volumes/raw");
+    name = parse_hdf5_name("B.HDF5:volumes/labels/clefts");  // case and a missing leading slash
+    ASSERT_TRUE(name.has_value());
+    EXPECT_EQ(name->file, fs::path("B.HDF5"));
+    EXPECT_EQ(name->dataset, "/volumes/labels/clefts");
+    name = parse_hdf5_name("plain.h5");
+    ASSERT_TRUE(name.has_value());
+    EXPECT_EQ(name->dataset, "");
+    EXPECT_FALSE(parse_hdf5_name("head.nii.gz").has_value());
+    EXPECT_FALSE(parse_hdf5_name("archive.h5.tar").has_value());
+    EXPECT_EQ(detect_volume_format("x.h5:/volumes/raw"), VolumeFormat::Hdf5);
+}
+
+TEST(Hdf5Volume, RoundTripKeepsVoxelsGeometryAndType) {
+    ScratchDir scratch;
+    for (const std::string type : {"uint8", "int16", "float32"}) {
+        Volume volume = cremi_volume({23, 17, 9}, type);
+        if (type == "float32") volume.voxels.data<float>()[5] = -0.125f;
+        volume.geometry.direction = {0, -1, 0, 1, 0, 0, 0, 0, 1};  // rotated in-plane: kept in the direction attribute
+        const fs::path path = scratch / ("volume_" + type + ".h5");
+        write_volume(volume, path.string() + ":/volumes/raw");
+        const Volume read = read_volume(path.string() + ":/volumes/raw");
+        EXPECT_EQ(read.source_scalar_type, type);
+        expect_grid_equal(read.geometry, volume.geometry);
+        ASSERT_EQ(read.voxels.shape(), volume.voxels.shape());
+        EXPECT_EQ(std::memcmp(read.voxels.data<float>(), volume.voxels.data<float>(), volume.voxels.num_bytes()), 0) << type;
+        EXPECT_TRUE(read.warnings.empty()) << read.warnings.front();
+    }
+}
+
+TEST(Hdf5Volume, ImageAndLabelsShareAFileAndTheFileNameAloneMeansVolumesRaw) {
+    ScratchDir scratch;
+    const fs::path file = scratch / "sample.h5";
+    const Volume volume = cremi_volume({16, 12, 5}, "uint8");
+    LabelMap labels = make_label_map(volume.geometry);
+    for (std::int64_t index = 0; index < volume.geometry.num_voxels(); ++index) labels.labels.data<std::int32_t>()[index] = static_cast<std::int32_t>(index % 3) * 1000;
+    write_volume(volume, file.string() + ":/volumes/raw");
+    write_label_map(labels, file.string() + ":/volumes/labels/clefts");
+    write_volume(volume, file.string() + ":/volumes/raw");  // replaced, the labels kept
+
+    const std::vector<Hdf5DatasetInfo> datasets = list_hdf5_datasets(file);
+    ASSERT_EQ(datasets.size(), 2u);
+    EXPECT_EQ(datasets[0].name, "/volumes/labels/clefts");
+    EXPECT_EQ(datasets[0].scalar_type, "int16");  // the smallest type that holds 0 … 2000
+    EXPECT_EQ(datasets[1].name, "/volumes/raw");
+    EXPECT_EQ(datasets[1].shape, (std::vector<std::int64_t>{5, 12, 16}));  // [z, y, x]
+    EXPECT_NE(datasets[1].storage.find("gzip"), std::string::npos) << datasets[1].storage;
+    ASSERT_TRUE(datasets[1].spacing_mm.has_value());
+    EXPECT_NEAR((*datasets[1].spacing_mm)[2], 0.04, 1e-12);
+
+    EXPECT_EQ(default_hdf5_dataset(file), "/volumes/raw");
+    const Volume whole = read_volume(file);
+    EXPECT_EQ(std::memcmp(whole.voxels.data<float>(), volume.voxels.data<float>(), volume.voxels.num_bytes()), 0);
+    const LabelMap read_labels = read_label_map(file.string() + ":/volumes/labels/clefts");
+    EXPECT_EQ(std::memcmp(read_labels.labels.data<std::int32_t>(), labels.labels.data<std::int32_t>(), labels.labels.num_bytes()), 0);
+}
+
+TEST(Hdf5Volume, TwoDimensionalImages) {
+    ScratchDir scratch;
+    Volume image = cremi_volume({31, 7, 1}, "uint16");
+    const fs::path path = scratch / "section.hdf5";
+    write_volume(image, path.string() + ":/section");
+    EXPECT_EQ(list_hdf5_datasets(path).front().shape, (std::vector<std::int64_t>{7, 31}));
+    const Volume read = read_volume(path);  // the only dataset
+    EXPECT_EQ(read.geometry.size, image.geometry.size);
+    EXPECT_EQ(std::memcmp(read.voxels.data<float>(), image.voxels.data<float>(), image.voxels.num_bytes()), 0);
+}
+
+TEST(Hdf5Volume, ErrorsNameTheFileTheDatasetAndTheFix) {
+    ScratchDir scratch;
+    const fs::path file = scratch / "two.h5";
+    const Volume volume = cremi_volume({8, 8, 4}, "uint8");
+    write_volume(volume, file.string() + ":/a/raw");
+    write_volume(volume, file.string() + ":/b/raw");
+    expect_error_containing([&] { read_volume(file); }, {"holds several datasets", "/a/raw", "/b/raw", "two.h5:/a/raw"});
+    expect_error_containing([&] { read_volume(file.string() + ":/c/raw"); }, {"has no dataset /c/raw", "/a/raw, /b/raw"});
+    expect_error_containing([&] { read_volume(scratch / "missing.h5:/raw"); }, {"missing.h5", "no such file"});
+    write_text(scratch / "text.h5", "not hdf5 at all");
+    expect_error_containing([&] { read_volume(scratch / "text.h5:/raw"); }, {"text.h5", "is not an HDF5 file"});
+    expect_error_containing([&] { write_volume(volume, scratch / "text.h5:/raw"); }, {"exists and is not an HDF5 file"});
+
+    // A truncated file: the signature is there, the rest is not.
+    std::vector<unsigned char> bytes = read_bytes(file);
+    bytes.resize(bytes.size() / 2);
+    write_bytes(scratch / "cut.h5", bytes);
+    expect_error_containing([&] { read_volume(scratch / "cut.h5:/a/raw"); }, {"cut.h5"});
+
+    // Labels that are not whole numbers, read by region.
+    Volume fractional = volume;
+    fractional.source_scalar_type = "float32";
+    fractional.voxels.data<float>()[9] = 2.5f;
+    write_volume(fractional, scratch / "fraction.h5:/labels");
+    const auto reader = open_region_reader(scratch / "fraction.h5:/labels");
+    std::vector<std::int32_t> labels(static_cast<std::size_t>(volume.geometry.num_voxels()));
+    expect_error_containing([&] { reader->read_labels(VoxelBox{{0, 0, 0}, volume.geometry.size}, labels.data()); },
+                            {"(1, 1, 0)", "2.5", "not a whole number"});
+}
+
+// Random boxes (edges included) of a region reader against the same voxels of the whole read.
+void expect_boxes_match(const VolumeRegionReader& reader, const Volume& whole, std::uint64_t seed) {
+    expect_grid_equal(reader.geometry(), whole.geometry);
+    EXPECT_EQ(reader.source_scalar_type(), whole.source_scalar_type);
+    SeededRandom random(seed, 0);
+    const auto& size = whole.geometry.size;
+    for (int trial = 0; trial < 40; ++trial) {
+        VoxelBox box;
+        for (int axis = 0; axis < 3; ++axis) {
+            box.begin[axis] = static_cast<std::int64_t>(random.uniform() * static_cast<double>(size[axis]));
+            box.extent[axis] = 1 + static_cast<std::int64_t>(random.uniform() * static_cast<double>(size[axis] - box.begin[axis]));
+        }
+        if (trial == 0) box = VoxelBox{{0, 0, 0}, size};
+        std::vector<float> values(static_cast<std::size_t>(box.num_voxels()));
+        reader.read(box, values.data());
+        std::int64_t index = 0, mismatches = 0;
+        for (std::int64_t k = 0; k < box.extent[2]; ++k) {
+            for (std::int64_t j = 0; j < box.extent[1]; ++j) {
+                for (std::int64_t i = 0; i < box.extent[0]; ++i, ++index) {
+                    mismatches += values[static_cast<std::size_t>(index)] != whole.value_at(box.begin[0] + i, box.begin[1] + j, box.begin[2] + k);
+                }
+            }
+        }
+        EXPECT_EQ(mismatches, 0) << "box from " << box.begin[0] << "," << box.begin[1] << "," << box.begin[2];
+    }
+}
+
+TEST(RegionReader, Hdf5BoxesEqualTheWholeRead) {
+    ScratchDir scratch;
+    const Volume volume = cremi_volume({70, 66, 9}, "int16");  // more than one 64³ chunk across
+    write_volume(volume, scratch / "big.h5:/volumes/raw");
+    expect_boxes_match(*open_region_reader(scratch / "big.h5:/volumes/raw", 1 << 20), read_volume(scratch / "big.h5:/volumes/raw"), 1);
+}
+
+TEST(RegionReader, NiftiBoxesEqualTheWholeReadWithScalingAndEveryOrientation) {
+    TESSERA_REQUIRE_DATA(itk_data("BrainProtonDensity3Slices.mha"), "insighttoolkit5-examples");
+    ScratchDir scratch;
+    // A real MRI written as NIfTI with a flipped, rotated direction (rows and slices stored reversed
+    // relative to RAS), then a scaled int16 copy.
+    Volume mri = read_volume(itk_data("BrainProtonDensity3Slices.mha"));
+    mri.geometry.direction = {-1, 0, 0, 0, 0, 1, 0, -1, 0};
+    write_volume(mri, scratch / "mri.nii");
+    expect_boxes_match(*open_region_reader(scratch / "mri.nii"), read_volume(scratch / "mri.nii"), 2);
+
+    // Scaled int16 (slope 2, intercept 5) with qfac = -1, and the same file big-endian.
+    Nifti1Spec spec;
+    spec.dim = {3, 9, 7, 5, 1, 1, 1, 1};
+    spec.pixdim[0] = -1;
+    spec.scl_slope = 2;
+    spec.scl_inter = 5;
+    std::vector<unsigned char> bytes = nifti1_file(spec, index_coded_int16(9, 7, 5));
+    write_bytes(scratch / "scaled.nii", bytes);
+    expect_boxes_match(*open_region_reader(scratch / "scaled.nii"), read_volume(scratch / "scaled.nii"), 3);
+    auto swap = [&](std::size_t offset, std::size_t size) { std::reverse(bytes.begin() + offset, bytes.begin() + offset + size); };
+    swap(0, 4);
+    for (std::size_t at = 40; at < 56; at += 2) swap(at, 2);
+    swap(70, 2);
+    swap(72, 2);
+    for (std::size_t at = 76; at < 120; at += 4) swap(at, 4);
+    swap(252, 2);
+    swap(254, 2);
+    for (std::size_t at = 256; at < 328; at += 4) swap(at, 4);
+    for (std::size_t at = 352; at < bytes.size(); at += 2) swap(at, 2);
+    write_bytes(scratch / "big_endian.nii", bytes);
+    const Volume big_endian = read_volume(scratch / "big_endian.nii");
+    EXPECT_EQ(big_endian.value_at(8, 6, 4), 2.0f * 468 + 5);
+    expect_boxes_match(*open_region_reader(scratch / "big_endian.nii"), big_endian, 4);
+
+    EXPECT_TRUE(can_read_by_region(scratch / "mri.nii"));
+    EXPECT_TRUE(can_read_by_region("x.h5:/raw"));
+    EXPECT_FALSE(can_read_by_region(scratch / "mri.nii.gz"));
+    write_volume(mri, scratch / "mri.nii.gz");
+    expect_error_containing([&] { open_region_reader(scratch / "mri.nii.gz"); }, {"region by region", "HDF5", "tessera-cli convert"});
+}
+
+}  // namespace
+}  // namespace tessera::test
