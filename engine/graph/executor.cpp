@@ -35,6 +35,9 @@ struct Executor::Impl {
     std::vector<std::unique_ptr<Kernel>> kernels;  // per node; null for the input
     std::vector<memory> outputs;                   // per node, in the kernel's output layout
     std::vector<memory> gradients;                 // per node: d loss / d output, same layout; empty for the input
+    // BF16 mode on a CPU without oneDNN bf16 kernels: the nodes whose values (and gradients) would be bf16
+    // run in f32 and are rounded to bf16 after each op, as F16 mode is emulated everywhere.
+    std::vector<bool> rounds_to_bf16;
     // Per node and input slot: where backward writes that input's gradient. Either the producer's gradient
     // itself (the first contribution to arrive) or a scratch buffer that is then added to it.
     std::vector<std::vector<memory>> diff_targets;
@@ -143,6 +146,13 @@ struct Executor::Impl {
     }
 
     // Rounds a node's value (or its gradient) to f16 and back, in place; any layout (padding included).
+    // Rounds a node's value (or gradient) to bf16 and back when BF16 is emulated for it.
+    void round_through_bf16(std::size_t node, const memory& value) const {
+        if (rounds_to_bf16.empty() || !rounds_to_bf16[node]) return;
+        TESSERA_ASSERT(value.get_desc().data_type() == memory::data_type::f32, "bf16 emulation runs on f32 buffers");
+        ops::round_to_bf16(static_cast<float*>(value.get_data_handle()), static_cast<std::int64_t>(value.get_desc().get_size() / sizeof(float)));
+    }
+
     static void round_through_half(std::size_t, const memory& value) {
         TESSERA_ASSERT(value.get_desc().data_type() == memory::data_type::f32, "f16 emulation runs on f32 buffers");
         ops::round_to_half(static_cast<float*>(value.get_data_handle()),
@@ -207,6 +217,9 @@ Executor::Executor(const Graph& graph, ExecutorOptions options) : m_impl(std::ma
         is_data[static_cast<std::size_t>(node.id)] =
             node.kind == OpKind::Input || (node.kind == OpKind::Halo && is_data[static_cast<std::size_t>(node.inputs[0])]);
     }
+    const bool native_bf16 = impl.options.precision != Precision::BF16 || (!impl.options.emulate_bf16 && ops::has_native_bf16());
+    const bool emulated_bf16 = !native_bf16;
+    if (emulated_bf16) impl.rounds_to_bf16.assign(count, false);
     for (const Node& node : nodes) {
         if (node.kind == OpKind::Input) continue;
         KernelInputs in;
@@ -225,9 +238,15 @@ Executor::Executor(const Graph& graph, ExecutorOptions options) : m_impl(std::ma
         const bool reads_graph_input = is_data[static_cast<std::size_t>(node.inputs[0])];
         const bool narrow = std::min(input_shapes[0].size() > 1 ? input_shapes[0][1] : 0,
                                      node.output_shape.size() > 1 ? node.output_shape[1] : 0) < 16;
-        const memory::data_type compute =
-            impl.options.precision == Precision::BF16 && !reads_graph_input && !narrow ? memory::data_type::bf16
-                                                                                       : memory::data_type::f32;
+        const bool bf16_compute = impl.options.precision == Precision::BF16 && !reads_graph_input && !narrow;
+        // Without bf16 kernels (a CPU without AVX-512) the same nodes run in f32 and are rounded to bf16.
+        const memory::data_type compute = bf16_compute && native_bf16 ? memory::data_type::bf16 : memory::data_type::f32;
+        if (emulated_bf16) {
+            const bool convolution = node.kind == OpKind::Conv || node.kind == OpKind::ConvTranspose;
+            impl.rounds_to_bf16[static_cast<std::size_t>(node.id)] =
+                !is_output[static_cast<std::size_t>(node.id)] &&
+                (convolution ? bf16_compute : impl.rounds_to_bf16[static_cast<std::size_t>(node.inputs[0])]);
+        }
         const memory::data_type output_type = is_output[static_cast<std::size_t>(node.id)] ? memory::data_type::f32 : compute;
         std::unique_ptr<Kernel> kernel;
         try {
@@ -409,6 +428,7 @@ void Executor::forward_node(int id) {
     const auto start = std::chrono::steady_clock::now();
     impl.kernels[n]->forward(impl.inputs_of(node), impl.outputs[n], impl.mode);
     if (impl.options.precision == Precision::F16) impl.round_through_half(n, impl.outputs[n]);
+    impl.round_through_bf16(n, impl.outputs[n]);
     impl.timings[n].forward_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const std::vector<int>& outputs = impl.graph.output_nodes();
     if (id == *std::max_element(outputs.begin(), outputs.end())) impl.ran_forward_training = impl.mode == Mode::Train;
@@ -492,6 +512,10 @@ void Executor::backward_node(int id) {
             if (nodes[producer].kind != OpKind::Input) impl.round_through_half(producer, impl.gradients[producer]);
         }
     }
+    for (int input : node.inputs) {
+        const auto producer = static_cast<std::size_t>(input);
+        if (nodes[producer].kind != OpKind::Input) impl.round_through_bf16(producer, impl.gradients[producer]);
+    }
     impl.timings[n].backward_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
@@ -529,6 +553,7 @@ void Executor::gradient_changed(int id) {
     if (impl.options.precision == Precision::F16 && node.kind != OpKind::Input) {
         impl.round_through_half(static_cast<std::size_t>(id), impl.gradients[static_cast<std::size_t>(id)]);
     }
+    if (node.kind != OpKind::Input) impl.round_through_bf16(static_cast<std::size_t>(id), impl.gradients[static_cast<std::size_t>(id)]);
 }
 
 ops::TileBuffer Executor::value_buffer(int id) {

@@ -45,6 +45,9 @@ struct ExecutorOptions {
     // and are gone once their node's backward has run: what training wants, a few layers' gradients
     // at a time instead of every layer's.
     bool keep_activation_gradients = false;
+    // BF16 on f32 kernels with every would-be bf16 value and gradient rounded to bf16 (what a CPU without
+    // oneDNN bf16 kernels, such as one without AVX-512, always gets): set to test that path anywhere.
+    bool emulate_bf16 = false;
 };
 
 // Bytes one compiled graph holds, by what they are for (a simulated core's memory ledger).

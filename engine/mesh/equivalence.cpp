@@ -3,6 +3,7 @@
 #include "core/error.hpp"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <limits>
@@ -75,6 +76,46 @@ Differences differences(const Tensor& value, const Tensor& reference, const std:
     }
     d.norm_relative = squared_difference == 0 ? 0.0 : std::sqrt(squared_difference / std::max(squared_reference, tiny));
     return d;
+}
+
+// Max-pool windows of `node` whose largest element differs between the pool's input in the two runs
+// (the first of equal maxima taken on both sides).
+std::int64_t pool_flips(const graph::Node& node, const Tensor& value_input, const Tensor& reference_input) {
+    const Tensor a = value_input.contiguous(), b = reference_input.contiguous();
+    const Shape& in = a.shape();  // [N, C, (D,) H, W]
+    const auto spatial = static_cast<std::size_t>(node.pool.spatial_rank());
+    std::array<std::int64_t, 3> extent{1, 1, 1}, out{1, 1, 1}, kernel{1, 1, 1}, stride{1, 1, 1}, pad{0, 0, 0};
+    for (std::size_t axis = 0; axis < spatial; ++axis) {
+        const std::size_t at = 3 - spatial + axis;
+        extent[at] = in[2 + axis];
+        out[at] = node.output_shape[2 + axis];
+        kernel[at] = node.pool.kernel[axis];
+        stride[at] = node.pool.stride[axis];
+        pad[at] = node.pool.pad_begin.empty() ? 0 : node.pool.pad_begin[axis];
+    }
+    const std::int64_t plane = extent[0] * extent[1] * extent[2];
+    std::int64_t flips = 0;
+    for (std::int64_t p = 0; p < in[0] * in[1]; ++p) {
+        const float* x = a.data<float>() + p * plane;
+        const float* y = b.data<float>() + p * plane;
+        for (std::int64_t oz = 0; oz < out[0]; ++oz)
+            for (std::int64_t oy = 0; oy < out[1]; ++oy)
+                for (std::int64_t ox = 0; ox < out[2]; ++ox) {
+                    std::int64_t best_x = -1, best_y = -1;
+                    for (std::int64_t kz = 0; kz < kernel[0]; ++kz)
+                        for (std::int64_t ky = 0; ky < kernel[1]; ++ky)
+                            for (std::int64_t kx = 0; kx < kernel[2]; ++kx) {
+                                const std::int64_t z = oz * stride[0] - pad[0] + kz, row = oy * stride[1] - pad[1] + ky,
+                                                   column = ox * stride[2] - pad[2] + kx;
+                                if (z < 0 || row < 0 || column < 0 || z >= extent[0] || row >= extent[1] || column >= extent[2]) continue;
+                                const std::int64_t i = (z * extent[1] + row) * extent[2] + column;
+                                if (best_x < 0 || x[i] > x[best_x]) best_x = i;
+                                if (best_y < 0 || y[i] > y[best_y]) best_y = i;
+                            }
+                    flips += best_x != best_y;
+                }
+    }
+    return flips;
 }
 
 double relative(double max_abs, double scale) { return max_abs == 0 ? 0.0 : max_abs / std::max(scale, tiny); }
@@ -229,6 +270,11 @@ EquivalenceReport compare_with_single_core(const graph::Graph& model, const Mesh
         layer.max_flip_value = value.max_flip_value;
         report.relu_flips += value.flips;
         if (value.flips > 0 && report.first_flip_layer.empty()) report.first_flip_layer = node.name;
+        if (node.kind == graph::OpKind::Pool && node.pool.kind == ops::PoolKind::Max) {
+            layer.pool_flips = pool_flips(node, partitioned.gather_activation(node.inputs[0]), executor.activation(node.inputs[0]));
+            report.pool_flips += layer.pool_flips;
+            if (layer.pool_flips > 0 && report.first_flip_layer.empty()) report.first_flip_layer = node.name;
+        }
         layer.max_abs_gradient = gradient.max_abs;
         layer.gradient_scale = gradient.scale;
         layer.max_rel_gradient = relative(gradient.max_abs, gradient.scale);

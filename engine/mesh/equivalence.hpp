@@ -87,6 +87,10 @@ struct LayerDifference {
     std::int64_t relu_flips = 0;
     double max_flip_value = 0;                // the largest positive side of a flip (how close to the kink)
     std::vector<std::int64_t> core_relu_flips;  // [core], ReLU layers only
+    // A max pool: windows whose largest input is another element in the two runs (two inputs within
+    // rounding of each other changed order); the gradient then goes to the other element, an O(1) change
+    // at both, seen in every layer before. Which ones the kernels order differently depends on the CPU.
+    std::int64_t pool_flips = 0;
 };
 
 // One core of replica 0: the largest difference within its tile, over the layers.
@@ -112,7 +116,8 @@ struct EquivalenceReport {
     double worst_activation = 0, worst_gradient = 0;           // over layers, relative
     std::string worst_activation_layer, worst_gradient_layer;
     std::int64_t relu_flips = 0;                               // over all layers (see LayerDifference::relu_flips)
-    std::string first_flip_layer;                              // the first layer (model order) with one
+    std::int64_t pool_flips = 0;                               // over all layers (see LayerDifference::pool_flips)
+    std::string first_flip_layer;                              // the first layer (model order) with either
     std::string layout;                                        // "2×2 tiles (4 cores) of [2, 1, 64, 64], fp32, 2 steps"
     std::vector<std::int64_t> pieces;                          // per spatial axis
     Shape input;                                               // the model input [N, C, (D,) H, W]

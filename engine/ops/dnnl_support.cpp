@@ -3,6 +3,7 @@
 #include <cpuid.h>
 #include <immintrin.h>
 #include <omp.h>
+#include <cstring>
 
 namespace tessera::ops {
 
@@ -118,6 +119,37 @@ void round_to_half(float* values, std::int64_t count) {
         return;
     }
     for (std::int64_t i = 0; i < count; ++i) values[i] = to_float(to_float16(values[i]));
+}
+
+void round_to_bf16(float* values, std::int64_t count) {
+#pragma omp parallel for schedule(static)
+    for (std::int64_t i = 0; i < count; ++i) {
+        std::uint32_t bits;
+        std::memcpy(&bits, values + i, sizeof bits);
+        if ((bits & 0x7f800000u) == 0x7f800000u && (bits & 0x007fffffu) != 0) continue;  // NaN stays NaN
+        bits += 0x7fffu + ((bits >> 16) & 1u);  // to nearest, ties to even (overflow rounds to ±inf)
+        bits &= 0xffff0000u;
+        std::memcpy(values + i, &bits, sizeof bits);
+    }
+}
+
+bool has_native_bf16() {
+    static const bool native = [] {
+        try {
+            using tag = dnnl::memory::format_tag;
+            const dnnl::memory::desc source({1, 16, 8, 8}, dnnl::memory::data_type::bf16, tag::any);
+            const dnnl::memory::desc weights({16, 16, 3, 3}, dnnl::memory::data_type::bf16, tag::any);
+            const dnnl::memory::desc destination({1, 16, 8, 8}, dnnl::memory::data_type::bf16, tag::any);
+            const dnnl::convolution_forward::primitive_desc probe(
+                dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, source, weights,
+                                                destination, {1, 1}, {1, 1}, {1, 1}),
+                cpu_engine());
+            return true;
+        } catch (const dnnl::error&) {
+            return false;
+        }
+    }();
+    return native;
 }
 
 void set_num_threads(int count) {

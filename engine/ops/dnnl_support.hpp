@@ -34,6 +34,13 @@ Tensor to_plain_tensor(const dnnl::memory& memory);
 // has it. Emulates half-precision storage on CPUs without half-precision arithmetic.
 void round_to_half(float* values, std::int64_t count);
 
+// Rounds every value to the nearest bfloat16 (ties to even) and back, in place: bf16 storage emulated where
+// oneDNN has no bf16 kernels.
+void round_to_bf16(float* values, std::int64_t count);
+// Whether this CPU runs oneDNN's bf16 convolutions (oneDNN 2.6 needs AVX-512: avx512_core); asked once, by
+// creating one. Without them the executor emulates BF16 mode (f32 kernels, values rounded to bf16).
+bool has_native_bf16();
+
 // Sets the threads oneDNN (OpenMP) uses; 0 leaves the default.
 void set_num_threads(int num_threads);
 int num_threads();

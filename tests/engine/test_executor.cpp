@@ -589,26 +589,46 @@ constexpr double bf16_tolerance = 3e-2;
 constexpr double bf16_gradient_tolerance = 0.15;
 
 TEST(ExecutorBf16, MatchesTheF32RunWithinBf16Precision) {
+    // Native bf16 kernels where oneDNN has them (AVX-512), emulated everywhere else; both checked below.
+    for (const bool emulated : {false, true})
     for (const Shape& input_shape : {Shape{2, 1, 32, 32}, Shape{1, 1, 16, 16, 16}}) {
         Graph graph("bf16");
         const int x = graph.input(input_shape);
         const int rank = static_cast<int>(input_shape.size()) - 2;
-        int y = graph.batch_norm(graph.conv(x, 16, ops::ConvAttributes::same(rank, 3), "c1"), {.fuse_relu = true}, "b1");
+        const int c1 = graph.conv(x, 16, ops::ConvAttributes::same(rank, 3), "c1");
+        int y = graph.batch_norm(c1, {.fuse_relu = true}, "b1");
         const int skip = y;
         y = graph.pool(y, ops::PoolAttributes::max_down(rank), "p");
-        y = graph.batch_norm(graph.conv(y, 32, ops::ConvAttributes::same(rank, 3), "c2"), {.fuse_relu = true}, "b2");
+        const int c2 = graph.conv(y, 32, ops::ConvAttributes::same(rank, 3), "c2");
+        y = graph.batch_norm(c2, {.fuse_relu = true}, "b2");
         ops::ConvTransposeAttributes up = ops::ConvTransposeAttributes::upsample(rank);
         up.has_bias = true;
         y = graph.concat({skip, graph.conv_transpose(y, 16, up, "up")}, "cat");
         graph.set_output(graph.conv(y, 2, ops::ConvAttributes::same(rank, 1), "head"));
 
         Executor f32(graph);
-        Executor bf16(graph, {.precision = Precision::BF16});
+        Executor bf16(graph, {.precision = Precision::BF16, .emulate_bf16 = emulated});
         f32.initialize_parameters(4);
         bf16.initialize_parameters(4);
         const Tensor input = reference::random_uniform(input_shape, 9);
         const Tensor expected = f32.forward(input, Mode::Train);
         const Tensor actual = bf16.forward(input, Mode::Train);
+        if (emulated) {
+            // c2 (32 channels, not reading the input) would compute in bf16: its values are bf16 numbers,
+            // c1 (it reads the f32 input) keeps f32, as the native mode does.
+            const auto is_bf16 = [](const Tensor& t) {
+                const Tensor dense = t.contiguous();
+                std::int64_t low_bits = 0;
+                for (std::int64_t i = 0; i < dense.num_elements(); ++i) {
+                    std::uint32_t bits;
+                    std::memcpy(&bits, dense.data<float>() + i, 4);
+                    low_bits += (bits & 0xffffu) != 0;
+                }
+                return low_bits == 0;
+            };
+            EXPECT_TRUE(is_bf16(bf16.activation(c2)));
+            EXPECT_FALSE(is_bf16(bf16.activation(c1)));
+        }
         EXPECT_LE(relative_difference(actual, expected), bf16_tolerance) << shape_to_string(input_shape);
         EXPECT_GT(relative_difference(actual, expected), 0.0) << "bf16 mode computed in f32";
         const Tensor dy = reference::random_uniform(expected.shape(), 10);

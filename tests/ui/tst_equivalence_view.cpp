@@ -93,12 +93,21 @@ private slots:
         QCOMPARE(report->tiles.size(), std::size_t{4});
         qInfo("%s: values %.2e (%s), gradients %.2e (%s)", report->layout.c_str(), report->worst_activation,
               report->worst_activation_layer.c_str(), report->worst_gradient, report->worst_gradient_layer.c_str());
-        QVERIFY(report->worst_activation <= EquivalenceView::fp32_tolerance);
-        QVERIFY(report->worst_gradient <= EquivalenceView::fp32_tolerance);
+        if (report->relu_flips == 0 && report->pool_flips == 0) {
+            QVERIFY(report->worst_activation <= EquivalenceView::fp32_tolerance);
+            QVERIFY(report->worst_gradient <= EquivalenceView::fp32_tolerance);
+        } else {
+            // Rounding put a ReLU input or a max-pool's two largest on other sides (it happens with some CPUs'
+            // kernels): the view must say so rather than call the partitioning wrong.
+            qInfo("%lld ReLU flips, %lld max-pool flips (first in %s)", static_cast<long long>(report->relu_flips),
+                  static_cast<long long>(report->pool_flips), report->first_flip_layer.c_str());
+            QVERIFY2(view.summaryText().contains(report->pool_flips > 0 ? "max-pool window" : "ReLU input"), qPrintable(view.summaryText()));
+        }
 
         // The chart: values and gradients, one point per layer, and the dashed tolerance.
         QChart* chart = view.chartView()->chart();
-        QCOMPARE(chart->series().size(), 3);
+        const bool flipped = report->relu_flips > 0 || report->pool_flips > 0;
+        QCOMPARE(chart->series().size(), flipped ? 4 : 3);  // a marker series for the flips' layers
         QCOMPARE(view.activationSeries()->count(), layers);
         QCOMPARE(view.gradientSeries()->count(), layers);
         QCOMPARE(view.toleranceSeries()->at(0).y(), 1e-5);
@@ -115,7 +124,7 @@ private slots:
         const QString summary = view.summaryText();
         QVERIFY2(summary.contains(QStringLiteral("step 2: loss")) && summary.contains(QStringLiteral(" vs ")), qPrintable(summary));
         QVERIFY2(summary.contains(QStringLiteral("max weight difference")), qPrintable(summary));
-        QVERIFY2(summary.contains(QStringLiteral("same model")), qPrintable(summary));
+        QVERIFY2(summary.contains(flipped ? QStringLiteral("at single elements") : QStringLiteral("same model")), qPrintable(summary));
 
         // The tile map: four tiles, quarters of the input, each with a tooltip naming its core.
         EquivalenceTileMap* map = view.tileMap();

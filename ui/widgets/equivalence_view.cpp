@@ -956,11 +956,17 @@ void EquivalenceView::showSummary() {
         norm = std::max({norm, layer.norm_rel_activation, layer.norm_rel_gradient});
         flip_value = std::max(flip_value, layer.max_flip_value);
     }
-    const QString flips = r.relu_flips == 0 ? QString()
-                                            : tr(" %n ReLU input(s) within %1 of zero (first in %2) were rounded to opposite sides of "
-                                                 "the kink, where the function jumps: that element's gradient changes by O(1).",
-                                                 nullptr, static_cast<int>(r.relu_flips))
-                                                  .arg(sci(flip_value), QString::fromStdString(r.first_flip_layer));
+    QString flips = r.relu_flips == 0 ? QString()
+                                      : tr(" %n ReLU input(s) within %1 of zero (first in %2) were rounded to opposite sides of "
+                                           "the kink, where the function jumps: that element's gradient changes by O(1).",
+                                           nullptr, static_cast<int>(r.relu_flips))
+                                            .arg(sci(flip_value), QString::fromStdString(r.first_flip_layer));
+    if (r.pool_flips > 0) {
+        flips += tr(" %n max-pool window(s) (first in %1) held two inputs within rounding of each other that the runs ordered "
+                    "differently: the gradient went to the other one, an O(1) change there.",
+                    nullptr, static_cast<int>(r.pool_flips))
+                     .arg(QString::fromStdString(r.first_flip_layer));
+    }
     if (worst <= fp32_tolerance) {
         text += tr("<span style='color:#2e7d32'>Every layer's values and gradients are within %1 of the single-core run: "
                    "the partitioned model is the same model.</span>")
@@ -969,7 +975,7 @@ void EquivalenceView::showSummary() {
         text += tr("<span style='color:#8d6e00'>Differences up to %1 — beyond fp32's %2, but no larger than the same mesh code on "
                    "one tile (%3): they come from the kernels' rounding, not from the partitioning.%4</span>")
                     .arg(sci(worst), sci(fp32_tolerance, 0), sci(baseline), flips.toHtmlEscaped());
-    } else if (r.relu_flips > 0) {
+    } else if (r.relu_flips > 0 || r.pool_flips > 0) {
         text += tr("<span style='color:#8d6e00'>Differences up to %1 at single elements.%2 In norm every layer is within %3.</span>")
                     .arg(sci(worst), flips.toHtmlEscaped(), sci(norm));
     } else {
@@ -1013,6 +1019,10 @@ QString EquivalenceView::layerToolTip(int index) const {
         text += tr("<br><span style='color:#c62828'>%n ReLU flip(s): inputs within %1 of zero on opposite sides of the kink</span>",
                    nullptr, static_cast<int>(layer.relu_flips))
                     .arg(sci(layer.max_flip_value));
+    }
+    if (layer.pool_flips > 0) {
+        text += tr("<br><span style='color:#c62828'>%n max-pool window(s) whose largest input differs between the runs</span>", nullptr,
+                   static_cast<int>(layer.pool_flips));
     }
     if (m_report->has_baseline) {
         text += tr("<br>the mesh on one tile: values %1, gradients %2").arg(sci(layer.baseline_rel_activation), sci(layer.baseline_rel_gradient));
@@ -1088,16 +1098,16 @@ void EquivalenceView::fillChart() {
     std::vector<QXYSeries*> all{m_activation_series, m_gradient_series};
     if (r.has_baseline) all.insert(all.end(), {m_baseline_activation_series, m_baseline_gradient_series});
     all.push_back(m_tolerance_series);
-    // Layers with ReLU flips: a marker on their gradient point.
-    if (r.relu_flips > 0) {
+    // Layers with ReLU or max-pool flips: a marker on their gradient point.
+    if (r.relu_flips > 0 || r.pool_flips > 0) {
         auto* flips = new QScatterSeries();
-        flips->setName(tr("ReLU flip"));
+        flips->setName(r.pool_flips == 0 ? tr("ReLU flip") : r.relu_flips == 0 ? tr("max-pool flip") : tr("ReLU or max-pool flip"));
         flips->setMarkerShape(QScatterSeries::MarkerShapeTriangle);
         flips->setMarkerSize(13);
         flips->setColor(tolerance_color);
         flips->setBorderColor(Qt::white);
         for (std::size_t i = 0; i < r.layers.size(); ++i) {
-            if (r.layers[i].relu_flips > 0) flips->append(static_cast<double>(i), plotted(r.layers[i].max_rel_gradient));
+            if (r.layers[i].relu_flips > 0 || r.layers[i].pool_flips > 0) flips->append(static_cast<double>(i), plotted(r.layers[i].max_rel_gradient));
         }
         connect(flips, &QScatterSeries::hovered, this, &EquivalenceView::onPointHovered);
         connect(flips, &QScatterSeries::clicked, this, &EquivalenceView::onPointClicked);

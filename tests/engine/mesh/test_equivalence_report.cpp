@@ -114,10 +114,14 @@ void expect_well_formed(const Comparison& run, std::int64_t num_cores, int steps
     EXPECT_EQ(r.partitioned_losses.size(), static_cast<std::size_t>(steps));
 }
 
+// Tolerances are relative to each layer's largest value: `tolerance` for values and weights, three times it
+// for gradients, which sum more products (measured, fp32: 1.2e-5 on an AMD EPYC with AVX2 against 3-6e-6 on
+// AVX-512 Xeons; the same mesh code on one tile is as far from the Trainer, so it is the kernels' order of
+// summation, not the partitioning).
 void expect_equivalent(const mesh::EquivalenceReport& r, double tolerance, double loss_tolerance) {
     for (const mesh::LayerDifference& layer : r.layers) {
         EXPECT_LE(layer.max_rel_activation, tolerance) << layer.name << " (" << layer.op << ") value";
-        EXPECT_LE(layer.max_rel_gradient, tolerance) << layer.name << " (" << layer.op << ") gradient";
+        EXPECT_LE(layer.max_rel_gradient, 3 * tolerance) << layer.name << " (" << layer.op << ") gradient";
     }
     for (std::size_t step = 0; step < r.reference_losses.size(); ++step) {
         EXPECT_NEAR(r.partitioned_losses[step], r.reference_losses[step], loss_tolerance) << "step " << step;
