@@ -3,6 +3,7 @@
 // stack is folded into the message of the tessera::Error thrown instead. Every call into the library
 // holds one process-wide mutex, so readers may be shared between threads.
 #include "io/hdf5_volume.hpp"
+#include "io/child_process.hpp"
 #include "io/hdf5_detail.hpp"
 #include "io/raw_image.hpp"
 #include "io/volume_region.hpp"
@@ -17,7 +18,9 @@
 #include <cmath>
 #include <cstring>
 #include <mutex>
+#include <set>
 #include <sstream>
+#include <tuple>
 #include <utility>
 
 namespace tessera {
@@ -331,6 +334,63 @@ std::optional<std::array<double, 3>> spacing_attribute(hid_t dataset, int rank, 
     return std::nullopt;
 }
 
+// Everything Tessera asks HDF5 about `file` (and about `dataset` alone, when named): the datasets' names,
+// each one's type, shape, storage, filters and attributes, and its chunk index walked to the last chunk.
+void inspect(const std::filesystem::path& file, const std::string& dataset) {
+    quiet_library();
+    const Handle handle = open_file(file, false);
+    for (const std::string& name : dataset_names(handle.get(), file)) {
+        if (!dataset.empty() && name != dataset) continue;
+        const Handle opened(H5Dopen2(handle.get(), name.c_str(), H5P_DEFAULT), H5Dclose);
+        if (!opened.valid()) {
+            H5Eclear2(H5E_DEFAULT);
+            continue;
+        }
+        const DatasetFacts facts = facts_of(opened.get());
+        (void)spacing_attribute(opened.get(), static_cast<int>(facts.shape.size()), nullptr);
+        (void)numeric_attribute(opened.get(), "offset", 3);
+        (void)numeric_attribute(opened.get(), "direction", 9);
+        hsize_t num_chunks = 0;
+        if (facts.storage != "contiguous" && H5Dget_num_chunks(opened.get(), H5S_ALL, &num_chunks) >= 0) {
+            std::vector<hsize_t> offset(std::max<std::size_t>(facts.shape.size(), 1));
+            for (hsize_t index = 0; index < num_chunks; ++index) {
+                unsigned filter_mask = 0;
+                haddr_t address = 0;
+                hsize_t size = 0;
+                if (H5Dget_chunk_info(opened.get(), H5S_ALL, index, offset.data(), &filter_mask, &address, &size) < 0) break;
+            }
+        }
+        H5Eclear2(H5E_DEFAULT);
+    }
+}
+
+// HDF5 1.10 can crash on a damaged file (fuzz_hdf5 found a null buffer written in H5F__accum_read, reached
+// from a group's local heap): before this process opens a file, a child does everything this process will
+// ask about it (inspect). A child that dies or runs out of its memory allowance means a damaged file; one
+// that finishes (an error included) means the same calls are safe here, where they give the same answers.
+// Files already checked, unchanged since (size and modification time), are not checked again.
+void check_in_child(const std::filesystem::path& file, const std::string& dataset) {
+    std::error_code error;
+    const auto size = std::filesystem::file_size(file, error);
+    const auto modified = std::filesystem::last_write_time(file, error);
+    if (error) return;  // open_file names what is wrong with the path
+    using Key = std::tuple<std::string, std::string, std::uintmax_t, std::filesystem::file_time_type::rep>;
+    static std::set<Key> checked;
+    const Key key{std::filesystem::absolute(file).lexically_normal().string(), dataset, size, modified.time_since_epoch().count()};
+    if (checked.count(key) > 0) return;
+    // What HDF5 needs for a file's metadata is small: a damaged size asking for more is refused there.
+    constexpr std::uint64_t allowance = std::uint64_t{1} << 30;
+    const io_detail::ChildOutcome outcome = io_detail::run_in_child(
+        [&](const auto&, std::int64_t&) { inspect(file, dataset); }, 120, allowance, "HDF5");
+    const bool out_of_memory = std::any_of(outcome.frames.begin(), outcome.frames.end(), [](const auto& frame) { return frame.first == 'M'; });
+    TESSERA_CHECK(outcome.finished && !out_of_memory,
+                  quoted(file) << " cannot be read: "
+                               << (out_of_memory ? "HDF5 asked for more memory than its metadata could need, so a size in it is damaged"
+                                                 : outcome.how_it_ended)
+                               << ". The file is damaged: replace it with an intact copy (h5dump -H shows how far its structure reads).");
+    checked.insert(key);
+}
+
 }  // namespace
 
 // ---- names --------------------------------------------------------------------------------------------
@@ -355,6 +415,7 @@ bool is_hdf5_name(const std::filesystem::path& path) { return parse_hdf5_name(pa
 std::vector<Hdf5DatasetInfo> list_hdf5_datasets(const std::filesystem::path& file) {
     std::lock_guard lock(library_mutex());
     quiet_library();
+    check_in_child(file, "");
     const Handle handle = open_file(file, false);
     std::vector<Hdf5DatasetInfo> datasets;
     for (const std::string& name : dataset_names(handle.get(), file)) {
@@ -413,6 +474,7 @@ Hdf5Dataset::Hdf5Dataset(const std::filesystem::path& path, std::size_t cache_by
     const std::optional<Hdf5DatasetName> parsed = parse_hdf5_name(path.string());
     TESSERA_ASSERT(parsed.has_value(), quoted(path) << " names no HDF5 file");
     m_name = *parsed;
+    check_in_child(m_name.file, m_name.dataset);
     m_state->file = open_file(m_name.file, false);
     if (m_name.dataset.empty()) m_name.dataset = default_hdf5_dataset(m_name.file);
 
@@ -434,6 +496,14 @@ Hdf5Dataset::Hdf5Dataset(const std::filesystem::path& path, std::size_t cache_by
     m_scalar_type = *facts.scalar_type;
     m_storage = facts.storage;
     const int rank = static_cast<int>(facts.shape.size());
+    // Checked in double before any product is taken in integers: a damaged dataspace can claim 2^60 × 2^60.
+    double claimed = 1;
+    for (std::int64_t extent : facts.shape) claimed *= static_cast<double>(extent);
+    TESSERA_CHECK(claimed <= static_cast<double>(std::int64_t{1} << 44) &&
+                      std::all_of(facts.shape.begin(), facts.shape.end(), [](std::int64_t extent) { return extent <= (std::int64_t{1} << 31); }),
+                  quoted(std::filesystem::path(display_name())) << " claims " << shape_text(facts.shape)
+                                                                << " voxels, which is not plausible (more than 2^44, or 2^31 along an axis): "
+                                                                   "the file is damaged.");
     m_rank = rank;
     m_geometry.size = rank == 3 ? std::array<std::int64_t, 3>{facts.shape[2], facts.shape[1], facts.shape[0]}
                                 : std::array<std::int64_t, 3>{facts.shape[1], facts.shape[0], 1};
@@ -528,6 +598,7 @@ Handle file_for_writing(const Hdf5DatasetName& name) {
                   "cannot write " << name_text(name) << ": " << quoted(name.file)
                                   << " exists and is not an HDF5 file. Remove it or choose another name (Tessera adds datasets to HDF5 files, "
                                      "it does not overwrite other files).");
+    check_in_child(name.file, "");
     return open_file(name.file, true);
 }
 

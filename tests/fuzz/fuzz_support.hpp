@@ -23,19 +23,22 @@ namespace tessera::fuzz {
 
 // /dev/shm/tessera-fuzz-<pid> (or $TMPDIR when /dev/shm is missing), created on first use and removed
 // at exit. Each process has its own, so targets may run side by side.
+// The path lives as long as the process: a static path would be destroyed before the exit handler
+// that removes the folder runs (the handler is registered first, inside its initialiser, so it runs
+// last) — a heap-use-after-free at exit that ASan reported, now and then, in every target.
 inline const std::filesystem::path& scratch_dir() {
-    static const std::filesystem::path dir = [] {
+    static const std::filesystem::path* const dir = [] {
         std::filesystem::path base = "/dev/shm";
         if (!std::filesystem::is_directory(base)) base = std::filesystem::temp_directory_path();
-        std::filesystem::path path = base / ("tessera-fuzz-" + std::to_string(::getpid()));
-        std::filesystem::create_directories(path);
+        auto* path = new std::filesystem::path(base / ("tessera-fuzz-" + std::to_string(::getpid())));
+        std::filesystem::create_directories(*path);
         std::atexit([] {
             std::error_code ignored;
             std::filesystem::remove_all(scratch_dir(), ignored);
         });
         return path;
     }();
-    return dir;
+    return *dir;
 }
 
 inline void write_bytes(const std::filesystem::path& path, const std::uint8_t* data, std::size_t size) {
