@@ -631,8 +631,18 @@ Hdf5DatasetWriter::Hdf5DatasetWriter(const std::filesystem::path& path, const Im
     if (compress && H5Zfilter_avail(H5Z_FILTER_DEFLATE) > 0) H5Pset_deflate(creation.get(), 4);
     const Handle link_creation(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
     H5Pset_create_intermediate_group(link_creation.get(), 1);
+    // A cache that holds a whole layer of chunks: a slab thinner than a chunk (sliding-window prediction
+    // writes a window's depth at a time) then completes each chunk in memory, and it is compressed and
+    // written once, instead of read back, recompressed and written anew — in new space — for every slab.
+    std::uint64_t layer_bytes = io_detail::scalar_type_size(scalar_type);
+    for (int axis = 0; axis < rank; ++axis) {
+        const hsize_t extent = dims[static_cast<std::size_t>(axis)], edge = chunk[static_cast<std::size_t>(axis)];
+        layer_bytes *= axis == 0 ? edge : (extent + edge - 1) / edge * edge;
+    }
+    const Handle access(H5Pcreate(H5P_DATASET_ACCESS), H5Pclose);
+    H5Pset_chunk_cache(access.get(), 100003, static_cast<std::size_t>(std::min<std::uint64_t>(layer_bytes + (layer_bytes >> 3), std::uint64_t{1} << 30)), 1.0);
     m_state->dataset = Handle(H5Dcreate2(m_state->file.get(), m_name.dataset.c_str(), file_type_of(scalar_type), space.get(),
-                                         link_creation.get(), creation.get(), H5P_DEFAULT),
+                                         link_creation.get(), creation.get(), access.get()),
                               H5Dclose);
     TESSERA_CHECK(m_state->dataset.valid(), "cannot create the dataset " << name_text(m_name) << error_stack_text());
 
