@@ -78,9 +78,10 @@ Differences differences(const Tensor& value, const Tensor& reference, const std:
     return d;
 }
 
-// Max-pool windows of `node` whose largest element differs between the pool's input in the two runs
-// (the first of equal maxima taken on both sides).
-std::int64_t pool_flips(const graph::Node& node, const Tensor& value_input, const Tensor& reference_input) {
+}  // namespace
+
+std::int64_t count_max_pool_flips(const graph::Node& node, const Tensor& value_input, const Tensor& reference_input) {
+    TESSERA_ASSERT(node.kind == graph::OpKind::Pool && node.pool.kind == ops::PoolKind::Max, "'" << node.name << "' is not a max pool");
     const Tensor a = value_input.contiguous(), b = reference_input.contiguous();
     const Shape& in = a.shape();  // [N, C, (D,) H, W]
     const auto spatial = static_cast<std::size_t>(node.pool.spatial_rank());
@@ -117,6 +118,8 @@ std::int64_t pool_flips(const graph::Node& node, const Tensor& value_input, cons
     }
     return flips;
 }
+
+namespace {
 
 double relative(double max_abs, double scale) { return max_abs == 0 ? 0.0 : max_abs / std::max(scale, tiny); }
 
@@ -271,7 +274,7 @@ EquivalenceReport compare_with_single_core(const graph::Graph& model, const Mesh
         report.relu_flips += value.flips;
         if (value.flips > 0 && report.first_flip_layer.empty()) report.first_flip_layer = node.name;
         if (node.kind == graph::OpKind::Pool && node.pool.kind == ops::PoolKind::Max) {
-            layer.pool_flips = pool_flips(node, partitioned.gather_activation(node.inputs[0]), executor.activation(node.inputs[0]));
+            layer.pool_flips = count_max_pool_flips(node, partitioned.gather_activation(node.inputs[0]), executor.activation(node.inputs[0]));
             report.pool_flips += layer.pool_flips;
             if (layer.pool_flips > 0 && report.first_flip_layer.empty()) report.first_flip_layer = node.name;
         }

@@ -125,6 +125,10 @@ struct EquivalenceReport {
     double seconds = 0;                                        // host time of the whole comparison
 };
 
+// Windows of max pool `node` whose largest input is a different element in `value_input` than in
+// `reference_input` (the pool's input [N, C, (D,) H, W] in two runs; the first of equal maxima counts).
+std::int64_t count_max_pool_flips(const graph::Node& node, const Tensor& value_input, const Tensor& reference_input);
+
 // Trains `model` (one replica's graph) for options.steps on the mesh layout and on one core (Trainer)
 // from the same seed and batch, then compares every layer's forward value and gradient of the last
 // step (gathered over the tiles) with the reference's. images [N, C, (D,) H, W] f32 and labels

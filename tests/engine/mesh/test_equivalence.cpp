@@ -13,6 +13,7 @@
 // and their reductions over the cores (detection/detector.hpp) against the Trainer's on whole images.
 // Adding a layout or a model is one line in kCases.
 #include "mesh/core_mesh.hpp"
+#include "mesh/equivalence.hpp"
 #include "mesh_test_support.hpp"
 #include "core/random.hpp"
 #include "data/synthetic_shapes.hpp"
@@ -380,44 +381,9 @@ template <class ReferenceActivation>
 void count_pool_flips(const mesh::CoreMesh& mesh, ReferenceActivation&& reference_activation, Comparison& result) {
     for (const graph::Node& node : mesh.model().nodes()) {
         if (node.kind != graph::OpKind::Pool || node.pool.kind != ops::PoolKind::Max) continue;
-        const int input = node.inputs[0];
-        const auto spatial = static_cast<std::size_t>(node.pool.spatial_rank());
         for (std::int64_t replica = 0; replica < mesh.num_replicas(); ++replica) {
-            const Tensor a = mesh.gather_activation(input, replica).contiguous();
-            const Tensor b = reference_activation(input, replica).contiguous();
-            const Shape& in = a.shape();  // [N, C, (D,) H, W]
-            // As [N·C, D, H, W] with D = 1 in 2D; the pool's output extents from its own shape.
-            std::array<std::int64_t, 3> in_extent{1, 1, 1}, out_extent{1, 1, 1}, kernel{1, 1, 1}, stride{1, 1, 1}, pad{0, 0, 0};
-            for (std::size_t axis = 0; axis < spatial; ++axis) {
-                const std::size_t at = 3 - spatial + axis;
-                in_extent[at] = in[2 + axis];
-                out_extent[at] = node.output_shape[2 + axis];
-                kernel[at] = node.pool.kernel[axis];
-                stride[at] = node.pool.stride[axis];
-                pad[at] = node.pool.pad_begin.empty() ? 0 : node.pool.pad_begin[axis];
-            }
-            const std::int64_t planes = in[0] * in[1], plane = in_extent[0] * in_extent[1] * in_extent[2];
-            std::int64_t flips = 0;
-            for (std::int64_t p = 0; p < planes; ++p) {
-                const float* x = a.data<float>() + p * plane;
-                const float* y = b.data<float>() + p * plane;
-                for (std::int64_t oz = 0; oz < out_extent[0]; ++oz)
-                    for (std::int64_t oy = 0; oy < out_extent[1]; ++oy)
-                        for (std::int64_t ox = 0; ox < out_extent[2]; ++ox) {
-                            std::int64_t best_x = -1, best_y = -1;
-                            for (std::int64_t kz = 0; kz < kernel[0]; ++kz)
-                                for (std::int64_t ky = 0; ky < kernel[1]; ++ky)
-                                    for (std::int64_t kx = 0; kx < kernel[2]; ++kx) {
-                                        const std::int64_t z = oz * stride[0] - pad[0] + kz, yy = oy * stride[1] - pad[1] + ky,
-                                                           xx = ox * stride[2] - pad[2] + kx;
-                                        if (z < 0 || yy < 0 || xx < 0 || z >= in_extent[0] || yy >= in_extent[1] || xx >= in_extent[2]) continue;
-                                        const std::int64_t i = (z * in_extent[1] + yy) * in_extent[2] + xx;
-                                        if (best_x < 0 || x[i] > x[best_x]) best_x = i;
-                                        if (best_y < 0 || y[i] > y[best_y]) best_y = i;
-                                    }
-                            flips += best_x != best_y;
-                        }
-            }
+            const std::int64_t flips = mesh::count_max_pool_flips(node, mesh.gather_activation(node.inputs[0], replica),
+                                                                  reference_activation(node.inputs[0], replica));
             if (flips > 0 && result.first_flip_layer.empty()) result.first_flip_layer = node.name;
             result.pool_flips += flips;
         }

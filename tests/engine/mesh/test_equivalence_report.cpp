@@ -118,10 +118,27 @@ void expect_well_formed(const Comparison& run, std::int64_t num_cores, int steps
 // for gradients, which sum more products (measured, fp32: 1.2e-5 on an AMD EPYC with AVX2 against 3-6e-6 on
 // AVX-512 Xeons; the same mesh code on one tile is as far from the Trainer, so it is the kernels' order of
 // summation, not the partitioning).
+// A ReLU input or a max pool's two largest inputs within rounding of each other, ordered differently by the
+// two runs (which ones depends on the CPU's kernels and their threads: seen on an AVX2 EPYC with 2 threads,
+// not with 1): that element's gradient changes by O(1), so every layer before it differs at single elements
+// by up to O(1) of its largest gradient, while in norm — a few elements of thousands — it stays small. Then
+// values are held to 1e-3 (element and norm) and gradients to kFlipNormTolerance in norm.
+constexpr double kFlipNormTolerance = 5e-2;
+bool flipped(const mesh::EquivalenceReport& r) { return r.relu_flips > 0 || r.pool_flips > 0; }
+
 void expect_equivalent(const mesh::EquivalenceReport& r, double tolerance, double loss_tolerance) {
+    if (flipped(r)) {
+        std::printf("  %lld ReLU and %lld max-pool flips (first in %s): gradients compared in norm\n", static_cast<long long>(r.relu_flips),
+                    static_cast<long long>(r.pool_flips), r.first_flip_layer.c_str());
+    }
     for (const mesh::LayerDifference& layer : r.layers) {
-        EXPECT_LE(layer.max_rel_activation, tolerance) << layer.name << " (" << layer.op << ") value";
-        EXPECT_LE(layer.max_rel_gradient, 3 * tolerance) << layer.name << " (" << layer.op << ") gradient";
+        if (flipped(r)) {
+            EXPECT_LE(layer.max_rel_activation, 1e-3) << layer.name << " (" << layer.op << ") value";
+            EXPECT_LE(layer.norm_rel_gradient, kFlipNormTolerance) << layer.name << " (" << layer.op << ") gradient, in norm";
+        } else {
+            EXPECT_LE(layer.max_rel_activation, tolerance) << layer.name << " (" << layer.op << ") value";
+            EXPECT_LE(layer.max_rel_gradient, 3 * tolerance) << layer.name << " (" << layer.op << ") gradient";
+        }
     }
     for (std::size_t step = 0; step < r.reference_losses.size(); ++step) {
         EXPECT_NEAR(r.partitioned_losses[step], r.reference_losses[step], loss_tolerance) << "step " << step;
@@ -134,16 +151,17 @@ TEST(EquivalenceReport, UNet2DSplit2x2MatchesOneCoreInFp32) {
                                    graph::Precision::F32, 2, /*baseline*/ true);
     expect_well_formed(run, 4, 2);
     expect_equivalent(run.report, 1e-5, 1e-6);
-    EXPECT_EQ(run.report.relu_flips, 0);
-    // What remains is the mesh's kernels (its batch-norm statistics are summed in another order than
+    // What remains without flips is the mesh's kernels (its batch-norm statistics are summed in another order than
     // oneDNN's), not the partitioning: the same code on one tile is as far from the Trainer.
     double baseline_activation = 0, baseline_gradient = 0;
     for (const mesh::LayerDifference& layer : run.report.layers) {
         baseline_activation = std::max(baseline_activation, layer.baseline_rel_activation);
         baseline_gradient = std::max(baseline_gradient, layer.baseline_rel_gradient);
     }
-    EXPECT_LE(run.report.worst_activation, 2 * baseline_activation);
-    EXPECT_LE(run.report.worst_gradient, 2 * baseline_gradient);
+    if (!flipped(run.report)) {  // flips are the tiled run's own: the one tile has others, or none
+        EXPECT_LE(run.report.worst_activation, 2 * baseline_activation);
+        EXPECT_LE(run.report.worst_gradient, 2 * baseline_gradient);
+    }
     EXPECT_EQ(run.report.pieces, (std::vector<std::int64_t>{2, 2}));
     EXPECT_EQ(run.report.layout, "2×2 tiles (4 cores) of [2, 1, 64, 64], fp32, 2 steps");
     // The regions: core 3 (grid index (1, 1)) owns the lower right quarter of the input.
@@ -182,7 +200,7 @@ TEST(EquivalenceReport, ResNetKeepsReplicatedLayersOffTheTiles) {
     }
     EXPECT_EQ(replicated, 2);  // global pooling and the classifier
     EXPECT_EQ(r.layers.back().op, "dense");
-    if (r.relu_flips == 0) expect_equivalent(r, 1e-5, 1e-6);
+    expect_equivalent(r, 1e-5, 1e-6);
 }
 
 // bf16 keeps 8 mantissa bits: the values differ by a few roundings (~1e-2 of a layer's largest), the
@@ -198,8 +216,11 @@ TEST(EquivalenceReport, Bf16DiffersMoreButFinitely) {
     const mesh::EquivalenceReport& r = bf16.report;
     ASSERT_TRUE(r.has_baseline);
     EXPECT_TRUE(std::isfinite(r.worst_activation) && std::isfinite(r.worst_gradient));
-    EXPECT_GT(r.worst_activation, 100 * fp32.report.worst_activation);
-    EXPECT_GT(r.worst_gradient, 100 * fp32.report.worst_gradient);
+    // Against fp32's rounding alone: an fp32 run with a flip has O(1) differences at single elements itself.
+    if (!flipped(fp32.report)) {
+        EXPECT_GT(r.worst_activation, 100 * fp32.report.worst_activation);
+        EXPECT_GT(r.worst_gradient, 100 * fp32.report.worst_gradient);
+    }
     double baseline_activation = 0, baseline_gradient = 0;
     for (const mesh::LayerDifference& layer : r.layers) {
         EXPECT_LE(layer.max_rel_activation, 0.05) << layer.name;
@@ -248,9 +269,9 @@ TEST(EquivalenceReport, LargeFp32DifferencesComeWithReluFlips) {
         for (const mesh::TileDifference& tile : r.tiles) per_tile += tile.relu_flips;
         EXPECT_EQ(per_layer, r.relu_flips);
         EXPECT_EQ(per_tile, r.relu_flips);
-        if (r.relu_flips == 0) {
+        if (!flipped(r)) {
             EXPECT_LE(r.worst_activation, 1e-5);
-            EXPECT_LE(r.worst_gradient, 1e-5);
+            EXPECT_LE(r.worst_gradient, 3e-5);
         }
         // In norm, a flip is a few elements of thousands.
         for (const mesh::LayerDifference& layer : r.layers) EXPECT_LE(layer.norm_rel_activation, 1e-3) << layer.name;
