@@ -1,7 +1,7 @@
 // Training and predicting on an HDF5 volume larger than this machine's memory (issue 19, acceptance 3).
 //
 // Usage: bm_large_volume [--folder /var/tmp/tessera_bm_large_volume] [--gib 28] [--steps 100] [--threads 2]
-//                        [--skip-predict] [--remove]
+//                        [--generate-only] [--skip-predict] [--remove]
 //
 // 1. Writes (once; kept for the next run unless --remove) big.h5: /volumes/raw, float32 [D, 2048, 2048] with
 //    D = gib × 2^30 / (4 × 2048²) (28 GiB = 30.1 GB: 1792 slices, 7.5 G voxels; chunked 64³, stored uncompressed) and
@@ -220,7 +220,7 @@ int main(int argc, char** argv) {
     fs::path folder = "/var/tmp/tessera_bm_large_volume";
     double gib = 28;  // 30.1 GB: more than this machine's memory, as the issue asks (≥ 30 GB)
     int steps = 100, threads = 2;
-    bool skip_predict = false, remove_after = false;
+    bool skip_predict = false, remove_after = false, generate_only = false;
     for (int i = 1; i < argc; ++i) {
         const std::string option = argv[i];
         const bool valued = option == "--folder" || option == "--gib" || option == "--steps" || option == "--threads";
@@ -233,9 +233,10 @@ int main(int argc, char** argv) {
         else if (option == "--steps") steps = std::atoi(argv[++i]);
         else if (option == "--threads") threads = std::atoi(argv[++i]);
         else if (option == "--skip-predict") skip_predict = true;
+        else if (option == "--generate-only") generate_only = true;
         else if (option == "--remove") remove_after = true;
         else {
-            std::fprintf(stderr, "usage: %s [--folder DIR] [--gib 28] [--steps 100] [--threads 2] [--skip-predict] [--remove]\n", argv[0]);
+            std::fprintf(stderr, "usage: %s [--folder DIR] [--gib 28] [--steps 100] [--threads 2] [--generate-only] [--skip-predict] [--remove]\n", argv[0]);
             return option == "--help" ? 0 : 2;
         }
     }
@@ -272,6 +273,7 @@ int main(int argc, char** argv) {
                         static_cast<double>(width * height * depth) * 4 / 1048576.0 / taken, static_cast<long long>(memory.peak()));
         }
         std::fflush(stdout);
+        if (generate_only) return 0;
 
         // Sampling alone: by region from the big file against a small volume in memory.
         memory.phase("sample");
