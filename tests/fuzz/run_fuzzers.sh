@@ -24,7 +24,7 @@ jobs="${FUZZ_JOBS:-2}"
 niceness="${FUZZ_NICE:-10}"
 out="${FUZZ_OUT:-$build/fuzz-out/$(date +%Y%m%d-%H%M%S)}"
 
-all_targets=(nifti nifti_gz metaimage_mha metaimage_mhd nrrd mgh dicom tiff png
+all_targets=(nifti nifti_gz metaimage_mha metaimage_mhd nrrd mgh dicom hdf5 tiff png
              experiment partition_dims device safetensors checkpoint_index label_descriptions tf_example)
 targets=("$@")
 [ ${#targets[@]} -eq 0 ] && targets=("${all_targets[@]}")
@@ -32,7 +32,7 @@ targets=("$@")
 # Largest input per target: a few times the largest seed, small enough to keep executions fast.
 max_len() {
     case "$1" in
-        nifti|nifti_gz|metaimage_mha|metaimage_mhd|nrrd|mgh|dicom|tiff|png) echo 65536 ;;
+        nifti|nifti_gz|metaimage_mha|metaimage_mhd|nrrd|mgh|dicom|hdf5|tiff|png) echo 65536 ;;
         safetensors) echo 16384 ;;
         experiment|device|label_descriptions) echo 8192 ;;
         checkpoint_index) echo 4096 ;;
