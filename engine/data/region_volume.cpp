@@ -49,6 +49,8 @@ const RegionVolume::Scan& RegionVolume::scanned() const {
         const auto& size = m_image->geometry().size;  // i, j, k
         const std::array<std::int64_t, 3> training = training_extent();
         scan->cumulative.assign(static_cast<std::size_t>(training[0] * training[1]), 0);
+        scan->segments_per_row = (size[0] + segment_width - 1) / segment_width;
+        scan->segments.assign(scan->cumulative.size() * static_cast<std::size_t>(scan->segments_per_row), 0);
 
         // Blocks of whole rows (all i): up to 64 slices deep, as many rows as fit the block budget
         // (a multiple of 64 when it can be: HDF5 chunks of 64³ are then read once each).
@@ -85,6 +87,8 @@ const RegionVolume::Scan& RegionVolume::scanned() const {
                     const bool in_training = m_spatial_rank == 3 ? k < m_training_extent : j < m_training_extent;
                     std::uint64_t foreground = 0;
                     const std::int32_t* values = labels.data() + row * size[0];
+                    const std::int64_t training_row = m_spatial_rank == 3 ? k * size[1] + j : j;
+                    std::uint8_t* segment = in_training ? scan->segments.data() + training_row * scan->segments_per_row : nullptr;
                     for (std::int64_t i = 0; i < size[0]; ++i) {
                         if (values[i] != last_label) {
                             last_label = values[i];
@@ -92,11 +96,9 @@ const RegionVolume::Scan& RegionVolume::scanned() const {
                             last_class = m_mapping(last_label);
                         }
                         foreground += last_class != 0;
+                        if (segment != nullptr && last_class != 0) ++segment[i / segment_width];
                     }
-                    if (in_training) {
-                        const std::int64_t training_row = m_spatial_rank == 3 ? k * size[1] + j : j;
-                        scan->cumulative[static_cast<std::size_t>(training_row)] = foreground;
-                    }
+                    if (in_training) scan->cumulative[static_cast<std::size_t>(training_row)] = foreground;
                 }
             }
         }
@@ -129,10 +131,15 @@ std::array<std::int64_t, 3> RegionVolume::foreground_voxel(std::int64_t rank) co
     std::int64_t within = rank - (row > 0 ? static_cast<std::int64_t>(scan.cumulative[static_cast<std::size_t>(row - 1)]) : 0);
     const std::array<std::int64_t, 3> extent = training_extent();
     const std::int64_t d = row / extent[1], h = row % extent[1];
-    std::vector<std::int32_t> labels(static_cast<std::size_t>(extent[2]));
-    m_labels->read_labels(VoxelBox{{0, h, d}, {extent[2], 1, 1}}, labels.data());
-    for (std::int64_t w = 0; w < extent[2]; ++w) {
-        if (m_mapping(labels[static_cast<std::size_t>(w)]) != 0 && within-- == 0) return {d, h, w};
+    // The segment that holds it, then only that segment's labels.
+    const std::uint8_t* segments = scan.segments.data() + row * scan.segments_per_row;
+    std::int64_t segment = 0;
+    while (segment + 1 < scan.segments_per_row && within >= segments[segment]) within -= segments[segment++];
+    const std::int64_t first = segment * segment_width, width = std::min(segment_width, extent[2] - first);
+    std::vector<std::int32_t> labels(static_cast<std::size_t>(width));
+    m_labels->read_labels(VoxelBox{{first, h, d}, {width, 1, 1}}, labels.data());
+    for (std::int64_t w = 0; w < width; ++w) {
+        if (m_mapping(labels[static_cast<std::size_t>(w)]) != 0 && within-- == 0) return {d, h, first + w};
     }
     TESSERA_REJECT(quoted(m_labels->source_path()) << " changed while it was read: row " << h << " of slice " << d
                                                    << " no longer holds the foreground it held when the run opened it. "

@@ -11,7 +11,8 @@
 // with the same sampling: the foreground voxel of rank r is the r-th non-zero class voxel in the
 // training part's voxel order, so a patch sampled from a RegionVolume equals the one sampled from the
 // whole read (to the last bit of the normalisation statistics, which are accumulated block by block).
-// Memory: one block of the scan (at most 8 Mi voxels), one count per row of the training part.
+// Memory: one block of the scan (at most 8 Mi voxels), one count per row of the training part and one
+// byte per 64 voxels of a row.
 #pragma once
 
 #include "data/volume_dataset.hpp"
@@ -54,7 +55,12 @@ private:
     struct Scan {
         double mean = 0, scale = 1;             // z-score: (v - mean) * scale
         std::vector<std::uint64_t> cumulative;  // foreground voxels in training rows 0..r (inclusive)
+        // Per row, the foreground in each run of segment_width voxels: finding a foreground voxel reads one
+        // segment of labels (one HDF5 chunk across) instead of the whole row.
+        std::vector<std::uint8_t> segments;     // [training row][segment]
+        std::int64_t segments_per_row = 0;
     };
+    static constexpr std::int64_t segment_width = 64;
     void read_normalised(const VoxelBox& box, float* image, std::int32_t* labels) const;  // file box, in range
     const Scan& scanned() const;
 

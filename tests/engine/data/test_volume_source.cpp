@@ -6,6 +6,7 @@
 #include "data_test_support.hpp"
 
 #include "data/phantom.hpp"
+#include "data/region_volume.hpp"
 #include "io/volume_region.hpp"
 
 #include <cmath>
@@ -86,7 +87,8 @@ void expect_same_examples(const Dataset& whole, const Dataset& by_region) {
 
 TEST(VolumeSource, ReadByRegionGivesTheBatchesOfTheWholeRead) {
     ScratchDir scratch;
-    const Files files = write_phantom(scratch.path(), {40, 36, 30});
+    // 150 voxels across: three 64-voxel segments per row, where the foreground voxels are looked up.
+    const Files files = write_phantom(scratch.path(), {150, 36, 30});
     const Shape input{3, 1, 16, 24, 24};
     const auto whole = make_dataset(volume_config(files.whole_image, files.whole_labels, RegionReading::Auto), input, 3);
     EXPECT_NE(whole->describe().find("read whole, slices 0-23 training + 24-29 held out"), std::string::npos) << whole->describe();
@@ -100,6 +102,30 @@ TEST(VolumeSource, ReadByRegionGivesTheBatchesOfTheWholeRead) {
     // Auto reads a volume this small whole, HDF5 or not.
     const auto automatic = make_dataset(volume_config(files.h5_image, files.h5_labels, RegionReading::Auto), input, 3);
     EXPECT_NE(automatic->describe().find("read whole"), std::string::npos) << automatic->describe();
+}
+
+// Every foreground rank against the whole label map, in its voxel order: rows of 150 voxels hold three
+// 64-voxel segments, so ranks at segment edges are looked up in the right one.
+TEST(VolumeSource, EveryForegroundRankIsTheWholeReadsVoxelOfThatRank) {
+    ScratchDir scratch;
+    const Files files = write_phantom(scratch.path(), {150, 20, 12});
+    const DataConfig config = volume_config(files.h5_image, files.h5_labels, RegionReading::Always);
+    const detail::LabelMapping mapping(config.label_mapping, false, 3);
+    const std::int64_t training_slices = 9;
+    detail::RegionVolume region("ct", open_region_reader(files.h5_image), open_region_reader(files.h5_labels), config, mapping, 3,
+                                training_slices);
+    const LabelMap labels = read_label_map(files.whole_labels);
+    std::vector<std::array<std::int64_t, 3>> expected;  // [D, H, W] of each foreground voxel, in order
+    for (std::int64_t k = 0; k < training_slices; ++k)
+        for (std::int64_t j = 0; j < 20; ++j)
+            for (std::int64_t i = 0; i < 150; ++i) {
+                if (mapping(labels.label_at(i, j, k)) != 0) expected.push_back({k, j, i});
+            }
+    ASSERT_EQ(region.num_foreground(), static_cast<std::int64_t>(expected.size()));
+    ASSERT_GT(expected.size(), 1000u);
+    std::int64_t wrong = 0;
+    for (std::int64_t rank = 0; rank < region.num_foreground(); ++rank) wrong += region.foreground_voxel(rank) != expected[static_cast<std::size_t>(rank)];
+    EXPECT_EQ(wrong, 0);
 }
 
 TEST(VolumeSource, PatchesLargerThanTheVolumeArePaddedAlike) {
