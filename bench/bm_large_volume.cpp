@@ -1,7 +1,7 @@
 // Training and predicting on an HDF5 volume larger than this machine's memory (issue 19, acceptance 3).
 //
 // Usage: bm_large_volume [--folder /var/tmp/tessera_bm_large_volume] [--gib 28] [--steps 100] [--threads 2]
-//                        [--generate-only] [--skip-predict] [--remove]
+//                        [--generate-only] [--sample-only] [--skip-predict] [--remove]
 //
 // 1. Writes (once; kept for the next run unless --remove) big.h5: /volumes/raw, float32 [D, 2048, 2048] with
 //    D = gib × 2^30 / (4 × 2048²) (28 GiB = 30.1 GB: 1792 slices, 7.5 G voxels; chunked 64³, stored uncompressed) and
@@ -220,7 +220,7 @@ int main(int argc, char** argv) {
     fs::path folder = "/var/tmp/tessera_bm_large_volume";
     double gib = 28;  // 30.1 GB: more than this machine's memory, as the issue asks (≥ 30 GB)
     int steps = 100, threads = 2;
-    bool skip_predict = false, remove_after = false, generate_only = false;
+    bool skip_predict = false, remove_after = false, generate_only = false, sample_only = false;
     for (int i = 1; i < argc; ++i) {
         const std::string option = argv[i];
         const bool valued = option == "--folder" || option == "--gib" || option == "--steps" || option == "--threads";
@@ -234,9 +234,10 @@ int main(int argc, char** argv) {
         else if (option == "--threads") threads = std::atoi(argv[++i]);
         else if (option == "--skip-predict") skip_predict = true;
         else if (option == "--generate-only") generate_only = true;
+        else if (option == "--sample-only") sample_only = true;
         else if (option == "--remove") remove_after = true;
         else {
-            std::fprintf(stderr, "usage: %s [--folder DIR] [--gib 28] [--steps 100] [--threads 2] [--generate-only] [--skip-predict] [--remove]\n", argv[0]);
+            std::fprintf(stderr, "usage: %s [--folder DIR] [--gib 28] [--steps 100] [--threads 2] [--generate-only] [--sample-only] [--skip-predict] [--remove]\n", argv[0]);
             return option == "--help" ? 0 : 2;
         }
     }
@@ -289,6 +290,7 @@ int main(int argc, char** argv) {
         std::printf("sample by_region patches_per_s=%.1f in_memory patches_per_s=%.1f ratio=%.3f rss_peak_mib=%lld\n", by_region, in_memory,
                     by_region / in_memory, static_cast<long long>(memory.peak()));
         std::fflush(stdout);
+        if (sample_only) return 0;
 
         // Training, read by region.
         memory.phase("train");
