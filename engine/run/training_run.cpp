@@ -589,23 +589,30 @@ struct TrainingRun::Impl {
                                      << "volume and a 3D model");
         const data::DataConfig& config = *experiment.data;
         const std::int64_t plane = grid.size[0] * grid.size[1];
-        const std::int64_t depth = std::max<std::int64_t>(1, std::min<std::int64_t>(grid.size[2], (std::int64_t{8} << 20) / plane));
         data::RunningMoments moments;
         if (config.normalization == data::Normalization::ZScore) {
-            std::vector<float> block(static_cast<std::size_t>(depth * plane));
+            // Blocks 64 slices deep and as many whole rows as fit 8 Mi voxels (the training scan's): HDF5's 64³
+            // chunks are then read once each, not in thin layers through a cache that cannot hold a layer.
+            const std::int64_t depth = std::min<std::int64_t>(grid.size[2], 64);
+            std::int64_t band = std::max<std::int64_t>(1, (std::int64_t{8} << 20) / (depth * grid.size[0]));
+            if (band >= 64) band -= band % 64;
+            band = std::min(band, grid.size[1]);
+            std::vector<float> block(static_cast<std::size_t>(depth * band * grid.size[0]));
             for (std::int64_t k = 0; k < grid.size[2]; k += depth) {
-                const VoxelBox box{{0, 0, k}, {grid.size[0], grid.size[1], std::min(depth, grid.size[2] - k)}};
-                reader.read(box, block.data());
-                for (std::int64_t v = 0; v < box.num_voxels(); ++v) {
-                    if (std::isfinite(block[static_cast<std::size_t>(v)])) [[likely]] continue;
-                    TESSERA_CHECK(config.non_finite == data::NonFinitePolicy::Zero,
-                                  input.string() << " holds NaN or infinite voxels (the first at i, j, k = " << v % grid.size[0] << ", "
-                                                 << v / grid.size[0] % grid.size[1] << ", " << k + v / plane
-                                                 << "); a prediction there would be meaningless. Clean the image, or set data.non_finite "
-                                                    "to \"zero\" to read them as 0.");
-                    block[static_cast<std::size_t>(v)] = 0.0f;
+                for (std::int64_t j = 0; j < grid.size[1]; j += band) {
+                    const VoxelBox box{{0, j, k}, {grid.size[0], std::min(band, grid.size[1] - j), std::min(depth, grid.size[2] - k)}};
+                    reader.read(box, block.data());
+                    for (std::int64_t v = 0; v < box.num_voxels(); ++v) {
+                        if (std::isfinite(block[static_cast<std::size_t>(v)])) [[likely]] continue;
+                        TESSERA_CHECK(config.non_finite == data::NonFinitePolicy::Zero,
+                                      input.string() << " holds NaN or infinite voxels (the first at i, j, k = " << v % grid.size[0] << ", "
+                                                     << j + v / grid.size[0] % box.extent[1] << ", " << k + v / (grid.size[0] * box.extent[1])
+                                                     << "); a prediction there would be meaningless. Clean the image, or set data.non_finite "
+                                                        "to \"zero\" to read them as 0.");
+                        block[static_cast<std::size_t>(v)] = 0.0f;
+                    }
+                    moments.add_block(block.data(), box.num_voxels());
                 }
-                moments.add_block(block.data(), box.num_voxels());
             }
         }
         const fs::path output = is_hdf5_name(input)
