@@ -36,6 +36,27 @@ std::vector<float> axis_weights(std::int64_t window, BlendMode blend) {
     return weights;
 }
 
+// Adds one window's K outputs (`predicted`: [K, window...]) times its blending weights into `sums` (K
+// grids `class_stride` apart) and the weights into `weight_sum`; the window's first voxel lands at `base`
+// of grids whose rows and slices are padded[2] and padded[1] × padded[2] long.
+void blend_window(const float* predicted, std::int64_t num_classes, const std::array<std::int64_t, 3>& window,
+                  const std::array<std::vector<float>, 3>& weights, const std::array<std::int64_t, 3>& padded, std::int64_t base,
+                  std::int64_t class_stride, float* sums, float* weight_sum) {
+    const std::int64_t window_voxels = window[0] * window[1] * window[2];
+    for (std::int64_t z = 0; z < window[0]; ++z) {
+        for (std::int64_t y = 0; y < window[1]; ++y) {
+            const float wzy = weights[0][static_cast<std::size_t>(z)] * weights[1][static_cast<std::size_t>(y)];
+            const std::int64_t row = base + (z * padded[1] + y) * padded[2];
+            for (std::int64_t x = 0; x < window[2]; ++x) {
+                const float w = wzy * weights[2][static_cast<std::size_t>(x)];
+                weight_sum[row + x] += w;
+                const std::int64_t in_window = (z * window[1] + y) * window[2] + x;
+                for (std::int64_t k = 0; k < num_classes; ++k) sums[k * class_stride + row + x] += w * predicted[k * window_voxels + in_window];
+            }
+        }
+    }
+}
+
 }  // namespace
 
 std::vector<std::int64_t> window_starts(std::int64_t extent, std::int64_t window, double overlap) {
@@ -139,21 +160,8 @@ Tensor sliding_window_predict(const Tensor& image, const SlidingWindowOptions& o
         const float* predicted = dense.data<float>();
         for (std::size_t b = 0; b < count; ++b) {
             const auto& corner = corners[first + b];
-            for (std::int64_t z = 0; z < window[0]; ++z) {
-                for (std::int64_t y = 0; y < window[1]; ++y) {
-                    const float wzy = weights[0][static_cast<std::size_t>(z)] * weights[1][static_cast<std::size_t>(y)];
-                    const std::int64_t row = ((corner[0] + z) * padded[1] + corner[1] + y) * padded[2] + corner[2];
-                    for (std::int64_t x = 0; x < window[2]; ++x) {
-                        const float w = wzy * weights[2][static_cast<std::size_t>(x)];
-                        weight_sum[static_cast<std::size_t>(row + x)] += w;
-                        const std::int64_t in_window = (z * window[1] + y) * window[2] + x;
-                        for (std::int64_t k = 0; k < num_classes; ++k) {
-                            sums[static_cast<std::size_t>(k * padded_voxels + row + x)] +=
-                                w * predicted[(static_cast<std::int64_t>(b) * num_classes + k) * window_voxels + in_window];
-                        }
-                    }
-                }
-            }
+            blend_window(predicted + static_cast<std::int64_t>(b) * num_classes * window_voxels, num_classes, window, weights, padded,
+                         (corner[0] * padded[1] + corner[1]) * padded[2] + corner[2], padded_voxels, sums.data(), weight_sum.data());
         }
     }
 
@@ -308,21 +316,8 @@ void sliding_window_predict_streamed(const Shape& spatial, std::int64_t num_chan
             const float* predicted = dense.data<float>();
             for (std::size_t b = 0; b < count; ++b) {
                 const auto& corner = corners[begin + b];
-                for (std::int64_t z = 0; z < window[0]; ++z) {
-                    for (std::int64_t y = 0; y < window[1]; ++y) {
-                        const float wzy = weights[0][static_cast<std::size_t>(z)] * weights[1][static_cast<std::size_t>(y)];
-                        const std::int64_t row = (z * padded[1] + corner[0] + y) * padded[2] + corner[1];
-                        for (std::int64_t x = 0; x < window[2]; ++x) {
-                            const float w = wzy * weights[2][static_cast<std::size_t>(x)];
-                            weight_sum[static_cast<std::size_t>(row + x)] += w;
-                            const std::int64_t in_window = (z * window[1] + y) * window[2] + x;
-                            for (std::int64_t k = 0; k < num_classes; ++k) {
-                                sums[static_cast<std::size_t>(k * window[0] * plane + row + x)] +=
-                                    w * predicted[(static_cast<std::int64_t>(b) * num_classes + k) * window_voxels + in_window];
-                            }
-                        }
-                    }
-                }
+                blend_window(predicted + static_cast<std::int64_t>(b) * num_classes * window_voxels, num_classes, window, weights, padded,
+                             corner[0] * padded[2] + corner[1], window[0] * plane, sums.data(), weight_sum.data());
             }
         }
         // Slices before the next window's start get no more windows.
