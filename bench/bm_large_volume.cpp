@@ -1,17 +1,20 @@
 // Training and predicting on an HDF5 volume larger than this machine's memory (issue 19, acceptance 3).
 //
 // Usage: bm_large_volume [--folder /var/tmp/tessera_bm_large_volume] [--gib 28] [--steps 100] [--threads 2]
-//                        [--generate-only] [--sample-only] [--skip-predict] [--remove]
+//                        [--generate-only] [--view-only] [--sample-only] [--skip-predict] [--remove]
 //
 // 1. Writes (once; kept for the next run unless --remove) big.h5: /volumes/raw, float32 [D, 2048, 2048] with
 //    D = gib × 2^30 / (4 × 2048²) (28 GiB = 30.1 GB: 1792 slices, 7.5 G voxels; chunked 64³, stored uncompressed) and
 //    /volumes/labels/spheres, uint8 (gzip): spheres on a 64-voxel lattice, radius 10–26 by cell; the image is
 //    100 + 60 × label + uniform noise of ±40.
-// 2. Samples 200 batches from it read by region and 200 from a 512 × 512 × 128 volume made the same way and
+// 2. Views it as the studio does (File ▸ Open Image by Region): the overview pass (at most 2^24 voxels, the
+//    studio's default) and full-resolution slices read through the viewer's chunk cache: the middle axial
+//    slice (cold), the next one (its chunks cached), the middle coronal and sagittal slices.
+// 3. Samples 200 batches from it read by region and 200 from a 512 × 512 × 128 volume made the same way and
 //    held in memory (512 × 512 × 128): patches/s of each (the data path alone, no model).
-// 3. Trains a 3D U-Net (depth 2, base width 2, input [16, 128, 128], 2 cores) for --steps steps on it, read by
+// 4. Trains a 3D U-Net (depth 2, base width 2, input [16, 128, 128], 2 cores) for --steps steps on it, read by
 //    region (data.source "volume"): the scan (statistics, labels, foreground), steps/s.
-// 4. Predicts it whole with the trained weights (overlap 0): read and written slab by slab into
+// 5. Predicts it whole with the trained weights (overlap 0): read and written slab by slab into
 //    predicted/big_prediction.h5:/volumes/labels/prediction; voxels/s, and the Dice of the prediction against
 //    the spheres on 8 slabs spread through the volume.
 // All along a thread samples the process's resident memory (VmRSS) every 0.5 s: each phase prints its peak, and
@@ -20,6 +23,7 @@
 // Prints (one line each):
 //   machine cpu=<model> flags=<avx512 subset> memory_gib=<total>
 //   generate gib=<g> voxels=<n> seconds=<s> mib_per_s=<r> rss_peak_mib=<m>        (or: generate reused <file>)
+//   view overview_s=<s> overview=<i>x<j>x<k> factor=<f> axial_s=<s> axial_next_s=<s> coronal_s=<s> sagittal_s=<s> rss_peak_mib=<m>
 //   sample by_region patches_per_s=<r> in_memory patches_per_s=<r> ratio=<r>
 //   train steps=<n> scan_s=<s> steps_per_s=<r> loss_first=<x> loss_last=<x> rss_peak_mib=<m>
 //   predict voxels=<n> seconds=<s> voxels_per_s=<r> dice_spheres=<d> rss_peak_mib=<m>
@@ -27,6 +31,7 @@
 #include "data/dataset.hpp"
 #include "experiment/experiment.hpp"
 #include "io/hdf5_detail.hpp"  // the writer that makes the synthetic volume slab by slab
+#include "io/volume_overview.hpp"
 #include "io/volume_region.hpp"
 #include "run/training_run.hpp"
 
@@ -220,7 +225,7 @@ int main(int argc, char** argv) {
     fs::path folder = "/var/tmp/tessera_bm_large_volume";
     double gib = 28;  // 30.1 GB: more than this machine's memory, as the issue asks (≥ 30 GB)
     int steps = 100, threads = 2;
-    bool skip_predict = false, remove_after = false, generate_only = false, sample_only = false;
+    bool skip_predict = false, remove_after = false, generate_only = false, sample_only = false, view_only = false;
     for (int i = 1; i < argc; ++i) {
         const std::string option = argv[i];
         const bool valued = option == "--folder" || option == "--gib" || option == "--steps" || option == "--threads";
@@ -235,9 +240,10 @@ int main(int argc, char** argv) {
         else if (option == "--skip-predict") skip_predict = true;
         else if (option == "--generate-only") generate_only = true;
         else if (option == "--sample-only") sample_only = true;
+        else if (option == "--view-only") view_only = true;
         else if (option == "--remove") remove_after = true;
         else {
-            std::fprintf(stderr, "usage: %s [--folder DIR] [--gib 28] [--steps 100] [--threads 2] [--generate-only] [--sample-only] [--skip-predict] [--remove]\n", argv[0]);
+            std::fprintf(stderr, "usage: %s [--folder DIR] [--gib 28] [--steps 100] [--threads 2] [--generate-only] [--view-only] [--sample-only] [--skip-predict] [--remove]\n", argv[0]);
             return option == "--help" ? 0 : 2;
         }
     }
@@ -275,6 +281,35 @@ int main(int argc, char** argv) {
         }
         std::fflush(stdout);
         if (generate_only) return 0;
+
+        // The studio's view of it: overview, then slices at full resolution.
+        memory.phase("view");
+        {
+            const auto reader = open_region_reader(image, viewer_chunk_cache_bytes);
+            auto start = Clock::now();
+            const std::optional<VolumeOverview> overview = read_overview(*reader, std::int64_t{1} << 24);
+            const double overview_seconds = seconds_since(start);
+            const auto& size = reader->geometry().size;
+            auto slice_seconds = [&](int axis, std::int64_t index) {
+                VoxelBox box{{0, 0, 0}, size};
+                box.begin[static_cast<std::size_t>(axis)] = index;
+                box.extent[static_cast<std::size_t>(axis)] = 1;
+                const auto slice_start = Clock::now();
+                const Volume slice = read_region_volume(*reader, box);
+                return seconds_since(slice_start);
+            };
+            const double axial = slice_seconds(2, size[2] / 2);
+            const double axial_next = slice_seconds(2, size[2] / 2 + 1);
+            const double coronal = slice_seconds(1, size[1] / 2);
+            const double sagittal = slice_seconds(0, size[0] / 2);
+            const auto& grid = overview->volume.geometry.size;
+            std::printf("view overview_s=%.1f overview=%lldx%lldx%lld factor=%lld axial_s=%.2f axial_next_s=%.3f coronal_s=%.2f sagittal_s=%.2f "
+                        "rss_peak_mib=%lld\n",
+                        overview_seconds, static_cast<long long>(grid[0]), static_cast<long long>(grid[1]), static_cast<long long>(grid[2]),
+                        static_cast<long long>(overview->factor[0]), axial, axial_next, coronal, sagittal, static_cast<long long>(memory.peak()));
+            std::fflush(stdout);
+        }
+        if (view_only) return 0;
 
         // Sampling alone: by region from the big file against a small volume in memory.
         memory.phase("sample");

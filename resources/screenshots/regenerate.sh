@@ -26,6 +26,9 @@ shoot segmentation_names.png "$segmentation/phantom.nii.gz" --labels "$segmentat
 # UI test takes the shot.
 QT_QPA_PLATFORM=xcb xvfb-run -a -s "-screen 0 1280x800x24" "$build/tests/ui/tst_dicom_browser" > /dev/null
 cp "$build/tests/ui/dicom_browser_screens/dicom_series_browser.png" "$out/dicom_series_browser.png"
+# A phantom opened by region (overview 1:8, full-resolution slices): its UI test takes the shot.
+QT_QPA_PLATFORM=xcb xvfb-run -a -s "-screen 0 1280x800x24" "$build/tests/ui/tst_streamed_volume" > /dev/null
+cp "$build/tests/ui/streamed_volume_screens/streamed_volume.png" "$out/streamed_volume.png"
 shoot viewer_2d.png "$data/BrainProtonDensitySliceBorder20.png" --labels "$data/BrainProtonDensitySliceBorder20Mask.png" || \
   shoot viewer_2d.png --phantom 2d
 # The partition editor: a 2D U-Net's 4-way split over an EM section, a 3D U-Net's 2×2×2 split over the

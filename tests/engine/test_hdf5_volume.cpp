@@ -4,6 +4,7 @@
 #include "volume_io_test_support.hpp"
 
 #include "io/hdf5_volume.hpp"
+#include "io/volume_overview.hpp"
 #include "io/volume_region.hpp"
 
 #include "core/random.hpp"
@@ -212,6 +213,123 @@ TEST(RegionReader, NiftiBoxesEqualTheWholeReadWithScalingAndEveryOrientation) {
     EXPECT_FALSE(can_read_by_region(scratch / "mri.nii.gz"));
     write_volume(mri, scratch / "mri.nii.gz");
     expect_error_containing([&] { open_region_reader(scratch / "mri.nii.gz"); }, {"region by region", "HDF5", "tessera-cli convert"});
+}
+
+
+// The overview's voxels against block means computed here, voxel by voxel, from the whole read.
+void expect_overview_of(const VolumeOverview& overview, const Volume& whole, std::array<std::int64_t, 3> factor) {
+    EXPECT_EQ(overview.factor, factor);
+    const auto& size = whole.geometry.size;
+    const auto& grid = overview.volume.geometry;
+    for (int axis = 0; axis < 3; ++axis) {
+        EXPECT_EQ(grid.size[axis], (size[axis] + factor[axis] - 1) / factor[axis]) << "axis " << axis;
+        EXPECT_NEAR(grid.spacing[axis], whole.geometry.spacing[axis] * static_cast<double>(factor[axis]), 1e-12);
+    }
+    // Overview voxel (0, 0, 0) sits at the centre of the first block.
+    const auto centre = whole.geometry.world_of((factor[0] - 1) / 2.0, (factor[1] - 1) / 2.0, (factor[2] - 1) / 2.0);
+    for (int axis = 0; axis < 3; ++axis) EXPECT_NEAR(grid.origin[axis], centre[axis], 1e-9) << "axis " << axis;
+    for (int index = 0; index < 9; ++index) EXPECT_EQ(grid.direction[index], whole.geometry.direction[index]);
+
+    double lowest = 1e300, highest = -1e300;
+    std::int64_t non_finite = 0, mismatches = 0;
+    for (std::int64_t ok = 0; ok < grid.size[2]; ++ok) {
+        for (std::int64_t oj = 0; oj < grid.size[1]; ++oj) {
+            for (std::int64_t oi = 0; oi < grid.size[0]; ++oi) {
+                double sum = 0.0;
+                std::int64_t count = 0;
+                for (std::int64_t k = ok * factor[2]; k < std::min((ok + 1) * factor[2], size[2]); ++k) {
+                    for (std::int64_t j = oj * factor[1]; j < std::min((oj + 1) * factor[1], size[1]); ++j) {
+                        for (std::int64_t i = oi * factor[0]; i < std::min((oi + 1) * factor[0], size[0]); ++i) {
+                            const float value = whole.value_at(i, j, k);
+                            if (!std::isfinite(value)) {
+                                ++non_finite;
+                                continue;
+                            }
+                            sum += value;
+                            ++count;
+                            lowest = std::min(lowest, static_cast<double>(value));
+                            highest = std::max(highest, static_cast<double>(value));
+                        }
+                    }
+                }
+                const double expected = count > 0 ? sum / static_cast<double>(count) : 0.0;
+                // Tolerance: the mean rounded to f32, summed in another order (1e-6 relative).
+                mismatches += std::abs(overview.volume.value_at(oi, oj, ok) - expected) > 1e-6 * std::max(1.0, std::abs(expected));
+            }
+        }
+    }
+    EXPECT_EQ(mismatches, 0);
+    EXPECT_EQ(overview.num_non_finite, non_finite);
+    EXPECT_EQ(overview.minimum, lowest);
+    EXPECT_EQ(overview.maximum, highest);
+}
+
+TEST(VolumeOverviewTest, FactorIsTheSmallestThatFits) {
+    ImageGeometry em;
+    em.size = {2048, 2048, 1792};  // bm_large_volume's 30 GB volume
+    EXPECT_EQ(overview_factor(em, std::int64_t{1} << 24), (std::array<std::int64_t, 3>{8, 8, 8}));  // 256²×224; 7 gives 293²×256
+    ImageGeometry slice;
+    slice.size = {1000, 600, 1};  // 2D: the single slice is not divided
+    EXPECT_EQ(overview_factor(slice, 60000), (std::array<std::int64_t, 3>{4, 4, 1}));  // 250×150; 3 gives 334×200
+    EXPECT_EQ(overview_factor(slice, 1000000), (std::array<std::int64_t, 3>{1, 1, 1}));
+    EXPECT_EQ(overview_voxel_of({17, 8, 0}, {4, 4, 1}), (std::array<std::int64_t, 3>{4, 2, 0}));
+}
+
+TEST(VolumeOverviewTest, Hdf5OverviewIsTheBlockMeansOfTheWholeRead) {
+    ScratchDir scratch;
+    Volume volume = cremi_volume({70, 66, 9}, "float32");  // partial blocks along every axis for factor 3
+    SeededRandom random(11, 0);
+    float* voxels = volume.voxels.data<float>();
+    for (std::int64_t index = 0; index < volume.geometry.num_voxels(); ++index) voxels[index] = static_cast<float>(random.uniform() * 2000.0 - 700.0);
+    voxels[5] = std::numeric_limits<float>::quiet_NaN();  // left out of its block's mean and of the range
+    voxels[4000] = std::numeric_limits<float>::infinity();
+    write_volume(volume, scratch / "em.h5:/volumes/raw");
+    const auto reader = open_region_reader(scratch / "em.h5:/volumes/raw", 1 << 20);
+    std::vector<double> fractions;
+    const std::optional<VolumeOverview> overview = read_overview(*reader, 2000, [&](double fraction) {
+        fractions.push_back(fraction);
+        return true;
+    });
+    ASSERT_TRUE(overview.has_value());
+    expect_overview_of(*overview, read_volume(scratch / "em.h5:/volumes/raw"), {3, 3, 3});  // 24×22×3 = 1584 ≤ 2000 < 35×33×5
+    EXPECT_EQ(overview->num_non_finite, 2);
+    ASSERT_FALSE(fractions.empty());
+    EXPECT_TRUE(std::is_sorted(fractions.begin(), fractions.end()));
+    EXPECT_DOUBLE_EQ(fractions.back(), 1.0);
+
+    // Stopped after the first band: no overview.
+    int calls = 0;
+    EXPECT_FALSE(read_overview(*reader, 2000, [&](double) { return ++calls < 1; }).has_value());
+    EXPECT_EQ(calls, 1);
+}
+
+TEST(VolumeOverviewTest, NiftiOverviewKeepsAnObliqueGridAndReadsRegionsAsVolumes) {
+    TESSERA_REQUIRE_DATA(itk_data("BrainProtonDensity3Slices.mha"), "insighttoolkit5-examples");
+    ScratchDir scratch;
+    Volume mri = read_volume(itk_data("BrainProtonDensity3Slices.mha"));
+    mri.geometry.direction = {-1, 0, 0, 0, 0, 1, 0, -1, 0};
+    write_volume(mri, scratch / "mri.nii");
+    const Volume whole = read_volume(scratch / "mri.nii");
+    const auto reader = open_region_reader(scratch / "mri.nii");
+    const std::optional<VolumeOverview> overview = read_overview(*reader, 4000);
+    ASSERT_TRUE(overview.has_value());
+    const auto factor = overview_factor(whole.geometry, 4000);
+    EXPECT_GT(factor[0], 1);
+    expect_overview_of(*overview, whole, factor);
+
+    // One sagittal slice (i = 100) as a volume: its grid starts at that slice's first voxel.
+    const auto& size = whole.geometry.size;
+    const Volume slice = read_region_volume(*reader, VoxelBox{{100, 0, 0}, {1, size[1], size[2]}});
+    EXPECT_EQ(slice.geometry.size, (std::array<std::int64_t, 3>{1, size[1], size[2]}));
+    const auto first = whole.geometry.world_of(100, 0, 0);
+    for (int axis = 0; axis < 3; ++axis) EXPECT_NEAR(slice.geometry.origin[axis], first[axis], 1e-9);
+    EXPECT_EQ(slice.geometry.spacing, whole.geometry.spacing);
+    std::int64_t mismatches = 0;
+    for (std::int64_t k = 0; k < size[2]; ++k) {
+        for (std::int64_t j = 0; j < size[1]; ++j) mismatches += slice.value_at(0, j, k) != whole.value_at(100, j, k);
+    }
+    EXPECT_EQ(mismatches, 0);
+    EXPECT_EQ(slice.source_path, reader->source_path());
 }
 
 }  // namespace

@@ -1,9 +1,12 @@
 #include "model/viewer_model.hpp"
 
 #include "io/label_descriptions.hpp"
+#include "model/gui_mailbox.hpp"
 
 #include <algorithm>
 #include <cmath>
+
+#include <QPointer>
 
 namespace tessera::ui {
 
@@ -13,20 +16,46 @@ QColor defaultLabelColor(std::int32_t label) {
     return QColor::fromRgbF(rgb[0], rgb[1], rgb[2]);
 }
 
-ViewerModel::ViewerModel(QObject* parent) : QObject(parent) {}
+ViewerModel::ViewerModel(QObject* parent) : QObject(parent), m_mailbox(new GuiMailbox(this)) {}
 
 void ViewerModel::setVolume(std::shared_ptr<const tessera::Volume> volume) {
+    std::array<double, 2> value_range{0.0, 1.0};
+    if (volume) {
+        const float* voxels = volume->voxels.data<float>();
+        const auto [lowest, highest] = std::minmax_element(voxels, voxels + volume->geometry.num_voxels());
+        value_range = {*lowest, *highest};
+    }
+    resetFor(std::move(volume), nullptr, value_range);
+}
+
+void ViewerModel::setStreamedVolume(std::shared_ptr<const tessera::Volume> overview, std::shared_ptr<StreamedVolume> full) {
+    TESSERA_CHECK(overview && full, "a streamed volume needs its overview and its reader");
+    const std::array<double, 2> value_range = full->valueRange();
+    resetFor(std::move(overview), std::move(full), value_range);
+}
+
+std::shared_ptr<StreamedVolume> ViewerModel::makeStreamedVolume(std::shared_ptr<const tessera::VolumeRegionReader> reader,
+                                                                const tessera::VolumeOverview& overview, std::size_t cache_bytes) {
+    // The mailbox is the model's child: a read finishing after the model is gone delivers nothing.
+    QPointer<GuiMailbox> mailbox(m_mailbox);
+    return std::make_shared<StreamedVolume>(std::move(reader), overview.factor, std::array<double, 2>{overview.minimum, overview.maximum},
+                                            cache_bytes, [this, mailbox] {
+                                                if (mailbox) mailbox->post([this] { emit fullResolutionSliceLoaded(); });
+                                            });
+}
+
+void ViewerModel::resetFor(std::shared_ptr<const tessera::Volume> volume, std::shared_ptr<StreamedVolume> streamed,
+                           std::array<double, 2> value_range) {
     m_volume = std::move(volume);
+    m_streamed = std::move(streamed);
     m_labels.reset();
     m_prediction.reset();
     m_error_map.reset();
     m_present_labels.clear();
+    m_value_range = value_range;
     if (m_volume) {
-        const auto& size = m_volume->geometry.size;
+        const auto& size = geometry().size;
         m_cursor = {size[0] / 2, size[1] / 2, size[2] / 2};
-        const float* voxels = m_volume->voxels.data<float>();
-        const auto [lowest, highest] = std::minmax_element(voxels, voxels + m_volume->geometry.num_voxels());
-        m_value_range = {*lowest, *highest};
         const WindowLevelPreset preset = windowLevelPresets()[defaultPresetIndex()];
         m_window = preset.is_auto ? autoWindow() : preset.value;
     }
@@ -36,8 +65,30 @@ void ViewerModel::setVolume(std::shared_ptr<const tessera::Volume> volume) {
     emit cursorChanged();
 }
 
+const tessera::ImageGeometry& ViewerModel::geometry() const {
+    static const tessera::ImageGeometry none;
+    if (m_streamed) return m_streamed->geometry();
+    return m_volume ? m_volume->geometry : none;
+}
+
+std::array<std::int64_t, 3> ViewerModel::overviewCursor() const {
+    if (!m_streamed) return m_cursor;
+    auto voxel = tessera::overview_voxel_of(m_cursor, m_streamed->overviewFactor());
+    for (std::size_t axis = 0; axis < 3; ++axis) voxel[axis] = std::min(voxel[axis], m_volume->geometry.size[axis] - 1);
+    return voxel;
+}
+
+// Label maps and predictions are held whole, on the image's grid: a streamed image's grid is too large.
+void ViewerModel::checkLabelsCanBeShown(const std::string& what) const {
+    TESSERA_CHECK(!m_streamed, "cannot show " << what << " on " << m_streamed->sourcePath() << ": that image is read by region ("
+                                              << tessera::describe(m_streamed->geometry())
+                                              << ", too large to hold), and label maps are shown only on images read whole. "
+                                                 "Open a region of the image that fits in memory to see its labels");
+}
+
 void ViewerModel::setLabelMap(std::shared_ptr<const tessera::LabelMap> labels) {
     TESSERA_CHECK(m_volume != nullptr, "open an image before opening a label map onto it");
+    if (labels) checkLabelsCanBeShown("the label map " + labels->source_path);
     if (labels) check_same_grid(m_volume->geometry, labels->geometry, labels->source_path);
     m_labels = std::move(labels);
     m_error_map.reset();
@@ -54,6 +105,7 @@ void ViewerModel::clearLabelMap() { setLabelMap(nullptr); }
 
 void ViewerModel::setPrediction(std::shared_ptr<const tessera::LabelMap> prediction) {
     TESSERA_CHECK(m_volume != nullptr, "open an image before showing a prediction on it");
+    if (prediction) checkLabelsCanBeShown("a prediction");
     if (prediction) check_same_grid(m_volume->geometry, prediction->geometry, prediction->source_path);
     m_prediction = std::move(prediction);
     m_error_map.reset();
@@ -92,7 +144,7 @@ std::shared_ptr<const tessera::LabelMap> ViewerModel::shownLabels() const {
 void ViewerModel::setCursor(std::array<std::int64_t, 3> voxel) {
     if (!m_volume) return;
     for (std::size_t axis = 0; axis < 3; ++axis) {
-        voxel[axis] = std::clamp<std::int64_t>(voxel[axis], 0, m_volume->geometry.size[axis] - 1);
+        voxel[axis] = std::clamp<std::int64_t>(voxel[axis], 0, geometry().size[axis] - 1);
     }
     if (voxel == m_cursor) return;
     m_cursor = voxel;

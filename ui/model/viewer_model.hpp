@@ -1,11 +1,14 @@
 // ViewerModel: the state every view of one volume shares (no widgets, no rendering).
 //
 // It owns the loaded volume and label map as immutable shared values, the cursor (a voxel index),
-// the display window and the label overlay settings. Views read it and call its setters; it emits
+// the display window and the label overlay settings. A volume too large to hold is "streamed": volume()
+// is then its downsampled overview (what the 3D view shows), geometry() and the cursor are the full
+// grid's, and streamed() reads full-resolution slices for the slice views. Views read it and call its setters; it emits
 // one signal per kind of change so each view redraws only what changed.
 #pragma once
 
 #include "io/volume.hpp"
+#include "model/streamed_volume.hpp"
 #include "model/window_level.hpp"
 
 #include <QColor>
@@ -18,6 +21,8 @@
 #include <set>
 
 namespace tessera::ui {
+
+class GuiMailbox;
 
 // Default colour of a label value (ITK-SNAP-like palette: 1 red, 2 green, 3 blue, 4 yellow, ...).
 QColor defaultLabelColor(std::int32_t label);
@@ -38,9 +43,24 @@ public:
 
     // Replaces the image; drops the label map, centres the cursor and picks an automatic window.
     void setVolume(std::shared_ptr<const tessera::Volume> volume);
+    // Replaces the image by one read by region: `overview` summarises `full` (see io/volume_overview).
+    void setStreamedVolume(std::shared_ptr<const tessera::Volume> overview, std::shared_ptr<StreamedVolume> full);
+    // A streamed volume over `reader` whose finished reads the model hands to the GUI thread (signal
+    // fullResolutionSliceLoaded); slices kept within `cache_bytes`.
+    std::shared_ptr<StreamedVolume> makeStreamedVolume(std::shared_ptr<const tessera::VolumeRegionReader> reader,
+                                                       const tessera::VolumeOverview& overview,
+                                                       std::size_t cache_bytes = std::size_t{512} << 20);
+    const std::shared_ptr<StreamedVolume>& streamed() const { return m_streamed; }
+    bool isStreamed() const { return m_streamed != nullptr; }
+    // The grid the cursor and the slice views walk: the full-resolution one, also when streamed.
+    const tessera::ImageGeometry& geometry() const;
+    // The cursor on volume()'s grid (the overview's when streamed).
+    std::array<std::int64_t, 3> overviewCursor() const;
     // Throws tessera::Error naming both grids when the label map's grid differs from the image's.
     void setLabelMap(std::shared_ptr<const tessera::LabelMap> labels);
     void clearLabelMap();
+    // Throws naming `what` when label maps cannot be shown on the image (a streamed one: too large).
+    void checkLabelsCanBeShown(const std::string& what) const;
     // A prediction on the image's grid (throws naming both grids otherwise); nullptr drops it.
     void setPrediction(std::shared_ptr<const tessera::LabelMap> prediction);
     const std::shared_ptr<const tessera::LabelMap>& prediction() const { return m_prediction; }
@@ -86,9 +106,14 @@ signals:
     void cursorChanged();
     void windowLevelChanged();
     void labelDisplayChanged();
+    void fullResolutionSliceLoaded();  // a streamed volume read a slice a view asked for
 
 private:
+    void resetFor(std::shared_ptr<const tessera::Volume> volume, std::shared_ptr<StreamedVolume> streamed,
+                  std::array<double, 2> value_range);
     std::shared_ptr<const tessera::Volume> m_volume;
+    std::shared_ptr<StreamedVolume> m_streamed;
+    GuiMailbox* m_mailbox;
     std::shared_ptr<const tessera::LabelMap> m_labels;
     std::shared_ptr<const tessera::LabelMap> m_prediction;
     mutable std::shared_ptr<const tessera::LabelMap> m_error_map;  // cache of shownLabels() for Errors

@@ -107,6 +107,12 @@ struct SliceWalk {
     std::int64_t base = 0, step_u = 0, step_v = 0;  // elements in the [k, j, i] buffer
 };
 
+// A value through the window: grey level (value - lower) × scale, clamped to 0..255, rounded.
+QRgb windowedGrey(float value, float lower, float scale) {
+    const int level = static_cast<int>(std::clamp((value - lower) * scale, 0.0f, 255.0f) + 0.5f);
+    return qRgb(level, level, level);
+}
+
 SliceWalk sliceWalk(const SliceAxes& axes, const std::array<std::int64_t, 3>& size, std::int64_t slice_index) {
     const std::array<std::int64_t, 3> stride{1, size[0], size[0] * size[1]};  // elements per step along i, j, k
     const auto ax = static_cast<std::size_t>(axes.axis_x);
@@ -135,9 +141,7 @@ QImage SliceRenderer::renderIntensity(const tessera::Volume& volume, const Slice
         auto* row = reinterpret_cast<QRgb*>(image.scanLine(static_cast<int>(v)));
         const float* source = voxels + walk.row_start_of(v);
         for (std::int64_t u = 0; u < walk.width; ++u) {
-            const float grey = std::clamp((source[u * walk.step_u] - lower) * scale, 0.0f, 255.0f);
-            const int level = static_cast<int>(grey + 0.5f);
-            row[u] = qRgb(level, level, level);
+            row[u] = windowedGrey(source[u * walk.step_u], lower, scale);
         }
     }
     return image;
@@ -192,11 +196,51 @@ void SliceRenderer::blendLabels(QImage& image, const tessera::LabelMap& labels, 
     }
 }
 
-QImage SliceRenderer::render(const ViewerModel& model, SliceOrientation orientation) {
+QImage SliceRenderer::renderOverview(const tessera::Volume& overview, const std::array<std::int64_t, 3>& factor,
+                                     const std::array<std::int64_t, 3>& full_size, const SliceAxes& axes,
+                                     std::int64_t slice_index, WindowLevel window) {
+    const auto ax = static_cast<std::size_t>(axes.axis_x);
+    const auto ay = static_cast<std::size_t>(axes.axis_y);
+    const auto an = static_cast<std::size_t>(axes.axis_normal);
+    const auto& size = overview.geometry.size;
+    const std::array<std::int64_t, 3> stride{1, size[0], size[0] * size[1]};
+    auto offset_along = [&](std::size_t axis, std::int64_t full_index) {
+        return std::min(full_index / factor[axis], size[axis] - 1) * stride[axis];
+    };
+    // Where each screen column and row lands in the overview, once, not per pixel.
+    std::vector<std::int64_t> column_offset(static_cast<std::size_t>(full_size[ax]));
+    for (std::int64_t u = 0; u < full_size[ax]; ++u) {
+        column_offset[static_cast<std::size_t>(u)] = offset_along(ax, axes.flip_x ? full_size[ax] - 1 - u : u);
+    }
+    const std::int64_t base = offset_along(an, slice_index);
+    QImage image(static_cast<int>(full_size[ax]), static_cast<int>(full_size[ay]), QImage::Format_RGB32);
+    const float* voxels = overview.voxels.data<float>();
+    const float lower = static_cast<float>(window.lower());
+    const float scale = static_cast<float>(255.0 / std::max(window.window, 1e-12));
+    for (std::int64_t v = 0; v < full_size[ay]; ++v) {
+        auto* row = reinterpret_cast<QRgb*>(image.scanLine(static_cast<int>(v)));
+        const float* source = voxels + base + offset_along(ay, axes.flip_y ? full_size[ay] - 1 - v : v);
+        for (std::int64_t u = 0; u < full_size[ax]; ++u) {
+            row[u] = windowedGrey(source[column_offset[static_cast<std::size_t>(u)]], lower, scale);
+        }
+    }
+    return image;
+}
+
+QImage SliceRenderer::render(const ViewerModel& model, SliceOrientation orientation, bool* full_resolution) {
+    if (full_resolution) *full_resolution = !model.isStreamed();
     if (!model.hasVolume()) return {};
-    const tessera::Volume& volume = *model.volume();
-    const SliceAxes axes = sliceAxes(volume.geometry, orientation);
+    const SliceAxes axes = sliceAxes(model.geometry(), orientation);
     const std::int64_t slice_index = model.cursor()[static_cast<std::size_t>(axes.axis_normal)];
+    if (const auto& streamed = model.streamed()) {
+        if (const auto slice = streamed->slice(axes.axis_normal, slice_index)) {
+            if (full_resolution) *full_resolution = true;
+            return renderIntensity(*slice, axes, 0, model.windowLevel());  // the slice is one voxel thick
+        }
+        return renderOverview(*model.volume(), streamed->overviewFactor(), model.geometry().size, axes, slice_index,
+                              model.windowLevel());
+    }
+    const tessera::Volume& volume = *model.volume();
     QImage image = renderIntensity(volume, axes, slice_index, model.windowLevel());
     if (const auto shown = model.shownLabels()) blendLabels(image, *shown, axes, slice_index, model);
     return image;

@@ -51,8 +51,15 @@ public:
     // Blends the labels of the same slice into `image` with the model's colours and visibility.
     static void blendLabels(QImage& image, const tessera::LabelMap& labels, const SliceAxes& axes,
                             std::int64_t slice_index, const ViewerModel& model);
-    // Both, from the model's state, at the model's cursor.
-    static QImage render(const ViewerModel& model, SliceOrientation orientation);
+    // A slice of the full grid `full_size` drawn from an overview whose voxels stand for blocks of
+    // `factor` voxels (nearest block): one pixel per full-resolution voxel, as renderIntensity's.
+    static QImage renderOverview(const tessera::Volume& overview, const std::array<std::int64_t, 3>& factor,
+                                 const std::array<std::int64_t, 3>& full_size, const SliceAxes& axes,
+                                 std::int64_t slice_index, WindowLevel window);
+    // Both, from the model's state, at the model's cursor. For a streamed volume: the full-resolution
+    // slice when it has been read (`full_resolution` set true), else the overview's (and the slice is
+    // asked for).
+    static QImage render(const ViewerModel& model, SliceOrientation orientation, bool* full_resolution = nullptr);
 };
 
 }  // namespace tessera::ui

@@ -2,8 +2,12 @@
 
 #include "data/phantom.hpp"
 #include "io/dicom_series.hpp"
+#include "io/hdf5_volume.hpp"
 #include "io/label_descriptions.hpp"
+#include "core/memory_budget.hpp"
 #include "io/volume_io.hpp"
+#include "io/volume_overview.hpp"
+#include "model/gui_mailbox.hpp"
 #include "widgets/detection_view.hpp"
 #include "widgets/dicom_series_browser.hpp"
 #include "widgets/label_legend.hpp"
@@ -18,6 +22,7 @@
 #include <QDoubleSpinBox>
 #include <QDragEnterEvent>
 #include <QDropEvent>
+#include <QEventLoop>
 #include <QFileDialog>
 #include <QFileInfo>
 #include <QFormLayout>
@@ -27,15 +32,19 @@
 #include <QMenuBar>
 #include <QMessageBox>
 #include <QMimeData>
+#include <QProgressDialog>
 #include <QPushButton>
 #include <QScrollBar>
 #include <QSettings>
 #include <QStatusBar>
 #include <QTabWidget>
+#include <QTimer>
 #include <QToolBar>
 #include <QVBoxLayout>
 
+#include <atomic>
 #include <filesystem>
+#include <thread>
 
 namespace tessera::ui {
 
@@ -120,6 +129,7 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent), m_model(new Viewe
     connect(m_model, &ViewerModel::volumeChanged, this, &MainWindow::onVolumeChanged);
     connect(m_model, &ViewerModel::cursorChanged, this, &MainWindow::updateStatus);
     connect(m_model, &ViewerModel::labelMapChanged, this, &MainWindow::updateStatus);
+    connect(m_model, &ViewerModel::fullResolutionSliceLoaded, this, &MainWindow::updateStatus);  // "≈ overview" becomes the value
     connect(m_model, &ViewerModel::windowLevelChanged, this, &MainWindow::onWindowLevelChanged);
 
     m_default_layout = saveState();  // what View ▸ Reset Layout returns to
@@ -195,6 +205,16 @@ void MainWindow::createActions() {
         if (!folder.isEmpty()) openImage(folder);
     });
     open_dicom->setToolTip(tr("Open a DICOM series from a folder; a folder holding several series shows them to choose from"));
+    QAction* open_by_region = file->addAction(tr("Open Image by &Region…"), this, [this] {
+        QSettings settings;
+        const QString path = QFileDialog::getOpenFileName(this, tr("Open image by region"), settings.value(QStringLiteral("lastDirectory")).toString(),
+                                                          tr("Readable by region (*.h5 *.hdf5 *.hdf *.nii)"));
+        if (path.isEmpty()) return;
+        settings.setValue(QStringLiteral("lastDirectory"), QFileInfo(path).absolutePath());
+        openImageByRegion(path);
+    });
+    open_by_region->setToolTip(tr("Open an HDF5 dataset or an uncompressed NIfTI without holding it: a downsampled overview, "
+                                  "full-resolution slices read as they are shown (larger images open this way by themselves)"));
     QAction* open_labels = file->addAction(tr("Open &Label Map…"), this, &MainWindow::chooseLabelMap);
     open_labels->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_L));
     open_labels->setToolTip(tr("Open a label map on the same grid as the image (Ctrl+L)"));
@@ -227,7 +247,7 @@ void MainWindow::createActions() {
     QAction* quit = file->addAction(tr("&Quit"), this, &QWidget::close);
     quit->setShortcut(QKeySequence::Quit);
     for (QAction* action : {save_image, save_labels, close_labels, open_descriptions, save_descriptions}) action->setEnabled(false);
-    connect(m_model, &ViewerModel::volumeChanged, this, [this, save_image] { save_image->setEnabled(m_model->hasVolume()); });
+    connect(m_model, &ViewerModel::volumeChanged, this, [this, save_image] { save_image->setEnabled(m_model->hasVolume() && !m_model->isStreamed()); });
     connect(m_model, &ViewerModel::labelMapChanged, this, [this, save_labels, close_labels, open_descriptions, save_descriptions] {
         for (QAction* action : {save_labels, close_labels, open_descriptions, save_descriptions}) action->setEnabled(m_model->labelMap() != nullptr);
     });
@@ -353,9 +373,34 @@ QString warningText(const QString& path, const std::vector<std::string>& warning
 
 }  // namespace
 
+std::uint64_t MainWindow::wholeVolumeLimitBytes() {
+    bool ok = false;
+    const qulonglong set = qEnvironmentVariable("TESSERA_STUDIO_VOLUME_BYTES").toULongLong(&ok);
+    return ok && set > 0 ? set : tessera::max_volume_bytes() / 4;
+}
+
+std::int64_t MainWindow::overviewVoxelLimit() {
+    bool ok = false;
+    const qlonglong set = qEnvironmentVariable("TESSERA_OVERVIEW_VOXELS").toLongLong(&ok);
+    return ok && set > 0 ? set : std::int64_t{1} << 24;
+}
+
 bool MainWindow::openImage(const QString& path) {
     QApplication::setOverrideCursor(Qt::WaitCursor);
     try {
+        if (tessera::can_read_by_region(toPath(path))) {
+            // Its header says how large it is: too large to hold, it is shown by region. A file the
+            // region reader refuses goes on to the whole read, whose message is the one users know.
+            std::shared_ptr<const tessera::VolumeRegionReader> reader;
+            try {
+                reader = tessera::open_region_reader(toPath(path), tessera::viewer_chunk_cache_bytes);
+            } catch (const tessera::Error&) {
+            }
+            if (reader && static_cast<double>(reader->geometry().num_voxels()) * sizeof(float) > static_cast<double>(wholeVolumeLimitBytes())) {
+                QApplication::restoreOverrideCursor();
+                return showStreamed(std::move(reader), path);
+            }
+        }
         std::string series;  // a DICOM folder with several series: the one chosen in the browser
         if (tessera::detect_volume_format(toPath(path)) == tessera::VolumeFormat::DicomSeries) {
             std::vector<tessera::DicomSeriesInfo> found = tessera::list_dicom_series(toPath(path));
@@ -383,6 +428,77 @@ bool MainWindow::openImage(const QString& path) {
     }
 }
 
+bool MainWindow::openImageByRegion(const QString& path) {
+    std::shared_ptr<const tessera::VolumeRegionReader> reader;
+    try {
+        reader = tessera::open_region_reader(toPath(path), tessera::viewer_chunk_cache_bytes);
+    } catch (const std::exception& error) {
+        showError(tr("Cannot open image by region"), QString::fromStdString(error.what()));
+        return false;
+    }
+    return showStreamed(std::move(reader), path);
+}
+
+bool MainWindow::showStreamed(std::shared_ptr<const tessera::VolumeRegionReader> reader, const QString& path) {
+    // The overview pass reads the whole file (minutes for tens of gigabytes): on a worker thread, with
+    // a dialog that shows how far it is and can stop it.
+    const QString name = QFileInfo(path).fileName();
+    QProgressDialog progress(tr("Reading an overview of %1 (%2)…").arg(name, QString::fromStdString(tessera::describe(reader->geometry()))),
+                             tr("Cancel"), 0, 1000, this);
+    progress.setWindowTitle(tr("Opening by region"));
+    progress.setWindowModality(Qt::WindowModal);
+    progress.setMinimumDuration(300);
+    std::atomic<int> permille{0};
+    std::atomic<bool> cancelled{false};
+    std::atomic<bool> finished{false};
+    std::optional<tessera::VolumeOverview> overview;
+    std::string error;
+    const std::int64_t limit = overviewVoxelLimit();
+    std::thread worker([&] {
+        lowerThisThreadPriority();
+        try {
+            overview = tessera::read_overview(*reader, limit, [&](double fraction) {
+                permille = static_cast<int>(fraction * 1000.0);
+                return !cancelled.load();
+            });
+        } catch (const std::exception& exception) {
+            error = exception.what();
+        }
+        finished = true;
+    });
+    QEventLoop loop;
+    QTimer poll;
+    connect(&poll, &QTimer::timeout, &loop, [&] {
+        if (progress.wasCanceled()) cancelled = true;
+        if (finished) {
+            loop.quit();
+            return;
+        }
+        progress.setValue(permille.load());
+    });
+    poll.start(50);
+    loop.exec();
+    worker.join();
+    progress.reset();
+    if (!error.empty()) {
+        showError(tr("Cannot open image by region"), QString::fromStdString(error));
+        return false;
+    }
+    if (!overview) {
+        statusBar()->showMessage(tr("Opening %1 cancelled").arg(name), 5000);
+        return false;
+    }
+    m_last_warning.clear();
+    if (overview->num_non_finite > 0) {
+        showWarning(tr("Opened with warnings"), tr("%1: %2 voxels are NaN or infinite (left out of the overview)").arg(name).arg(overview->num_non_finite));
+    }
+    auto full = m_model->makeStreamedVolume(std::move(reader), *overview);
+    m_model->setStreamedVolume(std::make_shared<tessera::Volume>(std::move(overview->volume)), std::move(full));
+    m_legend->setLabelNames({});
+    addRecentFile(path);
+    return true;
+}
+
 bool MainWindow::openLabelMap(const QString& path) {
     if (!m_model->hasVolume()) {
         showError(tr("Cannot open label map"), tr("Open an image first: a label map is shown on the image's grid."));
@@ -390,6 +506,7 @@ bool MainWindow::openLabelMap(const QString& path) {
     }
     QApplication::setOverrideCursor(Qt::WaitCursor);
     try {
+        m_model->checkLabelsCanBeShown("the label map " + toPath(path).string());  // before reading it
         auto labels = std::make_shared<tessera::LabelMap>(tessera::read_label_map(toPath(path)));
         const std::vector<std::string> warnings = labels->warnings;
         // Names and colours the file gives its labels (a .seg.nrrd's segments) go to the legend and overlay.
@@ -492,6 +609,12 @@ void MainWindow::chooseLabelMap() {
 
 void MainWindow::saveImageAs() {
     if (!m_model->hasVolume()) return;
+    if (m_model->isStreamed()) {
+        showError(tr("Cannot save image"), tr("This image is read by region (%1): it is never held whole, so the studio cannot write it "
+                                              "in another format. Its file is unchanged.")
+                                               .arg(QString::fromStdString(tessera::describe(m_model->geometry()))));
+        return;
+    }
     const QString path = QFileDialog::getSaveFileName(this, tr("Save image"), QString(),
                                                       tr("NIfTI (*.nii.gz *.nii);;MetaImage (*.mha *.mhd);;NRRD (*.nrrd *.nhdr);;FreeSurfer MGH (*.mgz *.mgh)"));
     if (path.isEmpty()) return;
@@ -543,8 +666,11 @@ void MainWindow::onVolumeChanged() {
         return;
     }
     const tessera::Volume& volume = *m_model->volume();
-    const auto& geometry = volume.geometry;
-    const QString name = QFileInfo(QString::fromStdString(volume.source_path)).fileName();
+    const auto& geometry = m_model->geometry();
+    // An HDF5 dataset is named by its file and its path inside ("em.h5:/volumes/raw"), not the path's last part.
+    const auto hdf5 = tessera::parse_hdf5_name(volume.source_path);
+    const QString name = hdf5 ? QString::fromStdString(hdf5->file.filename().string() + ":" + hdf5->dataset)
+                              : QFileInfo(QString::fromStdString(volume.source_path)).fileName();
     setWindowTitle(tr("%1 — Tessera").arg(name.isEmpty() ? QString::fromStdString(volume.source_path) : name));
     m_image_info->setText(tr("<b>%1</b><br>%2 × %3 × %4 voxels<br>spacing %5 mm<br>origin %6 mm<br>%7, values %8 … %9")
                               .arg(name.toHtmlEscaped())
@@ -556,7 +682,20 @@ void MainWindow::onVolumeChanged() {
                               .arg(QString::fromStdString(volume.source_scalar_type))
                               .arg(m_model->minimumValue(), 0, 'g', 5)
                               .arg(m_model->maximumValue(), 0, 'g', 5));
-    m_image_info->setToolTip(QString::fromStdString(volume.source_path));
+    if (const auto& streamed = m_model->streamed()) {
+        const auto factor = streamed->overviewFactor();
+        const auto& overview = volume.geometry.size;
+        m_image_info->setText(m_image_info->text() +
+                              tr("<br><span style='color:#c87800'>read by region · overview %1 × %2 × %3 (1:%4)</span>")
+                                  .arg(overview[0])
+                                  .arg(overview[1])
+                                  .arg(overview[2])
+                                  .arg(*std::max_element(factor.begin(), factor.end())));
+    }
+    m_image_info->setToolTip(QString::fromStdString(volume.source_path) +
+                             (m_model->isStreamed() ? tr("\nToo large to hold: the 3D view shows a downsampled overview; each slice view "
+                                                         "shows the overview's blocks until its full-resolution slice has been read.")
+                                                    : QString()));
     setLayoutFor2d(geometry.is_2d());
     m_preset_box->setCurrentIndex(static_cast<int>(m_model->defaultPresetIndex()));
     m_hovered = {-1, -1, -1};
@@ -606,15 +745,30 @@ void MainWindow::updateStatus() {
     // The voxel under the mouse when there is one, else the cursor.
     const bool hovering = m_hovered[0] >= 0;
     const auto voxel = hovering ? m_hovered : m_model->cursor();
-    const auto world = volume.geometry.world_of(static_cast<double>(voxel[0]), static_cast<double>(voxel[1]),
-                                                static_cast<double>(voxel[2]));
+    const auto world = m_model->geometry().world_of(static_cast<double>(voxel[0]), static_cast<double>(voxel[1]),
+                                                    static_cast<double>(voxel[2]));
+    QString value;
+    if (const auto& streamed = m_model->streamed()) {
+        // A slice already read has the voxel's own value; else the overview's block mean, marked so.
+        if (const auto exact = streamed->cachedValue(voxel)) {
+            value = QString::number(*exact, 'g', 6);
+        } else {
+            const auto block = tessera::overview_voxel_of(voxel, streamed->overviewFactor());
+            value = tr("≈%1 (overview)").arg(volume.value_at(std::min(block[0], volume.geometry.size[0] - 1),
+                                                             std::min(block[1], volume.geometry.size[1] - 1),
+                                                             std::min(block[2], volume.geometry.size[2] - 1)),
+                                             0, 'g', 6);
+        }
+    } else {
+        value = QString::number(volume.value_at(voxel[0], voxel[1], voxel[2]), 'g', 6);
+    }
     QString text = tr("%1 voxel (%2, %3, %4) · world (%5) mm · value %6")
                        .arg(hovering ? tr("mouse") : tr("cursor"))
                        .arg(voxel[0])
                        .arg(voxel[1])
                        .arg(voxel[2])
                        .arg(formatTriple(world, 1))
-                       .arg(volume.value_at(voxel[0], voxel[1], voxel[2]), 0, 'g', 6);
+                       .arg(value);
     if (const auto& labels = m_model->labelMap()) {
         const std::int32_t label = labels->label_at(voxel[0], voxel[1], voxel[2]);
         text += tr(" · label %1").arg(label == 0 ? tr("0 (background)") : tr("%1 (%2)").arg(label).arg(m_legend->labelName(label)));

@@ -57,7 +57,17 @@ public:
     QString lastWarning() const { return m_last_warning; }  // what the last opened file's reader let through
 
     // Each returns false and shows the engine's message (non-modal) when the file cannot be used.
+    // An image that can be read by region (HDF5, uncompressed .nii) and whose voxels would take more
+    // than wholeVolumeLimitBytes() as f32 is opened by region: openImageByRegion.
     bool openImage(const QString& path);
+    // Opens the image read by region whatever its size: one pass reads a downsampled overview (at most
+    // overviewVoxelLimit() voxels: the 3D view and the slices until their full resolution is read), with
+    // a progress dialog that can cancel; full-resolution slices are read when the views show them.
+    bool openImageByRegion(const QString& path);
+    // TESSERA_STUDIO_VOLUME_BYTES, else a quarter of the largest volume Tessera reads whole
+    // (TESSERA_MAX_VOLUME_BYTES, else half of physical memory): the views and the 3D renderer hold copies.
+    static std::uint64_t wholeVolumeLimitBytes();
+    static std::int64_t overviewVoxelLimit();  // TESSERA_OVERVIEW_VOXELS, else 2^24 (256³)
     bool openLabelMap(const QString& path);
     // Names and colours for the open label map from an ITK-SNAP, 3D Slicer, FreeSurfer or MRIcron file
     // (io/label_descriptions.hpp); the legend saved as an ITK-SNAP label description file.
@@ -136,6 +146,7 @@ public slots:
 
 private:
     void createRunActions();
+    bool showStreamed(std::shared_ptr<const tessera::VolumeRegionReader> reader, const QString& path);
     // What the legend shows: every present label's name and colour.
     std::vector<tessera::LabelDescription> legendDescriptions() const;
     void sizeDocksByDefault();

@@ -23,11 +23,14 @@ SliceView::SliceView(ViewerModel* model, SliceOrientation orientation, QWidget* 
     connect(m_model, &ViewerModel::windowLevelChanged, this, &SliceView::rebuildImage);
     connect(m_model, &ViewerModel::labelMapChanged, this, &SliceView::rebuildImage);
     connect(m_model, &ViewerModel::labelDisplayChanged, this, &SliceView::rebuildImage);
+    connect(m_model, &ViewerModel::fullResolutionSliceLoaded, this, [this] {
+        if (!m_full_resolution) rebuildImage();  // perhaps the slice this view waits for
+    });
     onVolumeChanged();
 }
 
 void SliceView::onVolumeChanged() {
-    if (m_model->hasVolume()) m_axes = sliceAxes(m_model->volume()->geometry, m_orientation);
+    if (m_model->hasVolume()) m_axes = sliceAxes(m_model->geometry(), m_orientation);
     m_zoom = 1.0;
     m_pan = {0, 0};
     rebuildImage();
@@ -38,7 +41,7 @@ std::int64_t SliceView::sliceIndex() const {
 }
 
 std::int64_t SliceView::numSlices() const {
-    return m_model->hasVolume() ? m_model->volume()->geometry.size[static_cast<std::size_t>(m_axes.axis_normal)] : 0;
+    return m_model->hasVolume() ? m_model->geometry().size[static_cast<std::size_t>(m_axes.axis_normal)] : 0;
 }
 
 void SliceView::setSliceIndex(std::int64_t slice_index) {
@@ -48,7 +51,7 @@ void SliceView::setSliceIndex(std::int64_t slice_index) {
 }
 
 void SliceView::rebuildImage() {
-    m_image = SliceRenderer::render(*m_model, m_orientation);
+    m_image = SliceRenderer::render(*m_model, m_orientation, &m_full_resolution);
     update();
     const std::int64_t slice = m_model->hasVolume() ? sliceIndex() : -1;
     if (slice != m_shown_slice) {
@@ -78,7 +81,7 @@ SliceFrame SliceView::frame() const {
     frame.axes = m_axes;
     frame.image_rect = imageRect();
     if (m_model->hasVolume()) {
-        frame.volume_size = m_model->volume()->geometry.size;
+        frame.volume_size = m_model->geometry().size;
         frame.slice_index = sliceIndex();
     }
     return frame;
@@ -109,7 +112,7 @@ void SliceView::resetView() {
 
 QRectF SliceView::imageRect() const {
     if (m_image.isNull()) return {};
-    const auto& spacing = m_model->volume()->geometry.spacing;
+    const auto& spacing = m_model->geometry().spacing;
     // Physical size of the slice, so anisotropic voxels keep their true aspect.
     const double width_mm = m_image.width() * spacing[static_cast<std::size_t>(m_axes.axis_x)];
     const double height_mm = m_image.height() * spacing[static_cast<std::size_t>(m_axes.axis_y)];
@@ -124,7 +127,7 @@ std::optional<std::array<std::int64_t, 3>> SliceView::voxelAt(QPointF position) 
     if (rect.isEmpty() || !rect.contains(position)) return std::nullopt;
     const auto u = static_cast<std::int64_t>((position.x() - rect.left()) / rect.width() * m_image.width());
     const auto v = static_cast<std::int64_t>((position.y() - rect.top()) / rect.height() * m_image.height());
-    return voxelAtPixel(m_axes, m_model->volume()->geometry.size, sliceIndex(),
+    return voxelAtPixel(m_axes, m_model->geometry().size, sliceIndex(),
                         std::clamp<std::int64_t>(u, 0, m_image.width() - 1),
                         std::clamp<std::int64_t>(v, 0, m_image.height() - 1));
 }
@@ -132,7 +135,7 @@ std::optional<std::array<std::int64_t, 3>> SliceView::voxelAt(QPointF position) 
 QPointF SliceView::positionOfVoxel(const std::array<std::int64_t, 3>& voxel) const {
     const QRectF rect = imageRect();
     if (rect.isEmpty()) return {};
-    const auto pixel = pixelOfVoxel(m_axes, m_model->volume()->geometry.size, voxel);
+    const auto pixel = pixelOfVoxel(m_axes, m_model->geometry().size, voxel);
     return {rect.left() + (static_cast<double>(pixel[0]) + 0.5) * rect.width() / m_image.width(),
             rect.top() + (static_cast<double>(pixel[1]) + 0.5) * rect.height() / m_image.height()};
 }
@@ -172,6 +175,15 @@ void SliceView::paintEvent(QPaintEvent*) {
     painter.setFont(font);
     painter.drawText(frame, Qt::AlignTop | Qt::AlignLeft,
                      tr("%1  %2 / %3").arg(orientationName(m_orientation)).arg(sliceIndex() + 1).arg(numSlices()));
+    if (const auto& streamed = m_model->streamed()) {
+        // Which picture this is: the overview's blocks until the full-resolution slice has been read.
+        const auto factor = streamed->overviewFactor();
+        const QString note = m_full_resolution
+                                 ? tr("full resolution")
+                                 : tr("overview 1:%1 — reading full resolution…").arg(factor[static_cast<std::size_t>(m_axes.axis_x)]);
+        painter.setPen(m_full_resolution ? QColor(140, 220, 140) : QColor(255, 170, 60));
+        painter.drawText(frame, Qt::AlignBottom | Qt::AlignLeft, note);
+    }
     if (hasFocus()) {
         painter.setPen(QPen(QColor(60, 160, 255), 2));
         painter.drawRect(rect().adjusted(1, 1, -1, -1));

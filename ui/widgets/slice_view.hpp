@@ -30,6 +30,9 @@ public:
     // Widget position of a voxel's centre (the inverse, for tests and overlays).
     QPointF positionOfVoxel(const std::array<std::int64_t, 3>& voxel) const;
     const QImage& sliceImage() const { return m_image; }
+    // Whether the image is the slice at full resolution (always, unless the volume is streamed and
+    // its slice is still being read: the overview's blocks are shown meanwhile).
+    bool showsFullResolution() const { return m_full_resolution; }
     void resetView();
     // Draws `design` over the slice and lets cuts be dragged (nullptr: no overlay).
     void setPartitionDesign(PartitionDesign* design);
@@ -66,7 +69,8 @@ private:
     SliceOrientation m_orientation;
     SliceAxes m_axes;
     QImage m_image;
-    std::int64_t m_shown_slice = -1;  // the slice m_image shows, to signal changes only
+    std::int64_t m_shown_slice = -1;
+    bool m_full_resolution = true;  // the slice m_image shows, to signal changes only
     double m_zoom = 1.0;
     QPointF m_pan{0, 0};  // widget pixels
     PartitionDesign* m_design = nullptr;

@@ -151,7 +151,7 @@ void VolumeView::onVolumeChanged() {
             m_scene->setVolume(volume);
             const bool ct_like = m_scene->intensities().minimum() < ct_minimum_threshold;
             setCurrentPreset(ct_like ? "ct_soft_tissue" : "mri_default");
-            m_scene->setCursor(m_model->cursor());
+            m_scene->setCursor(m_model->overviewCursor());
         }
     } catch (const std::exception& error) {
         qWarning("3D view: cannot show the volume: %s", error.what());
@@ -221,7 +221,7 @@ void VolumeView::onLabelDisplayChanged() {
 }
 
 void VolumeView::onCursorChanged() {
-    m_scene->setCursor(m_model->cursor());
+    m_scene->setCursor(m_model->overviewCursor());
     // Browsing slices sends a change per slice; a 3D frame can cost many slice frames (all of them on a
     // software renderer), so the planes are drawn once browsing pauses.
     m_cursor_render->start();
