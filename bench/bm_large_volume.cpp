@@ -9,7 +9,8 @@
 //    100 + 60 × label + uniform noise of ±40.
 // 2. Views it as the studio does (File ▸ Open Image by Region): the overview pass (at most 2^24 voxels, the
 //    studio's default) and full-resolution slices read through the viewer's chunk cache: the middle axial
-//    slice (cold), the next one (its chunks cached), the middle coronal and sagittal slices.
+//    slice (cold), the next one (its chunks cached), the middle coronal and sagittal slices; then the labels'
+//    overview (each block's most frequent label, every label present) and one axial label slice.
 // 3. Samples 200 batches from it read by region and 200 from a 512 × 512 × 128 volume made the same way and
 //    held in memory (512 × 512 × 128): patches/s of each (the data path alone, no model).
 // 4. Trains a 3D U-Net (depth 2, base width 2, input [16, 128, 128], 2 cores) for --steps steps on it, read by
@@ -23,7 +24,8 @@
 // Prints (one line each):
 //   machine cpu=<model> flags=<avx512 subset> memory_gib=<total>
 //   generate gib=<g> voxels=<n> seconds=<s> mib_per_s=<r> rss_peak_mib=<m>        (or: generate reused <file>)
-//   view overview_s=<s> overview=<i>x<j>x<k> factor=<f> axial_s=<s> axial_next_s=<s> coronal_s=<s> sagittal_s=<s> rss_peak_mib=<m>
+//   view overview_s=<s> overview=<i>x<j>x<k> factor=<f> axial_s=<s> axial_next_s=<s> coronal_s=<s> sagittal_s=<s>
+//        labels_overview_s=<s> labels_present=<n> labels_axial_s=<s> rss_peak_mib=<m>
 //   sample by_region patches_per_s=<r> in_memory patches_per_s=<r> ratio=<r>
 //   train steps=<n> scan_s=<s> steps_per_s=<r> loss_first=<x> loss_last=<x> rss_peak_mib=<m>
 //   predict voxels=<n> seconds=<s> voxels_per_s=<r> dice_spheres=<d> rss_peak_mib=<m>
@@ -302,11 +304,21 @@ int main(int argc, char** argv) {
             const double axial_next = slice_seconds(2, size[2] / 2 + 1);
             const double coronal = slice_seconds(1, size[1] / 2);
             const double sagittal = slice_seconds(0, size[0] / 2);
+            const auto label_reader = open_region_reader(labels, viewer_chunk_cache_bytes);
+            start = Clock::now();
+            const std::optional<LabelOverview> label_overview = read_label_overview(*label_reader, overview->factor);
+            const double label_overview_seconds = seconds_since(start);
+            VoxelBox axial_box{{0, 0, size[2] / 2}, size};
+            axial_box.extent[2] = 1;
+            start = Clock::now();
+            const LabelMap label_slice = read_region_label_map(*label_reader, axial_box);
+            const double label_axial = seconds_since(start);
             const auto& grid = overview->volume.geometry.size;
             std::printf("view overview_s=%.1f overview=%lldx%lldx%lld factor=%lld axial_s=%.2f axial_next_s=%.3f coronal_s=%.2f sagittal_s=%.2f "
-                        "rss_peak_mib=%lld\n",
+                        "labels_overview_s=%.1f labels_present=%zu labels_axial_s=%.2f rss_peak_mib=%lld\n",
                         overview_seconds, static_cast<long long>(grid[0]), static_cast<long long>(grid[1]), static_cast<long long>(grid[2]),
-                        static_cast<long long>(overview->factor[0]), axial, axial_next, coronal, sagittal, static_cast<long long>(memory.peak()));
+                        static_cast<long long>(overview->factor[0]), axial, axial_next, coronal, sagittal, label_overview_seconds,
+                        label_overview->present_labels.size(), label_axial, static_cast<long long>(memory.peak()));
             std::fflush(stdout);
         }
         if (view_only) return 0;

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <vector>
 
 namespace tessera {
 
@@ -42,14 +43,28 @@ std::array<std::int64_t, 3> overview_factor(const ImageGeometry& full_geometry, 
 std::array<std::int64_t, 3> overview_voxel_of(const std::array<std::int64_t, 3>& full_voxel,
                                               const std::array<std::int64_t, 3>& factor);
 
+// The overview's grid for blocks of `factor` voxels (see VolumeOverview).
+ImageGeometry overview_geometry(const ImageGeometry& full_geometry, const std::array<std::int64_t, 3>& factor);
+
 // Reads the whole volume once, in bands of rows whose depth is a multiple of the factor near 64 (HDF5's
 // chunk edge: each chunk is decompressed about once), holding one band at a time. `progress` is called
 // with the fraction read after each band; returning false stops the pass (the result is then empty).
 std::optional<VolumeOverview> read_overview(const VolumeRegionReader& reader, std::int64_t max_overview_voxels,
                                             const std::function<bool(double fraction_read)>& progress = {});
 
+struct LabelOverview {
+    LabelMap labels;                           // on overview_geometry(full, factor): each block's most frequent label
+    std::vector<std::int32_t> present_labels;  // every label of the full resolution, sorted, 0 included if present
+};
+
+// A label volume's overview on the same blocks as its image's (the same bands, one pass): what the 3D
+// view's surfaces are built from. Labels must be whole numbers in the int32 range (read_labels).
+std::optional<LabelOverview> read_label_overview(const VolumeRegionReader& reader, const std::array<std::int64_t, 3>& factor,
+                                                 const std::function<bool(double fraction_read)>& progress = {});
+
 // The box's voxels as a volume of its own: geometry of the box (origin at its first voxel), source
 // path and scalar type the reader's.
 Volume read_region_volume(const VolumeRegionReader& reader, const VoxelBox& box);
+LabelMap read_region_label_map(const VolumeRegionReader& reader, const VoxelBox& box);  // the same, as labels
 
 }  // namespace tessera

@@ -9,6 +9,8 @@
 
 #include "core/random.hpp"
 
+#include <map>
+
 namespace tessera::test {
 namespace {
 
@@ -330,6 +332,56 @@ TEST(VolumeOverviewTest, NiftiOverviewKeepsAnObliqueGridAndReadsRegionsAsVolumes
     }
     EXPECT_EQ(mismatches, 0);
     EXPECT_EQ(slice.source_path, reader->source_path());
+}
+
+
+TEST(VolumeOverviewTest, LabelOverviewIsEachBlocksMostFrequentLabel) {
+    ScratchDir scratch;
+    ImageGeometry geometry = cremi_volume({70, 66, 9}, "uint8").geometry;
+    LabelMap labels = make_label_map(geometry);
+    SeededRandom random(12, 0);
+    std::int32_t* values = labels.labels.data<std::int32_t>();
+    // Mostly the label of a coarse 5-voxel grid (so blocks have clear winners), a third of voxels random.
+    for (std::int64_t k = 0; k < 9; ++k)
+        for (std::int64_t j = 0; j < 66; ++j)
+            for (std::int64_t i = 0; i < 70; ++i)
+                values[(k * 66 + j) * 70 + i] = random.uniform() < 0.33 ? static_cast<std::int32_t>(random.uniform() * 4.0)
+                                                                        : static_cast<std::int32_t>((i / 5 + j / 5) % 4);
+    values[(4 * 66 + 30) * 70 + 40] = 9;  // one voxel: never a block's winner, still present
+    write_label_map(labels, scratch / "seg.h5:/volumes/labels/cells");
+    const auto reader = open_region_reader(scratch / "seg.h5:/volumes/labels/cells");
+    const std::array<std::int64_t, 3> factor{3, 3, 3};
+    const std::optional<LabelOverview> overview = read_label_overview(*reader, factor);
+    ASSERT_TRUE(overview.has_value());
+    EXPECT_EQ(overview->present_labels, (std::vector<std::int32_t>{0, 1, 2, 3, 9}));
+    const ImageGeometry& grid = overview->labels.geometry;
+    EXPECT_EQ(grid.size, (std::array<std::int64_t, 3>{24, 22, 3}));
+    EXPECT_TRUE(same_grid(grid, overview_geometry(geometry, factor)));
+    std::int64_t mismatches = 0;
+    for (std::int64_t ok = 0; ok < grid.size[2]; ++ok) {
+        for (std::int64_t oj = 0; oj < grid.size[1]; ++oj) {
+            for (std::int64_t oi = 0; oi < grid.size[0]; ++oi) {
+                std::map<std::int32_t, int> counts;
+                for (std::int64_t k = ok * 3; k < std::min(ok * 3 + 3, std::int64_t{9}); ++k)
+                    for (std::int64_t j = oj * 3; j < std::min(oj * 3 + 3, std::int64_t{66}); ++j)
+                        for (std::int64_t i = oi * 3; i < std::min(oi * 3 + 3, std::int64_t{70}); ++i) ++counts[labels.label_at(i, j, k)];
+                // Most frequent; on a tie the smaller label (the map iterates in increasing order).
+                std::int32_t expected = 0;
+                int best = -1;
+                for (const auto& [label, count] : counts) {
+                    if (count > best) expected = label, best = count;
+                }
+                mismatches += overview->labels.label_at(oi, oj, ok) != expected;
+            }
+        }
+    }
+    EXPECT_EQ(mismatches, 0);
+
+    // A box of labels as a label map of its own.
+    const LabelMap box = read_region_label_map(*reader, VoxelBox{{10, 20, 4}, {32, 15, 1}});
+    EXPECT_EQ(box.geometry.size, (std::array<std::int64_t, 3>{32, 15, 1}));
+    EXPECT_EQ(box.label_at(30, 10, 0), 9);
+    EXPECT_EQ(box.label_at(0, 0, 0), labels.label_at(10, 20, 4));
 }
 
 }  // namespace

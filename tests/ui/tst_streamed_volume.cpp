@@ -6,6 +6,7 @@
 // resources/screenshots/streamed_volume.png).
 #include "data/phantom.hpp"
 #include "gl_test_main.hpp"
+#include "io/label_descriptions.hpp"
 #include "io/volume_io.hpp"
 #include "io/volume_overview.hpp"
 #include "render/volume_scene.hpp"
@@ -15,6 +16,7 @@
 #include "widgets/vtk_gl_widget.hpp"
 
 #include <QDir>
+#include <QFile>
 #include <QTemporaryDir>
 
 #include <cmath>
@@ -72,6 +74,20 @@ private slots:
         const std::string path = (scratch.path() + QStringLiteral("/em.h5")).toStdString() + ":/volumes/raw";
         write_volume(detailedVolume({150, 120, 40}), path);
         const Volume whole = read_volume(path);
+        // Labels beside the image in the same file (CREMI's layout), written before the studio opens it.
+        LabelMap label_map = make_label_map(whole.geometry);
+        std::int32_t* label_values = label_map.labels.data<std::int32_t>();
+        for (std::int64_t k = 0; k < 40; ++k)
+            for (std::int64_t j = 0; j < 120; ++j)
+                for (std::int64_t i = 0; i < 150; ++i) {
+                    // Two boxes and a ball; one voxel of label 7 that no overview block keeps.
+                    const double r2 = (i - 100.0) * (i - 100.0) + (j - 40.0) * (j - 40.0) + 16.0 * (k - 20.0) * (k - 20.0);
+                    label_values[(k * 120 + j) * 150 + i] = r2 < 900.0 ? 3 : (i < 50 && j > 70) ? 1 : (i > 60 && j > 90 && k < 25) ? 2 : 0;
+                }
+        label_values[(20 * 120 + 61) * 150 + 76] = 7;
+        const std::string labels_path = (scratch.path() + QStringLiteral("/em.h5")).toStdString() + ":/volumes/labels/cells";
+        write_label_map(label_map, labels_path);
+
         // 150×120×40 f32 = 2.9 MB, over a 100 kB limit; an overview of at most 20000 voxels: factor 4
         // (38×30×10 = 11400; factor 3 would give 50×40×14 = 28000).
         const Limits limits("100000", "20000");
@@ -125,13 +141,41 @@ private slots:
             QVERIFY(std::abs(qRed(overview_slice.pixel(static_cast<int>(pixel[0]), static_cast<int>(pixel[1]))) - grey) <= 1);
         }
 
-        // Label maps are held whole: refused with the reason, the image stays.
-        const QString labels = scratch.path() + QStringLiteral("/labels.nii.gz");
-        LabelMap label_map = make_label_map(whole.geometry);
-        write_label_map(label_map, labels.toStdString());
-        QVERIFY(!window.openLabelMap(labels));
-        QVERIFY2(window.lastError().contains(QStringLiteral("read by region")), qPrintable(window.lastError()));
-        QVERIFY(model->isStreamed());
+        // A label map held whole cannot go on it: refused with the reason, the image stays.
+        const QString whole_labels = scratch.path() + QStringLiteral("/labels.nii.gz");
+        write_label_map(label_map, whole_labels.toStdString());
+        QVERIFY(!window.openLabelMap(whole_labels));
+        QVERIFY2(window.lastError().contains(QStringLiteral("read by region too")), qPrintable(window.lastError()));
+        QVERIFY(model->isStreamed() && !model->labelMap());
+
+        // Labels read by region (a dataset beside the image in the same file): an overview on the
+        // overview's grid for the 3D view, every label present, full-resolution label slices.
+        QVERIFY2(window.openLabelMap(QString::fromStdString(labels_path)), qPrintable(window.lastError()));
+        QVERIFY(model->labelMap() != nullptr);
+        QCOMPARE(model->labelMap()->geometry.size, (std::array<std::int64_t, 3>{38, 30, 10}));
+        QCOMPARE(model->presentLabels(), (std::vector<std::int32_t>{1, 2, 3, 7}));
+        const LabelMap whole_read_labels = read_label_map(labels_path);
+        for (SliceOrientation orientation : orientations) {
+            SliceView* view = window.sliceView(orientation);
+            QTRY_VERIFY_WITH_TIMEOUT(view->showsFullResolution(), 20000);
+            QImage expected = wholeSlice(whole, orientation, model->cursor(), model->windowLevel());
+            const SliceAxes whole_axes = sliceAxes(whole.geometry, orientation);
+            SliceRenderer::blendLabels(expected, whole_read_labels, whole_axes, model->cursor()[static_cast<std::size_t>(whole_axes.axis_normal)], *model);
+            QCOMPARE(view->sliceImage(), expected);
+        }
+        model->setCursor({76, 61, 20});
+        QTRY_VERIFY_WITH_TIMEOUT(window.statusText().contains(QStringLiteral("label 7")), 20000);
+        // Saving would write the overview: refused, nothing written.
+        const QString saved = scratch.path() + QStringLiteral("/saved.nii.gz");
+        QVERIFY(!window.saveLabelMap(saved));
+        QVERIFY(!QFile::exists(saved));
+        // Labels on another grid: refused naming both grids, the labels shown stay.
+        const std::string other = (scratch.path() + QStringLiteral("/other.h5")).toStdString() + ":/labels";
+        write_label_map(make_label_map(model->volume()->geometry), other);
+        QVERIFY(!window.openLabelMap(QString::fromStdString(other)));
+        QCOMPARE(model->presentLabels(), (std::vector<std::int32_t>{1, 2, 3, 7}));
+        model->clearLabelMap();
+        QVERIFY(!model->labelMap() && !model->streamed()->hasLabels());
     }
 
     void aVolumeUnderTheLimitOpensWhole() {
@@ -166,6 +210,14 @@ private slots:
         const Phantom phantom = make_ct_phantom(options);
         const std::string path = (scratch.path() + QStringLiteral("/phantom.h5")).toStdString() + ":/volumes/raw";
         write_volume(phantom.volume, path);
+        const std::string labels_path = (scratch.path() + QStringLiteral("/phantom.h5")).toStdString() + ":/volumes/labels/tissues";
+        write_label_map(phantom.labels, labels_path);
+        // The tissues' names, as an ITK-SNAP label description file beside it.
+        std::vector<LabelDescription> names;
+        const auto& label_names = phantom_label_names();
+        for (std::size_t label = 1; label < label_names.size(); ++label) names.push_back({static_cast<std::int32_t>(label), label_names[label], default_label_color(static_cast<std::int32_t>(label))});
+        const QString descriptions = scratch.path() + QStringLiteral("/tissues.txt");
+        write_itksnap_label_descriptions(names, descriptions.toStdString());
         const Limits limits("1000000", "25000");  // factor 8: 32×32×20 (7 gives 37×37×23 = 31487)
         MainWindow window;
         window.resize(1280, 800);
@@ -173,9 +225,12 @@ private slots:
         QVERIFY(QTest::qWaitForWindowExposed(&window));
         QVERIFY(window.openImage(QString::fromStdString(path)));
         QCOMPARE(window.model()->streamed()->overviewFactor(), (std::array<std::int64_t, 3>{8, 8, 8}));
+        QVERIFY2(window.openLabelMap(QString::fromStdString(labels_path)), qPrintable(window.lastError()));
+        QVERIFY(window.openLabelDescriptions(descriptions));
         for (SliceOrientation orientation : orientations) QTRY_VERIFY_WITH_TIMEOUT(window.sliceView(orientation)->showsFullResolution(), 20000);
         window.model()->setCursor({150, 110, 80});
         for (SliceOrientation orientation : orientations) QTRY_VERIFY_WITH_TIMEOUT(window.sliceView(orientation)->showsFullResolution(), 20000);
+        QTRY_VERIFY_WITH_TIMEOUT(!window.volumeView()->scene()->shownSurfaceLabels().empty(), 20000);  // built from the overview's labels
         QTest::qWait(500);  // the 3D view draws once browsing pauses
         const QString screens = QCoreApplication::applicationDirPath() + QStringLiteral("/streamed_volume_screens");
         QDir().mkpath(screens);

@@ -24,31 +24,96 @@ StreamedVolume::~StreamedVolume() {
     m_worker.join();
 }
 
+std::size_t StreamedVolume::Cached::bytes() const {
+    return (slice ? slice->voxels.num_bytes() : 0) + (labels ? labels->labels.num_bytes() : 0);
+}
+
+bool StreamedVolume::complete(const Cached& cached) const { return cached.slice && (!m_labels || cached.labels); }
+
+void StreamedVolume::request(const Key& key) {
+    if (m_failed.contains(key) || m_reading == key) return;
+    m_waiting[static_cast<std::size_t>(key.first)] = key.second;  // replaces an older request along this axis
+    m_wake.notify_one();
+}
+
 std::shared_ptr<const tessera::Volume> StreamedVolume::slice(int axis, std::int64_t index) {
     const Key key{axis, index};
-    {
-        const std::lock_guard lock(m_mutex);
-        if (const auto found = m_cache.find(key); found != m_cache.end()) {
-            found->second.last_used = ++m_clock;
-            return found->second.slice;
-        }
-        if (m_failed.contains(key) || m_reading == key) return nullptr;
-        m_waiting[static_cast<std::size_t>(axis)] = index;  // replaces an older request along this axis
+    const std::lock_guard lock(m_mutex);
+    const auto found = m_cache.find(key);
+    if (found != m_cache.end()) {
+        found->second.last_used = ++m_clock;
+        if (!complete(found->second)) request(key);
+        return found->second.slice;
     }
-    m_wake.notify_one();
+    request(key);
     return nullptr;
 }
+
+std::shared_ptr<const tessera::LabelMap> StreamedVolume::labelSlice(int axis, std::int64_t index) {
+    const Key key{axis, index};
+    const std::lock_guard lock(m_mutex);
+    if (!m_labels) return nullptr;
+    const auto found = m_cache.find(key);
+    if (found != m_cache.end() && found->second.labels) {
+        found->second.last_used = ++m_clock;
+        return found->second.labels;
+    }
+    request(key);
+    return nullptr;
+}
+
+void StreamedVolume::setLabels(std::shared_ptr<const tessera::VolumeRegionReader> labels) {
+    const std::lock_guard lock(m_mutex);
+    m_labels = std::move(labels);
+    ++m_labels_generation;
+    for (auto& [key, cached] : m_cache) {
+        m_bytes -= cached.bytes();
+        cached.labels.reset();
+        m_bytes += cached.bytes();
+    }
+    m_failed.clear();  // the new labels get their chance where the old ones failed
+}
+
+bool StreamedVolume::hasLabels() const {
+    const std::lock_guard lock(m_mutex);
+    return m_labels != nullptr;
+}
+
+namespace {
+
+// Where a voxel sits in the cached slice through it along `axis` (which is one voxel thick there).
+std::array<std::int64_t, 3> withinSlice(std::array<std::int64_t, 3> voxel, int axis) {
+    voxel[static_cast<std::size_t>(axis)] = 0;
+    return voxel;
+}
+
+}  // namespace
 
 std::optional<float> StreamedVolume::cachedValue(const std::array<std::int64_t, 3>& voxel) const {
     const std::lock_guard lock(m_mutex);
     for (int axis = 0; axis < 3; ++axis) {
         const auto found = m_cache.find({axis, voxel[static_cast<std::size_t>(axis)]});
-        if (found == m_cache.end()) continue;
-        std::array<std::int64_t, 3> within = voxel;
-        within[static_cast<std::size_t>(axis)] = 0;
+        if (found == m_cache.end() || !found->second.slice) continue;
+        const auto within = withinSlice(voxel, axis);
         return found->second.slice->value_at(within[0], within[1], within[2]);
     }
     return std::nullopt;
+}
+
+std::optional<std::int32_t> StreamedVolume::cachedLabel(const std::array<std::int64_t, 3>& voxel) const {
+    const std::lock_guard lock(m_mutex);
+    for (int axis = 0; axis < 3; ++axis) {
+        const auto found = m_cache.find({axis, voxel[static_cast<std::size_t>(axis)]});
+        if (found == m_cache.end() || !found->second.labels) continue;
+        const auto within = withinSlice(voxel, axis);
+        return found->second.labels->label_at(within[0], within[1], within[2]);
+    }
+    return std::nullopt;
+}
+
+bool StreamedVolume::readFailed(int axis, std::int64_t index) const {
+    const std::lock_guard lock(m_mutex);
+    return m_failed.contains({axis, index});
 }
 
 std::string StreamedVolume::lastError() const {
@@ -71,7 +136,7 @@ void StreamedVolume::dropLeastRecentlyUsed() {
     while (m_bytes > m_cache_bytes && m_cache.size() > 3) {
         auto oldest = std::min_element(m_cache.begin(), m_cache.end(),
                                        [](const auto& a, const auto& b) { return a.second.last_used < b.second.last_used; });
-        m_bytes -= static_cast<std::size_t>(oldest->second.slice->voxels.num_elements()) * sizeof(float);
+        m_bytes -= oldest->second.bytes();
         m_cache.erase(oldest);
     }
 }
@@ -89,27 +154,38 @@ void StreamedVolume::run() {
         while (!m_waiting[static_cast<std::size_t>(axis)]) --axis;
         const Key key{axis, *m_waiting[static_cast<std::size_t>(axis)]};
         m_waiting[static_cast<std::size_t>(axis)].reset();
-        if (m_cache.contains(key) || m_failed.contains(key)) continue;
+        if (m_failed.contains(key)) continue;
+        const auto cached = m_cache.find(key);
+        const bool need_image = cached == m_cache.end() || !cached->second.slice;
+        const std::shared_ptr<const tessera::VolumeRegionReader> labels = m_labels;
+        const bool need_labels = labels && (cached == m_cache.end() || !cached->second.labels);
+        if (!need_image && !need_labels) continue;
+        const std::uint64_t labels_generation = m_labels_generation;
         m_reading = key;
         lock.unlock();
 
         std::shared_ptr<const tessera::Volume> slice;
+        std::shared_ptr<const tessera::LabelMap> label_slice;
         std::string error;
         try {
-            const auto& size = m_reader->geometry().size;
-            tessera::VoxelBox box{{0, 0, 0}, size};
+            tessera::VoxelBox box{{0, 0, 0}, m_reader->geometry().size};
             box.begin[static_cast<std::size_t>(axis)] = key.second;
             box.extent[static_cast<std::size_t>(axis)] = 1;
-            slice = std::make_shared<const tessera::Volume>(tessera::read_region_volume(*m_reader, box));
+            if (need_image) slice = std::make_shared<const tessera::Volume>(tessera::read_region_volume(*m_reader, box));
+            if (need_labels) label_slice = std::make_shared<const tessera::LabelMap>(tessera::read_region_label_map(*labels, box));
         } catch (const std::exception& exception) {
             error = exception.what();
         }
 
         lock.lock();
         m_reading.reset();
-        if (slice) {
-            m_bytes += static_cast<std::size_t>(slice->voxels.num_elements()) * sizeof(float);
-            m_cache[key] = Cached{std::move(slice), ++m_clock};
+        if (error.empty()) {
+            Cached& entry = m_cache[key];
+            m_bytes -= entry.bytes();
+            if (slice) entry.slice = std::move(slice);
+            if (label_slice && labels_generation == m_labels_generation) entry.labels = std::move(label_slice);
+            entry.last_used = ++m_clock;
+            m_bytes += entry.bytes();
             ++m_slices_read;
             dropLeastRecentlyUsed();
         } else {

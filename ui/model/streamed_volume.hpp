@@ -7,7 +7,8 @@
 // it and returns nullptr; `on_loaded` runs on the worker thread after each read (the model posts it to
 // the GUI thread). Per voxel axis only the newest request waits, so walking through slices reads the
 // one the user stops at, not every one passed on the way. Read slices are kept, least recently used
-// dropped first, within `cache_bytes` (and at least one per axis).
+// dropped first, within `cache_bytes` (and at least one per axis). A label volume on the same grid,
+// read by region too, may be attached: its slices are read with the image's.
 #pragma once
 
 #include "io/volume_overview.hpp"
@@ -45,6 +46,16 @@ public:
     std::shared_ptr<const tessera::Volume> slice(int axis, std::int64_t index);
     // A voxel's value from a slice already read, without reading.
     std::optional<float> cachedValue(const std::array<std::int64_t, 3>& voxel) const;
+
+    // Labels on the same full-resolution grid read by region (nullptr: none). Slices read before of
+    // other labels are dropped.
+    void setLabels(std::shared_ptr<const tessera::VolumeRegionReader> labels);
+    bool hasLabels() const;
+    // As slice(), for the labels: nullptr while being read or when there are no labels.
+    std::shared_ptr<const tessera::LabelMap> labelSlice(int axis, std::int64_t index);
+    std::optional<std::int32_t> cachedLabel(const std::array<std::int64_t, 3>& voxel) const;
+    // Whether reading the slice through `index` along `axis` failed (it is not asked for again).
+    bool readFailed(int axis, std::int64_t index) const;
     // Why the last failed read failed ("" when none has failed); a failed slice is not asked for again.
     std::string lastError() const;
     std::size_t cachedBytes() const;
@@ -53,9 +64,13 @@ public:
 private:
     using Key = std::pair<int, std::int64_t>;  // voxel axis, slice index
     struct Cached {
-        std::shared_ptr<const tessera::Volume> slice;
+        std::shared_ptr<const tessera::Volume> slice;       // nullptr until read
+        std::shared_ptr<const tessera::LabelMap> labels;    // nullptr until read or without labels
         std::uint64_t last_used = 0;
+        std::size_t bytes() const;
     };
+    void request(const Key& key);           // under m_mutex
+    bool complete(const Cached& cached) const;  // under m_mutex: all there is to read is read
     void run();
     void dropLeastRecentlyUsed();  // under m_mutex
 
@@ -68,6 +83,8 @@ private:
     mutable std::mutex m_mutex;  // guards everything below
     std::condition_variable m_wake;
     std::map<Key, Cached> m_cache;
+    std::shared_ptr<const tessera::VolumeRegionReader> m_labels;
+    std::uint64_t m_labels_generation = 0;  // counts setLabels(): a read of older labels is dropped
     std::size_t m_bytes = 0;
     mutable std::uint64_t m_clock = 0;
     std::array<std::optional<std::int64_t>, 3> m_waiting;  // per axis: the newest slice asked for

@@ -78,12 +78,29 @@ std::array<std::int64_t, 3> ViewerModel::overviewCursor() const {
     return voxel;
 }
 
-// Label maps and predictions are held whole, on the image's grid: a streamed image's grid is too large.
+// Label maps and predictions held whole go on images held whole: a streamed image's grid is too large.
 void ViewerModel::checkLabelsCanBeShown(const std::string& what) const {
-    TESSERA_CHECK(!m_streamed, "cannot show " << what << " on " << m_streamed->sourcePath() << ": that image is read by region ("
+    TESSERA_CHECK(!m_streamed, "cannot show " << what << " held whole on " << m_streamed->sourcePath() << ": that image is read by region ("
                                               << tessera::describe(m_streamed->geometry())
-                                              << ", too large to hold), and label maps are shown only on images read whole. "
-                                                 "Open a region of the image that fits in memory to see its labels");
+                                              << ", too large to hold), so its labels must be read by region too: an HDF5 dataset or an "
+                                                 "uncompressed .nii on the same grid");
+}
+
+void ViewerModel::setStreamedLabels(std::shared_ptr<const tessera::LabelMap> overview, std::shared_ptr<const tessera::VolumeRegionReader> reader,
+                                    const std::vector<std::int32_t>& present) {
+    TESSERA_CHECK(m_streamed != nullptr, "labels read by region go on an image read by region; open the image by region first");
+    TESSERA_CHECK(overview && reader, "streamed labels need their overview and their reader");
+    tessera::check_same_grid(m_streamed->geometry(), reader->geometry(), reader->source_path());
+    tessera::check_same_grid(m_volume->geometry, overview->geometry, reader->source_path() + " (overview)");
+    m_streamed->setLabels(std::move(reader));
+    m_labels = std::move(overview);
+    m_prediction.reset();
+    m_error_map.reset();
+    m_present_labels.clear();
+    for (std::int32_t label : present) {
+        if (label != 0) m_present_labels.push_back(label);
+    }
+    emit labelMapChanged();
 }
 
 void ViewerModel::setLabelMap(std::shared_ptr<const tessera::LabelMap> labels) {
@@ -101,7 +118,10 @@ void ViewerModel::setLabelMap(std::shared_ptr<const tessera::LabelMap> labels) {
     emit labelMapChanged();
 }
 
-void ViewerModel::clearLabelMap() { setLabelMap(nullptr); }
+void ViewerModel::clearLabelMap() {
+    if (m_streamed) m_streamed->setLabels(nullptr);
+    setLabelMap(nullptr);
+}
 
 void ViewerModel::setPrediction(std::shared_ptr<const tessera::LabelMap> prediction) {
     TESSERA_CHECK(m_volume != nullptr, "open an image before showing a prediction on it");

@@ -50,6 +50,11 @@ public:
     std::shared_ptr<StreamedVolume> makeStreamedVolume(std::shared_ptr<const tessera::VolumeRegionReader> reader,
                                                        const tessera::VolumeOverview& overview,
                                                        std::size_t cache_bytes = std::size_t{512} << 20);
+    // Labels of a streamed image, read by region too: `overview` on the overview's grid (labelMap() and
+    // what the 3D view builds surfaces from), `reader` for full-resolution label slices, `present` every
+    // label of the full resolution. Throws naming both grids when the reader's grid differs from the image's.
+    void setStreamedLabels(std::shared_ptr<const tessera::LabelMap> overview, std::shared_ptr<const tessera::VolumeRegionReader> reader,
+                           const std::vector<std::int32_t>& present);
     const std::shared_ptr<StreamedVolume>& streamed() const { return m_streamed; }
     bool isStreamed() const { return m_streamed != nullptr; }
     // The grid the cursor and the slice views walk: the full-resolution one, also when streamed.
@@ -59,7 +64,8 @@ public:
     // Throws tessera::Error naming both grids when the label map's grid differs from the image's.
     void setLabelMap(std::shared_ptr<const tessera::LabelMap> labels);
     void clearLabelMap();
-    // Throws naming `what` when label maps cannot be shown on the image (a streamed one: too large).
+    // Throws naming `what` when a label map held whole cannot be shown on the image (a streamed one:
+    // its labels must be read by region too, setStreamedLabels).
     void checkLabelsCanBeShown(const std::string& what) const;
     // A prediction on the image's grid (throws naming both grids otherwise); nullptr drops it.
     void setPrediction(std::shared_ptr<const tessera::LabelMap> prediction);

@@ -1,5 +1,7 @@
 #include "render/slice_renderer.hpp"
 
+#include "io/volume_overview.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -227,22 +229,61 @@ QImage SliceRenderer::renderOverview(const tessera::Volume& overview, const std:
     return image;
 }
 
+tessera::LabelMap SliceRenderer::overviewLabelSlice(const tessera::LabelMap& overview, const std::array<std::int64_t, 3>& factor,
+                                                    const std::array<std::int64_t, 3>& full_size, const SliceAxes& axes,
+                                                    std::int64_t slice_index) {
+    tessera::ImageGeometry geometry;
+    geometry.size = full_size;
+    geometry.size[static_cast<std::size_t>(axes.axis_normal)] = 1;
+    tessera::LabelMap slice = tessera::make_label_map(geometry);
+    std::int32_t* out = slice.labels.data<std::int32_t>();
+    const auto& size = overview.geometry.size;
+    std::array<std::int64_t, 3> voxel{};
+    voxel[static_cast<std::size_t>(axes.axis_normal)] = slice_index;
+    for (std::int64_t k = 0; k < geometry.size[2]; ++k) {
+        for (std::int64_t j = 0; j < geometry.size[1]; ++j) {
+            for (std::int64_t i = 0; i < geometry.size[0]; ++i) {
+                const std::array<std::int64_t, 3> in_slice{i, j, k};
+                for (std::size_t axis = 0; axis < 3; ++axis) {
+                    if (static_cast<int>(axis) != axes.axis_normal) voxel[axis] = in_slice[axis];
+                }
+                const auto block = tessera::overview_voxel_of(voxel, factor);
+                *out++ = overview.label_at(std::min(block[0], size[0] - 1), std::min(block[1], size[1] - 1), std::min(block[2], size[2] - 1));
+            }
+        }
+    }
+    return slice;
+}
+
 QImage SliceRenderer::render(const ViewerModel& model, SliceOrientation orientation, bool* full_resolution) {
     if (full_resolution) *full_resolution = !model.isStreamed();
     if (!model.hasVolume()) return {};
     const SliceAxes axes = sliceAxes(model.geometry(), orientation);
     const std::int64_t slice_index = model.cursor()[static_cast<std::size_t>(axes.axis_normal)];
+    const auto shown = model.shownLabels();
     if (const auto& streamed = model.streamed()) {
-        if (const auto slice = streamed->slice(axes.axis_normal, slice_index)) {
+        const auto factor = streamed->overviewFactor();
+        const auto& full_size = model.geometry().size;
+        const auto slice = streamed->slice(axes.axis_normal, slice_index);
+        // Labels at full resolution when the overlay shows them, the slice's own once read.
+        std::shared_ptr<const tessera::LabelMap> label_slice;
+        const bool want_labels = shown && streamed->hasLabels();
+        if (want_labels) label_slice = streamed->labelSlice(axes.axis_normal, slice_index);
+        const bool labels_ready = !want_labels || label_slice || streamed->readFailed(axes.axis_normal, slice_index);
+        if (slice && labels_ready) {
             if (full_resolution) *full_resolution = true;
-            return renderIntensity(*slice, axes, 0, model.windowLevel());  // the slice is one voxel thick
+            QImage image = renderIntensity(*slice, axes, 0, model.windowLevel());  // the slice is one voxel thick
+            if (label_slice) blendLabels(image, *label_slice, axes, 0, model);
+            return image;
         }
-        return renderOverview(*model.volume(), streamed->overviewFactor(), model.geometry().size, axes, slice_index,
-                              model.windowLevel());
+        QImage image = slice ? renderIntensity(*slice, axes, 0, model.windowLevel())
+                             : renderOverview(*model.volume(), factor, full_size, axes, slice_index, model.windowLevel());
+        if (shown) blendLabels(image, overviewLabelSlice(*shown, factor, full_size, axes, slice_index), axes, 0, model);
+        return image;
     }
     const tessera::Volume& volume = *model.volume();
     QImage image = renderIntensity(volume, axes, slice_index, model.windowLevel());
-    if (const auto shown = model.shownLabels()) blendLabels(image, *shown, axes, slice_index, model);
+    if (shown) blendLabels(image, *shown, axes, slice_index, model);
     return image;
 }
 

@@ -56,9 +56,14 @@ public:
     static QImage renderOverview(const tessera::Volume& overview, const std::array<std::int64_t, 3>& factor,
                                  const std::array<std::int64_t, 3>& full_size, const SliceAxes& axes,
                                  std::int64_t slice_index, WindowLevel window);
+    // The labels of a full-resolution slice (one voxel thick along axes.axis_normal, on the full grid
+    // `full_size`) taken from an overview's blocks of `factor` voxels: what blendLabels draws while the
+    // slice's own labels are being read.
+    static tessera::LabelMap overviewLabelSlice(const tessera::LabelMap& overview, const std::array<std::int64_t, 3>& factor,
+                                                const std::array<std::int64_t, 3>& full_size, const SliceAxes& axes, std::int64_t slice_index);
     // Both, from the model's state, at the model's cursor. For a streamed volume: the full-resolution
-    // slice when it has been read (`full_resolution` set true), else the overview's (and the slice is
-    // asked for).
+    // slice and its labels when they have been read (`full_resolution` set true), else the overview's
+    // (and the slice is asked for).
     static QImage render(const ViewerModel& model, SliceOrientation orientation, bool* full_resolution = nullptr);
 };
 

@@ -249,7 +249,8 @@ void MainWindow::createActions() {
     for (QAction* action : {save_image, save_labels, close_labels, open_descriptions, save_descriptions}) action->setEnabled(false);
     connect(m_model, &ViewerModel::volumeChanged, this, [this, save_image] { save_image->setEnabled(m_model->hasVolume() && !m_model->isStreamed()); });
     connect(m_model, &ViewerModel::labelMapChanged, this, [this, save_labels, close_labels, open_descriptions, save_descriptions] {
-        for (QAction* action : {save_labels, close_labels, open_descriptions, save_descriptions}) action->setEnabled(m_model->labelMap() != nullptr);
+        for (QAction* action : {close_labels, open_descriptions, save_descriptions}) action->setEnabled(m_model->labelMap() != nullptr);
+        save_labels->setEnabled(m_model->labelMap() != nullptr && !m_model->isStreamed());  // a streamed image's labels are never held whole
     });
 
     QMenu* view = menuBar()->addMenu(tr("&View"));
@@ -439,27 +440,26 @@ bool MainWindow::openImageByRegion(const QString& path) {
     return showStreamed(std::move(reader), path);
 }
 
-bool MainWindow::showStreamed(std::shared_ptr<const tessera::VolumeRegionReader> reader, const QString& path) {
-    // The overview pass reads the whole file (minutes for tens of gigabytes): on a worker thread, with
-    // a dialog that shows how far it is and can stop it.
-    const QString name = QFileInfo(path).fileName();
-    QProgressDialog progress(tr("Reading an overview of %1 (%2)…").arg(name, QString::fromStdString(tessera::describe(reader->geometry()))),
-                             tr("Cancel"), 0, 1000, this);
-    progress.setWindowTitle(tr("Opening by region"));
+// A pass over a whole file (minutes for tens of gigabytes) runs on a worker thread behind a dialog
+// that shows how far it is and can stop it. `pass` reports its fraction done through the function it is
+// given and stops when that returns false. Returns the error message ("" when none); `cancelled` says
+// whether the user stopped it.
+std::string MainWindow::runWithProgress(const QString& title, const QString& text,
+                                        const std::function<void(const std::function<bool(double)>&)>& pass, bool& cancelled) {
+    QProgressDialog progress(text, tr("Cancel"), 0, 1000, this);
+    progress.setWindowTitle(title);
     progress.setWindowModality(Qt::WindowModal);
     progress.setMinimumDuration(300);
     std::atomic<int> permille{0};
-    std::atomic<bool> cancelled{false};
+    std::atomic<bool> stop{false};
     std::atomic<bool> finished{false};
-    std::optional<tessera::VolumeOverview> overview;
     std::string error;
-    const std::int64_t limit = overviewVoxelLimit();
     std::thread worker([&] {
         lowerThisThreadPriority();
         try {
-            overview = tessera::read_overview(*reader, limit, [&](double fraction) {
+            pass([&](double fraction) {
                 permille = static_cast<int>(fraction * 1000.0);
-                return !cancelled.load();
+                return !stop.load();
             });
         } catch (const std::exception& exception) {
             error = exception.what();
@@ -469,7 +469,7 @@ bool MainWindow::showStreamed(std::shared_ptr<const tessera::VolumeRegionReader>
     QEventLoop loop;
     QTimer poll;
     connect(&poll, &QTimer::timeout, &loop, [&] {
-        if (progress.wasCanceled()) cancelled = true;
+        if (progress.wasCanceled()) stop = true;
         if (finished) {
             loop.quit();
             return;
@@ -480,6 +480,18 @@ bool MainWindow::showStreamed(std::shared_ptr<const tessera::VolumeRegionReader>
     loop.exec();
     worker.join();
     progress.reset();
+    cancelled = stop.load() && error.empty();
+    return error;
+}
+
+bool MainWindow::showStreamed(std::shared_ptr<const tessera::VolumeRegionReader> reader, const QString& path) {
+    const QString name = QFileInfo(path).fileName();
+    std::optional<tessera::VolumeOverview> overview;
+    const std::int64_t limit = overviewVoxelLimit();
+    bool cancelled = false;
+    const std::string error = runWithProgress(
+        tr("Opening by region"), tr("Reading an overview of %1 (%2)…").arg(name, QString::fromStdString(tessera::describe(reader->geometry()))),
+        [&](const std::function<bool(double)>& progress) { overview = tessera::read_overview(*reader, limit, progress); }, cancelled);
     if (!error.empty()) {
         showError(tr("Cannot open image by region"), QString::fromStdString(error));
         return false;
@@ -499,14 +511,51 @@ bool MainWindow::showStreamed(std::shared_ptr<const tessera::VolumeRegionReader>
     return true;
 }
 
+// Labels of an image read by region are read by region too: one pass builds their overview (each
+// block's most frequent label, for the 3D surfaces and the slices until their own labels are read) and
+// lists every label present.
+bool MainWindow::openStreamedLabels(const QString& path) {
+    const QString name = QFileInfo(path).fileName();
+    try {
+        const auto& streamed = m_model->streamed();
+        TESSERA_CHECK(tessera::can_read_by_region(toPath(path)),
+                      "cannot show " << toPath(path) << " on " << streamed->sourcePath()
+                                     << ": that image is read by region (too large to hold), so its label map must be read by region too — an HDF5 "
+                                        "dataset (file.h5:/volumes/labels/…) or an uncompressed .nii on the same grid. tessera-cli convert writes either");
+        std::shared_ptr<const tessera::VolumeRegionReader> reader = tessera::open_region_reader(toPath(path), tessera::viewer_chunk_cache_bytes);
+        tessera::check_same_grid(streamed->geometry(), reader->geometry(), reader->source_path());  // before the pass
+        std::optional<tessera::LabelOverview> overview;
+        bool cancelled = false;
+        const std::string error = runWithProgress(
+            tr("Opening labels by region"), tr("Reading the labels of %1 (%2)…").arg(name, QString::fromStdString(tessera::describe(reader->geometry()))),
+            [&](const std::function<bool(double)>& progress) { overview = tessera::read_label_overview(*reader, streamed->overviewFactor(), progress); },
+            cancelled);
+        if (!error.empty()) {
+            showError(tr("Cannot open label map"), QString::fromStdString(error));
+            return false;
+        }
+        if (!overview) {
+            statusBar()->showMessage(tr("Opening %1 cancelled").arg(name), 5000);
+            return false;
+        }
+        m_model->setStreamedLabels(std::make_shared<tessera::LabelMap>(std::move(overview->labels)), std::move(reader), overview->present_labels);
+        m_legend->setLabelNames({});
+        updateStatus();
+        return true;
+    } catch (const std::exception& error) {
+        showError(tr("Cannot open label map"), QString::fromStdString(error.what()));
+        return false;
+    }
+}
+
 bool MainWindow::openLabelMap(const QString& path) {
     if (!m_model->hasVolume()) {
         showError(tr("Cannot open label map"), tr("Open an image first: a label map is shown on the image's grid."));
         return false;
     }
+    if (m_model->isStreamed()) return openStreamedLabels(path);
     QApplication::setOverrideCursor(Qt::WaitCursor);
     try {
-        m_model->checkLabelsCanBeShown("the label map " + toPath(path).string());  // before reading it
         auto labels = std::make_shared<tessera::LabelMap>(tessera::read_label_map(toPath(path)));
         const std::vector<std::string> warnings = labels->warnings;
         // Names and colours the file gives its labels (a .seg.nrrd's segments) go to the legend and overlay.
@@ -637,6 +686,9 @@ void MainWindow::saveLabelMapAs() {
 bool MainWindow::saveLabelMap(const QString& path) {
     if (!m_model->labelMap()) return false;
     try {
+        // labelMap() is the overview's then: writing it would pass a summary off as the labels.
+        TESSERA_CHECK(!m_model->isStreamed(), "the label map is read by region (" << m_model->streamed()->sourcePath()
+                                                                                   << "): the studio never holds it whole, so it cannot write it; its file is unchanged");
         // The legend's names and colours go with the labels where the format keeps them (NRRD, .seg.nrrd).
         tessera::LabelMap labels = *m_model->labelMap();
         labels.descriptions = legendDescriptions();
@@ -770,7 +822,16 @@ void MainWindow::updateStatus() {
                        .arg(formatTriple(world, 1))
                        .arg(value);
     if (const auto& labels = m_model->labelMap()) {
-        const std::int32_t label = labels->label_at(voxel[0], voxel[1], voxel[2]);
+        std::int32_t label = 0;
+        if (const auto& streamed = m_model->streamed()) {
+            // The voxel's own label from a slice read, else its block's in the overview.
+            const auto block = tessera::overview_voxel_of(voxel, streamed->overviewFactor());
+            const auto& size = labels->geometry.size;
+            label = streamed->cachedLabel(voxel).value_or(
+                labels->label_at(std::min(block[0], size[0] - 1), std::min(block[1], size[1] - 1), std::min(block[2], size[2] - 1)));
+        } else {
+            label = labels->label_at(voxel[0], voxel[1], voxel[2]);
+        }
         text += tr(" · label %1").arg(label == 0 ? tr("0 (background)") : tr("%1 (%2)").arg(label).arg(m_legend->labelName(label)));
     }
     m_status->setText(text);

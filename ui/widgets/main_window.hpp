@@ -147,6 +147,9 @@ public slots:
 private:
     void createRunActions();
     bool showStreamed(std::shared_ptr<const tessera::VolumeRegionReader> reader, const QString& path);
+    bool openStreamedLabels(const QString& path);
+    std::string runWithProgress(const QString& title, const QString& text,
+                                const std::function<void(const std::function<bool(double)>&)>& pass, bool& cancelled);
     // What the legend shows: every present label's name and colour.
     std::vector<tessera::LabelDescription> legendDescriptions() const;
     void sizeDocksByDefault();

@@ -178,10 +178,12 @@ void SliceView::paintEvent(QPaintEvent*) {
     if (const auto& streamed = m_model->streamed()) {
         // Which picture this is: the overview's blocks until the full-resolution slice has been read.
         const auto factor = streamed->overviewFactor();
-        const QString note = m_full_resolution
+        const bool failed = streamed->readFailed(m_axes.axis_normal, sliceIndex());
+        const QString note = failed ? tr("cannot read this slice: %1").arg(QString::fromStdString(streamed->lastError()))
+                             : m_full_resolution
                                  ? tr("full resolution")
                                  : tr("overview 1:%1 — reading full resolution…").arg(factor[static_cast<std::size_t>(m_axes.axis_x)]);
-        painter.setPen(m_full_resolution ? QColor(140, 220, 140) : QColor(255, 170, 60));
+        painter.setPen(failed ? QColor(255, 90, 90) : m_full_resolution ? QColor(140, 220, 140) : QColor(255, 170, 60));
         painter.drawText(frame, Qt::AlignBottom | Qt::AlignLeft, note);
     }
     if (hasFocus()) {
