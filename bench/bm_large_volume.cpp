@@ -287,10 +287,10 @@ int main(int argc, char** argv) {
         // The studio's view of it: overview, then slices at full resolution.
         memory.phase("view");
         {
-            const auto reader = open_region_reader(image, viewer_chunk_cache_bytes);
             auto start = Clock::now();
-            const std::optional<VolumeOverview> overview = read_overview(*reader, std::int64_t{1} << 24);
+            const std::optional<VolumeOverview> overview = read_overview(*open_region_reader(image, overview_pass_chunk_cache_bytes), std::int64_t{1} << 24);
             const double overview_seconds = seconds_since(start);
+            const auto reader = open_region_reader(image, viewer_chunk_cache_bytes);  // after the pass's is closed, as the studio
             const auto& size = reader->geometry().size;
             auto slice_seconds = [&](int axis, std::int64_t index) {
                 VoxelBox box{{0, 0, 0}, size};
@@ -304,10 +304,11 @@ int main(int argc, char** argv) {
             const double axial_next = slice_seconds(2, size[2] / 2 + 1);
             const double coronal = slice_seconds(1, size[1] / 2);
             const double sagittal = slice_seconds(0, size[0] / 2);
-            const auto label_reader = open_region_reader(labels, viewer_chunk_cache_bytes);
             start = Clock::now();
-            const std::optional<LabelOverview> label_overview = read_label_overview(*label_reader, overview->factor);
+            const std::optional<LabelOverview> label_overview =
+                read_label_overview(*open_region_reader(labels, overview_pass_chunk_cache_bytes), overview->factor);
             const double label_overview_seconds = seconds_since(start);
+            const auto label_reader = open_region_reader(labels, viewer_chunk_cache_bytes);
             VoxelBox axial_box{{0, 0, size[2] / 2}, size};
             axial_box.extent[2] = 1;
             start = Clock::now();

@@ -23,6 +23,11 @@ namespace tessera {
 // a 2048²-voxel plane stored in 64³ float chunks touches 1 GiB of them; held, the next 63 slices read
 // from memory instead of the file.
 inline constexpr std::size_t viewer_chunk_cache_bytes = std::size_t{1} << 30;
+// The chunk cache of the reader an overview pass reads with: its bands hold whole rows of chunks and the
+// next band needs at most the rows it shares with the last one (two rows of 2048-wide 64³ f32 chunks),
+// so more would only hold chunks never read again. Pass readers are closed before viewer readers open:
+// HDF5 gives a dataset open twice in one process the first opening's cache.
+inline constexpr std::size_t overview_pass_chunk_cache_bytes = std::size_t{128} << 20;
 
 struct VolumeOverview {
     // Each voxel the mean of a block of factor[0] × factor[1] × factor[2] full-resolution voxels (the

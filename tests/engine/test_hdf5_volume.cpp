@@ -4,11 +4,14 @@
 #include "volume_io_test_support.hpp"
 
 #include "io/hdf5_volume.hpp"
+#include "io/overview_cache.hpp"
 #include "io/volume_overview.hpp"
 #include "io/volume_region.hpp"
 
 #include "core/random.hpp"
 
+#include <chrono>
+#include <cstring>
 #include <map>
 
 namespace tessera::test {
@@ -382,6 +385,58 @@ TEST(VolumeOverviewTest, LabelOverviewIsEachBlocksMostFrequentLabel) {
     EXPECT_EQ(box.geometry.size, (std::array<std::int64_t, 3>{32, 15, 1}));
     EXPECT_EQ(box.label_at(30, 10, 0), 9);
     EXPECT_EQ(box.label_at(0, 0, 0), labels.label_at(10, 20, 4));
+}
+
+
+TEST(OverviewCacheTest, KeepsOverviewsOfTheSameFileOnly) {
+    ScratchDir scratch;
+    Volume volume = cremi_volume({70, 66, 9}, "float32");
+    write_volume(volume, scratch / "em.h5:/volumes/raw");
+    LabelMap labels = make_label_map(volume.geometry);
+    for (std::int64_t v = 0; v < labels.geometry.num_voxels(); ++v) labels.labels.data<std::int32_t>()[v] = static_cast<std::int32_t>(v % 7 == 0);
+    write_label_map(labels, scratch / "em.h5:/volumes/labels/cells");
+    const OverviewCache cache(scratch / "cache", 3);
+    const auto reader = open_region_reader(scratch / "em.h5:/volumes/raw");
+    EXPECT_FALSE(cache.find_image(*reader, 2000).has_value());  // nothing stored yet
+
+    const VolumeOverview read = *read_overview(*reader, 2000);
+    cache.store_image(*reader, 2000, read);
+    const std::optional<VolumeOverview> found = cache.find_image(*reader, 2000);
+    ASSERT_TRUE(found.has_value());
+    EXPECT_EQ(found->factor, read.factor);
+    EXPECT_EQ(found->minimum, read.minimum);
+    EXPECT_EQ(found->maximum, read.maximum);
+    EXPECT_TRUE(same_grid(found->volume.geometry, read.volume.geometry, 0.0));
+    EXPECT_EQ(std::memcmp(found->volume.voxels.raw_data(), read.volume.voxels.raw_data(), read.volume.voxels.num_bytes()), 0);
+    EXPECT_EQ(found->volume.source_path, reader->source_path());
+    EXPECT_FALSE(cache.find_image(*reader, 1000).has_value());  // another limit: another overview
+
+    const auto label_reader = open_region_reader(scratch / "em.h5:/volumes/labels/cells");
+    const LabelOverview label_read = *read_label_overview(*label_reader, read.factor);
+    cache.store_labels(*label_reader, read.factor, label_read);
+    const std::optional<LabelOverview> labels_found = cache.find_labels(*label_reader, read.factor);
+    ASSERT_TRUE(labels_found.has_value());
+    EXPECT_EQ(labels_found->present_labels, label_read.present_labels);
+    EXPECT_EQ(std::memcmp(labels_found->labels.labels.raw_data(), label_read.labels.labels.raw_data(), label_read.labels.labels.num_bytes()), 0);
+    EXPECT_FALSE(cache.find_labels(*label_reader, {2, 2, 2}).has_value());
+
+    // A damaged entry is a miss, not an error.
+    for (const auto& file : std::filesystem::directory_iterator(scratch / "cache")) {
+        if (file.path().extension() == ".raw") std::filesystem::resize_file(file.path(), 12);
+    }
+    EXPECT_FALSE(cache.find_image(*reader, 2000).has_value());
+    cache.store_image(*reader, 2000, read);
+    ASSERT_TRUE(cache.find_image(*reader, 2000).has_value());
+
+    // The file changes (rewritten, a new modification time): its old overview is not found.
+    std::filesystem::last_write_time(scratch / "em.h5", std::filesystem::last_write_time(scratch / "em.h5") + std::chrono::seconds(5));
+    EXPECT_FALSE(cache.find_image(*open_region_reader(scratch / "em.h5:/volumes/raw"), 2000).has_value());
+
+    // At most 3 entries: the oldest go.
+    for (std::int64_t limit : {900, 800, 700, 600}) cache.store_image(*reader, limit, *read_overview(*reader, limit));
+    std::int64_t entries = 0;
+    for (const auto& file : std::filesystem::directory_iterator(scratch / "cache")) entries += file.path().extension() == ".json";
+    EXPECT_EQ(entries, 3);
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 
 #include <QDir>
 #include <QFile>
+#include <QStatusBar>
 #include <QTemporaryDir>
 
 #include <cmath>
@@ -48,15 +49,19 @@ Volume detailedVolume(std::array<std::int64_t, 3> size) {
 }
 
 // The environment the studio reads its limits from, restored after each test.
+// The overview cache goes to a scratch folder, never the user's.
 struct Limits {
     Limits(const char* whole_bytes, const char* overview_voxels) {
         qputenv("TESSERA_STUDIO_VOLUME_BYTES", whole_bytes);
         qputenv("TESSERA_OVERVIEW_VOXELS", overview_voxels);
+        qputenv("TESSERA_CACHE_DIR", cache.path().toUtf8());
     }
     ~Limits() {
         qunsetenv("TESSERA_STUDIO_VOLUME_BYTES");
         qunsetenv("TESSERA_OVERVIEW_VOXELS");
+        qunsetenv("TESSERA_CACHE_DIR");
     }
+    QTemporaryDir cache;
 };
 
 QImage wholeSlice(const Volume& whole, SliceOrientation orientation, const std::array<std::int64_t, 3>& cursor, WindowLevel window) {
@@ -176,6 +181,17 @@ private slots:
         QCOMPARE(model->presentLabels(), (std::vector<std::int32_t>{1, 2, 3, 7}));
         model->clearLabelMap();
         QVERIFY(!model->labelMap() && !model->streamed()->hasLabels());
+
+        // Opened again: both overviews come from the cache, the same values as read.
+        const std::vector<float> first_overview(model->volume()->voxels.data<float>(),
+                                                model->volume()->voxels.data<float>() + model->volume()->geometry.num_voxels());
+        QVERIFY(window.openImage(QString::fromStdString(path)));
+        QVERIFY2(window.statusBar()->currentMessage().contains(QStringLiteral("overview from the cache")), qPrintable(window.statusBar()->currentMessage()));
+        QVERIFY(std::equal(first_overview.begin(), first_overview.end(), model->volume()->voxels.data<float>()));
+        QVERIFY(window.openLabelMap(QString::fromStdString(labels_path)));
+        QVERIFY2(window.statusBar()->currentMessage().contains(QStringLiteral("label overview from the cache")),
+                 qPrintable(window.statusBar()->currentMessage()));
+        QCOMPARE(model->presentLabels(), (std::vector<std::int32_t>{1, 2, 3, 7}));
     }
 
     void aVolumeUnderTheLimitOpensWhole() {

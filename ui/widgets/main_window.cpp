@@ -6,6 +6,7 @@
 #include "io/label_descriptions.hpp"
 #include "core/memory_budget.hpp"
 #include "io/volume_io.hpp"
+#include "io/overview_cache.hpp"
 #include "io/volume_overview.hpp"
 #include "model/gui_mailbox.hpp"
 #include "widgets/detection_view.hpp"
@@ -394,7 +395,7 @@ bool MainWindow::openImage(const QString& path) {
             // region reader refuses goes on to the whole read, whose message is the one users know.
             std::shared_ptr<const tessera::VolumeRegionReader> reader;
             try {
-                reader = tessera::open_region_reader(toPath(path), tessera::viewer_chunk_cache_bytes);
+                reader = tessera::open_region_reader(toPath(path), tessera::overview_pass_chunk_cache_bytes);
             } catch (const tessera::Error&) {
             }
             if (reader && static_cast<double>(reader->geometry().num_voxels()) * sizeof(float) > static_cast<double>(wholeVolumeLimitBytes())) {
@@ -432,7 +433,7 @@ bool MainWindow::openImage(const QString& path) {
 bool MainWindow::openImageByRegion(const QString& path) {
     std::shared_ptr<const tessera::VolumeRegionReader> reader;
     try {
-        reader = tessera::open_region_reader(toPath(path), tessera::viewer_chunk_cache_bytes);
+        reader = tessera::open_region_reader(toPath(path), tessera::overview_pass_chunk_cache_bytes);
     } catch (const std::exception& error) {
         showError(tr("Cannot open image by region"), QString::fromStdString(error.what()));
         return false;
@@ -489,9 +490,19 @@ bool MainWindow::showStreamed(std::shared_ptr<const tessera::VolumeRegionReader>
     std::optional<tessera::VolumeOverview> overview;
     const std::int64_t limit = overviewVoxelLimit();
     bool cancelled = false;
-    const std::string error = runWithProgress(
-        tr("Opening by region"), tr("Reading an overview of %1 (%2)…").arg(name, QString::fromStdString(tessera::describe(reader->geometry()))),
-        [&](const std::function<bool(double)>& progress) { overview = tessera::read_overview(*reader, limit, progress); }, cancelled);
+    // An overview read before from the same file comes from the cache; a new one goes there.
+    const tessera::OverviewCache cache(tessera::OverviewCache::default_folder());
+    overview = cache.find_image(*reader, limit);
+    const bool from_cache = overview.has_value();
+    const std::string error =
+        from_cache ? std::string()
+                   : runWithProgress(tr("Opening by region"),
+                                     tr("Reading an overview of %1 (%2)…").arg(name, QString::fromStdString(tessera::describe(reader->geometry()))),
+                                     [&](const std::function<bool(double)>& progress) {
+                                         overview = tessera::read_overview(*reader, limit, progress);
+                                         if (overview) cache.store_image(*reader, limit, *overview);
+                                     },
+                                     cancelled);
     if (!error.empty()) {
         showError(tr("Cannot open image by region"), QString::fromStdString(error));
         return false;
@@ -504,10 +515,20 @@ bool MainWindow::showStreamed(std::shared_ptr<const tessera::VolumeRegionReader>
     if (overview->num_non_finite > 0) {
         showWarning(tr("Opened with warnings"), tr("%1: %2 voxels are NaN or infinite (left out of the overview)").arg(name).arg(overview->num_non_finite));
     }
+    // The slices are read through a reader with the viewer's chunk cache; the pass's goes first.
+    const std::filesystem::path source = reader->source_path();
+    reader.reset();
+    try {
+        reader = tessera::open_region_reader(source, tessera::viewer_chunk_cache_bytes);
+    } catch (const std::exception& reopen_error) {
+        showError(tr("Cannot open image by region"), QString::fromStdString(reopen_error.what()));
+        return false;
+    }
     auto full = m_model->makeStreamedVolume(std::move(reader), *overview);
     m_model->setStreamedVolume(std::make_shared<tessera::Volume>(std::move(overview->volume)), std::move(full));
     m_legend->setLabelNames({});
     addRecentFile(path);
+    if (from_cache) statusBar()->showMessage(tr("%1: overview from the cache (%2)").arg(name, QString::fromStdString(cache.folder().string())), 8000);
     return true;
 }
 
@@ -522,14 +543,22 @@ bool MainWindow::openStreamedLabels(const QString& path) {
                       "cannot show " << toPath(path) << " on " << streamed->sourcePath()
                                      << ": that image is read by region (too large to hold), so its label map must be read by region too — an HDF5 "
                                         "dataset (file.h5:/volumes/labels/…) or an uncompressed .nii on the same grid. tessera-cli convert writes either");
-        std::shared_ptr<const tessera::VolumeRegionReader> reader = tessera::open_region_reader(toPath(path), tessera::viewer_chunk_cache_bytes);
+        std::shared_ptr<const tessera::VolumeRegionReader> reader = tessera::open_region_reader(toPath(path), tessera::overview_pass_chunk_cache_bytes);
         tessera::check_same_grid(streamed->geometry(), reader->geometry(), reader->source_path());  // before the pass
-        std::optional<tessera::LabelOverview> overview;
+        const tessera::OverviewCache cache(tessera::OverviewCache::default_folder());
+        const auto factor = streamed->overviewFactor();
+        std::optional<tessera::LabelOverview> overview = cache.find_labels(*reader, factor);
+        const bool from_cache = overview.has_value();
         bool cancelled = false;
-        const std::string error = runWithProgress(
-            tr("Opening labels by region"), tr("Reading the labels of %1 (%2)…").arg(name, QString::fromStdString(tessera::describe(reader->geometry()))),
-            [&](const std::function<bool(double)>& progress) { overview = tessera::read_label_overview(*reader, streamed->overviewFactor(), progress); },
-            cancelled);
+        const std::string error =
+            from_cache ? std::string()
+                       : runWithProgress(tr("Opening labels by region"),
+                                         tr("Reading the labels of %1 (%2)…").arg(name, QString::fromStdString(tessera::describe(reader->geometry()))),
+                                         [&](const std::function<bool(double)>& progress) {
+                                             overview = tessera::read_label_overview(*reader, factor, progress);
+                                             if (overview) cache.store_labels(*reader, factor, *overview);
+                                         },
+                                         cancelled);
         if (!error.empty()) {
             showError(tr("Cannot open label map"), QString::fromStdString(error));
             return false;
@@ -538,9 +567,13 @@ bool MainWindow::openStreamedLabels(const QString& path) {
             statusBar()->showMessage(tr("Opening %1 cancelled").arg(name), 5000);
             return false;
         }
+        const std::filesystem::path source = reader->source_path();
+        reader.reset();  // the pass's reader goes before the viewer's opens (see overview_pass_chunk_cache_bytes)
+        reader = tessera::open_region_reader(source, tessera::viewer_chunk_cache_bytes);
         m_model->setStreamedLabels(std::make_shared<tessera::LabelMap>(std::move(overview->labels)), std::move(reader), overview->present_labels);
         m_legend->setLabelNames({});
         updateStatus();
+        if (from_cache) statusBar()->showMessage(tr("%1: label overview from the cache (%2)").arg(name, QString::fromStdString(cache.folder().string())), 8000);
         return true;
     } catch (const std::exception& error) {
         showError(tr("Cannot open label map"), QString::fromStdString(error.what()));
