@@ -42,6 +42,19 @@ public:
         check_box(box);
         m_dataset->read(box, ScalarType::F64, out);
     }
+    bool read_int32_directly(const VoxelBox& box, std::int32_t* out) const override {
+        switch (m_dataset->scalar_type()) {
+            case ScalarType::U8:
+            case ScalarType::I8:
+            case ScalarType::U16:
+            case ScalarType::I16:
+            case ScalarType::I32:
+                check_box(box);
+                m_dataset->read(box, ScalarType::I32, out);  // HDF5 widens them exactly
+                return true;
+            default: return false;
+        }
+    }
 
 private:
     std::unique_ptr<io_detail::Hdf5Dataset> m_dataset;
@@ -324,6 +337,7 @@ void VolumeRegionReader::check_box(const VoxelBox& box) const {
 }
 
 void VolumeRegionReader::read_labels(const VoxelBox& box, std::int32_t* out) const {
+    if (read_int32_directly(box, out)) return;
     std::vector<double> values(static_cast<std::size_t>(box.num_voxels()));
     read_exact(box, values.data());
     for (std::int64_t index = 0; index < box.num_voxels(); ++index) {

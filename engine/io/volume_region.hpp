@@ -47,6 +47,10 @@ protected:
     void check_box(const VoxelBox& box) const;
     // The box's values as doubles: labels of any integer type up to 2^53 keep their value.
     virtual void read_exact(const VoxelBox& box, double* out) const = 0;
+    // Labels read straight into i32 where every stored value is one (integer types of at most 16 bits,
+    // and int32, unscaled): no per-voxel check. Returns false where the reader cannot, and read_labels
+    // goes through read_exact.
+    virtual bool read_int32_directly(const VoxelBox&, std::int32_t*) const { return false; }
 
 private:
     ImageGeometry m_geometry;
