@@ -64,8 +64,8 @@ struct Band {
     VoxelBox box;                        // full-resolution voxels of the band
     std::int64_t blocks_j = 0, blocks_k = 0;  // overview rows and slices the band covers
     std::int64_t first_block_j = 0, first_block_k = 0;
-    // The band's block (as an index into its own [blocks_k, blocks_j, overview width] blocks) of voxel
-    // (i, j, k) counted from the band's first voxel.
+    // Index of the first block of the band's row (j, k) (counted from the band's first voxel) among the
+    // band's own [blocks_k, blocks_j, overview width] blocks; voxel i of that row is in block + i / factor[0].
     std::int64_t block_of_row(std::int64_t j, std::int64_t k, const std::array<std::int64_t, 3>& factor, std::int64_t overview_width) const {
         return ((k / factor[2]) * blocks_j + j / factor[1]) * overview_width;
     }

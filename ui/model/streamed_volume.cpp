@@ -79,36 +79,31 @@ bool StreamedVolume::hasLabels() const {
     return m_labels != nullptr;
 }
 
-namespace {
-
-// Where a voxel sits in the cached slice through it along `axis` (which is one voxel thick there).
-std::array<std::int64_t, 3> withinSlice(std::array<std::int64_t, 3> voxel, int axis) {
-    voxel[static_cast<std::size_t>(axis)] = 0;
-    return voxel;
+template <class Part>
+auto StreamedVolume::findThrough(const std::array<std::int64_t, 3>& voxel, Part part) const
+    -> std::optional<std::pair<decltype(part(std::declval<const Cached&>())), std::array<std::int64_t, 3>>> {
+    for (int axis = 0; axis < 3; ++axis) {
+        const auto found = m_cache.find({axis, voxel[static_cast<std::size_t>(axis)]});
+        if (found == m_cache.end() || !part(found->second)) continue;
+        std::array<std::int64_t, 3> within = voxel;  // the slice is one voxel thick along `axis`
+        within[static_cast<std::size_t>(axis)] = 0;
+        return std::pair{part(found->second), within};
+    }
+    return std::nullopt;
 }
-
-}  // namespace
 
 std::optional<float> StreamedVolume::cachedValue(const std::array<std::int64_t, 3>& voxel) const {
     const std::lock_guard lock(m_mutex);
-    for (int axis = 0; axis < 3; ++axis) {
-        const auto found = m_cache.find({axis, voxel[static_cast<std::size_t>(axis)]});
-        if (found == m_cache.end() || !found->second.slice) continue;
-        const auto within = withinSlice(voxel, axis);
-        return found->second.slice->value_at(within[0], within[1], within[2]);
-    }
-    return std::nullopt;
+    const auto found = findThrough(voxel, [](const Cached& cached) { return cached.slice; });
+    if (!found) return std::nullopt;
+    return found->first->value_at(found->second[0], found->second[1], found->second[2]);
 }
 
 std::optional<std::int32_t> StreamedVolume::cachedLabel(const std::array<std::int64_t, 3>& voxel) const {
     const std::lock_guard lock(m_mutex);
-    for (int axis = 0; axis < 3; ++axis) {
-        const auto found = m_cache.find({axis, voxel[static_cast<std::size_t>(axis)]});
-        if (found == m_cache.end() || !found->second.labels) continue;
-        const auto within = withinSlice(voxel, axis);
-        return found->second.labels->label_at(within[0], within[1], within[2]);
-    }
-    return std::nullopt;
+    const auto found = findThrough(voxel, [](const Cached& cached) { return cached.labels; });
+    if (!found) return std::nullopt;
+    return found->first->label_at(found->second[0], found->second[1], found->second[2]);
 }
 
 bool StreamedVolume::readFailed(int axis, std::int64_t index) const {
@@ -119,16 +114,6 @@ bool StreamedVolume::readFailed(int axis, std::int64_t index) const {
 std::string StreamedVolume::lastError() const {
     const std::lock_guard lock(m_mutex);
     return m_last_error;
-}
-
-std::size_t StreamedVolume::cachedBytes() const {
-    const std::lock_guard lock(m_mutex);
-    return m_bytes;
-}
-
-std::int64_t StreamedVolume::slicesRead() const {
-    const std::lock_guard lock(m_mutex);
-    return m_slices_read;
 }
 
 void StreamedVolume::dropLeastRecentlyUsed() {
@@ -186,7 +171,6 @@ void StreamedVolume::run() {
             if (label_slice && labels_generation == m_labels_generation) entry.labels = std::move(label_slice);
             entry.last_used = ++m_clock;
             m_bytes += entry.bytes();
-            ++m_slices_read;
             dropLeastRecentlyUsed();
         } else {
             m_failed[key] = error;

@@ -37,7 +37,6 @@ public:
 
     const tessera::ImageGeometry& geometry() const { return m_reader->geometry(); }  // full resolution
     const std::string& sourcePath() const { return m_reader->source_path(); }
-    const std::string& sourceScalarType() const { return m_reader->source_scalar_type(); }
     std::array<std::int64_t, 3> overviewFactor() const { return m_factor; }
     std::array<double, 2> valueRange() const { return m_value_range; }  // over every finite voxel
 
@@ -58,8 +57,6 @@ public:
     bool readFailed(int axis, std::int64_t index) const;
     // Why the last failed read failed ("" when none has failed); a failed slice is not asked for again.
     std::string lastError() const;
-    std::size_t cachedBytes() const;
-    std::int64_t slicesRead() const;  // reads finished since opening
 
 private:
     using Key = std::pair<int, std::int64_t>;  // voxel axis, slice index
@@ -69,6 +66,11 @@ private:
         std::uint64_t last_used = 0;
         std::size_t bytes() const;
     };
+    // The cached slice through `voxel` along some axis that has what `part` picks, and the voxel's place in
+    // it; under m_mutex.
+    template <class Part>
+    auto findThrough(const std::array<std::int64_t, 3>& voxel, Part part) const
+        -> std::optional<std::pair<decltype(part(std::declval<const Cached&>())), std::array<std::int64_t, 3>>>;
     void request(const Key& key);           // under m_mutex
     bool complete(const Cached& cached) const;  // under m_mutex: all there is to read is read
     void run();
@@ -91,7 +93,6 @@ private:
     std::optional<Key> m_reading;
     std::map<Key, std::string> m_failed;
     std::string m_last_error;
-    std::int64_t m_slices_read = 0;
     bool m_stop = false;
     std::thread m_worker;  // last: starts after everything it uses
 };

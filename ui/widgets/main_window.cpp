@@ -443,10 +443,9 @@ bool MainWindow::openImageByRegion(const QString& path) {
 
 // A pass over a whole file (minutes for tens of gigabytes) runs on a worker thread behind a dialog
 // that shows how far it is and can stop it. `pass` reports its fraction done through the function it is
-// given and stops when that returns false. Returns the error message ("" when none); `cancelled` says
-// whether the user stopped it.
+// given and stops when that returns false (Cancel). Returns the error message ("" when none).
 std::string MainWindow::runWithProgress(const QString& title, const QString& text,
-                                        const std::function<void(const std::function<bool(double)>&)>& pass, bool& cancelled) {
+                                        const std::function<void(const std::function<bool(double)>&)>& pass) {
     QProgressDialog progress(text, tr("Cancel"), 0, 1000, this);
     progress.setWindowTitle(title);
     progress.setWindowModality(Qt::WindowModal);
@@ -481,15 +480,21 @@ std::string MainWindow::runWithProgress(const QString& title, const QString& tex
     loop.exec();
     worker.join();
     progress.reset();
-    cancelled = stop.load() && error.empty();
     return error;
+}
+
+// Slices are read through a reader with the viewer's chunk cache; the overview pass's reader is closed
+// first (see overview_pass_chunk_cache_bytes).
+std::shared_ptr<const tessera::VolumeRegionReader> MainWindow::reopenForViewing(std::shared_ptr<const tessera::VolumeRegionReader> pass_reader) {
+    const std::filesystem::path source = pass_reader->source_path();
+    pass_reader.reset();
+    return tessera::open_region_reader(source, tessera::viewer_chunk_cache_bytes);
 }
 
 bool MainWindow::showStreamed(std::shared_ptr<const tessera::VolumeRegionReader> reader, const QString& path) {
     const QString name = QFileInfo(path).fileName();
     std::optional<tessera::VolumeOverview> overview;
     const std::int64_t limit = overviewVoxelLimit();
-    bool cancelled = false;
     // An overview read before from the same file comes from the cache; a new one goes there.
     const tessera::OverviewCache cache(tessera::OverviewCache::default_folder());
     overview = cache.find_image(*reader, limit);
@@ -501,8 +506,7 @@ bool MainWindow::showStreamed(std::shared_ptr<const tessera::VolumeRegionReader>
                                      [&](const std::function<bool(double)>& progress) {
                                          overview = tessera::read_overview(*reader, limit, progress);
                                          if (overview) cache.store_image(*reader, limit, *overview);
-                                     },
-                                     cancelled);
+                                     });
     if (!error.empty()) {
         showError(tr("Cannot open image by region"), QString::fromStdString(error));
         return false;
@@ -515,11 +519,8 @@ bool MainWindow::showStreamed(std::shared_ptr<const tessera::VolumeRegionReader>
     if (overview->num_non_finite > 0) {
         showWarning(tr("Opened with warnings"), tr("%1: %2 voxels are NaN or infinite (left out of the overview)").arg(name).arg(overview->num_non_finite));
     }
-    // The slices are read through a reader with the viewer's chunk cache; the pass's goes first.
-    const std::filesystem::path source = reader->source_path();
-    reader.reset();
     try {
-        reader = tessera::open_region_reader(source, tessera::viewer_chunk_cache_bytes);
+        reader = reopenForViewing(std::move(reader));
     } catch (const std::exception& reopen_error) {
         showError(tr("Cannot open image by region"), QString::fromStdString(reopen_error.what()));
         return false;
@@ -549,7 +550,6 @@ bool MainWindow::openStreamedLabels(const QString& path) {
         const auto factor = streamed->overviewFactor();
         std::optional<tessera::LabelOverview> overview = cache.find_labels(*reader, factor);
         const bool from_cache = overview.has_value();
-        bool cancelled = false;
         const std::string error =
             from_cache ? std::string()
                        : runWithProgress(tr("Opening labels by region"),
@@ -557,8 +557,7 @@ bool MainWindow::openStreamedLabels(const QString& path) {
                                          [&](const std::function<bool(double)>& progress) {
                                              overview = tessera::read_label_overview(*reader, factor, progress);
                                              if (overview) cache.store_labels(*reader, factor, *overview);
-                                         },
-                                         cancelled);
+                                         });
         if (!error.empty()) {
             showError(tr("Cannot open label map"), QString::fromStdString(error));
             return false;
@@ -567,9 +566,7 @@ bool MainWindow::openStreamedLabels(const QString& path) {
             statusBar()->showMessage(tr("Opening %1 cancelled").arg(name), 5000);
             return false;
         }
-        const std::filesystem::path source = reader->source_path();
-        reader.reset();  // the pass's reader goes before the viewer's opens (see overview_pass_chunk_cache_bytes)
-        reader = tessera::open_region_reader(source, tessera::viewer_chunk_cache_bytes);
+        reader = reopenForViewing(std::move(reader));
         m_model->setStreamedLabels(std::make_shared<tessera::LabelMap>(std::move(overview->labels)), std::move(reader), overview->present_labels);
         m_legend->setLabelNames({});
         updateStatus();

@@ -149,7 +149,8 @@ private:
     bool showStreamed(std::shared_ptr<const tessera::VolumeRegionReader> reader, const QString& path);
     bool openStreamedLabels(const QString& path);
     std::string runWithProgress(const QString& title, const QString& text,
-                                const std::function<void(const std::function<bool(double)>&)>& pass, bool& cancelled);
+                                const std::function<void(const std::function<bool(double)>&)>& pass);
+    static std::shared_ptr<const tessera::VolumeRegionReader> reopenForViewing(std::shared_ptr<const tessera::VolumeRegionReader> pass_reader);
     // What the legend shows: every present label's name and colour.
     std::vector<tessera::LabelDescription> legendDescriptions() const;
     void sizeDocksByDefault();
