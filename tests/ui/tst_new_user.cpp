@@ -26,6 +26,7 @@
 #include <QLineEdit>
 #include <QMenu>
 #include <QMenuBar>
+#include <QPointer>
 #include <QPushButton>
 #include <QSettings>
 #include <QSignalSpy>
@@ -47,24 +48,34 @@ namespace {
 QString plain(QString text) { return text.remove(QLatin1Char('&')); }
 
 // Answers the next file dialog by typing `path` into its file name field and pressing Return, as a user
-// would. Polls until the dialog is up (it opens inside a nested event loop; the first one can take long on
-// a fresh machine building its font and icon caches) and types again while it stays open; a dialog still
-// open two minutes after it appeared is rejected, so the test fails instead of hanging. A dialog that never
-// comes leaves the poll running harmlessly until the application ends; the test fails at its next check.
+// would. Polls until a dialog is up (it opens inside a nested event loop; the first one can take long on
+// a fresh machine building its font and icon caches) and types again while that dialog stays open. The
+// poll keeps to the dialog it first typed into and ends when that one closes: on a loaded machine the next
+// dialog can open before the poll ever sees the first one gone, and typing this path into it would answer
+// the wrong question. A dialog still open two minutes after it appeared is rejected, so the test fails
+// instead of hanging. A dialog that never comes leaves the poll running harmlessly until the application
+// ends; the test fails at its next check.
 void answerFileDialog(const QString& path) {
     auto* timer = new QTimer(qApp);
     timer->setInterval(100);
     auto seen_at = std::make_shared<QElapsedTimer>(), typed_at = std::make_shared<QElapsedTimer>();
-    QObject::connect(timer, &QTimer::timeout, [timer, path, seen_at, typed_at] {
+    auto answered = std::make_shared<QPointer<QFileDialog>>();
+    QObject::connect(timer, &QTimer::timeout, [timer, path, seen_at, typed_at, answered] {
+        if (typed_at->isValid()) {
+            // Answered: done once that dialog has closed (or been destroyed), whatever else is open.
+            if (answered->isNull() || !(*answered)->isVisible()) {
+                timer->deleteLater();
+                return;
+            }
+        }
         // Any visible file dialog (whether or not the window system made it the active window).
-        QFileDialog* dialog = nullptr;
-        for (QWidget* widget : QApplication::topLevelWidgets()) {
-            if (auto* candidate = qobject_cast<QFileDialog*>(widget); candidate && candidate->isVisible()) dialog = candidate;
-        }
+        QFileDialog* dialog = answered->data();
         if (!dialog) {
-            if (typed_at->isValid()) timer->deleteLater();  // answered: the dialog closed
-            return;
+            for (QWidget* widget : QApplication::topLevelWidgets()) {
+                if (auto* candidate = qobject_cast<QFileDialog*>(widget); candidate && candidate->isVisible()) dialog = candidate;
+            }
         }
+        if (!dialog) return;
         if (!seen_at->isValid()) seen_at->start();
         if (seen_at->elapsed() > 120000) {
             qWarning("the file dialog did not take %s: rejected", qPrintable(path));
@@ -76,6 +87,7 @@ void answerFileDialog(const QString& path) {
         if (seen_at->elapsed() < 200 || (typed_at->isValid() && typed_at->elapsed() < 1000)) return;
         auto* name = dialog->findChild<QLineEdit*>(QStringLiteral("fileNameEdit"));
         if (!name) return;
+        *answered = dialog;
         name->setFocus();
         name->selectAll();
         QTest::keyClick(name, Qt::Key_Backspace);
