@@ -601,15 +601,73 @@ struct CoreMesh::Impl {
                                                  << shape_to_string(labels.shape()));
     }
 
-    // Every core takes its tile of the batch (replicated logits: its replica's whole labels).
-    void scatter_batch(const Tensor& images, const Tensor& labels) {
+    // The label tile core `index` of `replica` reads: its box of the labels, or its replica's labels
+    // whole when the logits are replicated (after global pooling).
+    Tensor label_tile(const Tensor& labels, std::int64_t replica, std::int64_t index) const {
         const std::int64_t batch = model.node(model.input_node()).output_shape[0];
+        return output_replicated ? tile_of(labels, replica, 0, false).view_box({0}, {batch}).contiguous()
+                                 : tile_of(labels, replica, index, false);
+    }
+
+    // Every core of this rank takes its tiles and starts its forward pass: tiles(core) gives its images
+    // and its labels (undefined when none are needed).
+    template <class Tiles>
+    void scatter(graph::Mode mode, Tiles&& tiles) {
         each_core(StepPhase::Forward, -1, [&](Core& core) {
-            core.images = tile_of(images, core.replica, core.index, true);
-            core.labels = output_replicated ? tile_of(labels, core.replica, 0, false).view_box({0}, {batch}).contiguous()
-                                            : tile_of(labels, core.replica, core.index, false);
-            core.executor->begin_forward(core.images, graph::Mode::Train);
+            std::pair<Tensor, Tensor> tile = tiles(core);
+            core.images = std::move(tile.first);
+            core.labels = std::move(tile.second);
+            core.executor->begin_forward(core.images, mode);
         });
+    }
+    void scatter_batch(const Tensor& images, const Tensor* labels, graph::Mode mode) {
+        scatter(mode, [&](const Core& core) {
+            return std::pair{tile_of(images, core.replica, core.index, true), labels ? label_tile(*labels, core.replica, core.index) : Tensor()};
+        });
+    }
+    void scatter_received(const RankTiles& own, graph::Mode mode) {
+        scatter(mode, [&](const Core& core) {
+            const auto i = static_cast<std::size_t>(mesh_core(core.replica, core.index) - first_local);
+            return std::pair{own.images[i], own.labels.empty() ? Tensor() : own.labels[i]};
+        });
+    }
+
+    // The shape of core `index`'s tile of one replica's images: the per-replica batch, every channel, its
+    // box of the input.
+    Shape image_tile_shape(std::int64_t index) const {
+        Shape shape = model.node(model.input_node()).output_shape;
+        const auto& owned = plan.tile(model.input_node(), index).owned;
+        for (std::size_t axis = 0; axis < owned.size(); ++axis) shape[2 + axis] = owned[axis].size();
+        return shape;
+    }
+
+    // Tiles received from rank 0 are this rank's, in its cores' order and shapes.
+    void check_received(const RankTiles& own, bool with_labels) const {
+        const auto count = static_cast<std::size_t>(end_local - first_local);
+        TESSERA_CHECK(own.images.size() == count && own.labels.size() == (with_labels ? count : 0),
+                      "MPI rank " << transport->rank() << " owns " << count << " cores and expected " << count << " image tiles"
+                                  << (with_labels ? " and as many label tiles" : "") << ", received " << own.images.size()
+                                  << " and " << own.labels.size());
+        for (std::size_t i = 0; i < count; ++i) {
+            const std::int64_t index = (first_local + static_cast<std::int64_t>(i)) % per_replica;
+            TESSERA_CHECK(own.images[i].shape() == image_tile_shape(index) && own.images[i].dtype() == DType::F32,
+                          "core " << first_local + static_cast<std::int64_t>(i) << " expects an f32 image tile "
+                                  << shape_to_string(image_tile_shape(index)) << ", received " << dtype_name(own.images[i].dtype()) << " "
+                                  << shape_to_string(own.images[i].shape()));
+            if (with_labels) {
+                TESSERA_CHECK(own.labels[i].dtype() == DType::I32, "core " << first_local + static_cast<std::int64_t>(i)
+                                                                           << " expects i32 labels, received " << dtype_name(own.labels[i].dtype()));
+            }
+        }
+    }
+
+    // A segmentation or classification step's loss stage: the loss, and d loss / d logits per core.
+    double segmentation_loss_stage(std::vector<std::vector<Tensor>>& output_gradients) {
+        std::vector<Tensor> logit_gradients;
+        const double loss = loss_and_gradients(logit_gradients);
+        output_gradients.clear();
+        for (Tensor& gradient : logit_gradients) output_gradients.push_back({std::move(gradient)});
+        return loss;
     }
 
     // The loss, averaged over replicas, and each core's tile of d loss / d logits (indexed by mesh core).
@@ -699,14 +757,13 @@ struct CoreMesh::Impl {
                       "expected one ground truth per image (" << expected[0] << "), got " << ground_truth.size());
     }
 
-    void scatter_detection_batch(const Tensor& images, std::span<const detection::PaddedGroundTruth> ground_truth) {
+    // Each core's replica's padded ground truth.
+    void take_ground_truth(std::span<const detection::PaddedGroundTruth> ground_truth) {
         const std::int64_t batch = model.node(model.input_node()).output_shape[0];
-        each_core(StepPhase::Forward, -1, [&](Core& core) {
-            core.images = tile_of(images, core.replica, core.index, true);
+        for (Core& core : local_cores()) {
             const auto first = ground_truth.begin() + core.replica * batch;
             core.ground_truth.assign(first, first + batch);
-            core.executor->begin_forward(core.images, graph::Mode::Train);
-        });
+        }
     }
 
     // The detection loss, averaged over replicas, and each core's gradients of its head-output tiles
@@ -1499,25 +1556,63 @@ train::StepResult CoreMesh::train_step(const Tensor& images, const Tensor& label
     TESSERA_CHECK(!impl.detector, "a detection mesh steps on boxes: train_step(images, ground_truth)");
     check_memory();
     impl.check_batch(images, labels);
-    return impl.run_step([&] { impl.scatter_batch(images, labels); },
-                         [&](std::vector<std::vector<Tensor>>& output_gradients) {
-                             std::vector<Tensor> logit_gradients;
-                             const double loss = impl.loss_and_gradients(logit_gradients);
-                             output_gradients.clear();
-                             for (Tensor& gradient : logit_gradients) output_gradients.push_back({std::move(gradient)});
-                             return loss;
-                         });
+    return impl.run_step([&] { impl.scatter_batch(images, &labels, graph::Mode::Train); },
+                         [&](std::vector<std::vector<Tensor>>& output_gradients) { return impl.segmentation_loss_stage(output_gradients); });
+}
+
+train::StepResult CoreMesh::train_step(const RankTiles& own) {
+    Impl& impl = *m_impl;
+    TESSERA_CHECK(!impl.detector, "a detection mesh steps on boxes: train_step(tiles, ground_truth)");
+    check_memory();
+    impl.check_received(own, true);
+    return impl.run_step([&] { impl.scatter_received(own, graph::Mode::Train); },
+                         [&](std::vector<std::vector<Tensor>>& output_gradients) { return impl.segmentation_loss_stage(output_gradients); });
 }
 
 train::StepResult CoreMesh::train_step(const Tensor& images, std::span<const detection::PaddedGroundTruth> ground_truth) {
     Impl& impl = *m_impl;
     impl.check_detection_batch(images, ground_truth);
     check_memory();
-    return impl.run_step([&] { impl.scatter_detection_batch(images, ground_truth); },
-                         [&](std::vector<std::vector<Tensor>>& output_gradients) {
-                             return impl.detection_loss_and_gradients(output_gradients);
-                         });
+    return impl.run_step(
+        [&] {
+            impl.take_ground_truth(ground_truth);
+            impl.scatter_batch(images, nullptr, graph::Mode::Train);
+        },
+        [&](std::vector<std::vector<Tensor>>& output_gradients) { return impl.detection_loss_and_gradients(output_gradients); });
 }
+
+train::StepResult CoreMesh::train_step(const RankTiles& own, std::span<const detection::PaddedGroundTruth> ground_truth) {
+    Impl& impl = *m_impl;
+    TESSERA_CHECK(impl.detector, "this mesh was not configured for detection (TrainerConfig::detection); step it on labels");
+    const std::int64_t images = impl.model.node(impl.model.input_node()).output_shape[0] * impl.mesh.num_replicas;
+    TESSERA_CHECK(static_cast<std::int64_t>(ground_truth.size()) == images,
+                  "expected one ground truth per image (" << images << "), got " << ground_truth.size());
+    impl.check_received(own, false);
+    check_memory();
+    return impl.run_step(
+        [&] {
+            impl.take_ground_truth(ground_truth);
+            impl.scatter_received(own, graph::Mode::Train);
+        },
+        [&](std::vector<std::vector<Tensor>>& output_gradients) { return impl.detection_loss_and_gradients(output_gradients); });
+}
+
+namespace {
+// A model output of every replica, assembled from the tiles: [R·n, …] (collective over the ranks).
+Tensor gather_replicas(const CoreMesh& mesh, int node) {
+    Shape shape = mesh.model().node(node).output_shape;
+    const std::int64_t batch = shape[0];
+    shape[0] *= mesh.num_replicas();
+    Tensor whole = Tensor::zeros(shape, DType::F32);
+    for (std::int64_t r = 0; r < mesh.num_replicas(); ++r) {
+        std::vector<std::int64_t> begin(shape.size(), 0), extent(shape.begin(), shape.end());
+        begin[0] = r * batch;
+        extent[0] = batch;
+        whole.view_box(begin, extent).copy_from(mesh.gather_activation(node, r));
+    }
+    return whole;
+}
+}  // namespace
 
 train::EvalResult CoreMesh::evaluate(const Tensor& images, const Tensor& labels) {
     Impl& impl = *m_impl;
@@ -1525,24 +1620,10 @@ train::EvalResult CoreMesh::evaluate(const Tensor& images, const Tensor& labels)
     impl.check_batch(images, labels);
     impl.step_start = Clock::now();
     for (Impl::Core& core : impl.local_cores()) core.events.clear();
-    impl.each_core(StepPhase::Forward, -1, [&](Impl::Core& core) {
-        core.executor->begin_forward(impl.tile_of(images, core.replica, core.index, true), graph::Mode::Eval);
-    });
+    impl.scatter_batch(images, nullptr, graph::Mode::Eval);
     impl.forward(graph::Mode::Eval);
-    // Logits of the whole batch, assembled from the tiles.
-    const int output = impl.model.output_node();
-    Shape logits_shape = impl.model.node(output).output_shape;
-    const std::int64_t batch = logits_shape[0];
-    logits_shape[0] *= impl.mesh.num_replicas;
     train::EvalResult result;
-    result.logits = Tensor::zeros(logits_shape, DType::F32);
-    for (std::int64_t r = 0; r < impl.mesh.num_replicas; ++r) {
-        const Tensor replica_logits = gather_activation(output, r);
-        std::vector<std::int64_t> begin(logits_shape.size(), 0), extent(logits_shape.begin(), logits_shape.end());
-        begin[0] = r * batch;
-        extent[0] = batch;
-        result.logits.view_box(begin, extent).copy_from(replica_logits);
-    }
+    result.logits = gather_replicas(*this, impl.model.output_node());
     const LossPartial total = impl.loss_partial(result.logits, labels);
     result.loss = impl.finish_loss(total, result.logits, labels).first;
     loss::MetricOptions metric_options;
@@ -1552,6 +1633,17 @@ train::EvalResult CoreMesh::evaluate(const Tensor& images, const Tensor& labels)
     score_options.exclude_background = impl.config.dice_excludes_background;
     result.scores = loss::segmentation_scores(result.confusion, score_options);
     return result;
+}
+
+void CoreMesh::evaluate(const RankTiles& own) {
+    Impl& impl = *m_impl;
+    TESSERA_CHECK(!impl.detector, "a detection mesh is evaluated on boxes (mAP), not on labels");
+    impl.check_received(own, false);
+    impl.step_start = Clock::now();
+    for (Impl::Core& core : impl.local_cores()) core.events.clear();
+    impl.scatter_received(own, graph::Mode::Eval);
+    impl.forward(graph::Mode::Eval);
+    gather_replicas(*this, impl.model.output_node());  // rank 0 assembles the logits
 }
 
 std::vector<Tensor> CoreMesh::predict_outputs(const Tensor& images) {
@@ -1565,25 +1657,74 @@ std::vector<Tensor> CoreMesh::predict_outputs(const Tensor& images) {
                                  << dtype_name(images.dtype()) << " " << shape_to_string(images.shape()));
     impl.step_start = Clock::now();
     for (Impl::Core& core : impl.local_cores()) core.events.clear();
-    impl.each_core(StepPhase::Forward, -1, [&](Impl::Core& core) {
-        core.executor->begin_forward(impl.tile_of(images, core.replica, core.index, true), graph::Mode::Eval);
-    });
+    impl.scatter_batch(images, nullptr, graph::Mode::Eval);
     impl.forward(graph::Mode::Eval);
     std::vector<Tensor> outputs;
-    for (const int node : impl.model.output_nodes()) {
-        Shape shape = impl.model.node(node).output_shape;
-        const std::int64_t batch = shape[0];
-        shape[0] *= impl.mesh.num_replicas;
-        Tensor whole = Tensor::zeros(shape, DType::F32);
-        for (std::int64_t r = 0; r < impl.mesh.num_replicas; ++r) {
-            std::vector<std::int64_t> begin(shape.size(), 0), extent(shape.begin(), shape.end());
-            begin[0] = r * batch;
-            extent[0] = batch;
-            whole.view_box(begin, extent).copy_from(gather_activation(node, r));
-        }
-        outputs.push_back(std::move(whole));
-    }
+    for (const int node : impl.model.output_nodes()) outputs.push_back(gather_replicas(*this, node));
     return outputs;
+}
+
+void CoreMesh::predict_outputs(const RankTiles& own) {
+    Impl& impl = *m_impl;
+    impl.check_received(own, false);
+    impl.step_start = Clock::now();
+    for (Impl::Core& core : impl.local_cores()) core.events.clear();
+    impl.scatter_received(own, graph::Mode::Eval);
+    impl.forward(graph::Mode::Eval);
+    for (const int node : impl.model.output_nodes()) gather_replicas(*this, node);  // rank 0 assembles them
+}
+
+RankTiles CoreMesh::tiles_for_rank(int rank, const Tensor& images, const Tensor* labels) const {
+    const Impl& impl = *m_impl;
+    TESSERA_CHECK(rank >= 0 && rank < impl.placement.num_ranks(), "the mesh runs on ranks 0.." << impl.placement.num_ranks() - 1 << ", got " << rank);
+    Shape expected = impl.model.node(impl.model.input_node()).output_shape;
+    expected[0] *= impl.mesh.num_replicas;
+    TESSERA_CHECK(images.shape() == expected && images.dtype() == DType::F32,
+                  "the mesh of " << impl.mesh.num_replicas << " replica(s) expects f32 images " << shape_to_string(expected) << ", got "
+                                 << dtype_name(images.dtype()) << " " << shape_to_string(images.shape()));
+    RankTiles tiles;
+    for (std::int64_t core = impl.placement.first_core(rank); core < impl.placement.end_core(rank); ++core) {
+        const std::int64_t replica = core / impl.per_replica, index = core % impl.per_replica;
+        tiles.images.push_back(impl.tile_of(images, replica, index, true));
+        if (labels) tiles.labels.push_back(impl.label_tile(*labels, replica, index));
+    }
+    return tiles;
+}
+
+void CoreMesh::send_tiles(const Tensor& images, const Tensor* labels) const {
+    Transport& transport = *m_impl->transport;
+    TESSERA_CHECK(transport.rank() == 0, "rank 0 sends a batch's tiles; rank " << transport.rank() << " receives them (receive_tiles)");
+    for (int rank = 1; rank < transport.num_ranks(); ++rank) {
+        const RankTiles tiles = tiles_for_rank(rank, images, labels);
+        ByteWriter out;
+        out.put(static_cast<std::int64_t>(tiles.images.size()));
+        out.put(static_cast<std::int64_t>(tiles.labels.size()));
+        for (const Tensor& tile : tiles.images) out.put_tensor(tile);
+        for (const Tensor& tile : tiles.labels) out.put_tensor(tile);
+        // Its length first: the receiver sizes its buffer by it (messages of one tag arrive in order).
+        const auto length = static_cast<std::int64_t>(out.bytes().size());
+        transport.post_send(rank, MessageTag::BatchTiles, std::as_bytes(std::span(&length, 1)));
+        transport.post_send(rank, MessageTag::BatchTiles, out.bytes());
+        transport.wait_all();  // one rank's tiles in memory at a time
+    }
+}
+
+RankTiles CoreMesh::receive_tiles() const {
+    Transport& transport = *m_impl->transport;
+    TESSERA_CHECK(transport.rank() != 0, "rank 0 holds the whole batch and sends the tiles (send_tiles)");
+    std::int64_t length = 0;
+    transport.post_receive(0, MessageTag::BatchTiles, std::as_writable_bytes(std::span(&length, 1)));
+    transport.wait_all();
+    std::vector<std::byte> bytes(static_cast<std::size_t>(length));
+    transport.post_receive(0, MessageTag::BatchTiles, bytes);
+    transport.wait_all();
+    ByteReader in(bytes);
+    RankTiles tiles;
+    tiles.images.resize(static_cast<std::size_t>(in.get<std::int64_t>()));
+    tiles.labels.resize(static_cast<std::size_t>(in.get<std::int64_t>()));
+    for (Tensor& tile : tiles.images) tile = in.get_tensor();
+    for (Tensor& tile : tiles.labels) tile = in.get_tensor();
+    return tiles;
 }
 
 namespace {

@@ -15,7 +15,8 @@
 //
 // The cores may be spread over processes (mesh/transport.hpp: MPI ranks, each owning a contiguous block
 // of cores). Every rank then constructs the mesh and calls every member below in the same order with the
-// same arguments (collectively); each compiles and steps only its own cores, and what crosses ranks —
+// same arguments (collectively) — except a batch, which the ranks other than 0 may receive as their own
+// cores' tiles (send_tiles / receive_tiles); each compiles and steps only its own cores, and what crosses ranks —
 // halos, reductions, gradients, events, gathered tiles, checkpoints — goes through the transport. With
 // ReductionOrder::Reproducible the result is bitwise that of one process.
 //
@@ -112,6 +113,15 @@ struct MemoryLedger {
     }
 };
 
+// One rank's share of a batch: per core of that rank, in core order, its tile of the images and of the
+// labels. A run spread over ranks reads its data on rank 0, which sends every other rank only these
+// (CoreMesh::send_tiles / receive_tiles): a rank of a 16-way split of a 256³ volume receives and holds a
+// sixteenth of each batch, not all of it.
+struct RankTiles {
+    std::vector<Tensor> images;  // [n, C, (D,) H, W] tiles of the model input, with no halo
+    std::vector<Tensor> labels;  // the matching label tiles (replicated logits: the replica's labels); empty when not sent
+};
+
 class CoreMesh {
 public:
     // model: one replica's model (its input's batch is the per-replica batch). transport: the ranks the
@@ -141,6 +151,21 @@ public:
     // one core per host thread at a time), not on the gathered outputs (at 2560² the whole image's targets
     // and gradients would be 1.3 GB more).
     double detection_loss(std::span<const detection::PaddedGroundTruth> ground_truth);
+
+    // ---- the batch on ranks other than 0 ----
+    // Rank 0 holds the whole batch and calls the members above with it; every other rank calls the same
+    // member at the same time with only its own cores' tiles, which rank 0 sent it: send_tiles on rank 0
+    // and receive_tiles on each other rank, together (point-to-point, rank by rank). Labels are sent when
+    // given. The results equal those of every rank holding the whole batch, bit for bit; on a rank other
+    // than 0 evaluate's loss and metrics and predict_outputs' tensors are left empty (the gathered
+    // outputs are rank 0's).
+    void send_tiles(const Tensor& images, const Tensor* labels) const;
+    RankTiles receive_tiles() const;
+    RankTiles tiles_for_rank(int rank, const Tensor& images, const Tensor* labels) const;
+    train::StepResult train_step(const RankTiles& own);
+    train::StepResult train_step(const RankTiles& own, std::span<const detection::PaddedGroundTruth> ground_truth);
+    void evaluate(const RankTiles& own);
+    void predict_outputs(const RankTiles& own);
 
     // What the cores hold on this host, measured as they were compiled (each core's graph and loss
     // gradients, the shared weights and optimizer slots once, a detector's targets per host thread);

@@ -32,7 +32,7 @@ namespace tessera::mesh {
 using train::ReductionOrder;
 
 // Tags keep the mesh's message streams apart (each stream's messages match in posting order).
-enum class MessageTag : int { ForwardHalo = 11, BackwardHalo = 12, GradientChain = 13 };
+enum class MessageTag : int { ForwardHalo = 11, BackwardHalo = 12, GradientChain = 13, BatchTiles = 14 };
 
 // What this rank sent and how long it waited, since the transport was made (or reset).
 struct TransportCounters {

@@ -274,29 +274,28 @@ struct TrainingRun::Impl {
         if (arguments) arguments(out);
         mesh::broadcast_message(*options.transport, out.buffer(), 0);
     }
+    // A batch goes to the other ranks as their cores' tiles (CoreMesh::send_tiles), after the command.
+    void send_tiles(const Tensor& images, const Tensor* labels) {
+        if (spread()) mesh->send_tiles(images, labels);
+    }
     train::StepResult mesh_train_step(const Tensor& images, const Tensor& labels) {
-        command(MeshCommand::TrainStep, [&](mesh::ByteWriter& out) {
-            out.put_tensor(images);
-            out.put_tensor(labels);
-        });
+        command(MeshCommand::TrainStep);
+        send_tiles(images, &labels);
         return mesh->train_step(images, labels);
     }
     train::EvalResult mesh_evaluate(const Tensor& images, const Tensor& labels) {
-        command(MeshCommand::Evaluate, [&](mesh::ByteWriter& out) {
-            out.put_tensor(images);
-            out.put_tensor(labels);
-        });
+        command(MeshCommand::Evaluate);
+        send_tiles(images, nullptr);  // the loss and scores are rank 0's
         return mesh->evaluate(images, labels);
     }
     train::StepResult mesh_train_step(const Tensor& images, std::span<const detection::PaddedGroundTruth> truth) {
-        command(MeshCommand::TrainDetectionStep, [&](mesh::ByteWriter& out) {
-            out.put_tensor(images);
-            put_ground_truth(out, truth);
-        });
+        command(MeshCommand::TrainDetectionStep, [&](mesh::ByteWriter& out) { put_ground_truth(out, truth); });
+        send_tiles(images, nullptr);
         return mesh->train_step(images, truth);
     }
     std::vector<Tensor> mesh_predict_outputs(const Tensor& images) {
-        command(MeshCommand::PredictOutputs, [&](mesh::ByteWriter& out) { out.put_tensor(images); });
+        command(MeshCommand::PredictOutputs);
+        send_tiles(images, nullptr);
         return mesh->predict_outputs(images);
     }
     double mesh_detection_loss(std::span<const detection::PaddedGroundTruth> truth) {
@@ -821,25 +820,14 @@ void follow_training_run(const experiment::Experiment& x, const RunOptions& opti
         mesh::broadcast_message(transport, message, 0);
         mesh::ByteReader in(message);
         switch (in.get<MeshCommand>()) {
-            case MeshCommand::TrainStep: {
-                const Tensor images = in.get_tensor();
-                const Tensor labels = in.get_tensor();
-                cores->train_step(images, labels);
-                break;
-            }
-            case MeshCommand::Evaluate: {
-                const Tensor images = in.get_tensor();
-                const Tensor labels = in.get_tensor();
-                cores->evaluate(images, labels);
-                break;
-            }
+            case MeshCommand::TrainStep: cores->train_step(cores->receive_tiles()); break;
+            case MeshCommand::Evaluate: cores->evaluate(cores->receive_tiles()); break;
             case MeshCommand::TrainDetectionStep: {
-                const Tensor images = in.get_tensor();
                 const std::vector<detection::PaddedGroundTruth> truth = get_ground_truth(in);
-                cores->train_step(images, truth);
+                cores->train_step(cores->receive_tiles(), truth);
                 break;
             }
-            case MeshCommand::PredictOutputs: cores->predict_outputs(in.get_tensor()); break;
+            case MeshCommand::PredictOutputs: cores->predict_outputs(cores->receive_tiles()); break;
             case MeshCommand::DetectionLoss: cores->detection_loss(get_ground_truth(in)); break;
             case MeshCommand::Memory: cores->memory(); break;
             case MeshCommand::Weights: cores->weights(); break;

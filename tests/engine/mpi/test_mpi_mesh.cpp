@@ -84,23 +84,47 @@ struct Outcome {
     double eval_loss = 0;
 };
 
+// How the batch reaches the ranks: every rank holds it whole, or rank 0 holds it and sends the others
+// their cores' tiles (CoreMesh::send_tiles), as a run reading its data on rank 0 does.
+enum class BatchOn { EveryRank, RankZero };
+
 // The optimizer follows `optimizer_for`, the summation order `reduction`.
 Outcome run(const Layout& layout, mesh::ReductionOrder reduction, mesh::ReductionOrder optimizer_for,
-            std::shared_ptr<mesh::Transport> transport) {
+            std::shared_ptr<mesh::Transport> transport, BatchOn batch_on = BatchOn::EveryRank) {
     const graph::Graph model = make_model(layout);
     mesh::CoreMesh cores(model, mesh_config(layout, reduction), trainer_config(optimizer_for), std::move(transport));
     Shape batch_shape = layout.input;
     batch_shape[0] *= layout.replicas;
     const bool classification = layout.model == Layout::Model::ResNet18;
     Outcome outcome;
+    const bool tiles_received = batch_on == BatchOn::RankZero && cores.transport().rank() != 0;
+    const bool tiles_sent = batch_on == BatchOn::RankZero && cores.transport().rank() == 0 && cores.transport().num_ranks() > 1;
     for (int step = 0; step < 3; ++step) {
         auto [images, labels] = test::make_batch(batch_shape, classes_of(layout), classification, 100 + static_cast<std::uint64_t>(step));
+        if (tiles_received) {
+            outcome.losses.push_back(cores.train_step(cores.receive_tiles()).loss);
+            continue;
+        }
+        if (tiles_sent) {
+            const std::int64_t sent_before = cores.transport().counters().bytes_sent;
+            cores.send_tiles(images, &labels);
+            // The other ranks' share of the batch, once: less than the whole batch (rank 0 keeps its own
+            // cores' tiles), where a broadcast sends the whole batch to every rank.
+            const std::int64_t sent = cores.transport().counters().bytes_sent - sent_before;
+            EXPECT_LT(sent, images.num_bytes() + labels.num_bytes()) << "step " << step;
+            EXPECT_GT(sent, 0) << "step " << step;
+        }
         outcome.losses.push_back(cores.train_step(images, labels).loss);
     }
     auto [images, labels] = test::make_batch(batch_shape, classes_of(layout), classification, 999);
-    const train::EvalResult evaluation = cores.evaluate(images, labels);
-    outcome.logits = evaluation.logits;
-    outcome.eval_loss = evaluation.loss;
+    if (tiles_received) {
+        cores.evaluate(cores.receive_tiles());
+    } else {
+        if (tiles_sent) cores.send_tiles(images, nullptr);
+        const train::EvalResult evaluation = cores.evaluate(images, labels);
+        outcome.logits = evaluation.logits;
+        outcome.eval_loss = evaluation.loss;
+    }
     outcome.weights = cores.weights();
     outcome.state = cores.training_state();
     // Every rank sees every core's events and ledger.
@@ -141,9 +165,9 @@ void compare_entries(const std::vector<train::NamedTensor>& got, const std::vect
 
 class MpiMesh : public ::testing::TestWithParam<Layout> {};
 
-void check_against_one_process(const Layout& layout, mesh::ReductionOrder reduction) {
+void check_against_one_process(const Layout& layout, mesh::ReductionOrder reduction, BatchOn batch_on = BatchOn::EveryRank) {
     if (cores_of(layout) < g_transport->num_ranks()) GTEST_SKIP() << cores_of(layout) << " cores cannot fill " << g_transport->num_ranks() << " ranks";
-    const Outcome spread = run(layout, reduction, reduction, g_transport);
+    const Outcome spread = run(layout, reduction, reduction, g_transport, batch_on);
     if (g_transport->rank() != 0) return;
     const Outcome alone = run(layout, mesh::ReductionOrder::Reproducible, reduction, nullptr);
     const bool bitwise = reduction == mesh::ReductionOrder::Reproducible || g_transport->num_ranks() == 1;
@@ -167,6 +191,10 @@ TEST_P(MpiMesh, ReproducibleReductionGivesTheBitsOfOneProcess) { check_against_o
 
 TEST_P(MpiMesh, FastReductionStaysWithinTolerance) { check_against_one_process(GetParam(), mesh::ReductionOrder::Fast); }
 
+TEST_P(MpiMesh, TilesSentFromRankZeroGiveTheBitsOfOneProcess) {
+    check_against_one_process(GetParam(), mesh::ReductionOrder::Reproducible, BatchOn::RankZero);
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Layouts, MpiMesh,
     ::testing::Values(Layout{"unet2d_2x2", Layout::Model::UNet2D, {2, 1, 64, 64}, {2, 2}},
@@ -185,7 +213,7 @@ struct DetectionOutcome {
     double eval_loss = 0;
 };
 
-DetectionOutcome run_detector(std::shared_ptr<mesh::Transport> transport) {
+DetectionOutcome run_detector(std::shared_ptr<mesh::Transport> transport, BatchOn batch_on = BatchOn::EveryRank) {
     const Shape input{1, 3, 128, 128};
     const graph::Graph model = networks::make_retinanet(
         {.resnet_depth = 18, .num_classes = 4, .num_anchors = 1, .fpn_channels = 8, .max_level = 5, .head_convs = 1}, input);
@@ -204,19 +232,31 @@ DetectionOutcome run_detector(std::shared_ptr<mesh::Transport> transport) {
         detection::pad_ground_truth(std::vector<detection::LabeledBox>{{{10, 12, 60, 70}, 3}, {{64, 20, 120, 90}, 1}}, 4),
         detection::pad_ground_truth(std::vector<detection::LabeledBox>{{{5, 80, 40, 126}, 0}}, 4)};
     DetectionOutcome outcome;
+    const bool tiles_received = batch_on == BatchOn::RankZero && cores.transport().rank() != 0;
+    const bool tiles_sent = batch_on == BatchOn::RankZero && cores.transport().rank() == 0 && cores.transport().num_ranks() > 1;
     for (int step = 0; step < 3; ++step) {
         auto [images, labels] = test::make_batch({2, 3, 128, 128}, 4, true, 300 + static_cast<std::uint64_t>(step));
+        if (tiles_received) {
+            outcome.losses.push_back(cores.train_step(cores.receive_tiles(), truth).loss);
+            continue;
+        }
+        if (tiles_sent) cores.send_tiles(images, nullptr);
         outcome.losses.push_back(cores.train_step(images, truth).loss);
     }
     auto [images, labels] = test::make_batch({2, 3, 128, 128}, 4, true, 777);
-    outcome.outputs = cores.predict_outputs(images);
+    if (tiles_received) {
+        cores.predict_outputs(cores.receive_tiles());
+    } else {
+        if (tiles_sent) cores.send_tiles(images, nullptr);
+        outcome.outputs = cores.predict_outputs(images);
+    }
     outcome.eval_loss = cores.detection_loss(truth);
     outcome.weights = cores.weights();
     return outcome;
 }
 
-TEST(MpiDetector, ReproducibleReductionGivesTheBitsOfOneProcess) {
-    const DetectionOutcome spread = run_detector(g_transport);
+void check_detector_against_one_process(BatchOn batch_on) {
+    const DetectionOutcome spread = run_detector(g_transport, batch_on);
     if (g_transport->rank() != 0) return;
     const DetectionOutcome alone = run_detector(nullptr);
     ASSERT_EQ(spread.losses.size(), alone.losses.size());
@@ -226,6 +266,10 @@ TEST(MpiDetector, ReproducibleReductionGivesTheBitsOfOneProcess) {
     for (std::size_t i = 0; i < alone.outputs.size(); ++i) EXPECT_TRUE(bitwise_equal(spread.outputs[i], alone.outputs[i])) << "output " << i;
     EXPECT_EQ(spread.eval_loss, alone.eval_loss);
 }
+
+TEST(MpiDetector, ReproducibleReductionGivesTheBitsOfOneProcess) { check_detector_against_one_process(BatchOn::EveryRank); }
+
+TEST(MpiDetector, TilesSentFromRankZeroGiveTheBitsOfOneProcess) { check_detector_against_one_process(BatchOn::RankZero); }
 
 }  // namespace
 
