@@ -5,7 +5,7 @@
 // ranks of one core each.
 //
 // Usage: [mpirun -np K] bm_mpi [--backend mpi|single] [--pieces 2,2,2] [--steps 8] [--warmup 2]
-//        [--threads 1] [--reduction reproducible|fast] [--preset host.json]
+//        [--threads 1] [--reduction reproducible|fast] [--preset host.json] [--replicas 1]
 //        [--size 64 --depth 3 --width 8 --classes 6 --precision f32|bf16]   (the model: a 3D U-Net on size³)
 // Each rank's cores are held to TESSERA_HOST_MEMORY (the mesh measures them as it compiles them and
 // refuses a rank whose cores do not fit, naming the rank).
@@ -15,7 +15,10 @@
 // Prints one line (rank 0):
 //   backend=<b> ranks=<K> cores=<T> threads=<t> step_ms=<median> step_ms_min=<> step_ms_max=<>
 //   halo_wait_ms=<rank 0's median> gradient_ms=<> sent_kib_per_rank=<per step, each rank>
-//   messages_per_rank=<per step, each rank> collectives_per_step=<> peak_rss_mib=<each rank>
+//   messages_per_rank=<per step, each rank> collectives_per_step=<> collective_kib_per_rank=<per step, each
+//   rank's contribution to collectives> peak_rss_mib=<each rank>
+// --replicas R: R replicas of the grid (R·cores in all); replica reductions (batch-norm statistics, the
+// loss) cross only the ranks holding that replica's cores.
 #include "mesh/core_mesh.hpp"
 #include "mpi/mpi_transport.hpp"
 #include "core/memory_budget.hpp"
@@ -81,7 +84,7 @@ std::string joined(const std::vector<double>& values, const char* format) {
 
 int main(int argc, char** argv) {
     std::string backend = "mpi", reduction = "reproducible", pieces_text = "2,2,2", preset, precision = "f32";
-    int steps = 8, warmup = 2, threads = 1, depth = 3;
+    int steps = 8, warmup = 2, threads = 1, depth = 3, replicas = 1;
     std::int64_t size = 64, width = 8, classes = 6;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!std::strcmp(argv[i], "--backend")) backend = argv[i + 1];
@@ -96,6 +99,7 @@ int main(int argc, char** argv) {
         else if (!std::strcmp(argv[i], "--width")) width = std::atoll(argv[i + 1]);
         else if (!std::strcmp(argv[i], "--classes")) classes = std::atoll(argv[i + 1]);
         else if (!std::strcmp(argv[i], "--precision")) precision = argv[i + 1];
+        else if (!std::strcmp(argv[i], "--replicas")) replicas = std::atoi(argv[i + 1]);
     }
     std::optional<mpi::Session> session;
     std::shared_ptr<mesh::Transport> transport = std::make_shared<mesh::SingleProcess>();
@@ -109,6 +113,7 @@ int main(int argc, char** argv) {
     mesh::MeshConfig config;
     config.host_memory_bytes = static_cast<std::int64_t>(host_memory_budget_bytes());
     config.grid = partition::SpatialGrid::even(input, parse_list(pieces_text));
+    config.num_replicas = replicas;
     config.host_threads = threads;
     config.reduction = train::parse_reduction_order(reduction);
     train::TrainerConfig trainer;
@@ -125,13 +130,15 @@ int main(int argc, char** argv) {
     mesh::CoreMesh& cores = *built;
 
     SeededRandom random(5);
-    Tensor images = Tensor::empty(input, DType::F32);
+    Shape batch_shape = input;
+    batch_shape[0] = replicas;
+    Tensor images = Tensor::empty(batch_shape, DType::F32);
     for (std::int64_t i = 0; i < images.num_elements(); ++i) images.data<float>()[i] = static_cast<float>(random.normal());
-    Tensor labels = Tensor::empty({1, size, size, size}, DType::I32);
+    Tensor labels = Tensor::empty({replicas, size, size, size}, DType::I32);
     for (std::int64_t i = 0; i < labels.num_elements(); ++i) labels.data<std::int32_t>()[i] = static_cast<std::int32_t>(i * 7 % classes);
 
     std::vector<double> step_ms, halo_ms, gradient_ms;
-    double sent_bytes = 0, messages = 0, collectives = 0;
+    double sent_bytes = 0, messages = 0, collectives = 0, collective_bytes = 0;
     for (int step = 0; step < warmup + steps; ++step) {
         transport->barrier();  // every rank starts the step together
         const mesh::TransportCounters before = transport->counters();
@@ -146,11 +153,13 @@ int main(int argc, char** argv) {
         sent_bytes += static_cast<double>(after.bytes_sent - before.bytes_sent);
         messages += static_cast<double>(after.messages_sent - before.messages_sent);
         collectives += static_cast<double>(after.collectives - before.collectives);
+        collective_bytes += static_cast<double>(after.collective_bytes - before.collective_bytes);
     }
     rusage usage{};
     getrusage(RUSAGE_SELF, &usage);
     const std::vector<double> sent = gather(*transport, sent_bytes / steps / 1024.0);
     const std::vector<double> sent_messages = gather(*transport, messages / steps);
+    const std::vector<double> collective_kib = gather(*transport, collective_bytes / steps / 1024.0);
     const std::vector<double> rss = gather(*transport, static_cast<double>(usage.ru_maxrss) / 1024.0);
     const std::vector<double> host_bytes = gather(*transport, static_cast<double>(cores.host_bytes()) / (1 << 20));  // MiB, measured
     // Rank 0's step is the job's (every rank ends the step at the gradient broadcast).
@@ -159,11 +168,11 @@ int main(int argc, char** argv) {
                     static_cast<double>(config.host_memory_bytes) / (1 << 30));
         std::printf("backend=%s ranks=%d cores=%lld threads=%d reduction=%s step_ms=%.1f step_ms_min=%.1f step_ms_max=%.1f "
                     "halo_wait_ms=%.2f gradient_ms=%.2f sent_kib_per_rank=%s messages_per_rank=%s collectives_per_step=%.0f "
-                    "peak_rss_mib=%s\n",
+                    "collective_kib_per_rank=%s peak_rss_mib=%s\n",
                     backend.c_str(), transport->num_ranks(), static_cast<long long>(cores.num_cores()), threads, reduction.c_str(),
                     median(step_ms), *std::min_element(step_ms.begin(), step_ms.end()), *std::max_element(step_ms.begin(), step_ms.end()),
                     median(halo_ms), median(gradient_ms), joined(sent, "%.0f").c_str(), joined(sent_messages, "%.0f").c_str(),
-                    collectives / steps, joined(rss, "%.0f").c_str());
+                    collectives / steps, joined(collective_kib, "%.0f").c_str(), joined(rss, "%.0f").c_str());
         if (!preset.empty()) {
             // The layers profiled as they run here: ranks × threads kernels side by side, up to the host's cores.
             const int host_cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));

@@ -163,18 +163,52 @@ struct CoreMesh::Impl {
 
     // Hands every rank what the others wrote for their own cores: write(core, writer) on this rank's
     // cores, then read(core, reader) for every other rank's, in core order. Nothing moves on one rank.
+    // With `only_to_root`, rank 0 alone reads them (the others just write theirs).
     template <class Write, class Read>
-    void share_core_values(Write&& write, Read&& read) {
+    void share_core_values(Write&& write, Read&& read, bool only_to_root = false) {
         if (single_rank()) return;
         ByteWriter writer;
         for (std::int64_t c = first_local; c < end_local; ++c) write(c, writer);
-        const std::vector<std::vector<std::byte>> gathered = transport->all_gather(writer.bytes());
+        const std::vector<std::vector<std::byte>> gathered =
+            only_to_root ? transport->gather(writer.bytes(), 0) : transport->all_gather(writer.bytes());
+        if (gathered.empty()) return;
         for (int rank = 0; rank < transport->num_ranks(); ++rank) {
             if (rank == transport->rank()) continue;
             ByteReader reader(gathered[static_cast<std::size_t>(rank)]);
             for (std::int64_t c = placement.first_core(rank); c < placement.end_core(rank); ++c) read(c, reader);
             TESSERA_ASSERT(reader.done(), "rank " << rank << " sent more than its cores' values");
         }
+    }
+
+    // As share_core_values, for values only one replica's cores need (its reductions): each replica's
+    // values cross only the ranks holding its cores, over a communicator of those ranks, so a reduction
+    // costs the same with 2 replicas as with 64. Replicas in order, on every rank that holds one of
+    // their cores; nothing moves for a replica held by one rank.
+    template <class Write, class Read>
+    void share_replica_values(Write&& write, Read&& read) {
+        if (single_rank()) return;
+        for (std::int64_t replica = 0; replica < mesh.num_replicas; ++replica) {
+            if (!holds_replica(replica)) continue;
+            const std::int64_t first = mesh_core(replica, 0), end = first + per_replica;
+            const int first_rank = placement.owner(first), last_rank = placement.owner(end - 1);
+            if (first_rank == last_rank) continue;
+            std::vector<int> group;
+            for (int rank = first_rank; rank <= last_rank; ++rank) group.push_back(rank);
+            ByteWriter writer;
+            for (std::int64_t c = std::max(first, first_local); c < std::min(end, end_local); ++c) write(c, writer);
+            const std::vector<std::vector<std::byte>> gathered = transport->all_gather(writer.bytes(), group);
+            for (std::size_t member = 0; member < group.size(); ++member) {
+                const int rank = group[member];
+                if (rank == transport->rank()) continue;
+                ByteReader reader(gathered[member]);
+                for (std::int64_t c = std::max(first, placement.first_core(rank)); c < std::min(end, placement.end_core(rank)); ++c) read(c, reader);
+                TESSERA_ASSERT(reader.done(), "rank " << rank << " sent more than its cores' values of replica " << replica);
+            }
+        }
+    }
+    // Whether a core of `replica` is this rank's.
+    bool holds_replica(std::int64_t replica) const {
+        return mesh_core(replica, 0) < end_local && mesh_core(replica, 0) + per_replica > first_local;
     }
 
     // Every rank learns whether any failed: the first failure (in rank order) is thrown on all of them,
@@ -211,8 +245,13 @@ struct CoreMesh::Impl {
     // core's partials and adds them in the same order (they are a few numbers per channel).
     void all_reduce(std::vector<std::vector<double>>& partials, bool across_replicas, StepPhase phase, int layer) {
         const double start = now();
-        share_core_values([&](std::int64_t c, ByteWriter& out) { out.put_span(std::span<const double>(partials[static_cast<std::size_t>(c)])); },
-                          [&](std::int64_t c, ByteReader& in) { partials[static_cast<std::size_t>(c)] = in.get_vector<double>(); });
+        const auto write = [&](std::int64_t c, ByteWriter& out) { out.put_span(std::span<const double>(partials[static_cast<std::size_t>(c)])); };
+        const auto read = [&](std::int64_t c, ByteReader& in) { partials[static_cast<std::size_t>(c)] = in.get_vector<double>(); };
+        if (across_replicas) {
+            share_core_values(write, read);
+        } else {
+            share_replica_values(write, read);
+        }
         const std::int64_t group_size = across_replicas ? total_cores : per_replica;
         for (std::int64_t first = 0; first < total_cores; first += group_size) {
             if (first + group_size <= first_local || first >= end_local) continue;  // no core of this rank's
@@ -685,9 +724,10 @@ struct CoreMesh::Impl {
         });
         std::vector<LossPartial> totals(static_cast<std::size_t>(mesh.num_replicas));
         if (!output_replicated) {
-            share_core_values([&](std::int64_t c, ByteWriter& out) { write_partial(partials[static_cast<std::size_t>(c)], out); },
-                              [&](std::int64_t c, ByteReader& in) { partials[static_cast<std::size_t>(c)] = read_partial(in); });
+            share_replica_values([&](std::int64_t c, ByteWriter& out) { write_partial(partials[static_cast<std::size_t>(c)], out); },
+                                 [&](std::int64_t c, ByteReader& in) { partials[static_cast<std::size_t>(c)] = read_partial(in); });
             for (std::int64_t r = 0; r < mesh.num_replicas; ++r) {
+                if (!holds_replica(r)) continue;
                 LossPartial total = partials[static_cast<std::size_t>(mesh_core(r, 0))];
                 for (std::int64_t i = 1; i < per_replica; ++i) total += partials[static_cast<std::size_t>(mesh_core(r, i))];
                 totals[static_cast<std::size_t>(r)] = std::move(total);
@@ -789,7 +829,7 @@ struct CoreMesh::Impl {
             }
             core.events.push_back({static_cast<std::int64_t>(c), -1, EventKind::Compute, StepPhase::Forward, start, now(), 0, 0, -1});
         });
-        share_core_values(
+        share_replica_values(
             [&](std::int64_t c, ByteWriter& out) {
                 for (const detection::RowBestPartial& image : best[static_cast<std::size_t>(c)]) {
                     out.put_span(std::span<const float>(image.best_iou));
@@ -805,6 +845,7 @@ struct CoreMesh::Impl {
             });
         std::vector<std::vector<detection::RowBestPartial>> replica_best(static_cast<std::size_t>(mesh.num_replicas));
         for (std::int64_t r = 0; r < mesh.num_replicas; ++r) {
+            if (!holds_replica(r)) continue;
             for (std::int64_t n = 0; n < batch; ++n) {
                 detection::RowBestPartial combined = best[static_cast<std::size_t>(mesh_core(r, 0))][static_cast<std::size_t>(n)];
                 for (std::int64_t i = 1; i < per_replica; ++i) {
@@ -829,8 +870,8 @@ struct CoreMesh::Impl {
             }
             core.events.push_back({static_cast<std::int64_t>(c), -1, EventKind::Compute, StepPhase::Forward, start, now(), 0, 0, -1});
         });
-        share_core_values([&](std::int64_t c, ByteWriter& out) { out.put(positives[static_cast<std::size_t>(c)]); },
-                          [&](std::int64_t c, ByteReader& in) { positives[static_cast<std::size_t>(c)] = in.get<std::int64_t>(); });
+        share_replica_values([&](std::int64_t c, ByteWriter& out) { out.put(positives[static_cast<std::size_t>(c)]); },
+                             [&](std::int64_t c, ByteReader& in) { positives[static_cast<std::size_t>(c)] = in.get<std::int64_t>(); });
         std::vector<std::int64_t> replica_positives(static_cast<std::size_t>(mesh.num_replicas), 0);
         for (std::int64_t r = 0; r < mesh.num_replicas; ++r) {
             for (std::int64_t i = 0; i < per_replica; ++i) replica_positives[static_cast<std::size_t>(r)] += positives[static_cast<std::size_t>(mesh_core(r, i))];
@@ -1597,22 +1638,22 @@ train::StepResult CoreMesh::train_step(const RankTiles& own, std::span<const det
         [&](std::vector<std::vector<Tensor>>& output_gradients) { return impl.detection_loss_and_gradients(output_gradients); });
 }
 
-namespace {
-// A model output of every replica, assembled from the tiles: [R·n, …] (collective over the ranks).
-Tensor gather_replicas(const CoreMesh& mesh, int node) {
-    Shape shape = mesh.model().node(node).output_shape;
+Tensor CoreMesh::gather_outputs_to_rank_zero(int node) const {
+    Shape shape = model().node(node).output_shape;
     const std::int64_t batch = shape[0];
-    shape[0] *= mesh.num_replicas();
-    Tensor whole = Tensor::zeros(shape, DType::F32);
-    for (std::int64_t r = 0; r < mesh.num_replicas(); ++r) {
+    shape[0] *= num_replicas();
+    const bool here = m_impl->transport->rank() == 0;
+    Tensor whole = here ? Tensor::zeros(shape, DType::F32) : Tensor();
+    for (std::int64_t r = 0; r < num_replicas(); ++r) {
+        const Tensor replica = gather_tiles(node, r, false, true);
+        if (!here) continue;
         std::vector<std::int64_t> begin(shape.size(), 0), extent(shape.begin(), shape.end());
         begin[0] = r * batch;
         extent[0] = batch;
-        whole.view_box(begin, extent).copy_from(mesh.gather_activation(node, r));
+        whole.view_box(begin, extent).copy_from(replica);
     }
     return whole;
 }
-}  // namespace
 
 train::EvalResult CoreMesh::evaluate(const Tensor& images, const Tensor& labels) {
     Impl& impl = *m_impl;
@@ -1623,7 +1664,8 @@ train::EvalResult CoreMesh::evaluate(const Tensor& images, const Tensor& labels)
     impl.scatter_batch(images, nullptr, graph::Mode::Eval);
     impl.forward(graph::Mode::Eval);
     train::EvalResult result;
-    result.logits = gather_replicas(*this, impl.model.output_node());
+    result.logits = gather_outputs_to_rank_zero(impl.model.output_node());
+    if (!result.logits.is_defined()) return result;  // a rank other than 0: the logits are rank 0's
     const LossPartial total = impl.loss_partial(result.logits, labels);
     result.loss = impl.finish_loss(total, result.logits, labels).first;
     loss::MetricOptions metric_options;
@@ -1643,7 +1685,7 @@ void CoreMesh::evaluate(const RankTiles& own) {
     for (Impl::Core& core : impl.local_cores()) core.events.clear();
     impl.scatter_received(own, graph::Mode::Eval);
     impl.forward(graph::Mode::Eval);
-    gather_replicas(*this, impl.model.output_node());  // rank 0 assembles the logits
+    gather_outputs_to_rank_zero(impl.model.output_node());  // rank 0 assembles the logits
 }
 
 std::vector<Tensor> CoreMesh::predict_outputs(const Tensor& images) {
@@ -1660,7 +1702,7 @@ std::vector<Tensor> CoreMesh::predict_outputs(const Tensor& images) {
     impl.scatter_batch(images, nullptr, graph::Mode::Eval);
     impl.forward(graph::Mode::Eval);
     std::vector<Tensor> outputs;
-    for (const int node : impl.model.output_nodes()) outputs.push_back(gather_replicas(*this, node));
+    for (const int node : impl.model.output_nodes()) outputs.push_back(gather_outputs_to_rank_zero(node));
     return outputs;
 }
 
@@ -1671,7 +1713,7 @@ void CoreMesh::predict_outputs(const RankTiles& own) {
     for (Impl::Core& core : impl.local_cores()) core.events.clear();
     impl.scatter_received(own, graph::Mode::Eval);
     impl.forward(graph::Mode::Eval);
-    for (const int node : impl.model.output_nodes()) gather_replicas(*this, node);  // rank 0 assembles them
+    for (const int node : impl.model.output_nodes()) gather_outputs_to_rank_zero(node);  // rank 0 assembles them
 }
 
 RankTiles CoreMesh::tiles_for_rank(int rank, const Tensor& images, const Tensor* labels) const {
@@ -1768,7 +1810,7 @@ Tensor CoreMesh::gather_activation_gradient(int model_node, std::int64_t replica
     return gather_tiles(model_node, replica, true);
 }
 
-Tensor CoreMesh::gather_tiles(int model_node, std::int64_t replica, bool gradient) const {
+Tensor CoreMesh::gather_tiles(int model_node, std::int64_t replica, bool gradient, bool only_to_root) const {
     Impl& impl = *m_impl;
     TESSERA_CHECK(replica >= 0 && replica < impl.mesh.num_replicas,
                   "the mesh has replicas 0.." << impl.mesh.num_replicas - 1 << ", got " << replica);
@@ -1788,7 +1830,9 @@ Tensor CoreMesh::gather_tiles(int model_node, std::int64_t replica, bool gradien
         },
         [&](std::int64_t c, ByteReader& in) {
             if (c / impl.per_replica == replica) tiles[static_cast<std::size_t>(c)] = in.get_tensor();
-        });
+        },
+        only_to_root);
+    if (only_to_root && impl.transport->rank() != 0) return {};
     std::vector<Tensor> replica_tiles(tiles.begin() + impl.mesh_core(replica, 0), tiles.begin() + impl.mesh_core(replica, 0) + impl.per_replica);
     return gather(*this, replica_tiles, model_node);
 }

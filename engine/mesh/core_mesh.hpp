@@ -142,9 +142,11 @@ public:
     // targets and the loss are the whole images' (detection/detection_loss.hpp, the tile contract).
     train::StepResult train_step(const Tensor& images, std::span<const detection::PaddedGroundTruth> ground_truth);
     // Forward in evaluation mode; logits gathered from the tiles, loss and metrics over all replicas.
+    // Spread over ranks, the logits are gathered on rank 0 alone: the result is empty on the others.
     train::EvalResult evaluate(const Tensor& images, const Tensor& labels);
     // Forward in evaluation mode on images [R·n, C, (D,) H, W]: every model output (Graph::output_nodes()
     // order) gathered from the tiles, replica r's rows r·n … (r+1)·n − 1. A detector's heads for inference.
+    // Spread over ranks, on rank 0 alone (undefined tensors on the others).
     std::vector<Tensor> predict_outputs(const Tensor& images);
     // A detector's loss on the outputs of the last predict_outputs, averaged over replicas, with one padded
     // ground truth per image: computed on each core's tile as a training step does (its anchors' targets,
@@ -211,7 +213,11 @@ public:
     Tensor gather_activation_gradient(int model_node, std::int64_t replica = 0) const;
 
 private:
-    Tensor gather_tiles(int model_node, std::int64_t replica, bool gradient) const;
+    // only_to_root: assembled on rank 0 alone (undefined elsewhere), the other ranks' tiles sent to it only.
+    Tensor gather_tiles(int model_node, std::int64_t replica, bool gradient, bool only_to_root = false) const;
+    // A model output of every replica, [R·n, …], on rank 0 (undefined on the others): evaluate's and
+    // predict_outputs' gather, which no other rank needs whole.
+    Tensor gather_outputs_to_rank_zero(int node) const;
 
     struct Impl;
     std::unique_ptr<Impl> m_impl;

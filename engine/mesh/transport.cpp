@@ -26,6 +26,16 @@ std::vector<std::vector<std::byte>> SingleProcess::all_gather(std::span<const st
     return {std::vector<std::byte>(mine.begin(), mine.end())};
 }
 
+std::vector<std::vector<std::byte>> SingleProcess::all_gather(std::span<const std::byte> mine, std::span<const int> group) {
+    TESSERA_CHECK(group.size() == 1 && group[0] == 0, "one process is rank 0 alone, got a group of " << group.size() << " ranks");
+    return all_gather(mine);
+}
+
+std::vector<std::vector<std::byte>> SingleProcess::gather(std::span<const std::byte> mine, int root) {
+    TESSERA_CHECK(root == 0, "one process is rank 0 alone, asked to gather on rank " << root);
+    return all_gather(mine);
+}
+
 CorePlacement::CorePlacement(std::int64_t num_cores, int num_ranks) {
     TESSERA_CHECK(num_ranks >= 1, "a mesh runs on at least one rank, got " << num_ranks);
     TESSERA_CHECK(num_cores >= num_ranks,

@@ -63,6 +63,12 @@ public:
     virtual void broadcast(std::span<std::byte> data, int root) = 0;
     // Every rank's bytes (sizes may differ), indexed by rank.
     virtual std::vector<std::vector<std::byte>> all_gather(std::span<const std::byte> mine) = 0;
+    // The same over a group of ranks (ascending, this rank among them), indexed like `group`: only the
+    // members call it, each in the same order relative to its other group collectives (MPI: a
+    // communicator of the group, made on its first use and kept).
+    virtual std::vector<std::vector<std::byte>> all_gather(std::span<const std::byte> mine, std::span<const int> group) = 0;
+    // Every rank's bytes on `root` alone, indexed by rank; an empty list on the other ranks.
+    virtual std::vector<std::vector<std::byte>> gather(std::span<const std::byte> mine, int root) = 0;
     virtual void all_reduce_sum(std::span<float> values) = 0;       // the library's order
     virtual void all_reduce_min(std::span<std::int64_t> values) = 0;
     virtual void barrier() = 0;
@@ -83,6 +89,8 @@ public:
     void wait_all() override {}
     void broadcast(std::span<std::byte>, int) override {}
     std::vector<std::vector<std::byte>> all_gather(std::span<const std::byte> mine) override;
+    std::vector<std::vector<std::byte>> all_gather(std::span<const std::byte> mine, std::span<const int> group) override;
+    std::vector<std::vector<std::byte>> gather(std::span<const std::byte> mine, int root) override;
     void all_reduce_sum(std::span<float>) override {}
     void all_reduce_min(std::span<std::int64_t>) override {}
     void barrier() override {}

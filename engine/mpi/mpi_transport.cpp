@@ -8,6 +8,7 @@
 #include <chrono>
 #include <climits>
 #include <cstdlib>
+#include <map>
 #include <vector>
 
 namespace tessera::mpi {
@@ -45,7 +46,9 @@ public:
     ~MpiTransport() override {
         int finalized = 0;
         MPI_Finalized(&finalized);
-        if (!finalized) MPI_Comm_free(&m_comm);
+        if (finalized) return;
+        for (auto& [group, comm] : m_groups) MPI_Comm_free(&comm);
+        MPI_Comm_free(&m_comm);
     }
 
     int rank() const override { return m_rank; }
@@ -84,25 +87,29 @@ public:
         }
     }
 
-    std::vector<std::vector<std::byte>> all_gather(std::span<const std::byte> mine) override {
+    std::vector<std::vector<std::byte>> all_gather(std::span<const std::byte> mine) override { return gather_over(m_comm, m_size, mine); }
+
+    std::vector<std::vector<std::byte>> all_gather(std::span<const std::byte> mine, std::span<const int> group) override {
+        return gather_over(group_communicator(group), static_cast<int>(group.size()), mine);
+    }
+
+    std::vector<std::vector<std::byte>> gather(std::span<const std::byte> mine, int root) override {
         TESSERA_CHECK(mine.size() < static_cast<std::size_t>(INT_MAX), "a rank's share of a gather is limited to 2 GiB, got " << mine.size());
         const Collective counted(*this, mine.size());
         const int my_size = static_cast<int>(mine.size());
-        std::vector<int> sizes(static_cast<std::size_t>(m_size)), offsets(static_cast<std::size_t>(m_size));
-        check(MPI_Allgather(&my_size, 1, MPI_INT, sizes.data(), 1, MPI_INT, m_comm), "MPI_Allgather");
+        const bool is_root = m_rank == root;
+        std::vector<int> sizes(is_root ? static_cast<std::size_t>(m_size) : 0), offsets(sizes.size());
+        check(MPI_Gather(&my_size, 1, MPI_INT, sizes.data(), 1, MPI_INT, root, m_comm), "MPI_Gather");
         long long total = 0;
-        for (int r = 0; r < m_size; ++r) {
-            offsets[static_cast<std::size_t>(r)] = static_cast<int>(total);
-            total += sizes[static_cast<std::size_t>(r)];
+        for (std::size_t r = 0; r < sizes.size(); ++r) {
+            offsets[r] = static_cast<int>(total);
+            total += sizes[r];
         }
-        TESSERA_CHECK(total < INT_MAX, "a gather over every rank is limited to 2 GiB, got " << total << " bytes");
+        TESSERA_CHECK(total < INT_MAX, "a gather on one rank is limited to 2 GiB, got " << total << " bytes");
         std::vector<std::byte> all(static_cast<std::size_t>(total));
-        check(MPI_Allgatherv(mine.data(), my_size, MPI_BYTE, all.data(), sizes.data(), offsets.data(), MPI_BYTE, m_comm), "MPI_Allgatherv");
-        std::vector<std::vector<std::byte>> per_rank(static_cast<std::size_t>(m_size));
-        for (int r = 0; r < m_size; ++r) {
-            const auto begin = all.begin() + offsets[static_cast<std::size_t>(r)];
-            per_rank[static_cast<std::size_t>(r)].assign(begin, begin + sizes[static_cast<std::size_t>(r)]);
-        }
+        check(MPI_Gatherv(mine.data(), my_size, MPI_BYTE, all.data(), sizes.data(), offsets.data(), MPI_BYTE, root, m_comm), "MPI_Gatherv");
+        std::vector<std::vector<std::byte>> per_rank(sizes.size());
+        for (std::size_t r = 0; r < sizes.size(); ++r) per_rank[r].assign(all.begin() + offsets[r], all.begin() + offsets[r] + sizes[r]);
         return per_rank;
     }
 
@@ -125,6 +132,50 @@ public:
     }
 
 private:
+    // Every member's bytes over `comm` (of `size` ranks), indexed by rank in it.
+    std::vector<std::vector<std::byte>> gather_over(MPI_Comm comm, int size, std::span<const std::byte> mine) {
+        TESSERA_CHECK(mine.size() < static_cast<std::size_t>(INT_MAX), "a rank's share of a gather is limited to 2 GiB, got " << mine.size());
+        const Collective counted(*this, mine.size());
+        const int my_size = static_cast<int>(mine.size());
+        std::vector<int> sizes(static_cast<std::size_t>(size)), offsets(static_cast<std::size_t>(size));
+        check(MPI_Allgather(&my_size, 1, MPI_INT, sizes.data(), 1, MPI_INT, comm), "MPI_Allgather");
+        long long total = 0;
+        for (int r = 0; r < size; ++r) {
+            offsets[static_cast<std::size_t>(r)] = static_cast<int>(total);
+            total += sizes[static_cast<std::size_t>(r)];
+        }
+        TESSERA_CHECK(total < INT_MAX, "a gather over " << size << " ranks is limited to 2 GiB, got " << total << " bytes");
+        std::vector<std::byte> all(static_cast<std::size_t>(total));
+        check(MPI_Allgatherv(mine.data(), my_size, MPI_BYTE, all.data(), sizes.data(), offsets.data(), MPI_BYTE, comm), "MPI_Allgatherv");
+        std::vector<std::vector<std::byte>> per_rank(static_cast<std::size_t>(size));
+        for (int r = 0; r < size; ++r) {
+            const auto begin = all.begin() + offsets[static_cast<std::size_t>(r)];
+            per_rank[static_cast<std::size_t>(r)].assign(begin, begin + sizes[static_cast<std::size_t>(r)]);
+        }
+        return per_rank;
+    }
+
+    // The communicator of a group of ranks (ascending, this one among them): MPI_Comm_create_group is
+    // collective over the members only, so ranks outside the group go on undisturbed. Kept for the job.
+    MPI_Comm group_communicator(std::span<const int> group) {
+        TESSERA_ASSERT(std::is_sorted(group.begin(), group.end()) && std::binary_search(group.begin(), group.end(), m_rank),
+                       "a group lists its ranks in order, this rank (" << m_rank << ") among them");
+        if (static_cast<int>(group.size()) == m_size) return m_comm;
+        std::vector<int> key(group.begin(), group.end());
+        if (const auto found = m_groups.find(key); found != m_groups.end()) return found->second;
+        MPI_Group everyone = MPI_GROUP_NULL, members = MPI_GROUP_NULL;
+        check(MPI_Comm_group(m_comm, &everyone), "MPI_Comm_group");
+        check(MPI_Group_incl(everyone, static_cast<int>(key.size()), key.data(), &members), "MPI_Group_incl");
+        MPI_Comm comm = MPI_COMM_NULL;
+        const int code = MPI_Comm_create_group(m_comm, members, 0, &comm);
+        MPI_Group_free(&members);
+        MPI_Group_free(&everyone);
+        check(code, "MPI_Comm_create_group");
+        check(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+        m_groups.emplace(std::move(key), comm);
+        return comm;
+    }
+
     // One request per piece of at most 1 GiB (at least one, for an empty message: both sides split alike).
     template <class Post>
     void post_pieces(std::size_t bytes, Post&& post) {
@@ -152,6 +203,7 @@ private:
     int m_rank = 0, m_size = 1;
     std::string m_host;
     std::vector<MPI_Request> m_requests;
+    std::map<std::vector<int>, MPI_Comm> m_groups;  // group communicators, by their ranks
 };
 
 }  // namespace

@@ -13,6 +13,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -122,6 +123,8 @@ Outcome run(const Layout& layout, mesh::ReductionOrder reduction, mesh::Reductio
     } else {
         if (tiles_sent) cores.send_tiles(images, nullptr);
         const train::EvalResult evaluation = cores.evaluate(images, labels);
+        // The logits are gathered on rank 0 alone: no other rank holds the whole batch's.
+        EXPECT_EQ(evaluation.logits.is_defined(), cores.transport().rank() == 0);
         outcome.logits = evaluation.logits;
         outcome.eval_loss = evaluation.loss;
     }
@@ -203,6 +206,28 @@ INSTANTIATE_TEST_SUITE_P(
                       Layout{"unet3d_2x2x2", Layout::Model::UNet3D, {1, 1, 24, 24, 24}, {2, 2, 2}},
                       Layout{"resnet18_2rep_x_2x2", Layout::Model::ResNet18, {2, 3, 64, 64}, {2, 2}, 2}),
     [](const ::testing::TestParamInfo<Layout>& layout) { return std::string(layout.param.name); });
+
+// Replica reductions (batch-norm statistics in both passes, the loss partials) cross only the ranks
+// holding that replica's cores: with one replica per rank, a step's collectives are the few every step
+// has (the gradient broadcast, the mean loss, agreeing on failure), fewer than its batch norms — where
+// one gather over every rank per reduction phase made three per batch norm.
+TEST(MpiMeshReplicas, ReductionsStayAmongTheRanksOfTheirReplica) {
+    if (g_transport->num_ranks() != 2) GTEST_SKIP() << "one replica per rank needs 2 ranks";
+    const Layout layout{"unet2d_2rep_x_4x1", Layout::Model::UNet2D, {1, 1, 64, 64}, {4, 1}, 2};
+    const graph::Graph model = make_model(layout);
+    mesh::CoreMesh cores(model, mesh_config(layout, mesh::ReductionOrder::Reproducible), trainer_config(mesh::ReductionOrder::Reproducible),
+                         g_transport);
+    const std::int64_t batch_norms = std::count_if(model.nodes().begin(), model.nodes().end(),
+                                                   [](const graph::Node& node) { return node.kind == graph::OpKind::BatchNorm; });
+    ASSERT_GT(batch_norms, 4);
+    auto [images, labels] = test::make_batch({2, 1, 64, 64}, classes_of(layout), false, 5);
+    cores.train_step(images, labels);
+    const std::int64_t before = g_transport->counters().collectives;
+    const double loss = cores.train_step(images, labels).loss;
+    const std::int64_t collectives = g_transport->counters().collectives - before;
+    EXPECT_LT(collectives, batch_norms) << "collectives in one step";
+    EXPECT_TRUE(std::isfinite(loss));
+}
 
 // A RetinaNet (ResNet-18, P3..P5) on 2 replicas of a 2×2 split, 3 steps: the anchor matching's
 // reductions (each box's best anchor, the positives, the loss sums) cross ranks too.
