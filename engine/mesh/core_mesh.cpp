@@ -241,8 +241,8 @@ struct CoreMesh::Impl {
     }
 
     // Sums each group's partials in core order (a fixed order: bit-reproducible) and hands the totals
-    // back. Groups: the replica, or every core (cross-replica). Across ranks every rank gathers every
-    // core's partials and adds them in the same order (they are a few numbers per channel).
+    // back. Groups: the replica, or every core (cross-replica). Across ranks the ranks holding a group's
+    // cores gather its partials and each adds them in the same order (they are a few numbers per channel).
     void all_reduce(std::vector<std::vector<double>>& partials, bool across_replicas, StepPhase phase, int layer) {
         const double start = now();
         const auto write = [&](std::int64_t c, ByteWriter& out) { out.put_span(std::span<const double>(partials[static_cast<std::size_t>(c)])); };
