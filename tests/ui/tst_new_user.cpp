@@ -252,7 +252,7 @@ private slots:
         const auto stopped = finished.front().front().value<run::RunSummary>();
         QVERIFY(stopped.stopped);
         QVERIFY(stopped.last_step >= 4 && stopped.last_step < 20);
-        QTRY_COMPARE(panel->runList()->topLevelItem(0)->text(1), QStringLiteral("stopped"));
+        QTRY_COMPARE_WITH_TIMEOUT(panel->runList()->topLevelItem(0)->text(1), QStringLiteral("stopped"), 60000);
         screenshot(QStringLiteral("stopped"));
 
         // 6. Start again: it resumes from the checkpoint and runs to step 20, then evaluates.

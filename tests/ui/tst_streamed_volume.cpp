@@ -123,7 +123,7 @@ private slots:
         }
         // The 3D view shows the overview, its cursor on the overview's grid.
         QCOMPARE(window.volumeView()->scene()->cursor(), (std::array<std::int64_t, 3>{18, 15, 5}));
-        QTRY_VERIFY(window.statusText().contains(QStringLiteral("value %1").arg(whole.value_at(75, 60, 20), 0, 'g', 6)));
+        QTRY_VERIFY_WITH_TIMEOUT(window.statusText().contains(QStringLiteral("value %1").arg(whole.value_at(75, 60, 20), 0, 'g', 6)), 60000);
 
         // A slice never read: first the overview's blocks (nearest block per voxel), then its own voxels.
         SliceView* axial = window.sliceView(SliceOrientation::Axial);

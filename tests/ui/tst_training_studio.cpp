@@ -142,7 +142,7 @@ private slots:
         const auto stopped = finished.front().front().value<run::RunSummary>();
         QVERIFY(stopped.stopped);
         QVERIFY(stopped.last_step >= 3 && stopped.last_step < total_steps);
-        QTRY_VERIFY(!controller->isRunning());
+        QTRY_VERIFY_WITH_TIMEOUT(!controller->isRunning(), 60000);  // generous: CI machines are loaded
         QCOMPARE(panel->runList()->topLevelItem(0)->text(1), QStringLiteral("stopped"));
 
         // The charts and the timeline of a real step got points.
@@ -152,7 +152,7 @@ private slots:
         QVERIFY(charts->series(QStringLiteral("em_run"), RunCharts::Curve::RawLoss)->count() >= 3);
         QVERIFY(charts->series(QStringLiteral("em_run"), RunCharts::Curve::HostSeconds)->count() >= 3);
         QVERIFY(charts->series(QStringLiteral("em_run"), RunCharts::Curve::PredictedSeconds)->count() >= 3);
-        QTRY_VERIFY(!panel->timeline()->bars().empty());
+        QTRY_VERIFY_WITH_TIMEOUT(!panel->timeline()->bars().empty(), 60000);
         QCOMPARE(panel->timeline()->lanes(), 4);
         // Any kept step's real events: step 2's.
         panel->timelineStepBox()->setValue(2);
@@ -248,7 +248,7 @@ private slots:
         QTRY_VERIFY_WITH_TIMEOUT(!run::ModelDirLock::holder(model_dir.toStdString()).has_value(), 60000);
 
         // The evaluation's boxes, as its file has them.
-        QTRY_VERIFY(view->hasEvaluation());
+        QTRY_VERIFY_WITH_TIMEOUT(view->hasEvaluation(), 60000);
         const run::DetectionsFile* file = view->detections();
         QCOMPARE(file->step, 2);
         QCOMPARE(static_cast<int>(file->images.size()), 16);  // the preset's num_eval_images
