@@ -108,14 +108,18 @@ public:
             m_scratchpad.fit(dnnl::concat::primitive_desc(1, sources, cpu_engine(), Scratchpad::attributes()));
         m_concat = dnnl::concat(pd);
         m_output_desc = pd.dst_desc();
-        // Backward: the gradient goes to a plain buffer once, then each input's channel range is copied out.
+        // Backward: each input's channel range of the gradient is copied out. Straight from the gradient's
+        // own layout when every range starts on one of its channel blocks (nChw16c with 16-channel inputs:
+        // one pass); otherwise the gradient goes to a plain buffer once and the ranges are copied from there.
+        m_parts_in_place = parts_fit(m_output_desc, input_shapes);
         const memory::desc plain = plain_desc(output_shape, m_output_desc.data_type());
-        m_diff_plain = Converted(m_scratchpad, m_output_desc, plain, Lifetime::Call);
+        if (!m_parts_in_place) m_diff_plain = Converted(m_scratchpad, m_output_desc, plain, Lifetime::Call);
+        const memory::desc& whole = m_parts_in_place ? m_output_desc : plain;
         std::int64_t channel_offset = 0;
         for (std::size_t i = 0; i < input_shapes.size(); ++i) {
             memory::dims offsets(input_shapes[i].size(), 0);
             offsets[1] = channel_offset;
-            const memory::desc part = plain.submemory_desc(to_dims(input_shapes[i]), offsets);
+            const memory::desc part = whole.submemory_desc(to_dims(input_shapes[i]), offsets);
             m_parts.push_back(part);
             m_part_copies.emplace_back(m_scratchpad, part, in.descs[i]);
             channel_offset += input_shapes[i][1];
@@ -132,10 +136,10 @@ public:
 
     void backward(const std::vector<memory>&, const memory&, const memory& diff_output,
                   const std::vector<memory>& diff_inputs) override {
-        const memory plain = m_diff_plain(diff_output);
+        const memory whole = m_parts_in_place ? diff_output : m_diff_plain(diff_output);
         for (std::size_t i = 0; i < m_parts.size(); ++i) {
             if (!m_needs_gradient[i]) continue;
-            const memory part(m_parts[i], cpu_engine(), plain.get_data_handle());
+            const memory part(m_parts[i], cpu_engine(), whole.get_data_handle());
             m_part_copies[i](part, diff_inputs[i]);
         }
     }
@@ -143,6 +147,25 @@ public:
     std::int64_t bytes() const override { return m_diff_plain.bytes(); }
 
 private:
+    // Whether every input's channel range is a sub-view of `desc` (starts on a channel block): oneDNN's
+    // submemory_desc refuses a range that cuts a block.
+    static bool parts_fit(const memory::desc& desc, const std::vector<Shape>& input_shapes) {
+        const auto& blocking = desc.data.format_desc.blocking;
+        std::int64_t block = 1;
+        for (int b = 0; b < blocking.inner_nblks; ++b) {
+            if (blocking.inner_idxs[b] != 1) return false;  // blocked along another axis
+            block *= blocking.inner_blks[b];
+        }
+        if (desc.data.format_kind != dnnl_blocked) return false;
+        std::int64_t channel_offset = 0;
+        for (const Shape& shape : input_shapes) {
+            if (channel_offset % block != 0) return false;
+            channel_offset += shape[1];
+        }
+        return true;
+    }
+
+    bool m_parts_in_place = false;
     std::vector<bool> m_needs_gradient;
     std::vector<Converted> m_sources;
     dnnl::concat m_concat;

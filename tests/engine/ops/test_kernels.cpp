@@ -242,6 +242,24 @@ TEST(Kernels, ReluAddAndConcatMatchTheReference) {
     EXPECT_LE(relative_difference(concat.input_gradients[1], parts[1]), tolerance);
 }
 
+// Concatenation in the blocked layout convolutions hand it (nChw16c): inputs whose channel ranges start on
+// a 16-channel block take their gradients straight from the joined gradient's layout; a range that starts
+// inside a block (8 + 16) goes through a plain copy. Both are copies: exact.
+TEST(Kernels, ConcatOfBlockedInputsRoutesGradientsWhereverTheBlocksFall) {
+    for (const auto& [first, second] : {std::pair<std::int64_t, std::int64_t>{16, 8}, {16, 16}, {8, 16}}) {
+        const Tensor a = random_tensor({2, first, 4, 5}, 31), c = random_tensor({2, second, 4, 5}, 32);
+        const Shape joined{2, first + second, 4, 5};
+        const Tensor dz = random_tensor(joined, 33);
+        const Ran concat = run_kernel(
+            {a, c}, dz, [&](const ops::KernelInputs& in) { return ops::make_concat_kernel({a.shape(), c.shape()}, joined, in); },
+            memory::format_tag::nChw16c);
+        EXPECT_EQ(relative_difference(concat.output, reference::concat_channels({a, c})), 0.0) << first << " + " << second;
+        const std::vector<Tensor> parts = reference::concat_channels_backward(dz, {first, second});
+        EXPECT_EQ(relative_difference(concat.input_gradients[0], parts[0]), 0.0) << first << " + " << second;
+        EXPECT_EQ(relative_difference(concat.input_gradients[1], parts[1]), 0.0) << first << " + " << second;
+    }
+}
+
 TEST(Kernels, GlobalPoolingAndDenseMatchTheReference) {
     const Tensor x = random_tensor({3, 6, 4, 5}, 24);
     const Tensor dy = random_tensor({3, 6}, 25);
