@@ -89,6 +89,11 @@ private slots:
         QTRY_VERIFY_WITH_TIMEOUT(charts->runs().contains(QStringLiteral("mpi_run_dir")), 10000);
         charts->refresh();
         QTRY_COMPARE_WITH_TIMEOUT(charts->series(QStringLiteral("mpi_run_dir"), RunCharts::Curve::RawLoss)->count(), 6, 10000);
+        // The Run dock's timeline shows the step the ranks recorded before their last checkpoint (step_trace.json,
+        // every core's events gathered on rank 0): 4 lanes, one per simulated core over both ranks.
+        QTRY_VERIFY_WITH_TIMEOUT(panel->timeline()->title().contains(QStringLiteral("Step 6 ")), 60000);
+        QVERIFY(!panel->timeline()->bars().empty());
+        QCOMPARE(panel->timeline()->lanes(), 4);
 
         // More steps, stopped from the dock: rank 0 stops after its step with a checkpoint.
         panel->stepsBox()->setValue(100000);

@@ -212,6 +212,10 @@ private:
     QLabel* m_waiting_hint = nullptr;
     QTimer* m_watch_timer = nullptr;
     std::filesystem::path m_watched_run;
+    // The step trace last shown for a run trained elsewhere (its model_dir and the file's time).
+    std::filesystem::path m_trace_dir;
+    std::filesystem::file_time_type m_trace_written{};
+    void showRecordedStep(const std::filesystem::path& model_dir);
     void watchRun(const std::filesystem::path& model_dir);
     void refreshWatchedRun();
     EquivalenceView* m_equivalence_view = nullptr;

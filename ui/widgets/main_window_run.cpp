@@ -8,6 +8,7 @@
 #include "run/detections_file.hpp"
 #include "run/metrics_log.hpp"
 #include "run/model_dir_lock.hpp"
+#include "run/step_trace.hpp"
 #include "widgets/detection_view.hpp"
 #include "widgets/equivalence_view.hpp"
 #include "widgets/run_charts.hpp"
@@ -205,10 +206,34 @@ void MainWindow::watchRun(const std::filesystem::path& model_dir) {
     refreshWatchedRun();
 }
 
+// A run this studio does not train (opened, or trained by another process — MPI ranks, a terminal, a
+// cluster job) recorded a step's events in its model_dir before each checkpoint: the Run dock's timeline
+// shows the newest, read again when the file changes.
+void MainWindow::showRecordedStep(const std::filesystem::path& model_dir) {
+    const std::filesystem::path file = model_dir / run::step_trace_file_name;
+    std::error_code error;
+    const std::filesystem::file_time_type written = std::filesystem::last_write_time(file, error);
+    if (error || (model_dir == m_trace_dir && written == m_trace_written)) return;
+    m_trace_dir = model_dir;
+    m_trace_written = written;
+    try {
+        run::StepTrace trace = run::read_step_trace(file);
+        StepEvents events;
+        events.step = trace.step;
+        events.cores = trace.num_cores;
+        events.events = std::move(trace.events);
+        events.layer_names = std::make_shared<const std::vector<std::string>>(std::move(trace.layer_names));
+        m_run_panel->showRecordedStep(events);
+    } catch (const Error& failure) {
+        statusBar()->showMessage(tr("The run's step timeline cannot be shown: %1").arg(QString::fromUtf8(failure.what())), 10000);
+    }
+}
+
 void MainWindow::refreshWatchedRun() {
     if (m_watched_run.empty()) return;
     const std::optional<run::LockHolder> holder = run::ModelDirLock::holder(m_watched_run);
     m_run_charts->loadRun(RunPanel::runName(m_watched_run), m_watched_run);
+    showRecordedStep(m_watched_run);
     const run::MetricsHistory history = run::read_metrics(m_watched_run);
     if (holder) {
         const QString where = QString::fromStdString(holder->describe());
@@ -241,6 +266,7 @@ bool MainWindow::openRun(const std::filesystem::path& model_dir) {
     bringBackDesignDocks();
     m_run_panel->addOpenedRun(model_dir, history);
     m_run_charts->loadRun(RunPanel::runName(model_dir), model_dir);
+    showRecordedStep(model_dir);
     if (!history.evals.empty()) showEvaluation(history.evals.back(), model_dir);
     statusBar()->showMessage(tr("Opened run %1").arg(RunPanel::runName(model_dir)), 5000);
     return true;

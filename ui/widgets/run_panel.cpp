@@ -299,6 +299,7 @@ void RunPanel::stopRun() {
 
 void RunPanel::onStarted(const tessera::run::RunStart& start) {
     m_step_events.clear();
+    m_timeline_recorded = false;
     m_total_steps = start.total_steps;
     m_first_step = start.first_step;
     m_progress->setRange(0, static_cast<int>(start.total_steps));
@@ -341,6 +342,17 @@ void RunPanel::onStepEvents(const tessera::ui::StepEvents& events) {
     m_timeline_dirty = true;
 }
 
+void RunPanel::showRecordedStep(const tessera::ui::StepEvents& events) {
+    if (m_controller->isRunning()) return;
+    m_step_events.clear();
+    m_timeline_recorded = true;
+    m_step_events[events.step] = events;
+    m_timeline_step->setMaximum(static_cast<int>(events.step));
+    m_timeline_step->setValue(0);
+    m_timeline_dirty = false;
+    showStepTimeline(0);
+}
+
 std::vector<std::int64_t> RunPanel::keptSteps() const {
     std::vector<std::int64_t> steps;
     for (const auto& [step, events] : m_step_events) steps.push_back(step);
@@ -381,7 +393,8 @@ void RunPanel::showStepTimeline(int chosen) {
         bars.push_back(std::move(bar));
     }
     m_timeline->setTimeline(std::move(bars), static_cast<int>(step.cores),
-                            tr("Step %1 on the simulated cores (measured on this host)").arg(step.step));
+                            m_timeline_recorded ? tr("Step %1 on the simulated cores (recorded in step_trace.json)").arg(step.step)
+                                                : tr("Step %1 on the simulated cores (measured on this host)").arg(step.step));
 }
 
 void RunPanel::onEvaluated(const tessera::run::EvalRecord& eval) {

@@ -77,6 +77,9 @@ public slots:
     // objects per class under an "all classes" row, with its precision–recall chart): the live run's or
     // an opened run's last one.
     void showScores(const tessera::run::EvalRecord& eval);
+    // The timeline of a step a run recorded (its step_trace.json), for a run this studio does not train;
+    // ignored while the studio trains one itself (its live steps own the timeline).
+    void showRecordedStep(const tessera::ui::StepEvents& events);
     // Asks for a run's model_dir and emits openRunRequested (the Open Run… button, Experiment ▸ Open Run…).
     void chooseRunToOpen();
     // Emits exportReportRequested for chosenRunDir() (the Export Report… button, Run ▸ Export Report…).
@@ -124,6 +127,7 @@ private:
     TimelineChart* m_timeline;
     QTimer* m_timeline_timer;
     std::map<std::int64_t, StepEvents> m_step_events;  // the last steps' events, by step
+    bool m_timeline_recorded = false;  // shown from a run's step_trace.json, not measured live here
     bool m_follow_latest = true;                       // the timeline shows each new step as it comes
     bool m_timeline_dirty = false;                     // a newer step arrived since the last draw
     QSpinBox* m_timeline_step;
