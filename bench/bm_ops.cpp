@@ -4,7 +4,9 @@
 //   2D U-Net: depth 4, base width 16, input [4, 1, 256, 256]; widths 16/32/64/128 at 256/128/64/32.
 //   3D U-Net: depth 3, base width 8,  input [1, 1, 64, 64, 64]; widths 8/16/32 at 64/32/16.
 //
-// Names are bm_<op>_<variant>_fwd and bm_<op>_<variant>_fwdbwd. A variant names the channels and the
+// Names are bm_<op>_<variant>_fwd and bm_<op>_<variant>_fwdbwd; each convolution also runs as oneDNN alone,
+// bm_onednn_conv…, in the layouts oneDNN picks for itself (see run_onednn_conv): the gap between the two is
+// Tessera's, the rest of the gap to the FMA peak is oneDNN's. A variant names the channels and the
 // spatial extent of the op's input: conv2d_3x3_c16to32_128 is a 3×3 conv from 16 to 32 channels on
 // [4, 16, 128, 128]; c16 alone means 16 in and 16 out; concat2d_c16x2_256 joins two 16-channel maps.
 //
@@ -37,6 +39,7 @@
 #include "loss/metrics.hpp"
 #include "loss/smooth_l1_loss.hpp"
 #include "networks/models.hpp"
+#include "ops/dnnl_support.hpp"
 #include "train/optimizer.hpp"
 
 #include <benchmark/benchmark.h>
@@ -50,6 +53,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 namespace {
@@ -110,6 +114,10 @@ struct OpCase {
     int num_inputs = 1;  // op inputs, each from its own source
     Source source = Source::Conv;
     bool memory_bound = false;  // report GB/s
+    // Convolutions: also timed as oneDNN alone (bm_onednn_<name>), for the gap between Tessera's kernel and
+    // what oneDNN itself reaches on the shape.
+    std::int64_t conv_out = 0, conv_kernel = 0;
+    bool conv_bias = false;
 };
 
 // The op's graph: its sources, then the op as the output.
@@ -206,6 +214,100 @@ void run_op(benchmark::State& state, const OpCase& c, bool backward) {
     }
 }
 
+// ---- oneDNN alone, for the convolutions ---------------------------------------------------------
+//
+// The same convolution (stride 1, 'same' padding) as oneDNN's own primitives with every layout left to
+// oneDNN (format `any`: what it considers its best for the shape), each primitive's operands in the
+// layouts it picked for itself (a lower bound: a model would pay reorders where they differ), allocated
+// once, nothing reordered in the loop: forward (training), and for _fwdbwd also the data gradient
+// (unless the conv reads the graph input) and the weight (and bias) gradient. The label names the
+// implementations (forward / weights / data). Tessera's
+// bm_<name> over bm_onednn_<name> is what its kernel adds to oneDNN's best.
+void run_onednn_conv(benchmark::State& state, const OpCase& c, bool backward) {
+    using dnnl::memory;
+    const dnnl::engine& engine = ops::cpu_engine();
+    const int rank = static_cast<int>(c.input.size()) - 2;
+    const memory::dims source_dims(c.input.begin(), c.input.end());
+    memory::dims destination_dims = source_dims, weight_dims{c.conv_out, c.input[1]};
+    destination_dims[1] = c.conv_out;
+    const memory::dims ones(static_cast<std::size_t>(rank), 1), pad(static_cast<std::size_t>(rank), c.conv_kernel / 2);
+    for (int axis = 0; axis < rank; ++axis) weight_dims.push_back(c.conv_kernel);
+    const auto any = [](const memory::dims& dims) { return memory::desc(dims, memory::data_type::f32, memory::format_tag::any); };
+    const memory::desc bias = c.conv_bias ? memory::desc({c.conv_out}, memory::data_type::f32, memory::format_tag::a) : memory::desc();
+    const dnnl::convolution_forward::primitive_desc forward_pd(
+        dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, any(source_dims),
+                                        any(weight_dims), bias, any(destination_dims), ones, pad, pad),
+        engine);
+    const memory source(forward_pd.src_desc(), engine), weights(forward_pd.weights_desc(), engine),
+        destination(forward_pd.dst_desc(), engine), bias_value(bias, engine);
+    const dnnl::convolution_forward forward(forward_pd);
+    std::optional<dnnl::convolution_backward_data> backward_data;
+    std::optional<dnnl::convolution_backward_weights> backward_weights;
+    // Each backward primitive reads its operands in the layouts it picked (a copy of each, made once).
+    memory diff_source, diff_destination, diff_weights, diff_bias, weights_source, data_weights, data_diff_destination;
+    std::vector<std::string> labels{forward_pd.impl_info_str()};
+    const bool data_gradient = c.source != Source::None;
+    if (backward) {
+        const dnnl::convolution_backward_weights::primitive_desc weights_pd(
+            dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, any(source_dims), any(weight_dims), bias,
+                                                     any(destination_dims), ones, pad, pad),
+            engine, forward_pd);
+        backward_weights.emplace(weights_pd);
+        labels.push_back(weights_pd.impl_info_str());
+        weights_source = memory(weights_pd.src_desc(), engine);
+        diff_destination = memory(weights_pd.diff_dst_desc(), engine);
+        diff_weights = memory(weights_pd.diff_weights_desc(), engine);
+        if (c.conv_bias) diff_bias = memory(weights_pd.diff_bias_desc(), engine);
+        if (data_gradient) {
+            const dnnl::convolution_backward_data::primitive_desc data_pd(
+                dnnl::convolution_backward_data::desc(dnnl::algorithm::convolution_direct, any(source_dims), any(weight_dims),
+                                                      any(destination_dims), ones, pad, pad),
+                engine, forward_pd);
+            backward_data.emplace(data_pd);
+            diff_source = memory(data_pd.diff_src_desc(), engine);
+            data_weights = memory(data_pd.weights_desc(), engine);
+            data_diff_destination = memory(data_pd.diff_dst_desc(), engine);
+            labels.push_back(data_pd.impl_info_str());
+        }
+    }
+    // Values: what they hold does not change the time; fill them once so no denormals or NaNs sneak in.
+    for (const memory& buffer : {source, weights, destination, diff_destination, weights_source, data_weights, data_diff_destination}) {
+        if (!buffer) continue;
+        auto* values = static_cast<float*>(buffer.get_data_handle());
+        SeededRandom random(7);
+        for (std::size_t i = 0; i < buffer.get_desc().get_size() / sizeof(float); ++i) values[i] = static_cast<float>(random.normal() * 0.1);
+    }
+    dnnl::stream& stream = ops::cpu_stream();
+    const auto step = [&] {
+        std::unordered_map<int, memory> args{{DNNL_ARG_SRC, source}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, destination}};
+        if (c.conv_bias) args[DNNL_ARG_BIAS] = bias_value;
+        forward.execute(stream, args);
+        if (!backward) return;
+        if (backward_data) {
+            backward_data->execute(stream, {{DNNL_ARG_DIFF_DST, data_diff_destination}, {DNNL_ARG_WEIGHTS, data_weights}, {DNNL_ARG_DIFF_SRC, diff_source}});
+        }
+        std::unordered_map<int, memory> weight_args{{DNNL_ARG_SRC, weights_source}, {DNNL_ARG_DIFF_DST, diff_destination}, {DNNL_ARG_DIFF_WEIGHTS, diff_weights}};
+        if (c.conv_bias) weight_args[DNNL_ARG_DIFF_BIAS] = diff_bias;
+        backward_weights->execute(stream, weight_args);
+    };
+    step();
+    stream.wait();
+    for (auto _ : state) {
+        const auto start = Clock::now();
+        step();
+        stream.wait();
+        state.SetIterationTime(seconds_since(start));
+    }
+    // The FLOPs Tessera's bm_<name> counts for the same work.
+    const Graph graph = make_graph(c);
+    const graph::NodeCost cost = graph.cost(graph.output_node());
+    const double flops = cost.forward_flops + (backward ? (data_gradient ? cost.backward_flops : cost.forward_flops) : 0.0);
+    state.counters["GFLOP/s"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+    std::string label;
+    for (const std::string& implementation : labels) label = label.empty() ? implementation : cat({label, " / ", implementation});
+    state.SetLabel(label);
+}
+
 // ---- the cases ----------------------------------------------------------------------------------
 
 struct Net {
@@ -239,6 +341,9 @@ OpCase conv_case(const Net& net, std::int64_t in, std::int64_t out, std::int64_t
                   std::to_string(extent)});
     c.input = activation(net, in, extent);
     if (reads_graph_input) c.source = Source::None;
+    c.conv_out = out;
+    c.conv_kernel = kernel;
+    c.conv_bias = bias;
     const int rank = net.rank;
     c.add_op = [rank, out, kernel, bias](Graph& graph, const std::vector<int>& inputs) {
         ops::ConvAttributes attributes = ops::ConvAttributes::same(rank, kernel);
@@ -467,6 +572,12 @@ bool register_all() {
             bm->UseManualTime()->Unit(benchmark::kMillisecond);
             // Memory-bound ops are short: 0.1 s of op time is hundreds of runs, and keeps the whole program short.
             if (c.memory_bound) bm->MinTime(0.1);
+            if (c.conv_out > 0) {
+                const std::string alone = cat({"bm_onednn_", c.name, backward ? "_fwdbwd" : "_fwd"});
+                benchmark::RegisterBenchmark(alone.c_str(), [c, backward](benchmark::State& state) { run_onednn_conv(state, c, backward); })
+                    ->UseManualTime()
+                    ->Unit(benchmark::kMillisecond);
+            }
         }
     }
     const struct {
