@@ -260,6 +260,29 @@ TEST(Kernels, ConcatOfBlockedInputsRoutesGradientsWhereverTheBlocksFall) {
     }
 }
 
+// 2×2 (2×2×2) max pooling at stride 2 on the layouts convolutions hand it — channel-blocked (nChw16c, 20
+// channels: a padded block) and channels-last (3 channels), 2D and 3D; ties (ReLU's zeros) go to the first
+// maximum in the window, as in the reference. Exact.
+TEST(Kernels, MaxPoolingMatchesTheReferenceOnBlockedAndChannelsLastInputs) {
+    using tag = memory::format_tag;
+    const std::vector<std::pair<Shape, tag>> cases = {
+        {{2, 20, 8, 6}, tag::nChw16c}, {{2, 3, 8, 6}, tag::nhwc}, {{1, 20, 4, 6, 8}, tag::nCdhw16c}, {{2, 5, 4, 2, 6}, tag::ndhwc}};
+    for (const auto& [shape, layout] : cases) {
+        Tensor x = random_tensor(shape, 41);
+        float* values = x.data<float>();
+        for (std::int64_t i = 0; i < x.num_elements(); i += 3) values[i] = 0.0f;  // ties within windows
+        for (std::int64_t i = 0; i < x.num_elements(); i += 2) values[i] = std::max(values[i], 0.0f);
+        const int rank = static_cast<int>(shape.size()) - 2;
+        const ops::PoolAttributes pool = ops::PoolAttributes::max_down(rank, 2);
+        const Shape pooled = ops::pool_output_shape(shape, pool);
+        const Tensor dy = random_tensor(pooled, 42);
+        const Ran ran = run_kernel(
+            {x}, dy, [&](const ops::KernelInputs& in) { return ops::make_pool_kernel(pool, pooled, in); }, layout);
+        EXPECT_EQ(relative_difference(ran.output, reference::pool_forward(x, pool)), 0.0) << shape_to_string(shape);
+        EXPECT_EQ(relative_difference(ran.input_gradients[0], reference::pool_backward(dy, x, pool)), 0.0) << shape_to_string(shape);
+    }
+}
+
 TEST(Kernels, GlobalPoolingAndDenseMatchTheReference) {
     const Tensor x = random_tensor({3, 6, 4, 5}, 24);
     const Tensor dy = random_tensor({3, 6}, 25);
