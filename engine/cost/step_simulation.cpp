@@ -560,25 +560,21 @@ struct RankNetwork {
     double message_seconds(double bytes) const { return latency + bytes / bandwidth; }
 
     // The weight gradients' sum across the mesh. One process: `in_process` (its cores summed on its
-    // threads). Reproducible: a chain through the ranks in core order — each rank's share of that sum one
-    // after another, a message per hop (two buffers where a replica spans the hop), then a broadcast from
-    // the last rank. Fast: the slowest rank's share, then the library's all-reduce of the buffer.
-    double gradient_seconds(double in_process, double buffer_bytes, std::int64_t cores_per_replica) const {
+    // threads). Reproducible (CoreMesh's segmented sum): every rank sends each other rank its cores'
+    // values of that rank's segment of the buffer, all at once (the busiest rank's bytes, one latency per
+    // peer), adds its own segment over every core (its share of the in-process sum), and the ranks
+    // gather the summed segments. Fast: the slowest rank's share, then the library's all-reduce.
+    double gradient_seconds(double in_process, double buffer_bytes) const {
         if (ranks == 1) return in_process;
         const double mesh_cores = static_cast<double>(first.back());
-        if (fast) {
-            double largest = 0;
-            for (int rank = 0; rank < ranks; ++rank) largest = std::max(largest, static_cast<double>(first[rank + 1] - first[rank]));
-            return in_process * oversubscription * largest / mesh_cores + all_reduce_time(buffer_bytes);
-        }
-        double chain = in_process * oversubscription;
-        for (int rank = 1; rank < ranks; ++rank) {
-            const std::int64_t boundary = first[static_cast<std::size_t>(rank)];
-            const int buffers = (boundary / cores_per_replica >= 1 ? 1 : 0) + (boundary % cores_per_replica != 0 ? 1 : 0);
-            chain += message_seconds(buffers * buffer_bytes);
-        }
-        const double broadcast_hops = std::ceil(std::log2(static_cast<double>(ranks)));
-        return chain + broadcast_hops * message_seconds(buffer_bytes);
+        double largest = 0;
+        for (int rank = 0; rank < ranks; ++rank) largest = std::max(largest, static_cast<double>(first[rank + 1] - first[rank]));
+        if (fast) return in_process * oversubscription * largest / mesh_cores + all_reduce_time(buffer_bytes);
+        const double segment = buffer_bytes / ranks, others = static_cast<double>(ranks - 1);
+        const double sent = largest * segment * others, received = (mesh_cores - 1) * segment;
+        const double exchange = others * latency + std::max(sent, received) / bandwidth;
+        const double gather = std::ceil(std::log2(static_cast<double>(ranks))) * latency + segment * others / bandwidth;
+        return exchange + in_process * oversubscription / ranks + gather;
     }
 
     // MPI's all-reduce of `bytes`, interpolated over the calibrated sizes (linear beyond them).
@@ -754,7 +750,7 @@ StepPrediction predict_host_step(const graph::Graph& model, const partition::Til
         for (const graph::ParameterSpec& spec : model.parameters())
             reductions.push_back(per_tensor + static_cast<double>(num_elements_of(spec.shape)) * per_element);
         prediction.gradient_all_reduce_seconds =
-            network.gradient_seconds(phase_makespan(reductions, threads), 4.0 * static_cast<double>(parameters), cores) +
+            network.gradient_seconds(phase_makespan(reductions, threads), 4.0 * static_cast<double>(parameters)) +
             static_cast<double>(parameters) * host.host_rate("finite_checks_ns_per_parameter") * 1e-9;
         wall += prediction.gradient_all_reduce_seconds + phase_overhead;
         // Momentum SGD was measured: Adam's second slot adds to the bytes each update moves.

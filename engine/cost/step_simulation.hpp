@@ -56,7 +56,7 @@ struct SimulationOptions {
     struct RankSpread {
         int ranks = 1;
         int host_cores = 0;         // cores of the one host every rank runs on (0: each rank has its own)
-        bool fast_reduction = false;  // MPI_Allreduce rather than the reproducible chain
+        bool fast_reduction = false;  // MPI_Allreduce rather than the reproducible segmented sum
     };
     std::optional<RankSpread> spread;
 };

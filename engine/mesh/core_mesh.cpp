@@ -1008,8 +1008,9 @@ struct CoreMesh::Impl {
     std::vector<std::int64_t> all_reduce_weight_gradients() {
         const std::size_t num_parameters = model.parameters().size();
         const double reduce_start = now();
-        std::vector<Tensor> totals = mesh.reduction == ReductionOrder::Fast && !single_rank() ? fast_gradient_sums()
-                                                                                               : chained_gradient_sums();
+        std::vector<Tensor> totals = single_rank()                                ? in_order_gradient_sums()
+                                     : mesh.reduction == ReductionOrder::Fast ? fast_gradient_sums()
+                                                                              : segmented_gradient_sums();
         std::vector<std::int64_t> non_finite_core(num_parameters, -1);
         std::vector<std::int64_t> first_bad(num_parameters, std::numeric_limits<std::int64_t>::max());
         bool any_non_finite = false;
@@ -1041,55 +1042,113 @@ struct CoreMesh::Impl {
         return non_finite_core;
     }
 
-    // The in-process order across ranks: a chain. Rank k receives from rank k − 1 the sum of the replicas
-    // completed before its first core and the running sum of the replica its first core continues, adds its
-    // own cores in order, and passes both on; the last rank scales by 1/R and broadcasts. Every parameter
-    // travels in one flat buffer (one message per hop, one broadcast); within a rank the parameters are
-    // summed in parallel.
-    std::vector<Tensor> chained_gradient_sums() {
-        const std::size_t num_parameters = model.parameters().size();
+    // The sum in core order, every replica's cores summed in order and the replicas' sums added in order,
+    // then scaled by 1/R (a replicated parameter — one every core of a replica computes whole — taken from
+    // the replica's first core). `value(c, p, first, count)` gives core c's gradient values [first, first +
+    // count) of parameter p. Element by element the same arithmetic wherever it runs: one process over
+    // all its cores, or a rank over its segment (segmented_gradient_sums).
+    template <class Value>
+    void add_in_core_order(std::size_t p, std::int64_t first, std::int64_t count, Value&& value, float* replica_sum, float* sum) const {
+        for (std::int64_t c = 0; c < total_cores; ++c) {
+            const std::int64_t replica = c / per_replica, index = c % per_replica;
+            const float* g = value(c, p, first, count);
+            if (index == 0) {
+                std::copy(g, g + count, replica_sum);
+            } else if (!replicated_parameter[p]) {
+                for (std::int64_t e = 0; e < count; ++e) replica_sum[e] += g[e];
+            }
+            if (index + 1 < per_replica) continue;
+            if (replica == 0) {
+                std::copy(replica_sum, replica_sum + count, sum);
+            } else {
+                for (std::int64_t e = 0; e < count; ++e) sum[e] += replica_sum[e];
+            }
+        }
+        if (mesh.num_replicas > 1) {
+            const auto inverse = 1.0f / static_cast<float>(mesh.num_replicas);
+            for (std::int64_t e = 0; e < count; ++e) sum[e] *= inverse;
+        }
+    }
+
+    const float* local_gradient(std::int64_t core, std::size_t p, std::int64_t first) const {
+        return cores[static_cast<std::size_t>(core)].executor->parameters()[p].gradient.data<float>() + first;
+    }
+
+    // One process: every core is here; the parameters are summed in parallel.
+    std::vector<Tensor> in_order_gradient_sums() {
+        const std::vector<std::int64_t> offset = parameter_offsets();
+        std::vector<float> total(static_cast<std::size_t>(offset.back()));
+        pool->run(static_cast<std::int64_t>(model.parameters().size()), [&](std::int64_t parameter) {
+            const auto p = static_cast<std::size_t>(parameter);
+            const std::int64_t count = offset[p + 1] - offset[p];
+            std::vector<float> replica_sum(static_cast<std::size_t>(count));
+            add_in_core_order(
+                p, 0, count, [&](std::int64_t c, std::size_t q, std::int64_t first, std::int64_t) { return local_gradient(c, q, first); },
+                replica_sum.data(), total.data() + offset[p]);
+        });
+        return per_parameter(total, offset);
+    }
+
+    // Reproducible across ranks: the in-process sum, element for element, with no rank waiting on another's
+    // sum. All parameters' gradients are one flat buffer cut into one segment per rank; every rank sends each
+    // segment's owner its own cores' values of that segment (point-to-point, all at once), each owner adds
+    // every core's values in core order (add_in_core_order: the bits of one process), and every rank gathers
+    // the summed segments. Two rounds of messages however many ranks, each rank sending its cores' share
+    // of the buffer and receiving the buffer once — where a chain through the ranks in core order would
+    // pass the whole buffer one hop per rank.
+    std::vector<Tensor> segmented_gradient_sums() {
         const int rank = transport->rank(), ranks = transport->num_ranks();
         const std::vector<std::int64_t> offset = parameter_offsets();
-        std::vector<float> total(static_cast<std::size_t>(offset.back())), open(total.size());  // completed replicas; the replica under way
-        const auto bytes_of = [](std::vector<float>& sums) { return std::as_writable_bytes(std::span(sums)); };
-        if (rank > 0) {
-            if (first_local / per_replica >= 1) transport->post_receive(rank - 1, MessageTag::GradientChain, bytes_of(total));
-            if (first_local % per_replica != 0) transport->post_receive(rank - 1, MessageTag::GradientChain, bytes_of(open));
-            transport->wait_all();
-        }
-        const bool last_rank = end_local == total_cores;
-        pool->run(static_cast<std::int64_t>(num_parameters), [&](std::int64_t parameter) {
-            const auto p = static_cast<std::size_t>(parameter);
-            float* replica_sum = open.data() + offset[p];
-            float* sum = total.data() + offset[p];
-            const std::int64_t count = offset[p + 1] - offset[p];
+        const std::int64_t size = offset.back();
+        const auto segment_begin = [&](int s) { return size * s / ranks; };
+        // Calls fn(p, first, count, at) for each parameter's part of the flat range [begin, end): its values
+        // [first, first + count) lie at `at` from `begin`.
+        const auto for_parameters_in = [&](std::int64_t begin, std::int64_t end, auto&& fn) {
+            for (std::size_t p = 0; p + 1 < offset.size(); ++p) {
+                const std::int64_t from = std::max(begin, offset[p]), to = std::min(end, offset[p + 1]);
+                if (from < to) fn(p, from - offset[p], to - from, from - begin);
+            }
+        };
+        const std::int64_t my_begin = segment_begin(rank), my_size = segment_begin(rank + 1) - my_begin;
+        std::vector<std::vector<float>> to_send(static_cast<std::size_t>(ranks)), incoming(static_cast<std::size_t>(ranks));
+        for (int other = 0; other < ranks; ++other) {
+            if (other == rank) continue;
+            const std::int64_t begin = segment_begin(other), length = segment_begin(other + 1) - begin;
+            std::vector<float>& out = to_send[static_cast<std::size_t>(other)];
+            out.resize(static_cast<std::size_t>((end_local - first_local) * length));
             for (std::int64_t c = first_local; c < end_local; ++c) {
-                const std::int64_t replica = c / per_replica, index = c % per_replica;
-                const float* g = cores[static_cast<std::size_t>(c)].executor->parameters()[p].gradient.data<float>();
-                if (index == 0) {
-                    std::copy(g, g + count, replica_sum);
-                } else if (!replicated_parameter[p]) {
-                    for (std::int64_t e = 0; e < count; ++e) replica_sum[e] += g[e];
-                }
-                if (index + 1 < per_replica) continue;
-                if (replica == 0) {
-                    std::copy(replica_sum, replica_sum + count, sum);
-                } else {
-                    for (std::int64_t e = 0; e < count; ++e) sum[e] += replica_sum[e];
-                }
+                float* row = out.data() + (c - first_local) * length;
+                for_parameters_in(begin, begin + length, [&](std::size_t p, std::int64_t first, std::int64_t count, std::int64_t at) {
+                    std::copy_n(local_gradient(c, p, first), count, row + at);
+                });
             }
-            if (last_rank && mesh.num_replicas > 1) {
-                const auto inverse = 1.0f / static_cast<float>(mesh.num_replicas);
-                for (std::int64_t e = 0; e < count; ++e) sum[e] *= inverse;
-            }
+            incoming[static_cast<std::size_t>(other)].resize(static_cast<std::size_t>((placement.end_core(other) - placement.first_core(other)) * my_size));
+        }
+        for (int other = 0; other < ranks; ++other) {
+            if (other != rank) transport->post_receive(other, MessageTag::GradientSegments, std::as_writable_bytes(std::span(incoming[static_cast<std::size_t>(other)])));
+        }
+        for (int other = 0; other < ranks; ++other) {
+            if (other != rank) transport->post_send(other, MessageTag::GradientSegments, std::as_bytes(std::span(to_send[static_cast<std::size_t>(other)])));
+        }
+        transport->wait_all();
+        to_send.clear();
+        std::vector<float> segment(static_cast<std::size_t>(my_size)), replica_sum(segment.size());
+        for_parameters_in(my_begin, my_begin + my_size, [&](std::size_t p, std::int64_t first, std::int64_t count, std::int64_t at) {
+            const auto value = [&](std::int64_t c, std::size_t q, std::int64_t from, std::int64_t) -> const float* {
+                if (is_local(c)) return local_gradient(c, q, from);
+                const int owner = placement.owner(c);
+                return incoming[static_cast<std::size_t>(owner)].data() + (c - placement.first_core(owner)) * my_size + at;
+            };
+            add_in_core_order(p, first, count, value, replica_sum.data(), segment.data() + at);
         });
-        if (ranks > 1) {
-            if (rank + 1 < ranks) {
-                if (end_local / per_replica >= 1) transport->post_send(rank + 1, MessageTag::GradientChain, bytes_of(total));
-                if (end_local % per_replica != 0) transport->post_send(rank + 1, MessageTag::GradientChain, bytes_of(open));
-                transport->wait_all();
-            }
-            transport->broadcast(bytes_of(total), ranks - 1);
+        incoming.clear();
+        std::vector<float> total(static_cast<std::size_t>(size));
+        const std::vector<std::vector<std::byte>> gathered = transport->all_gather(std::as_bytes(std::span(segment)));
+        for (int other = 0; other < ranks; ++other) {
+            const std::vector<std::byte>& bytes = gathered[static_cast<std::size_t>(other)];
+            TESSERA_ASSERT(static_cast<std::int64_t>(bytes.size()) == (segment_begin(other + 1) - segment_begin(other)) * 4,
+                           "rank " << other << " sent a segment of " << bytes.size() << " bytes");
+            if (!bytes.empty()) std::memcpy(total.data() + segment_begin(other), bytes.data(), bytes.size());
         }
         return per_parameter(total, offset);
     }

@@ -67,14 +67,14 @@ NetworkCalibration measure_network(Transport& transport, bool quick) {
         transport.barrier();
         const auto [round_trip, spread] = timed(repeats, [&] {
             if (rank == 0) {
-                transport.post_send(1, MessageTag::GradientChain, buffer);
+                transport.post_send(1, MessageTag::PingPong, buffer);
                 transport.wait_all();
-                transport.post_receive(1, MessageTag::GradientChain, buffer);
+                transport.post_receive(1, MessageTag::PingPong, buffer);
                 transport.wait_all();
             } else if (rank == 1) {
-                transport.post_receive(0, MessageTag::GradientChain, buffer);
+                transport.post_receive(0, MessageTag::PingPong, buffer);
                 transport.wait_all();
-                transport.post_send(0, MessageTag::GradientChain, buffer);
+                transport.post_send(0, MessageTag::PingPong, buffer);
                 transport.wait_all();
             }
         });

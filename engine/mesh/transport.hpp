@@ -27,12 +27,12 @@
 
 namespace tessera::mesh {
 
-// How weight gradients are summed across ranks (train/reduction_order.hpp); reproducible goes through a
-// chain of the ranks in core order, then a broadcast.
+// How weight gradients are summed across ranks (train/reduction_order.hpp); reproducible: each rank adds
+// one segment of the buffer over every core in core order, then the segments are gathered.
 using train::ReductionOrder;
 
 // Tags keep the mesh's message streams apart (each stream's messages match in posting order).
-enum class MessageTag : int { ForwardHalo = 11, BackwardHalo = 12, GradientChain = 13, BatchTiles = 14 };
+enum class MessageTag : int { ForwardHalo = 11, BackwardHalo = 12, PingPong = 13, BatchTiles = 14, GradientSegments = 15 };
 
 // What this rank sent and how long it waited, since the transport was made (or reset).
 struct TransportCounters {
