@@ -557,6 +557,15 @@ struct RankNetwork {
     int owner(std::int64_t mesh_core) const {
         return static_cast<int>(std::upper_bound(first.begin(), first.end(), mesh_core) - first.begin()) - 1;
     }
+    // A reduction over each replica's cores (batch-norm statistics, pooling and loss partials) gathers
+    // only among the ranks holding that replica (CoreMesh's replica communicators): nothing when every
+    // replica sits on one rank, else a gather (the calibrated one, over every rank: an upper bound).
+    double replica_gather_seconds(std::int64_t cores_per_replica) const {
+        for (std::int64_t replica_first = 0; replica_first < first.back(); replica_first += cores_per_replica) {
+            if (owner(replica_first) != owner(replica_first + cores_per_replica - 1)) return gather_seconds;
+        }
+        return 0.0;
+    }
     double message_seconds(double bytes) const { return latency + bytes / bandwidth; }
 
     // The weight gradients' sum across the mesh. One process: `in_process` (its cores summed on its
@@ -617,6 +626,9 @@ StepPrediction predict_host_step(const graph::Graph& model, const partition::Til
     // Layers profiled side by side already ran under that slowdown.
     const double layer_concurrent = options.measured_layers ? 1.0 : concurrent;
     const RankNetwork network(host, options, cores * replicas, threads);
+    const double replica_gather = network.replica_gather_seconds(cores);
+    // Batch-norm statistics over every replica's cores (cross-replica BN) gather over every rank.
+    const double norm_gather = options.cross_replica_batch_norm ? network.gather_seconds : replica_gather;
     // One phase: task(core) seconds for every core of every replica (replicas repeat the same tiles), on
     // each rank's threads; the phase ends with its slowest rank.
     auto phase = [&](const std::function<double(std::int64_t)>& task, bool layer = false) {
@@ -688,12 +700,12 @@ StepPrediction predict_host_step(const graph::Graph& model, const partition::Til
         if (training_norm) {  // two statistics phases (each reduced over the ranks), then the normalising phase
             for (int p = 0; p < 2; ++p) {
                 phase([&](std::int64_t core) { return cost_of(core, id).forward.seconds / 3; }, true);
-                wall += network.gather_seconds;
+                wall += norm_gather;
             }
             phase([&](std::int64_t core) { return cost_of(core, id).forward.seconds / 3; }, true);
         } else if (node.kind == OpKind::GlobalAvgPool) {
             phase([&](std::int64_t core) { return cost_of(core, id).forward.seconds; }, true);
-            wall += network.gather_seconds;
+            wall += replica_gather;
             phase([&](std::int64_t) { return 0.0; });
         } else {
             phase([&](std::int64_t core) { return cost_of(core, id).forward.seconds; }, true);
@@ -707,7 +719,7 @@ StepPrediction predict_host_step(const graph::Graph& model, const partition::Til
     };
     const double loss_rate = std::max(host.host_rate("loss"), 1e-3) * 1e9;
     phase([&](std::int64_t core) { return logits(core) / loss_rate; });
-    wall += 2 * network.gather_seconds;  // the loss partials, and each replica's loss
+    wall += replica_gather + network.gather_seconds;  // the loss partials (within a replica), each replica's loss (all ranks)
     phase([&](std::int64_t core) { return logits(core) / loss_rate; });
     phase([&](std::int64_t core) { return logits(core) / copy_rate; });
     prediction.forward_seconds = wall;
@@ -717,7 +729,7 @@ StepPrediction predict_host_step(const graph::Graph& model, const partition::Til
         const int id = node.id;
         if (node.kind == OpKind::BatchNorm) {
             phase([&](std::int64_t core) { return cost_of(core, id).backward.seconds * 0.6; }, true);
-            wall += network.gather_seconds;
+            wall += norm_gather;
             phase([&](std::int64_t core) { return cost_of(core, id).backward.seconds * 0.4; }, true);
         } else {
             phase([&](std::int64_t core) { return cost_of(core, id).backward.seconds; }, true);

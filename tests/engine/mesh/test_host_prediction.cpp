@@ -235,6 +235,21 @@ TEST(HostStepPrediction, RanksRunTheirCoresSideBySideAndPayTheNetwork) {
     const double two_gathers = cost::predict_host_step(model, plan, 1, cost::CostModel(gathers_only), options).step_seconds;
     EXPECT_NEAR(two_gathers - two_free, static_cast<double>(3 * batch_norms + 2 + 4) * 100e-6, 1e-9);
 
+    // Replica reductions gather only among the replica's ranks: 2 replicas on 2 ranks (one each) pay the
+    // gathers of the step's end and of the replicas' loss, none per batch norm; with cross-replica batch
+    // norm the statistics gather over both ranks again.
+    {
+        cost::SimulationOptions replicas = options;
+        replicas.spread = cost::SimulationOptions::RankSpread{2, 0, false};
+        const double free_two = cost::predict_host_step(model, plan, 2, cost::CostModel(free_network), replicas).step_seconds;
+        const double gathers_two = cost::predict_host_step(model, plan, 2, cost::CostModel(gathers_only), replicas).step_seconds;
+        EXPECT_NEAR(gathers_two - free_two, static_cast<double>(1 + 4) * 100e-6, 1e-9);
+        replicas.cross_replica_batch_norm = true;
+        const double free_cross = cost::predict_host_step(model, plan, 2, cost::CostModel(free_network), replicas).step_seconds;
+        const double gathers_cross = cost::predict_host_step(model, plan, 2, cost::CostModel(gathers_only), replicas).step_seconds;
+        EXPECT_NEAR(gathers_cross - free_cross, static_cast<double>(3 * batch_norms + 1 + 4) * 100e-6, 1e-9);
+    }
+
     // Sharing one host of 2 cores, 4 single-threaded ranks take twice as long per layer as 2.
     options.spread = cost::SimulationOptions::RankSpread{4, 2, false};
     const double four_on_two_cores = cost::predict_host_step(model, plan, 1, cost::CostModel(free_network), options).step_seconds;
