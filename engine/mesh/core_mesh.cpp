@@ -627,17 +627,43 @@ struct CoreMesh::Impl {
 
     // The stages of one training step, in order (CoreMesh::train_step strings them together).
 
-    void check_batch(const Tensor& images, const Tensor& labels) const {
-        const Shape& input_shape = model.node(model.input_node()).output_shape;
-        Shape expected = input_shape;
-        expected[0] *= mesh.num_replicas;
+    // The whole batch the mesh takes: every replica's rows, [R·n, C, (D,) H, W].
+    Shape batch_shape() const {
+        Shape shape = model.node(model.input_node()).output_shape;
+        shape[0] *= mesh.num_replicas;
+        return shape;
+    }
+
+    // `action` says what the mesh does with them: "expects", "predicts on".
+    void check_images(const Tensor& images, const char* action) const {
+        const Shape expected = batch_shape();
         TESSERA_CHECK(images.shape() == expected && images.dtype() == DType::F32,
-                      "the mesh of " << mesh.num_replicas << " replica(s) expects f32 images " << shape_to_string(expected)
-                                     << " (the model's batch of " << input_shape[0] << " per replica), got "
+                      "the mesh of " << mesh.num_replicas << " replica(s) " << action << " f32 images " << shape_to_string(expected)
+                                     << " (the model's batch of " << expected[0] / mesh.num_replicas << " per replica), got "
                                      << dtype_name(images.dtype()) << " " << shape_to_string(images.shape()));
-        TESSERA_CHECK(labels.dtype() == DType::I32 && labels.shape().size() >= 1 && labels.shape()[0] == expected[0],
-                      "labels must be i32 with " << expected[0] << " rows, got " << dtype_name(labels.dtype()) << " "
+    }
+
+    void check_batch(const Tensor& images, const Tensor& labels) const {
+        check_images(images, "expects");
+        const std::int64_t rows = batch_shape()[0];
+        TESSERA_CHECK(labels.dtype() == DType::I32 && labels.shape().size() >= 1 && labels.shape()[0] == rows,
+                      "labels must be i32 with " << rows << " rows, got " << dtype_name(labels.dtype()) << " "
                                                  << shape_to_string(labels.shape()));
+    }
+
+    void check_ground_truth(std::span<const detection::PaddedGroundTruth> ground_truth) const {
+        const std::int64_t images = batch_shape()[0];
+        TESSERA_CHECK(static_cast<std::int64_t>(ground_truth.size()) == images,
+                      "expected one ground truth per image (" << images << "), got " << ground_truth.size());
+    }
+
+    // An evaluation-mode forward pass: this rank's cores take their tiles (scatter) and run.
+    template <class Scatter>
+    void forward_for_evaluation(Scatter&& scatter) {
+        step_start = Clock::now();
+        for (Core& core : local_cores()) core.events.clear();
+        scatter();
+        forward(graph::Mode::Eval);
     }
 
     // The label tile core `index` of `replica` reads: its box of the labels, or its replica's labels
@@ -787,14 +813,8 @@ struct CoreMesh::Impl {
 
     void check_detection_batch(const Tensor& images, std::span<const detection::PaddedGroundTruth> ground_truth) const {
         TESSERA_CHECK(detector, "this mesh was not configured for detection (TrainerConfig::detection); step it on labels");
-        const Shape& input_shape = model.node(model.input_node()).output_shape;
-        Shape expected = input_shape;
-        expected[0] *= mesh.num_replicas;
-        TESSERA_CHECK(images.shape() == expected && images.dtype() == DType::F32,
-                      "the mesh of " << mesh.num_replicas << " replica(s) expects f32 images " << shape_to_string(expected)
-                                     << ", got " << dtype_name(images.dtype()) << " " << shape_to_string(images.shape()));
-        TESSERA_CHECK(static_cast<std::int64_t>(ground_truth.size()) == expected[0],
-                      "expected one ground truth per image (" << expected[0] << "), got " << ground_truth.size());
+        check_images(images, "expects");
+        check_ground_truth(ground_truth);
     }
 
     // Each core's replica's padded ground truth.
@@ -1684,9 +1704,7 @@ train::StepResult CoreMesh::train_step(const Tensor& images, std::span<const det
 train::StepResult CoreMesh::train_step(const RankTiles& own, std::span<const detection::PaddedGroundTruth> ground_truth) {
     Impl& impl = *m_impl;
     TESSERA_CHECK(impl.detector, "this mesh was not configured for detection (TrainerConfig::detection); step it on labels");
-    const std::int64_t images = impl.model.node(impl.model.input_node()).output_shape[0] * impl.mesh.num_replicas;
-    TESSERA_CHECK(static_cast<std::int64_t>(ground_truth.size()) == images,
-                  "expected one ground truth per image (" << images << "), got " << ground_truth.size());
+    impl.check_ground_truth(ground_truth);
     impl.check_received(own, false);
     check_memory();
     return impl.run_step(
@@ -1718,10 +1736,7 @@ train::EvalResult CoreMesh::evaluate(const Tensor& images, const Tensor& labels)
     Impl& impl = *m_impl;
     TESSERA_CHECK(!impl.detector, "a detection mesh is evaluated on boxes (mAP), not on labels");
     impl.check_batch(images, labels);
-    impl.step_start = Clock::now();
-    for (Impl::Core& core : impl.local_cores()) core.events.clear();
-    impl.scatter_batch(images, nullptr, graph::Mode::Eval);
-    impl.forward(graph::Mode::Eval);
+    impl.forward_for_evaluation([&] { impl.scatter_batch(images, nullptr, graph::Mode::Eval); });
     train::EvalResult result;
     result.logits = gather_outputs_to_rank_zero(impl.model.output_node());
     if (!result.logits.is_defined()) return result;  // a rank other than 0: the logits are rank 0's
@@ -1740,26 +1755,14 @@ void CoreMesh::evaluate(const RankTiles& own) {
     Impl& impl = *m_impl;
     TESSERA_CHECK(!impl.detector, "a detection mesh is evaluated on boxes (mAP), not on labels");
     impl.check_received(own, false);
-    impl.step_start = Clock::now();
-    for (Impl::Core& core : impl.local_cores()) core.events.clear();
-    impl.scatter_received(own, graph::Mode::Eval);
-    impl.forward(graph::Mode::Eval);
+    impl.forward_for_evaluation([&] { impl.scatter_received(own, graph::Mode::Eval); });
     gather_outputs_to_rank_zero(impl.model.output_node());  // rank 0 assembles the logits
 }
 
 std::vector<Tensor> CoreMesh::predict_outputs(const Tensor& images) {
     Impl& impl = *m_impl;
-    const Shape& input_shape = impl.model.node(impl.model.input_node()).output_shape;
-    Shape expected = input_shape;
-    expected[0] *= impl.mesh.num_replicas;
-    TESSERA_CHECK(images.shape() == expected && images.dtype() == DType::F32,
-                  "the mesh of " << impl.mesh.num_replicas << " replica(s) predicts on f32 images " << shape_to_string(expected)
-                                 << " (the model's batch of " << input_shape[0] << " per replica), got "
-                                 << dtype_name(images.dtype()) << " " << shape_to_string(images.shape()));
-    impl.step_start = Clock::now();
-    for (Impl::Core& core : impl.local_cores()) core.events.clear();
-    impl.scatter_batch(images, nullptr, graph::Mode::Eval);
-    impl.forward(graph::Mode::Eval);
+    impl.check_images(images, "predicts on");
+    impl.forward_for_evaluation([&] { impl.scatter_batch(images, nullptr, graph::Mode::Eval); });
     std::vector<Tensor> outputs;
     for (const int node : impl.model.output_nodes()) outputs.push_back(gather_outputs_to_rank_zero(node));
     return outputs;
@@ -1768,21 +1771,14 @@ std::vector<Tensor> CoreMesh::predict_outputs(const Tensor& images) {
 void CoreMesh::predict_outputs(const RankTiles& own) {
     Impl& impl = *m_impl;
     impl.check_received(own, false);
-    impl.step_start = Clock::now();
-    for (Impl::Core& core : impl.local_cores()) core.events.clear();
-    impl.scatter_received(own, graph::Mode::Eval);
-    impl.forward(graph::Mode::Eval);
+    impl.forward_for_evaluation([&] { impl.scatter_received(own, graph::Mode::Eval); });
     for (const int node : impl.model.output_nodes()) gather_outputs_to_rank_zero(node);  // rank 0 assembles them
 }
 
 RankTiles CoreMesh::tiles_for_rank(int rank, const Tensor& images, const Tensor* labels) const {
     const Impl& impl = *m_impl;
     TESSERA_CHECK(rank >= 0 && rank < impl.placement.num_ranks(), "the mesh runs on ranks 0.." << impl.placement.num_ranks() - 1 << ", got " << rank);
-    Shape expected = impl.model.node(impl.model.input_node()).output_shape;
-    expected[0] *= impl.mesh.num_replicas;
-    TESSERA_CHECK(images.shape() == expected && images.dtype() == DType::F32,
-                  "the mesh of " << impl.mesh.num_replicas << " replica(s) expects f32 images " << shape_to_string(expected) << ", got "
-                                 << dtype_name(images.dtype()) << " " << shape_to_string(images.shape()));
+    impl.check_images(images, "expects");
     RankTiles tiles;
     for (std::int64_t core = impl.placement.first_core(rank); core < impl.placement.end_core(rank); ++core) {
         const std::int64_t replica = core / impl.per_replica, index = core % impl.per_replica;
@@ -1850,13 +1846,8 @@ Tensor gather(const CoreMesh& mesh, const std::vector<Tensor>& tiles, int model_
 double CoreMesh::detection_loss(std::span<const detection::PaddedGroundTruth> ground_truth) {
     Impl& impl = *m_impl;
     TESSERA_CHECK(impl.detector, "this mesh was not configured for detection (TrainerConfig::detection)");
-    const std::int64_t batch = impl.model.node(impl.model.input_node()).output_shape[0];
-    TESSERA_CHECK(static_cast<std::int64_t>(ground_truth.size()) == batch * impl.mesh.num_replicas,
-                  "expected one ground truth per image (" << batch * impl.mesh.num_replicas << "), got " << ground_truth.size());
-    for (Impl::Core& core : impl.local_cores()) {
-        const auto first = ground_truth.begin() + core.replica * batch;
-        core.ground_truth.assign(first, first + batch);
-    }
+    impl.check_ground_truth(ground_truth);
+    impl.take_ground_truth(ground_truth);
     std::vector<std::vector<Tensor>> unused_gradients;
     return impl.detection_loss_and_gradients(unused_gradients);
 }
