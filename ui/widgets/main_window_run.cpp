@@ -266,9 +266,9 @@ bool MainWindow::openRun(const std::filesystem::path& model_dir) {
     bringBackDesignDocks();
     m_run_panel->addOpenedRun(model_dir, history);
     m_run_charts->loadRun(RunPanel::runName(model_dir), model_dir);
-    showRecordedStep(model_dir);
     if (!history.evals.empty()) showEvaluation(history.evals.back(), model_dir);
     statusBar()->showMessage(tr("Opened run %1").arg(RunPanel::runName(model_dir)), 5000);
+    showRecordedStep(model_dir);  // after: a step trace it cannot read says so in the status bar
     return true;
 }
 
