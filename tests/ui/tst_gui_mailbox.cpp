@@ -12,6 +12,13 @@
 #include <thread>
 #include <vector>
 
+#ifdef __linux__
+#include <sched.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
 using tessera::ui::GuiMailbox;
 
 class TestGuiMailbox : public QObject {
@@ -73,6 +80,42 @@ private slots:
         QTRY_COMPARE(delivered, 1);
         QTest::qWait(50);
         QCOMPARE(delivered, 1);
+    }
+
+    // A background thread (a training run, its pool and prefetcher) keeps its share of the CPU: batch
+    // scheduling at the default nice value, inherited by the threads it starts. A raised nice value
+    // starved runs beside other processes (a tenth of a core at nice 10).
+    void backgroundThreadsKeepTheirShareOfTheCpu() {
+#ifdef __linux__
+        struct Scheduling {
+            int policy = -1;
+            int nice = -100;
+        };
+        const auto current = [] {
+            Scheduling scheduling;
+            scheduling.policy = sched_getscheduler(0);
+            errno = 0;
+            scheduling.nice = getpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)));
+            return scheduling;
+        };
+        const int nice_before = current().nice;
+        Scheduling worker;
+        Scheduling child;
+        std::thread thread([&] {
+            tessera::ui::scheduleThisThreadAsBatch();
+            worker = current();
+            std::thread inner([&] { child = current(); });
+            inner.join();
+        });
+        thread.join();
+        QCOMPARE(worker.policy, SCHED_BATCH);
+        QCOMPARE(worker.nice, nice_before);
+        QCOMPARE(child.policy, SCHED_BATCH);
+        QCOMPARE(child.nice, nice_before);
+        QCOMPARE(current().policy, SCHED_OTHER);  // the calling (GUI) thread is untouched
+#else
+        QSKIP("thread scheduling classes are checked on Linux");
+#endif
     }
 };
 

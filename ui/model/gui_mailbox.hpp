@@ -41,8 +41,8 @@ private:
     std::vector<std::function<void()>> m_pending;  // guarded by m_mutex
 };
 
-// Lowers the calling thread's scheduling priority (its nice value on Linux, where each thread has its
-// own and the threads it creates inherit it), so that the GUI thread is served first.
-void lowerThisThreadPriority();
+// Marks the calling thread as CPU-bound background work (SCHED_BATCH on Linux, which the threads it
+// creates inherit): the GUI thread, waking, runs ahead of it, while it keeps its share of the CPU.
+void scheduleThisThreadAsBatch();
 
 }  // namespace tessera::ui

@@ -131,7 +131,7 @@ bool PlannerWorker::shouldStop() {
 }
 
 void PlannerWorker::run() {
-    lowerThisThreadPriority();
+    scheduleThisThreadAsBatch();
     for (;;) {
         std::optional<PlanJob> plan_job;
         std::optional<TimelineJob> timeline_job;

@@ -85,9 +85,9 @@ void RunController::postEnd(quint64 run_number, std::function<void()> delivery) 
 }
 
 void RunController::work(quint64 run_number, experiment::Experiment experiment, run::RunOptions options) {
-    // The run keeps every core busy; the studio must stay responsive beside it. Lowered before the run
-    // builds its thread pool, which inherits the priority, so the GUI thread is served first.
-    lowerThisThreadPriority();
+    // The run keeps every core busy; the studio must stay responsive beside it. Set before the run builds
+    // its thread pool and prefetcher, which inherit it.
+    scheduleThisThreadAsBatch();
     try {
         run::TrainingRun training(std::move(experiment), options);
         Bridge bridge(this, run_number, training);

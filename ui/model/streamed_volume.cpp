@@ -127,7 +127,7 @@ void StreamedVolume::dropLeastRecentlyUsed() {
 }
 
 void StreamedVolume::run() {
-    lowerThisThreadPriority();  // the GUI thread comes first
+    scheduleThisThreadAsBatch();  // the GUI thread comes first
     std::unique_lock lock(m_mutex);
     while (true) {
         m_wake.wait(lock, [this] {

@@ -266,7 +266,7 @@ private:
     }
 
     void run() {
-        lowerThisThreadPriority();
+        scheduleThisThreadAsBatch();
         for (;;) {
             ComparisonJob job;
             {

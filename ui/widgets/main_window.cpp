@@ -455,7 +455,7 @@ std::string MainWindow::runWithProgress(const QString& title, const QString& tex
     std::atomic<bool> finished{false};
     std::string error;
     std::thread worker([&] {
-        lowerThisThreadPriority();
+        scheduleThisThreadAsBatch();
         try {
             pass([&](double fraction) {
                 permille = static_cast<int>(fraction * 1000.0);

@@ -182,7 +182,7 @@ void VolumeView::startSurfaceExtraction() {
     const std::shared_ptr<const tessera::LabelMap> labels = m_requested_labels;
     // Extraction takes a noticeable time on big label maps (~0.3 s for 256³ here): off the GUI thread.
     m_extraction_thread = std::thread([this, labels, generation] {
-        lowerThisThreadPriority();
+        scheduleThisThreadAsBatch();
         LabelSurfaces surfaces;
         QString error;
         try {
