@@ -236,10 +236,18 @@ LayerCost CostModel::roofline_layer(const graph::Graph& model, int id, const par
             if (execution.frozen_batch_norm && !host_counting) {
                 // A fixed affine: in the convolution's loop, or one element-wise pass each way.
                 if (fusion == ElementwiseFusion::IntoConvolutions) break;
-                result.forward = memory_pass(2.0 * static_cast<double>(out_elements), element * 2 * out_elements,
-                                             fusion == ElementwiseFusion::None);
-                result.backward = memory_pass(static_cast<double>(out_elements), element * 2 * out_elements,
-                                              fusion == ElementwiseFusion::None);
+                if (fusion == ElementwiseFusion::None) {
+                    // Eager frameworks write it `x * scale + bias` (torchvision's, maskrcnn-benchmark's and
+                    // detectron2's FrozenBatchNorm2d — detectron2's whenever its input needs a gradient):
+                    // a multiply and an add forward, each reading and writing the tensor; backward only
+                    // the multiply's gradient (the add passes its gradient through).
+                    result.forward = memory_pass(2.0 * static_cast<double>(out_elements), element * 4 * out_elements);
+                    result.forward.seconds += m_device.kernel_overhead;  // the second kernel's launch
+                    result.backward = memory_pass(static_cast<double>(out_elements), element * 2 * out_elements);
+                    break;
+                }
+                result.forward = memory_pass(2.0 * static_cast<double>(out_elements), element * 2 * out_elements, false);
+                result.backward = memory_pass(static_cast<double>(out_elements), element * 2 * out_elements, false);
             } else if (fusion == ElementwiseFusion::IntoConvolutions) {
                 // The statistics' reduction reads the input; backward's two reductions read the output's
                 // gradient and the input. Normalising (and its gradient) runs inside the neighbours.

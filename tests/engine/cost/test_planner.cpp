@@ -154,6 +154,40 @@ TEST(StepSimulation, FrozenStagesRunNoBackwardAndFrozenBatchNormsNoStatistics) {
     EXPECT_DOUBLE_EQ(untrained.forward_seconds, trained.forward_seconds);
 }
 
+// A frozen batch norm's traffic per framework, counted by hand: fused into the convolution (nothing), one
+// pass each way (XLA's chains), or eager PyTorch's `x * scale + bias` — two kernels forward (multiply,
+// add: each reads and writes the tensor), the multiply's gradient backward.
+TEST(CostModel, FrozenBatchNormCostsWhatEachFrameworkRuns) {
+    const Device v100 = load_device_preset("v100");
+    const CostModel model(v100);
+    graph::Graph g("frozen");
+    const int x = g.input({2, 64, 96, 128});
+    const int conv = g.conv(x, 64, ops::ConvAttributes::same(2, 3), "conv");
+    const int bn = g.batch_norm(conv, {}, "bn");
+    g.set_output(bn);
+    const std::int64_t tensor_bytes = 4 * 2 * 64 * 96 * 128;  // f32
+    Execution execution{.precision = graph::Precision::F32, .frozen_batch_norm = true};
+
+    execution.fusion = ElementwiseFusion::IntoConvolutions;
+    LayerCost cost = model.layer(g, bn, nullptr, execution);
+    EXPECT_EQ(cost.forward.bytes, 0);
+    EXPECT_EQ(cost.backward.bytes, 0);
+
+    execution.fusion = ElementwiseFusion::Chains;
+    cost = model.layer(g, bn, nullptr, execution);
+    EXPECT_EQ(cost.forward.bytes, 2 * tensor_bytes);
+    EXPECT_EQ(cost.backward.bytes, 2 * tensor_bytes);
+    const double stream = static_cast<double>(tensor_bytes) / (v100.memory_bandwidth * v100.efficiency.memory);  // one read or write
+    EXPECT_NEAR(cost.forward.seconds, 2 * stream, 1e-12);  // inside the chain's kernel: no launch of its own
+
+    execution.fusion = ElementwiseFusion::None;
+    cost = model.layer(g, bn, nullptr, execution);
+    EXPECT_EQ(cost.forward.bytes, 4 * tensor_bytes);
+    EXPECT_EQ(cost.backward.bytes, 2 * tensor_bytes);
+    EXPECT_NEAR(cost.forward.seconds, 4 * stream + 2 * v100.kernel_overhead, 1e-12);
+    EXPECT_NEAR(cost.backward.seconds, 2 * stream + v100.kernel_overhead, 1e-12);
+}
+
 TEST(CostModel, SmallChannelCountsWasteTheMatrixUnits) {
     const CostModel v3(load_device_preset("tpu_v3"));
     graph::Graph g("widths");
