@@ -205,13 +205,20 @@ LayerCost CostModel::roofline_layer(const graph::Graph& model, int id, const par
     switch (node.kind) {
         case OpKind::Conv: {
             const std::int64_t taps = product(node.conv.kernel);
-            const double flops = 2.0 * static_cast<double>(out_elements) * static_cast<double>(in_channels) * static_cast<double>(taps);
+            // A grouped convolution's output reads its own group's C_in/groups inputs.
+            const double flops = 2.0 * static_cast<double>(out_elements) * static_cast<double>(in_channels / node.conv.groups) *
+                                 static_cast<double>(taps);
             if (host_counting) {  // as calibration measured its rates: channels, not the implicit GEMM
                 const double rate = matmul_rate(in_channels, out_channels);
                 matrix_op(flops, rate, rate, rate);
             } else {
-                // Winograd: the same FLOPs counted, done with less arithmetic, so at a higher rate.
-                const double winograd = winograd_applies(node.conv, precision, execution.tf32) ? m_device.efficiency.winograd_3x3 : 1.0;
+                // Winograd: the same FLOPs counted, done with less arithmetic, so at a higher rate. Groups
+                // (a reading, not a measurement): their few channels per group are not priced with
+                // Winograd, and the matrix unit is filled as for the whole layer — grouped kernels pack
+                // several groups into one tile rather than padding each group to it.
+                const double winograd = winograd_applies(node.conv, precision, execution.tf32) && node.conv.groups == 1
+                                            ? m_device.efficiency.winograd_3x3
+                                            : 1.0;
                 matrix_op(flops, winograd * matmul_rate(in_channels * taps, out_channels),
                           winograd * matmul_rate(out_channels * taps, in_channels), winograd * matmul_rate(in_channels * taps, out_channels));
                 layout_transposes(node.conv.spatial_rank());
@@ -378,7 +385,8 @@ LayerCost CostModel::host_layer(const graph::Graph& model, int id, const partiti
     switch (node.kind) {
         case OpKind::Conv: {
             const Node& source = model.node(node.inputs[0]);
-            const std::int64_t in_channels = source.output_shape[1], out_channels = node.output_shape[1];
+            // A grouped convolution runs as its groups' narrow convolutions: rates of their channel counts.
+            const std::int64_t in_channels = source.output_shape[1] / node.conv.groups, out_channels = node.output_shape[1] / node.conv.groups;
             // A layer reading a few image channels (grey, RGB) runs like the measured first layers.
             const bool first = in_channels <= 4 && out_channels > in_channels;
             // Narrow tiles run below the measured (wide-tile) rates: efficiency W / (W + w0), relative.

@@ -874,15 +874,20 @@ Experiment parse_experiment(const std::string& json_text, const std::string& ori
         e.model.head_kernel = read.integer(model, "model", "head_kernel", 1, 3, 1);
         if (e.model.head_kernel == 2) read.fail("model.head_kernel", "expected 1 or 3 (an odd kernel keeps the extent), got 2");
     } else if (kind == "resnet") {
-        read.check_fields(model, "model", {"kind", "depth", "base_width", "num_classes"});
+        read.check_fields(model, "model", {"kind", "depth", "base_width", "num_classes", "groups", "width_per_group"});
         e.model.kind = ModelKind::ResNet;
         e.model.depth = static_cast<int>(read.integer(model, "model", "depth", 18, 200, 50));
         e.model.base_width = read.integer(model, "model", "base_width", 1, 1024, 64);
         e.model.num_classes = read.integer(model, "model", "num_classes", 2, 100000, 1000);
+        e.model.groups = read.integer(model, "model", "groups", 1, 1024, 1);
+        e.model.width_per_group = read.integer(model, "model", "width_per_group", 0, 1024, 0);
     } else {
         read.check_fields(model, "model",
-                          {"kind", "depth", "num_classes", "fpn_channels", "num_anchors", "fpn_batch_norm", "head_batch_norm"});
+                          {"kind", "depth", "num_classes", "fpn_channels", "num_anchors", "fpn_batch_norm", "head_batch_norm",
+                           "groups", "width_per_group"});
         e.model.kind = ModelKind::RetinaNet;
+        e.model.groups = read.integer(model, "model", "groups", 1, 1024, 1);
+        e.model.width_per_group = read.integer(model, "model", "width_per_group", 0, 1024, 0);
         e.model.depth = static_cast<int>(read.integer(model, "model", "depth", 18, 200, 50));
         e.model.num_classes = read.integer(model, "model", "num_classes", 1, 100000, 90);
         e.model.fpn_channels = read.integer(model, "model", "fpn_channels", 1, 4096, 256);
@@ -1040,11 +1045,14 @@ graph::Graph build_model(const Experiment& e, const Shape& input) {
                  .head_kernel = e.model.head_kernel},
                 input);
         case ModelKind::ResNet:
-            return networks::make_resnet({.depth = e.model.depth, .num_classes = e.model.num_classes, .base_width = e.model.base_width},
-                                      input);
+            return networks::make_resnet({.depth = e.model.depth, .num_classes = e.model.num_classes, .base_width = e.model.base_width,
+                                          .groups = e.model.groups, .width_per_group = e.model.width_per_group},
+                                         input);
         case ModelKind::RetinaNet: {
             networks::RetinaNetConfig config;
             config.resnet_depth = e.model.depth;
+            config.resnet_groups = e.model.groups;
+            config.resnet_width_per_group = e.model.width_per_group;
             config.num_classes = e.model.num_classes;
             config.fpn_channels = e.model.fpn_channels;
             config.num_anchors = e.model.num_anchors;

@@ -63,6 +63,8 @@ struct ModelSpec {
     std::int64_t num_anchors = 9;     // RetinaNet
     bool fpn_batch_norm = true;       // RetinaNet: BN on P3..P7 (TPU); false as torchvision
     bool head_batch_norm = true;      // RetinaNet: BN after each head conv, per level (TPU); false as torchvision
+    std::int64_t groups = 1;          // ResNet / RetinaNet backbone: ResNeXt's cardinality (networks::ResNetConfig)
+    std::int64_t width_per_group = 0; // ... and its first-stage channels per group (ResNeXt50-32x4d: 32 and 4)
 };
 
 // How a run trains: the parts of TPUEstimator's params that are not the model or the layout.

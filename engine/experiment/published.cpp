@@ -99,9 +99,17 @@ PublishedCase read_case(const Json& value, const std::string& file) {
     }
 
     std::int64_t stride = 1;
+    // A ResNeXt (the model itself, or a detector's backbone): its cardinality and first-stage group width.
+    const auto read_groups = [&] {
+        if (!model.contains("groups") && !model.contains("width_per_group")) return false;
+        c.groups = read.count(model, "groups", "model.");
+        c.width_per_group = read.count(model, "width_per_group", "model.");
+        return true;
+    };
     if (c.model_kind == "resnet") {
         c.depth = static_cast<int>(read.count(model, "depth", "model."));
         c.num_classes = read.count(model, "num_classes", "model.");
+        read_groups();
         stride = 32;
     } else if (c.model_kind == "unet") {
         c.depth = static_cast<int>(read.count(model, "depth", "model."));
@@ -123,7 +131,9 @@ PublishedCase read_case(const Json& value, const std::string& file) {
         c.num_classes = read.count(model, "num_classes", "model.");
         if (model.contains("fpn_channels")) c.fpn_channels = read.count(model, "fpn_channels", "model.");
         if (model.contains("num_anchors")) c.num_anchors = read.count(model, "num_anchors", "model.");
-        if (model.contains("backbone")) c.approximations.push_back("backbone " + model["backbone"].get<std::string>() + " read as ResNet");
+        if (!read_groups() && model.contains("backbone")) {
+            c.approximations.push_back("backbone " + model["backbone"].get<std::string>() + " read as ResNet");
+        }
         // A pretrained backbone fine-tuned: its first stages train nothing, its batch norms are fixed affines.
         if (model.contains("frozen_stages")) {
             const std::int64_t frozen = read.count(model, "frozen_stages", "model.");
@@ -235,7 +245,10 @@ std::vector<PublishedCase> load_published_cases(const fs::path& folder) {
 }
 
 graph::Graph build_published_model(const PublishedCase& c, const Shape& replica_input) {
-    if (c.model_kind == "resnet") return networks::make_resnet({.depth = c.depth, .num_classes = c.num_classes}, replica_input);
+    if (c.model_kind == "resnet") {
+        return networks::make_resnet({.depth = c.depth, .num_classes = c.num_classes, .groups = c.groups, .width_per_group = c.width_per_group},
+                                     replica_input);
+    }
     if (c.model_kind == "unet") {
         return networks::make_unet({.depth = c.depth, .base_width = c.base_width, .num_classes = c.num_classes, .batch_norm = c.batch_norm,
                                  .max_width = c.max_width,
@@ -247,8 +260,8 @@ graph::Graph build_published_model(const PublishedCase& c, const Shape& replica_
                                 replica_input);
     }
     TESSERA_ASSERT(c.model_kind == "retinanet", "unknown published model kind " << c.model_kind);
-    return networks::make_retinanet({.resnet_depth = c.depth, .num_classes = c.num_classes, .num_anchors = c.num_anchors,
-                                  .fpn_channels = c.fpn_channels},
+    return networks::make_retinanet({.resnet_depth = c.depth, .resnet_groups = c.groups, .resnet_width_per_group = c.width_per_group,
+                                  .num_classes = c.num_classes, .num_anchors = c.num_anchors, .fpn_channels = c.fpn_channels},
                                  replica_input);
 }
 

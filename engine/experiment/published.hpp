@@ -49,6 +49,7 @@ struct PublishedCase {
     // The builders' settings.
     int depth = 50;
     std::int64_t base_width = 0, max_width = 0, num_classes = 2, fpn_channels = 256, num_anchors = 9;
+    std::int64_t groups = 1, width_per_group = 0;  // ResNeXt ("groups", "width_per_group"; a detector's backbone too)
     bool batch_norm = true;
     bool strided_downsampling = false;          // U-Net "downsampling": "strided_conv"
     std::int64_t head_kernel = 1;               // U-Net "head_kernel"

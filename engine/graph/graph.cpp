@@ -102,7 +102,8 @@ int Graph::conv(int x, std::int64_t out_channels, ops::ConvAttributes attributes
     }
     std::int64_t taps = 1;
     for (std::int64_t k : attributes.kernel) taps *= k;
-    node.parameters.push_back(add_parameter({node.name + ".weight", weight_shape, Initializer::HeNormal, in_channels * taps, true}));
+    const std::int64_t fan_in = in_channels / attributes.groups * taps;  // an output sees its group's inputs only
+    node.parameters.push_back(add_parameter({node.name + ".weight", weight_shape, Initializer::HeNormal, fan_in, true}));
     if (attributes.has_bias) {
         node.parameters.push_back(add_parameter({node.name + ".bias", {out_channels}, Initializer::Zeros, 1, false}));
     }

@@ -155,8 +155,9 @@ ResNetLayout resnet_layout(int depth) {
 }
 
 int conv_bn(Graph& g, int x, std::int64_t width, std::int64_t kernel, std::int64_t stride, bool relu,
-            bool zero_init, int rank, const std::string& name) {
+            bool zero_init, int rank, const std::string& name, std::int64_t groups = 1) {
     ops::ConvAttributes conv = ops::ConvAttributes::same(rank, kernel);
+    conv.groups = groups;
     for (std::size_t a = 0; a < conv.stride.size(); ++a) {
         conv.stride[a] = stride;
         // 'SAME' padding for the stride: total (kernel - 1), as TF pads strided convolutions.
@@ -172,6 +173,12 @@ int conv_bn(Graph& g, int x, std::int64_t width, std::int64_t kernel, std::int64
 std::vector<int> add_resnet_body(Graph& g, int x, const ResNetConfig& config) {
     const ResNetLayout layout = resnet_layout(config.depth);
     TESSERA_CHECK(config.base_width >= 1, "ResNet base_width must be ≥ 1, got " << config.base_width);
+    TESSERA_CHECK(config.groups >= 1 && config.width_per_group >= 0,
+                  "ResNeXt groups must be ≥ 1 and width_per_group ≥ 0, got " << config.groups << " and " << config.width_per_group);
+    TESSERA_CHECK((config.groups == 1 && config.width_per_group == 0) || layout.bottleneck,
+                  "ResNeXt's grouped blocks are bottlenecks: depth 50, 101, 152 or 200, got depth " << config.depth);
+    const std::int64_t first_inner_width =
+        config.width_per_group > 0 ? config.groups * config.width_per_group : config.base_width;
     const Shape input = g.node(x).output_shape;  // a copy: adding nodes moves the graph's nodes
     TESSERA_CHECK(input.size() == 4 || input.size() == 5,
                   "a ResNet body needs [N, C, H, W] or [N, C, D, H, W], got " << shape_to_string(input));
@@ -192,6 +199,7 @@ std::vector<int> add_resnet_body(Graph& g, int x, const ResNetConfig& config) {
     std::int64_t channels = config.base_width;
     for (std::size_t stage = 0; stage < layout.blocks.size(); ++stage) {
         const std::int64_t width = config.base_width << stage;
+        const std::int64_t inner_width = first_inner_width << stage;  // a bottleneck's 3×3 layer
         const std::int64_t out_channels = layout.bottleneck ? 4 * width : width;
         for (int block = 0; block < layout.blocks[stage]; ++block) {
             const std::int64_t stride = (block == 0 && stage > 0) ? 2 : 1;
@@ -202,8 +210,8 @@ std::vector<int> add_resnet_body(Graph& g, int x, const ResNetConfig& config) {
             }
             int y = x;
             if (layout.bottleneck) {
-                y = conv_bn(g, y, width, 1, 1, true, false, rank, name + ".a");
-                y = conv_bn(g, y, width, 3, stride, true, false, rank, name + ".b");
+                y = conv_bn(g, y, inner_width, 1, 1, true, false, rank, name + ".a");
+                y = conv_bn(g, y, inner_width, 3, stride, true, false, rank, name + ".b", config.groups);
                 y = conv_bn(g, y, out_channels, 1, 1, false, true, rank, name + ".c");
             } else {
                 y = conv_bn(g, y, width, 3, stride, true, false, rank, name + ".a");

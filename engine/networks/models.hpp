@@ -48,6 +48,11 @@ struct ResNetConfig {
     int depth = 50;                // 18, 34, 50, 101, 152 or 200
     std::int64_t num_classes = 1000;
     std::int64_t base_width = 64;  // channels of the first stage
+    // ResNeXt (bottleneck depths only): the 3×3 convolution of every block in `groups` groups of
+    // width_per_group << stage channels (ResNeXt50-32x4d: 32 and 4, a 128-channel 3×3 in stage 1);
+    // block outputs as ResNet's. groups 1 with width_per_group 0 is ResNet.
+    std::int64_t groups = 1;
+    std::int64_t width_per_group = 0;
 };
 
 // input: [N, C, H, W] or [N, C, D, H, W]. Every spatial extent must be divisible by 2^(depth-1) (same

@@ -99,7 +99,8 @@ Graph make_retinanet(const RetinaNetConfig& config, const Shape& input) {
     const int x = g.input(input);
 
     // Backbone: C2..C5 (strides 4..32).
-    const std::vector<int> stages = add_resnet_body(g, x, {.depth = config.resnet_depth});
+    const std::vector<int> stages = add_resnet_body(
+        g, x, {.depth = config.resnet_depth, .groups = config.resnet_groups, .width_per_group = config.resnet_width_per_group});
     const auto c = [&](int level) { return stages[static_cast<std::size_t>(level - 2)]; };
 
     // Feature pyramid: laterals, the top-down path and the 3×3 output convolutions on min_level..5.

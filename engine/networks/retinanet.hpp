@@ -59,6 +59,8 @@ namespace tessera::networks {
 
 struct RetinaNetConfig {
     int resnet_depth = 50;  // 18, 34, 50, 101, 152 or 200 (as make_resnet)
+    std::int64_t resnet_groups = 1;           // a ResNeXt backbone (ResNetConfig::groups)
+    std::int64_t resnet_width_per_group = 0;  // ... and its ResNetConfig::width_per_group
     std::int64_t num_classes = 90;
     std::int64_t num_anchors = 9;  // 3 scales × 3 aspect ratios
     std::int64_t fpn_channels = 256;

@@ -74,6 +74,10 @@ Shape conv_output_shape(const Shape& input, std::int64_t out_channels, const Con
     check_extents(attributes.pad_begin, rank, "convolution pad_begin", 0);
     check_extents(attributes.pad_end, rank, "convolution pad_end", 0);
     TESSERA_CHECK(out_channels > 0, "convolution needs at least one output channel, got " << out_channels);
+    TESSERA_CHECK(attributes.groups >= 1 && input[1] % attributes.groups == 0 && out_channels % attributes.groups == 0,
+                  "a convolution in " << attributes.groups << " groups needs input and output channels divisible by "
+                                      << attributes.groups << ", got " << input[1] << " in and " << out_channels
+                                      << " out (use a number of groups that divides both)");
     Shape output{input[0], out_channels};
     for (int axis = 0; axis < rank; ++axis) {
         const auto a = static_cast<std::size_t>(axis);
@@ -89,7 +93,7 @@ Shape conv_output_shape(const Shape& input, std::int64_t out_channels, const Con
 }
 
 Shape conv_weight_shape(std::int64_t in_channels, std::int64_t out_channels, const ConvAttributes& attributes) {
-    Shape weights{out_channels, in_channels};
+    Shape weights{out_channels, in_channels / std::max<std::int64_t>(attributes.groups, 1)};
     weights.insert(weights.end(), attributes.kernel.begin(), attributes.kernel.end());
     return weights;
 }
@@ -138,7 +142,8 @@ Shape pool_output_shape(const Shape& input, const PoolAttributes& attributes) {
 double conv_forward_flops(const Shape& output, std::int64_t in_channels, const ConvAttributes& attributes) {
     double taps = 1;
     for (std::int64_t k : attributes.kernel) taps *= static_cast<double>(k);
-    return 2.0 * static_cast<double>(num_elements_of(output)) * static_cast<double>(in_channels) * taps;
+    // Each output reads its own group's inputs only.
+    return 2.0 * static_cast<double>(num_elements_of(output)) * static_cast<double>(in_channels / attributes.groups) * taps;
 }
 
 std::string describe(const ConvAttributes& attributes) {
@@ -148,6 +153,7 @@ std::string describe(const ConvAttributes& attributes) {
         << (attributes.dilation.empty() ? 1 : attributes.dilation[0]) << " p"
         << (attributes.pad_begin.empty() ? 0 : attributes.pad_begin[0]) << "/"
         << (attributes.pad_end.empty() ? 0 : attributes.pad_end[0]);
+    if (attributes.groups > 1) out << " g" << attributes.groups;
     return out.str();
 }
 

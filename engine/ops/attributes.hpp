@@ -26,6 +26,9 @@ struct ConvAttributes {
     Extents pad_begin;  // elements of implicit zero padding before the first element
     Extents pad_end;    // ... and after the last
     bool has_bias = false;
+    // Channel groups (ResNeXt's cardinality): group g's C_in/groups inputs alone feed its C_out/groups
+    // outputs; weights [C_out, C_in/groups, k...]. 1 = an ordinary convolution.
+    std::int64_t groups = 1;
 
     int spatial_rank() const { return static_cast<int>(kernel.size()); }
     // Stride 1, dilation 1, padding that keeps the extent (odd kernels; even ones pad one more at the end).

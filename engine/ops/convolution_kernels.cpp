@@ -124,14 +124,20 @@ std::unique_ptr<Kernel> make_direct_conv_kernel(const ConvAttributes& a, const S
         return channels_last ? channels_last_desc(shape, type) : any_desc(shape, type);
     };
     const memory::desc src_any = activation(input_shape, compute);
-    const memory::desc weights_any = any_desc(weight->value.shape(), compute);
+    // Grouped weights are oneDNN's [G, C_out/G, C_in/G, k...]: our [C_out, C_in/G, k...] in the same order.
+    Shape weights_shape = weight->value.shape();
+    if (a.groups > 1) {
+        weights_shape[0] /= a.groups;
+        weights_shape.insert(weights_shape.begin(), a.groups);
+    }
+    const memory::desc weights_any = any_desc(weights_shape, compute);
     const memory::desc dst_any = activation(output_shape, output_type);
     // Gradients flow in the compute type; weight gradients are always f32 (they update f32 masters).
     const memory::desc diff_dst_any = activation(output_shape, compute);
-    const memory::desc diff_weights_any = any_desc(weight->value.shape());
+    const memory::desc diff_weights_any = any_desc(weights_shape);
     const auto algorithm = dnnl::algorithm::convolution_direct;
     return std::make_unique<ConvKernel>(
-        in, weight, bias, plain_desc(weight->value.shape()),
+        in, weight, bias, plain_desc(weights_shape),
         dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, algorithm, src_any, weights_any,
                                         optional_bias_desc(bias), dst_any, strides, dilates, pad_l, pad_r),
         dnnl::convolution_backward_data::desc(algorithm, src_any, weights_any, diff_dst_any, strides, dilates, pad_l,

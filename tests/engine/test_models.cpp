@@ -20,6 +20,34 @@ TEST(Models, ResNetParameterCountsMatchThePublishedArchitectures) {
     EXPECT_EQ(make_resnet({.depth = 152}, {1, 3, 224, 224}).parameter_count(), 60192808);
 }
 
+TEST(Models, ResNeXtParameterCountsAndFlopsMatchThePublishedArchitectures) {
+    // torchvision's counts (its weights' num_params): ResNeXt50-32x4d and ResNeXt101-32x8d.
+    const graph::Graph resnext50 = make_resnet({.depth = 50, .groups = 32, .width_per_group = 4}, {1, 3, 224, 224});
+    EXPECT_EQ(resnext50.parameter_count(), 25028904);
+    EXPECT_EQ(make_resnet({.depth = 101, .groups = 32, .width_per_group = 8}, {1, 3, 224, 224}).parameter_count(), 88791336);
+    // The 3×3 layers are grouped: stage 1's is 128 channels in 32 groups of 4 (weights [128, 4, 3, 3]).
+    bool found = false;
+    for (const graph::Node& node : resnext50.nodes()) {
+        if (node.name != "stage1.block0.b.conv") continue;
+        found = true;
+        EXPECT_EQ(node.conv.groups, 32);
+        EXPECT_EQ(resnext50.parameters()[static_cast<std::size_t>(node.parameters[0])].shape, (Shape{128, 4, 3, 3}));
+    }
+    EXPECT_TRUE(found) << "no node stage1.block0.b.conv";
+    // Forward multiply-adds per 224² image: 4.27 G (torchvision lists 4.23 GFLOPS counting multiply-adds
+    // of convolutions and the classifier; the rest is batch norm, ReLU and adds, which this counts as well).
+    double forward_flops = 0;
+    for (const graph::Node& node : resnext50.nodes()) forward_flops += resnext50.cost(node.id).forward_flops;
+    EXPECT_NEAR(forward_flops / 2e9, 4.27, 0.06);
+    // Grouped blocks are bottlenecks: ResNet-18's basic blocks refuse, naming the depths that work.
+    try {
+        (void)make_resnet({.depth = 18, .groups = 32, .width_per_group = 4}, {1, 3, 224, 224});
+        FAIL() << "a grouped ResNet-18 was built";
+    } catch (const Error& error) {
+        EXPECT_NE(std::string(error.what()).find("depth 50, 101, 152 or 200"), std::string::npos) << error.what();
+    }
+}
+
 TEST(Models, ResNetShapesAndForwardCost) {
     const graph::Graph resnet = make_resnet({.depth = 50, .num_classes = 10}, {2, 3, 224, 224});
     EXPECT_EQ(resnet.node(resnet.output_node()).output_shape, (Shape{2, 10}));

@@ -116,6 +116,28 @@ TEST(Experiment, UNetVariantsAreReadAndBuilt) {
     EXPECT_NE(unet_with(R"("max_widht": 64)").find("did you mean \"max_width\""), std::string::npos);
 }
 
+TEST(Experiment, ResNeXtIsReadAndBuilt) {
+    const experiment::Experiment e = experiment::parse_experiment(
+        R"({"version": 1, "model": {"kind": "resnet", "depth": 50, "num_classes": 10, "groups": 32, "width_per_group": 4},
+            "input": {"channels": 3, "size": [64, 64]}, "global_batch": 1})",
+        "test.json");
+    EXPECT_EQ(e.model.groups, 32);
+    EXPECT_EQ(e.model.width_per_group, 4);
+    const graph::Graph model = experiment::build_model(e, experiment::replica_input_shape(e));
+    int grouped = 0;
+    for (const graph::Node& node : model.nodes()) grouped += node.kind == graph::OpKind::Conv && node.conv.groups == 32;
+    EXPECT_EQ(grouped, 16);  // one 3×3 per bottleneck: 3 + 4 + 6 + 3
+    // A RetinaNet's backbone takes them too.
+    const experiment::Experiment detector = experiment::parse_experiment(
+        R"({"version": 1, "model": {"kind": "retinanet", "depth": 50, "num_classes": 3, "groups": 32, "width_per_group": 4},
+            "input": {"channels": 3, "size": [128, 128]}, "global_batch": 1})",
+        "test.json");
+    EXPECT_EQ(detector.model.groups, 32);
+    const std::string wrong = error_of(
+        R"({"version": 1, "model": {"kind": "resnet", "depth": 50, "groups": 0}, "input": {"channels": 3, "size": [64, 64]}, "global_batch": 1})");
+    EXPECT_NE(wrong.find("model.groups: expected an integer from 1 to 1024, got 0"), std::string::npos) << wrong;
+}
+
 TEST(Experiment, TrainingFieldsAreRead) {
     const experiment::Experiment e = experiment::load_experiment(kPresets / "unet2d_em_4way.json");
     ASSERT_TRUE(e.is_trainable());

@@ -38,7 +38,7 @@ namespace {
 
 using test::make_batch;
 
-enum class Model { UNet2D, UNet2DNoBN, UNet2DStrided, UNet3D, UNet3DStrided, ResNet18, RetinaNet18 };
+enum class Model { UNet2D, UNet2DNoBN, UNet2DStrided, UNet3D, UNet3DStrided, ResNet18, ResNeXt50, RetinaNet18 };
 
 struct Case {
     const char* name = "";
@@ -72,6 +72,9 @@ graph::Graph make_model(Model kind, const Shape& input) {
                                         .downsampling = networks::UNetConfig::Downsampling::StridedConv, .head_kernel = 3},
                                        input);
         case Model::ResNet18: return networks::make_resnet({.depth = 18, .num_classes = 5, .base_width = 8}, input);
+        // Grouped 3×3 convolutions (4 groups of 2 channels in the first stage) on the tiles.
+        case Model::ResNeXt50:
+            return networks::make_resnet({.depth = 50, .num_classes = 5, .base_width = 8, .groups = 4, .width_per_group = 2}, input);
         case Model::RetinaNet18:
             return networks::make_retinanet({.resnet_depth = 18, .num_classes = 4, .num_anchors = 9, .fpn_channels = 16,
                                              .max_level = 5, .head_convs = 1},
@@ -145,6 +148,7 @@ const Case kCases[] = {
     // ResNet-18: 4-way spatial splits (strided convolutions, a 3×3 stride-2 max pool, global pooling).
     layout("resnet18_2x2", Model::ResNet18, {2, 3, 64, 64}, {2, 2}),
     layout("resnet18_h4", Model::ResNet18, {2, 3, 128, 64}, {4, 1}),
+    layout("resnext50_2x2", Model::ResNeXt50, {2, 3, 64, 64}, {2, 2}),
     // Replicas × partitions: BN per replica, and across replicas.
     replicas(layout("unet2d_2rep_x_2x2", Model::UNet2D, {2, 1, 64, 64}, {2, 2}), 2),
     replicas(layout("unet2d_2rep_x_h2_crossbn", Model::UNet2D, {2, 1, 64, 64}, {2, 1}), 2, true),
@@ -520,7 +524,7 @@ class Equivalence : public ::testing::TestWithParam<Case> {};
 TEST_P(Equivalence, PartitionedRunMatchesTheSingleCoreTrainer) {
     const Case& c = GetParam();
     const graph::Graph model = make_model(c.model, c.input);
-    const bool classification = c.model == Model::ResNet18;
+    const bool classification = c.model == Model::ResNet18 || c.model == Model::ResNeXt50;
     const std::int64_t num_classes = model.node(model.output_node()).output_shape[1];
     const train::TrainerConfig config = trainer_config(c, classification);
     mesh::CoreMesh mesh(model, mesh_config(c, model, true), config);
@@ -564,7 +568,7 @@ class Bf16Equivalence : public ::testing::TestWithParam<Case> {};
 TEST_P(Bf16Equivalence, PartitionedIsAsCloseToFp32AsUnpartitioned) {
     const Case& c = GetParam();
     const graph::Graph model = make_model(c.model, c.input);
-    const bool classification = c.model == Model::ResNet18;
+    const bool classification = c.model == Model::ResNet18 || c.model == Model::ResNeXt50;
     const std::int64_t num_classes = model.node(model.output_node()).output_shape[1];
     Case f32_case = c;
     f32_case.precision = graph::Precision::F32;

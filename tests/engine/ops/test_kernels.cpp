@@ -150,6 +150,42 @@ TEST(Kernels, StridedThreeDConvolutionMatchesTheReference) {
               tolerance);
 }
 
+// Grouped weights go to oneDNN as [G, C_out/G, C_in/G, k...] over the same memory: 2D with a bias and a
+// stride, 3D channels-last (fewer than 16 channels per side), ResNeXt's 4-channel groups.
+TEST(Kernels, GroupedConvolutionsMatchTheReference) {
+    struct Case {
+        Shape x;
+        std::int64_t out_channels, groups, kernel, stride;
+        bool bias;
+    };
+    for (const Case& c : {Case{{2, 32, 9, 8}, 32, 8, 3, 2, true}, Case{{1, 6, 5, 6, 4}, 9, 3, 3, 1, false},
+                          Case{{1, 128, 6, 6}, 128, 32, 3, 1, false}}) {
+        SCOPED_TRACE(shape_to_string(c.x) + " in " + std::to_string(c.groups) + " groups");
+        ops::ConvAttributes attributes = ops::ConvAttributes::same(static_cast<int>(c.x.size()) - 2, c.kernel);
+        attributes.stride.assign(attributes.kernel.size(), c.stride);
+        attributes.groups = c.groups;
+        attributes.has_bias = c.bias;
+        const Tensor x = random_tensor(c.x, 21);
+        Parameter weight = parameter("w", random_tensor(ops::conv_weight_shape(c.x[1], c.out_channels, attributes), 22));
+        Parameter bias = parameter("b", random_tensor({c.out_channels}, 23));
+        const Shape y_shape = ops::conv_output_shape(x.shape(), c.out_channels, attributes);
+        const Tensor dy = random_tensor(y_shape, 24);
+        const Ran ran = run_kernel({x}, dy, [&](const ops::KernelInputs& in) {
+            return ops::make_conv_kernel(attributes, x.shape(), y_shape, in, &weight, c.bias ? &bias : nullptr,
+                                         memory::data_type::f32, memory::data_type::f32);
+        });
+        EXPECT_LE(relative_difference(ran.output, reference::conv_forward(x, weight.value, c.bias ? &bias.value : nullptr, attributes)),
+                  tolerance);
+        EXPECT_LE(relative_difference(ran.input_gradients[0], reference::conv_backward_data(dy, weight.value, x.shape(), attributes)),
+                  tolerance);
+        const reference::ConvWeightGradients expected = reference::conv_backward_weights(x, dy, attributes, weight.value.shape());
+        EXPECT_LE(relative_difference(weight.gradient, expected.weights), tolerance);
+        if (c.bias) {
+            EXPECT_LE(relative_difference(bias.gradient, expected.bias), tolerance);
+        }
+    }
+}
+
 // Kernel = stride runs as a 1×1 convolution and a depth-to-space rearrangement; kernel ≠ stride as
 // oneDNN's deconvolution. Both are the same transposed convolution.
 TEST(Kernels, TransposedConvolutionMatchesTheReferenceOnBothPaths) {

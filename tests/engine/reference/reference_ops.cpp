@@ -128,6 +128,17 @@ void for_each_tap(const Volume& in, const Volume& out, const Window& window, Vis
     }
 }
 
+// Which input channels an output channel of a grouped convolution reads, and the row of its weights
+// [C_out, C_in/groups, k...] that pairs them.
+struct GroupInputs {
+    GroupInputs(std::int64_t in_channels, std::int64_t out_channels, std::int64_t groups)
+        : per_group_in(in_channels / groups), per_group_out(out_channels / groups) {}
+    std::int64_t first(std::int64_t co) const { return co / per_group_out * per_group_in; }
+    std::int64_t end(std::int64_t co) const { return first(co) + per_group_in; }
+    std::int64_t weight_row(std::int64_t co, std::int64_t ci) const { return co * per_group_in + (ci - first(co)); }
+    std::int64_t per_group_in, per_group_out;
+};
+
 Window conv_window(const ops::ConvAttributes& attributes) {
     return window_of(attributes.kernel, attributes.stride, &attributes.dilation, &attributes.pad_begin);
 }
@@ -169,14 +180,15 @@ Tensor conv_forward(const Tensor& x, const Tensor& w, const Tensor* bias, const 
     const Volume in = volume_of(xd.shape(), "conv input");
     const Volume out = volume_of(y_shape, "conv output");
     const Window window = conv_window(attributes);
+    const GroupInputs group_inputs(in.channels, out.channels, attributes.groups);
     const float* xp = xd.data<float>();
     const float* wp = wd.data<float>();
     const Tensor bd = bias ? dense_f32(*bias, "conv bias") : Tensor();
     std::vector<double> y = zeros(out.num_elements());
     for (std::int64_t n = 0; n < out.batch; ++n) {
         for (std::int64_t co = 0; co < out.channels; ++co) {
-            for (std::int64_t ci = 0; ci < in.channels; ++ci) {
-                const float* wk = wp + (co * in.channels + ci) * window.taps();
+            for (std::int64_t ci = group_inputs.first(co); ci < group_inputs.end(co); ++ci) {
+                const float* wk = wp + group_inputs.weight_row(co, ci) * window.taps();
                 for_each_tap(in, out, window, [&](std::int64_t o, std::int64_t i, std::int64_t k) {
                     y[static_cast<std::size_t>(out.at(n, co, o))] +=
                         static_cast<double>(xp[in.at(n, ci, i)]) * static_cast<double>(wk[k]);
@@ -203,13 +215,14 @@ Tensor conv_backward_data(const Tensor& dy, const Tensor& w, const Shape& x_shap
     const Volume in = volume_of(x_shape, "conv input");
     const Volume out = volume_of(dyd.shape(), "conv output gradient");
     const Window window = conv_window(attributes);
+    const GroupInputs group_inputs(in.channels, out.channels, attributes.groups);
     const float* dyp = dyd.data<float>();
     const float* wp = wd.data<float>();
     std::vector<double> dx = zeros(in.num_elements());
     for (std::int64_t n = 0; n < out.batch; ++n) {
         for (std::int64_t co = 0; co < out.channels; ++co) {
-            for (std::int64_t ci = 0; ci < in.channels; ++ci) {
-                const float* wk = wp + (co * in.channels + ci) * window.taps();
+            for (std::int64_t ci = group_inputs.first(co); ci < group_inputs.end(co); ++ci) {
+                const float* wk = wp + group_inputs.weight_row(co, ci) * window.taps();
                 for_each_tap(in, out, window, [&](std::int64_t o, std::int64_t i, std::int64_t k) {
                     dx[static_cast<std::size_t>(in.at(n, ci, i))] +=
                         static_cast<double>(dyp[out.at(n, co, o)]) * static_cast<double>(wk[k]);
@@ -231,14 +244,15 @@ ConvWeightGradients conv_backward_weights(const Tensor& x, const Tensor& dy, con
     const Volume in = volume_of(xd.shape(), "conv input");
     const Volume out = volume_of(dyd.shape(), "conv output gradient");
     const Window window = conv_window(attributes);
+    const GroupInputs group_inputs(in.channels, out.channels, attributes.groups);
     const float* xp = xd.data<float>();
     const float* dyp = dyd.data<float>();
     std::vector<double> dw = zeros(num_elements_of(w_shape));
     std::vector<double> db = zeros(out_channels);
     for (std::int64_t n = 0; n < out.batch; ++n) {
         for (std::int64_t co = 0; co < out.channels; ++co) {
-            for (std::int64_t ci = 0; ci < in.channels; ++ci) {
-                double* dwk = dw.data() + (co * in.channels + ci) * window.taps();
+            for (std::int64_t ci = group_inputs.first(co); ci < group_inputs.end(co); ++ci) {
+                double* dwk = dw.data() + group_inputs.weight_row(co, ci) * window.taps();
                 for_each_tap(in, out, window, [&](std::int64_t o, std::int64_t i, std::int64_t k) {
                     dwk[k] += static_cast<double>(xp[in.at(n, ci, i)]) * static_cast<double>(dyp[out.at(n, co, o)]);
                 });

@@ -60,6 +60,11 @@ ops::ConvAttributes conv_attributes(ops::Extents kernel, ops::Extents stride, op
     return attributes;
 }
 
+ops::ConvAttributes grouped(ops::ConvAttributes attributes, std::int64_t groups) {
+    attributes.groups = groups;
+    return attributes;
+}
+
 ops::PoolAttributes pool_attributes(ops::PoolKind kind, ops::Extents kernel, ops::Extents stride,
                                     ops::Extents pad_begin, ops::Extents pad_end) {
     ops::PoolAttributes attributes;
@@ -141,9 +146,52 @@ INSTANTIATE_TEST_SUITE_P(
                  conv_attributes({2, 2, 2}, {2, 2, 2}, {1, 1, 1}, {0, 0, 0}, {0, 0, 0}), true},
         ConvCase{"conv3d_k3_s2_d2_asym", {1, 2, 7, 6, 5}, 2,
                  conv_attributes({3, 3, 3}, {2, 1, 2}, {2, 2, 1}, {2, 0, 1}, {1, 2, 0}), false},
+        ConvCase{"conv2d_k3_s2_groups3", {2, 6, 6, 5}, 9, grouped(conv_attributes({3, 3}, {2, 2}, {1, 1}, {1, 1}, {1, 1}), 3), true},
+        ConvCase{"conv3d_k3_groups2", {1, 4, 4, 5, 3}, 2, grouped(conv_attributes({3, 3, 3}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}), 2), false},
         ConvCase{"conv3d_even_kernel_mixed", {1, 3, 5, 6, 4}, 2,
                  conv_attributes({4, 2, 2}, {1, 2, 2}, {1, 1, 2}, {2, 0, 1}, {1, 1, 1}), true}),
     [](const ::testing::TestParamInfo<ConvCase>& tested) { return tested.param.name; });
+
+// A grouped convolution is its groups' ordinary convolutions side by side: group g's output channels
+// are the convolution of input channels [g·C_in/G, (g+1)·C_in/G) with its rows of the weights.
+TEST(ReferenceOps, GroupedConvolutionIsItsGroupsSideBySide) {
+    const std::int64_t groups = 3, in_per_group = 2, out_per_group = 4;
+    ops::ConvAttributes attributes = grouped(conv_attributes({3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}), groups);
+    const Tensor x = random_uniform({2, groups * in_per_group, 5, 6}, 301);  // [N, C_in, H, W]
+    const Tensor w = random_uniform(ops::conv_weight_shape(groups * in_per_group, groups * out_per_group, attributes), 302);
+    const Tensor y = reference::conv_forward(x, w, nullptr, attributes);
+    // Channels [first, first + count) of a [N, C, ...] tensor.
+    const auto channels = [](const Tensor& t, std::int64_t first, std::int64_t count) {
+        Shape shape = t.shape();
+        const std::int64_t plane = num_elements_of(shape) / (shape[0] * shape[1]);
+        Tensor part = Tensor::zeros(Shape{shape[0], count, shape[2], shape[3]}, DType::F32);
+        for (std::int64_t n = 0; n < shape[0]; ++n) {
+            std::copy_n(t.data<float>() + (n * shape[1] + first) * plane, count * plane, part.data<float>() + n * count * plane);
+        }
+        return part;
+    };
+    ops::ConvAttributes ordinary = attributes;
+    ordinary.groups = 1;
+    std::vector<Tensor> parts;
+    for (std::int64_t g = 0; g < groups; ++g) {
+        // Weights [C_out, C_in/G, 3, 3]: group g's rows are an ordinary [C_out/G, C_in/G, 3, 3] kernel.
+        Tensor w_group = Tensor::zeros(Shape{out_per_group, in_per_group, 3, 3}, DType::F32);
+        std::copy_n(w.data<float>() + g * out_per_group * in_per_group * 9, out_per_group * in_per_group * 9, w_group.data<float>());
+        parts.push_back(reference::conv_forward(channels(x, g * in_per_group, in_per_group), w_group, nullptr, ordinary));
+    }
+    const Tensor expected = reference::concat_channels(parts);
+    ASSERT_EQ(y.shape(), expected.shape());
+    for (std::int64_t i = 0; i < y.num_elements(); ++i) ASSERT_EQ(y.data<float>()[i], expected.data<float>()[i]) << "element " << i;
+    // And the channel counts must divide: named, with the fix.
+    ops::ConvAttributes five = attributes;
+    five.groups = 5;
+    try {
+        (void)ops::conv_output_shape(x.shape(), 12, five);
+        FAIL() << "6 input channels in 5 groups were accepted";
+    } catch (const Error& error) {
+        EXPECT_NE(std::string(error.what()).find("divisible by 5"), std::string::npos) << error.what();
+    }
+}
 
 // ---- transposed convolution: gradient checks -----------------------------------------------------
 
