@@ -884,8 +884,9 @@ Experiment parse_experiment(const std::string& json_text, const std::string& ori
     } else {
         read.check_fields(model, "model",
                           {"kind", "depth", "num_classes", "fpn_channels", "num_anchors", "fpn_batch_norm", "head_batch_norm",
-                           "groups", "width_per_group"});
+                           "groups", "width_per_group", "coarse_levels"});
         e.model.kind = ModelKind::RetinaNet;
+        e.model.round_up_coarse_levels = read.choice(model, "model", "coarse_levels", {"exact", "round_up"}, "exact") == "round_up";
         e.model.groups = read.integer(model, "model", "groups", 1, 1024, 1);
         e.model.width_per_group = read.integer(model, "model", "width_per_group", 0, 1024, 0);
         e.model.depth = static_cast<int>(read.integer(model, "model", "depth", 18, 200, 50));
@@ -1058,6 +1059,7 @@ graph::Graph build_model(const Experiment& e, const Shape& input) {
             config.num_anchors = e.model.num_anchors;
             config.fpn_batch_norm = e.model.fpn_batch_norm;
             config.head_batch_norm = e.model.head_batch_norm;
+            config.round_up_coarse_levels = e.model.round_up_coarse_levels;
             return networks::make_retinanet(config, input);
         }
     }

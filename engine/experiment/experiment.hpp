@@ -65,6 +65,7 @@ struct ModelSpec {
     bool head_batch_norm = true;      // RetinaNet: BN after each head conv, per level (TPU); false as torchvision
     std::int64_t groups = 1;          // ResNet / RetinaNet backbone: ResNeXt's cardinality (networks::ResNetConfig)
     std::int64_t width_per_group = 0; // ... and its first-stage channels per group (ResNeXt50-32x4d: 32 and 4)
+    bool round_up_coarse_levels = false;  // RetinaNet "coarse_levels": "round_up" (torchvision) or "exact" (TPU)
 };
 
 // How a run trains: the parts of TPUEstimator's params that are not the model or the layout.

@@ -45,7 +45,7 @@ const std::vector<std::string_view>& schema_order(std::string_view parent) {
     static const std::vector<std::string_view> model = {"kind",         "depth",          "base_width",   "num_classes",
                                                         "batch_norm",   "max_width",      "downsampling", "head_kernel",
                                                         "fpn_channels", "num_anchors",    "fpn_batch_norm", "head_batch_norm",
-                                                        "groups",       "width_per_group"};
+                                                        "groups",       "width_per_group", "coarse_levels"};
     static const std::vector<std::string_view> input = {"channels", "size"};
     static const std::vector<std::string_view> none;
     if (parent.empty()) return root;

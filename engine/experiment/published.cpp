@@ -144,7 +144,12 @@ PublishedCase read_case(const Json& value, const std::string& file) {
             c.approximations.push_back("frozen backbone stages trained");
         }
         if (model.value("frozen_backbone_batch_norm", false)) c.frozen_batch_norm = {"stem.", "stage"};
-        stride = 128;
+        // The pyramid as the source builds it: torchvision's and detectron2's have no batch norms.
+        c.fpn_batch_norm = model.value("fpn_batch_norm", true);
+        c.head_batch_norm = model.value("head_batch_norm", true);
+        c.p6_from_c5 = model.value("p6_from_c5", false);
+        c.round_up_coarse_levels = read.either(model, "coarse_levels", "model.", "exact", "round_up", "exact") == "round_up";
+        stride = c.round_up_coarse_levels ? 32 : 128;
     } else {
         TESSERA_REJECT(read.where() << ": model.kind: expected \"resnet\", \"unet\" or \"retinanet\", got \"" << c.model_kind << "\"");
     }
@@ -261,7 +266,9 @@ graph::Graph build_published_model(const PublishedCase& c, const Shape& replica_
     }
     TESSERA_ASSERT(c.model_kind == "retinanet", "unknown published model kind " << c.model_kind);
     return networks::make_retinanet({.resnet_depth = c.depth, .resnet_groups = c.groups, .resnet_width_per_group = c.width_per_group,
-                                  .num_classes = c.num_classes, .num_anchors = c.num_anchors, .fpn_channels = c.fpn_channels},
+                                  .num_classes = c.num_classes, .num_anchors = c.num_anchors, .fpn_channels = c.fpn_channels,
+                                  .p6_from_c5 = c.p6_from_c5, .fpn_batch_norm = c.fpn_batch_norm, .head_batch_norm = c.head_batch_norm,
+                                  .round_up_coarse_levels = c.round_up_coarse_levels},
                                  replica_input);
 }
 

@@ -50,6 +50,8 @@ struct PublishedCase {
     int depth = 50;
     std::int64_t base_width = 0, max_width = 0, num_classes = 2, fpn_channels = 256, num_anchors = 9;
     std::int64_t groups = 1, width_per_group = 0;  // ResNeXt ("groups", "width_per_group"; a detector's backbone too)
+    // RetinaNet's pyramid: "fpn_batch_norm", "head_batch_norm", "p6_from_c5", "coarse_levels": "round_up".
+    bool fpn_batch_norm = true, head_batch_norm = true, p6_from_c5 = false, round_up_coarse_levels = false;
     bool batch_norm = true;
     bool strided_downsampling = false;          // U-Net "downsampling": "strided_conv"
     std::int64_t head_kernel = 1;               // U-Net "head_kernel"

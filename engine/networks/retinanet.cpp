@@ -86,14 +86,22 @@ Graph make_retinanet(const RetinaNetConfig& config, const Shape& input) {
     check_config(config);
     TESSERA_CHECK(input.size() == 4, "RetinaNet input must be [N, C, H, W], got " << shape_to_string(input));
     const std::int64_t coarsest = std::int64_t{1} << config.max_level;
+    const std::int64_t c5_stride = std::int64_t{1} << backbone_max_level;
     for (std::size_t axis = 2; axis < input.size(); ++axis) {
-        TESSERA_CHECK(input[axis] > 0 && input[axis] % coarsest == 0,
-                      "RetinaNet's coarsest level P" << config.max_level << " has stride " << coarsest
-                                                     << ", so H and W must be divisible by " << coarsest << "; got "
-                                                     << shape_to_string(input) << " (try "
-                                                     << std::max<std::int64_t>(1, (input[axis] + coarsest - 1) / coarsest) *
-                                                            coarsest
-                                                     << " on axis " << axis << ")");
+        const auto round_up = [&](std::int64_t stride) { return std::max<std::int64_t>(1, (input[axis] + stride - 1) / stride) * stride; };
+        if (config.round_up_coarse_levels) {
+            TESSERA_CHECK(input[axis] > 0 && input[axis] % c5_stride == 0,
+                          "RetinaNet's top-down path adds P5 upsampled to C4, so H and W must be divisible by C5's stride "
+                              << c5_stride << "; got " << shape_to_string(input) << " (try " << round_up(c5_stride) << " on axis "
+                              << axis << ")");
+        } else {
+            TESSERA_CHECK(input[axis] > 0 && input[axis] % coarsest == 0,
+                          "RetinaNet's coarsest level P" << config.max_level << " has stride " << coarsest
+                                                         << ", so H and W must be divisible by " << coarsest << "; got "
+                                                         << shape_to_string(input) << " (try " << round_up(coarsest) << " on axis "
+                                                         << axis << ", or let P6.. round up as torchvision does: divisible by "
+                                                         << c5_stride << " is enough then)");
+        }
     }
     Graph g("retinanet-r" + std::to_string(config.resnet_depth));
     const int x = g.input(input);
@@ -127,8 +135,12 @@ Graph make_retinanet(const RetinaNetConfig& config, const Shape& input) {
         int source = level == backbone_max_level + 1 && config.p6_from_c5 ? c(backbone_max_level)
                                                                            : p[static_cast<std::size_t>(level - 1)];
         if (level > backbone_max_level + 1) source = g.relu(source, level_name("fpn.p", level) + ".relu");
-        p[static_cast<std::size_t>(level)] =
-            g.conv(source, config.fpn_channels, same_with_bias(3, 2), level_name("fpn.p", level));
+        ops::ConvAttributes coarse = same_with_bias(3, 2);
+        if (config.round_up_coarse_levels) {  // PyTorch's padding=1: ⌈n / 2⌉ for odd n as for even
+            coarse.pad_begin.assign(2, 1);
+            coarse.pad_end.assign(2, 1);
+        }
+        p[static_cast<std::size_t>(level)] = g.conv(source, config.fpn_channels, coarse, level_name("fpn.p", level));
     }
     // Batch norm on every level (the TPU model's "p<l>-bn"); the heads read these.
     std::vector<int> feature(p);

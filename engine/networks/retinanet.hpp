@@ -70,13 +70,19 @@ struct RetinaNetConfig {
     bool p6_from_c5 = false;  // false: P6 from P5 (the TPU code); true: from C5 (the paper, Detectron)
     bool fpn_batch_norm = true;   // BN on every pyramid level (TPU); false: none (torchvision)
     bool head_batch_norm = true;  // BN + ReLU after each head conv, per level (TPU); false: ReLU (torchvision)
+    // false: H and W divisible by 2^max_level, every level exactly input / stride (the TPU code's
+    // static shapes). true: divisible by 32 (C5's stride), and P6.. round up — PyTorch's 3×3 stride-2
+    // convolutions padded 1 on both sides, as torchvision and MLPerf's RetinaNet (800 → P6 13, P7 7);
+    // the anchors' levels round up the same way.
+    bool round_up_coarse_levels = false;
 };
 
 inline constexpr double retinanet_prior_probability = 0.01;
 // σ of the subnets' convolution weights at initialisation (the backbone and the pyramid stay He-normal).
 inline constexpr double retinanet_head_weight_sigma = 0.01;
 
-// input: [N, C, H, W] (C = 3 for images), H and W divisible by 2^max_level (128 by default).
+// input: [N, C, H, W] (C = 3 for images), H and W divisible by 2^max_level (128 by default), or by 32
+// with round_up_coarse_levels.
 graph::Graph make_retinanet(const RetinaNetConfig& config, const Shape& input);
 
 // Nodes of the graph make_retinanet builds: the feature map P<level> the heads read ("fpn.p<level>.bn",

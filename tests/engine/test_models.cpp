@@ -1,5 +1,6 @@
 // The seeds' models as graphs: shapes, parameter counts against the published architectures, costs,
 // and the configuration errors.
+#include "detection/anchors.hpp"
 #include "graph/executor.hpp"
 #include "networks/models.hpp"
 #include "networks/retinanet.hpp"
@@ -399,6 +400,41 @@ TEST(Models, RetinaNetRejectsInputsTheLevelsCannotDivide) {
     // max_level 5: no P6, P7; the input need only divide by 32.
     const graph::Graph three_levels = make_retinanet({.max_level = 5}, {1, 3, 96, 96});
     EXPECT_EQ(retinanet_node(three_levels, "box.l5.out").output_shape, (Shape{1, 36, 3, 3}));
+}
+
+// torchvision's and MLPerf's RetinaNet at 800×800: C5 at 25, P6 and P7 rounded up to 13 and 7 (NVIDIA's
+// MLPerf code warms its fused head kernels for exactly 100, 50, 25, 13, 7), every level where the
+// anchors put it; without round-up the same input is refused, naming both ways out.
+TEST(Models, RetinaNetCoarseLevelsRoundUpAsTorchvisions) {
+    const RetinaNetConfig config{.resnet_depth = 50, .num_classes = 264, .fpn_batch_norm = false, .head_batch_norm = false,
+                                 .round_up_coarse_levels = true};
+    const graph::Graph g = make_retinanet(config, {1, 3, 800, 800});
+    const detection::AnchorSet anchors = detection::make_anchors(800, 800, {});
+    ASSERT_EQ(anchors.levels.size(), 5u);
+    const std::int64_t expected[] = {100, 50, 25, 13, 7};
+    for (std::size_t i = 0; i < anchors.levels.size(); ++i) {
+        const int level = anchors.levels[i].level;
+        const Shape& box = retinanet_node(g, "box.l" + std::to_string(level) + ".out").output_shape;
+        EXPECT_EQ(box[2], expected[i]) << "P" << level;
+        EXPECT_EQ(box[2], anchors.levels[i].height) << "P" << level;
+        EXPECT_EQ(box[3], anchors.levels[i].width) << "P" << level;
+    }
+    // An even extent gives what the exact levels give: 1024 is 8 at P7 either way.
+    const graph::Graph even = make_retinanet({.resnet_depth = 18, .round_up_coarse_levels = true}, {1, 3, 1024, 1024});
+    EXPECT_EQ(retinanet_node(even, "box.l7.out").output_shape[2], 8);
+    try {
+        make_retinanet({.resnet_depth = 18}, {1, 3, 800, 800});
+        FAIL() << "800 was accepted without rounding up";
+    } catch (const Error& error) {
+        EXPECT_NE(std::string(error.what()).find("try 896"), std::string::npos) << error.what();
+        EXPECT_NE(std::string(error.what()).find("divisible by 32 is enough"), std::string::npos) << error.what();
+    }
+    try {
+        make_retinanet({.resnet_depth = 18, .round_up_coarse_levels = true}, {1, 3, 800, 816});
+        FAIL() << "816 was accepted: P5 upsampled cannot meet C4";
+    } catch (const Error& error) {
+        EXPECT_NE(std::string(error.what()).find("try 832"), std::string::npos) << error.what();
+    }
 }
 
 TEST(Models, SmallRetinaNetRunsForwardAndBackward) {

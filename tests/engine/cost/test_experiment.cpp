@@ -133,6 +133,19 @@ TEST(Experiment, ResNeXtIsReadAndBuilt) {
             "input": {"channels": 3, "size": [128, 128]}, "global_batch": 1})",
         "test.json");
     EXPECT_EQ(detector.model.groups, 32);
+    EXPECT_FALSE(detector.model.round_up_coarse_levels);
+    // MLPerf's RetinaNet: 800×800 with P6, P7 rounded up.
+    const experiment::Experiment mlperf = experiment::parse_experiment(
+        R"({"version": 1, "model": {"kind": "retinanet", "depth": 18, "num_classes": 3, "coarse_levels": "round_up"},
+            "input": {"channels": 3, "size": [800, 800]}, "global_batch": 1})",
+        "test.json");
+    EXPECT_TRUE(mlperf.model.round_up_coarse_levels);
+    const graph::Graph rounded = experiment::build_model(mlperf, experiment::replica_input_shape(mlperf));
+    std::int64_t p7_rows = 0;
+    for (const graph::Node& node : rounded.nodes()) {
+        if (node.name == "box.l7.out") p7_rows = node.output_shape[2];
+    }
+    EXPECT_EQ(p7_rows, 7);  // 800 / 128 rounded up
     const std::string wrong = error_of(
         R"({"version": 1, "model": {"kind": "resnet", "depth": 50, "groups": 0}, "input": {"channels": 3, "size": [64, 64]}, "global_batch": 1})");
     EXPECT_NE(wrong.find("model.groups: expected an integer from 1 to 1024, got 0"), std::string::npos) << wrong;

@@ -90,6 +90,41 @@ TEST(PublishedCases, UnitsConvertToTheStepOfTheGlobalBatchAndBadCasesAreNamed) {
     EXPECT_NE(message.find("cases.json: case \"r50\": measured.unit"), std::string::npos) << message;
 }
 
+// MLPerf's RetinaNet as NVIDIA's code builds it: ResNeXt50-32x4d, 800×800 with P6 and P7 rounded up,
+// torchvision's pyramid and heads without batch norms — nothing rounded, nothing approximated.
+TEST(PublishedCases, RetinaNetIsBuiltAsPublished) {
+    const ScratchDir scratch;
+    const auto write = [&](const std::string& model, const std::string& size) {
+        std::ofstream out(scratch / "cases.json");
+        out << R"({"cases": [{"name": "r", "model": {"kind": "retinanet", "backbone_depth": 50, "num_classes": 264, )" << model
+            << R"(}, "input": {"channels": 3, "size": )" << size
+            << R"(}, "global_batch": 256, "device": "a100_80gb", "num_cores": 8, "precision": "f16", "framework": "PyTorch",
+                 "fusion": "into_convolutions", "measured": {"value": 262, "unit": "ms/step"}, "source": {"title": "t", "year": 2022}}]})";
+    };
+    write(R"("backbone": "resnext50_32x4d", "groups": 32, "width_per_group": 4, "coarse_levels": "round_up",
+              "fpn_batch_norm": false, "head_batch_norm": false)",
+          "[800, 800]");
+    PublishedCase c = load_published_cases(scratch.path())[0];
+    EXPECT_TRUE(c.approximations.empty()) << c.approximations.front();
+    EXPECT_EQ(c.global_input, (Shape{256, 3, 800, 800}));
+    const graph::Graph model = build_published_model(c, {32, 3, 800, 800});
+    int grouped = 0, batch_norms_outside_backbone = 0;
+    std::int64_t p7_rows = 0;
+    for (const graph::Node& node : model.nodes()) {
+        grouped += node.kind == graph::OpKind::Conv && node.conv.groups == 32;
+        batch_norms_outside_backbone += node.kind == graph::OpKind::BatchNorm && !node.name.starts_with("stem.") && !node.name.starts_with("stage");
+        if (node.name == "box.l7.out") p7_rows = node.output_shape[2];
+    }
+    EXPECT_EQ(grouped, 16);
+    EXPECT_EQ(batch_norms_outside_backbone, 0);
+    EXPECT_EQ(p7_rows, 7);
+    // Without round-up the builder's exact levels need 896, and the case says it was rounded.
+    write(R"("backbone": "resnext50_32x4d")", "[800, 800]");
+    c = load_published_cases(scratch.path())[0];
+    EXPECT_EQ(c.global_input, (Shape{256, 3, 896, 896}));
+    EXPECT_EQ(c.approximations, (std::vector<std::string>{"backbone resnext50_32x4d read as ResNet", "input rounded up to a multiple of 128"}));
+}
+
 TEST(PublishedCases, UNetVariantsAreBuiltAsPublishedAndBadValuesNamed) {
     const ScratchDir scratch;
     const auto write = [&](const std::string& model, const std::string& size) {
