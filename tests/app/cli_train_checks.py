@@ -81,6 +81,25 @@ def main():
     if len(evals) != 1 or "ap50" not in evals[0].get("detection", {}):
         sys.exit(f"metrics.jsonl: expected one evaluation with COCO scores, got {evals}")
 
+    # The same detector with torchvision's rounded-up coarse levels and a ResNeXt backbone: 160 is not a
+    # multiple of 128 (P6 3×3, P7 2×2), and training, evaluation and the boxes go through.
+    with open(preset("retinanet_shapes_4way")) as source:
+        mlperf_like = json.load(source)
+    mlperf_like["model"].update({"depth": 50, "groups": 4, "width_per_group": 8, "coarse_levels": "round_up"})
+    mlperf_like["input"]["size"] = [160, 160]
+    mlperf_like["num_cores_per_replica"] = 1
+    mlperf_like["input_partition_dims"] = [[1, 1, 1, 1], None]
+    rounded_file = os.path.join(work, "retinanet_round_up.json")
+    with open(rounded_file, "w") as out:
+        json.dump(mlperf_like, out)
+    run(cli, "train", rounded_file, "--steps", "1", "--model-dir", os.path.join(work, "round_up"), "--plain",
+        expect=["step 1/1 loss", "eval  step 1", "AP50", "checkpoint step 1"])
+    mlperf_like["model"]["coarse_levels"] = "exact"
+    with open(rounded_file, "w") as out:
+        json.dump(mlperf_like, out)
+    run(cli, "train", rounded_file, "--steps", "1", "--model-dir", os.path.join(work, "exact"), "--plain",
+        expect_code=2, expect=["divisible by 128", "divisible by 32 is enough"])
+
     ct_dir = os.path.join(work, "ct")
     run(cli, "train", preset("unet3d_ct_8way"), "--steps", "2", "--model-dir", ct_dir, "--plain",
         expect=["step 2/2 loss", "eval  step 2", "lung"])
