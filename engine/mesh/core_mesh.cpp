@@ -1079,7 +1079,7 @@ struct CoreMesh::Impl {
             }
             if (index + 1 < per_replica) continue;
             if (replica == 0) {
-                std::copy(replica_sum, replica_sum + count, sum);
+                if (replica_sum != sum) std::copy(replica_sum, replica_sum + count, sum);  // one replica may sum in place
             } else {
                 for (std::int64_t e = 0; e < count; ++e) sum[e] += replica_sum[e];
             }
@@ -1094,19 +1094,23 @@ struct CoreMesh::Impl {
         return cores[static_cast<std::size_t>(core)].executor->parameters()[p].gradient.data<float>() + first;
     }
 
-    // One process: every core is here; the parameters are summed in parallel.
+    // One process: every core is here; the parameters are summed in parallel, each straight into its own
+    // tensor (no flat buffer to clear and copy out on one thread: for ResNet-34's 22 M parameters those
+    // two passes cost more than the sum), and with one replica in place of a separate replica sum.
     std::vector<Tensor> in_order_gradient_sums() {
-        const std::vector<std::int64_t> offset = parameter_offsets();
-        std::vector<float> total(static_cast<std::size_t>(offset.back()));
-        pool->run(static_cast<std::int64_t>(model.parameters().size()), [&](std::int64_t parameter) {
+        const auto& specs = model.parameters();
+        std::vector<Tensor> totals(specs.size());
+        for (std::size_t p = 0; p < specs.size(); ++p) totals[p] = Tensor::empty(specs[p].shape, DType::F32);  // every element written below
+        pool->run(static_cast<std::int64_t>(specs.size()), [&](std::int64_t parameter) {
             const auto p = static_cast<std::size_t>(parameter);
-            const std::int64_t count = offset[p + 1] - offset[p];
-            std::vector<float> replica_sum(static_cast<std::size_t>(count));
+            const std::int64_t count = totals[p].num_elements();
+            float* sum = totals[p].data<float>();
+            std::unique_ptr<float[]> replica_buffer(mesh.num_replicas > 1 ? new float[static_cast<std::size_t>(count)] : nullptr);
             add_in_core_order(
                 p, 0, count, [&](std::int64_t c, std::size_t q, std::int64_t first, std::int64_t) { return local_gradient(c, q, first); },
-                replica_sum.data(), total.data() + offset[p]);
+                mesh.num_replicas > 1 ? replica_buffer.get() : sum, sum);
         });
-        return per_parameter(total, offset);
+        return totals;
     }
 
     // Reproducible across ranks: the in-process sum, element for element, with no rank waiting on another's
