@@ -177,6 +177,11 @@ std::vector<int> add_resnet_body(Graph& g, int x, const ResNetConfig& config) {
                   "ResNeXt groups must be ≥ 1 and width_per_group ≥ 0, got " << config.groups << " and " << config.width_per_group);
     TESSERA_CHECK((config.groups == 1 && config.width_per_group == 0) || layout.bottleneck,
                   "ResNeXt's grouped blocks are bottlenecks: depth 50, 101, 152 or 200, got depth " << config.depth);
+    // Groups alone would split ResNet's own width (torchvision reads them with a width of 64 per group):
+    // ask for the width rather than guess.
+    TESSERA_CHECK(config.groups == 1 || config.width_per_group > 0,
+                  "a ResNeXt in " << config.groups << " groups needs width_per_group, its first stage's channels per group "
+                                  << "(ResNeXt50-32x4d: groups 32, width_per_group 4), got 0");
     const std::int64_t first_inner_width =
         config.width_per_group > 0 ? config.groups * config.width_per_group : config.base_width;
     const Shape input = g.node(x).output_shape;  // a copy: adding nodes moves the graph's nodes

@@ -47,6 +47,12 @@ TEST(Models, ResNeXtParameterCountsAndFlopsMatchThePublishedArchitectures) {
     } catch (const Error& error) {
         EXPECT_NE(std::string(error.what()).find("depth 50, 101, 152 or 200"), std::string::npos) << error.what();
     }
+    try {
+        (void)make_resnet({.depth = 50, .groups = 32}, {1, 3, 224, 224});
+        FAIL() << "groups without a width per group were accepted";
+    } catch (const Error& error) {
+        EXPECT_NE(std::string(error.what()).find("needs width_per_group"), std::string::npos) << error.what();
+    }
 }
 
 TEST(Models, ResNetShapesAndForwardCost) {
