@@ -59,8 +59,9 @@ void answerFileDialog(const QString& path) {
     auto* timer = new QTimer(qApp);
     timer->setInterval(100);
     auto seen_at = std::make_shared<QElapsedTimer>(), typed_at = std::make_shared<QElapsedTimer>();
+    auto activation_asked_at = std::make_shared<QElapsedTimer>();
     auto answered = std::make_shared<QPointer<QFileDialog>>();
-    QObject::connect(timer, &QTimer::timeout, [timer, path, seen_at, typed_at, answered] {
+    QObject::connect(timer, &QTimer::timeout, [timer, path, seen_at, typed_at, activation_asked_at, answered] {
         if (typed_at->isValid()) {
             // Answered: done once that dialog has closed (or been destroyed), whatever else is open.
             if (answered->isNull() || !(*answered)->isVisible()) {
@@ -87,8 +88,24 @@ void answerFileDialog(const QString& path) {
         if (seen_at->elapsed() < 200 || (typed_at->isValid() && typed_at->elapsed() < 1000)) return;
         auto* name = dialog->findChild<QLineEdit*>(QStringLiteral("fileNameEdit"));
         if (!name) return;
+        // Keystrokes reach the field only while its dialog is the active window. Typed without focus, the
+        // path still changes the field's text, but the dialog's completion never drops the rows it selected
+        // for the path's prefixes (/tmp, the scratch folder), and Return then opens one of those folders
+        // instead of taking the file, every time (CI, stop 36). A user would click on the dialog first: ask
+        // the window system to activate it, and after 3 s make it the active window as that click would.
+        if (QApplication::activeWindow() != dialog) {
+            if (!activation_asked_at->isValid()) {
+                activation_asked_at->start();
+                dialog->raise();
+                dialog->activateWindow();
+                return;
+            }
+            if (activation_asked_at->elapsed() < 3000) return;
+            QApplication::setActiveWindow(dialog);
+        }
+        name->setFocus(Qt::MouseFocusReason);
+        if (!name->hasFocus()) return;
         *answered = dialog;
-        name->setFocus();
         name->selectAll();
         QTest::keyClick(name, Qt::Key_Backspace);
         QTest::keyClicks(name, path);
