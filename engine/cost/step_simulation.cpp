@@ -768,10 +768,10 @@ StepPrediction predict_host_step(const graph::Graph& model, const partition::Til
         // Momentum SGD was measured: Adam's second slot adds to the bytes each update moves.
         const double update = static_cast<double>(parameters) * update_per_parameter *
                               static_cast<double>(3 + 2 * options.optimizer_slots) / 5.0;
-        // One update per rank in the mesh (a rank's cores share its first core's weights).
-        const std::vector<double> updates(static_cast<std::size_t>(network.ranks > 1 ? 1 : cores * replicas), update);
+        // One update per rank (a rank's cores share its first core's weights), its parameters spread over
+        // the rank's threads — as calibration timed it.
         for (CoreBreakdown& core : prediction.cores) core.compute_seconds += update;
-        wall += phase_makespan(updates, threads) * network.oversubscription + phase_overhead;
+        wall += update * network.oversubscription + phase_overhead;
         wall += network.fixed_collectives * network.gather_seconds;  // the step's end: failures, events, ledgers
     } else {  // presets calibrated before round 2: memory passes at the copy rate
         prediction.gradient_all_reduce_seconds = 4.0 * static_cast<double>(parameters) * 3 * all_cores / copy_rate / threads;

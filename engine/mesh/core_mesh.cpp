@@ -1033,26 +1033,29 @@ struct CoreMesh::Impl {
                                                                               : segmented_gradient_sums();
         std::vector<std::int64_t> non_finite_core(num_parameters, -1);
         std::vector<std::int64_t> first_bad(num_parameters, std::numeric_limits<std::int64_t>::max());
-        bool any_non_finite = false;
-        for (std::size_t p = 0; p < num_parameters; ++p) {
-            if (train::tensor_is_finite(totals[p])) continue;
-            any_non_finite = true;  // the same on every rank: every rank holds the same totals
-            for (const Core& core : local_cores()) {
-                if (!train::tensor_is_finite(core.executor->parameters()[p].gradient)) {
-                    first_bad[p] = mesh_core(core.replica, core.index);
-                    break;
+        std::vector<char> total_is_bad(num_parameters, 0);
+        // Per parameter, on the pool: a non-finite total is traced to the first local core whose own
+        // gradient is not finite (before the total overwrites it), then the total goes to every core.
+        pool->run(static_cast<std::int64_t>(num_parameters), [&](std::int64_t parameter) {
+            const auto p = static_cast<std::size_t>(parameter);
+            if (!train::tensor_is_finite(totals[p])) {
+                total_is_bad[p] = 1;
+                for (const Core& core : local_cores()) {
+                    if (!train::tensor_is_finite(core.executor->parameters()[p].gradient)) {
+                        first_bad[p] = mesh_core(core.replica, core.index);
+                        break;
+                    }
                 }
             }
-        }
-        if (any_non_finite) {
+            for (Core& core : local_cores()) core.executor->parameters()[p].gradient.copy_from(totals[p]);
+        });
+        // The same on every rank (every rank holds the same totals), so all of them join the reduction.
+        if (std::find(total_is_bad.begin(), total_is_bad.end(), 1) != total_is_bad.end()) {
             transport->all_reduce_min(first_bad);
             for (std::size_t p = 0; p < num_parameters; ++p) {
                 if (first_bad[p] != std::numeric_limits<std::int64_t>::max()) non_finite_core[p] = first_bad[p];
             }
         }
-        pool->run(static_cast<std::int64_t>(num_parameters), [&](std::int64_t p) {
-            for (Core& core : local_cores()) core.executor->parameters()[static_cast<std::size_t>(p)].gradient.copy_from(totals[static_cast<std::size_t>(p)]);
-        });
         const double reduce_end = now();
         step_gradient_reduce = reduce_end - reduce_start;
         for (std::int64_t c = first_local; c < end_local; ++c) {
@@ -1238,21 +1241,22 @@ struct CoreMesh::Impl {
         context.aftermath = " Nothing of this step was saved.";
         std::vector<std::span<Parameter>> copies;
         for (Core& core : local_cores()) copies.push_back(core.executor->parameters());
+        // Per-parameter work (checks, unscaling, the update) spread over the host threads.
+        const train::ParallelFor on_pool = [&](std::int64_t count, const std::function<void(std::int64_t)>& body) { pool->run(count, body); };
         const bool applied = train::finish_update(
             *loss_scaler, result.loss_scale, copies,
             [&] {
                 // Every core would compute the same bits from the same all-reduced gradients, and on the
-                // host a rank's cores share its first core's weights: that core computes the update, once,
-                // so the host keeps one set of optimizer slots per rank instead of one per core (a core's
-                // ledger still counts its own: a device core holds them).
-                each_core(StepPhase::Update, -1, [&](Core& core) {
-                    if (&core != &first_local_core()) return;
-                    const double start = now();
-                    core.optimizer->step(core.executor->parameters(), result.learning_rate);
-                    core.events.push_back({first_local, -1, EventKind::Compute, StepPhase::Update, start, now(), 0, 0, -1});
-                });
+                // host a rank's cores share its first core's weights: that core computes the update, once
+                // (its parameters spread over the threads), so the host keeps one set of optimizer slots
+                // per rank instead of one per core (a core's ledger still counts its own: a device core
+                // holds them).
+                Core& core = first_local_core();
+                const double start = now();
+                core.optimizer->step(core.executor->parameters(), result.learning_rate, on_pool);
+                core.events.push_back({first_local, -1, EventKind::Compute, StepPhase::Update, start, now(), 0, 0, -1});
             },
-            context);
+            context, on_pool);
         std::exception_ptr failure;
         try {
             for (const Core& core : local_cores()) {

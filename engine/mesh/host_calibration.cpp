@@ -448,7 +448,8 @@ private:
 
     // The end of a step (core_mesh.cpp): weight gradients summed over every core and handed back, one
     // task per parameter tensor over the threads; the loss scaler's finite checks over core 0's
-    // gradients and values, on one thread; then each core's optimizer update. Measured on the mesh:
+    // gradients and values; then the optimizer update, once, its parameters spread over the threads.
+    // Measured on the mesh:
     //   per tensor    t = t0 + t_core·(cores − 1) + t_replica·(replicas − 1)  (a model of many tiny tensors)
     //   per element   e = e0 + e_core·(cores − 1) + e_replica·(replicas − 1)  (2·threads equal large tensors)
     // each on one core, four cores of one replica and four replicas of one core (a replica's sum is a
@@ -489,7 +490,7 @@ private:
             batch[0] = replicas;
             const Tensor images = normal_tensor(batch, 9);
             const Tensor labels = Tensor::zeros({replicas}, DType::I32);
-            const std::int64_t num_cores = cores_per_replica * replicas;
+            ThreadPool checking_pool(options.threads);
             std::vector<double> after_backward, updates, checks;
             for (int r = 0; r < options.repeats + 1; ++r) {
                 const train::StepResult step = cores.train_step(images, labels);
@@ -500,12 +501,20 @@ private:
                         update = std::max(update, event.end_seconds - event.start_seconds);
                 }
                 updates.push_back(update);
-                const double rounds = std::ceil(static_cast<double>(num_cores) / options.threads);
-                after_backward.push_back(std::max(0.0, step.update_seconds - rounds * update));
+                after_backward.push_back(std::max(0.0, step.update_seconds - update));
+                // The step's two finite checks (gradients, then values), parameter by parameter over the
+                // threads as train::finish_update runs them.
+                const std::span<const Parameter> parameters = cores.executor(0).parameters();
+                std::vector<char> finite(parameters.size(), 1);
                 const auto start = Clock::now();
-                const bool finite = train::LossScaler::gradients_are_finite(cores.executor(0).parameters());
-                const bool values_finite = train::LossScaler::first_non_finite_value(cores.executor(0).parameters()) == nullptr;
-                checks.push_back(std::chrono::duration<double>(Clock::now() - start).count() + (finite && values_finite ? 0 : 1));
+                checking_pool.run(static_cast<std::int64_t>(parameters.size()), [&](std::int64_t p) {
+                    finite[static_cast<std::size_t>(p)] &= static_cast<char>(train::tensor_is_finite(parameters[static_cast<std::size_t>(p)].gradient));
+                });
+                checking_pool.run(static_cast<std::int64_t>(parameters.size()), [&](std::int64_t p) {
+                    finite[static_cast<std::size_t>(p)] &= static_cast<char>(train::tensor_is_finite(parameters[static_cast<std::size_t>(p)].value));
+                });
+                const bool all_finite = std::all_of(finite.begin(), finite.end(), [](char flag) { return flag != 0; });
+                checks.push_back(std::chrono::duration<double>(Clock::now() - start).count() + (all_finite ? 0 : 1));
             }
             EndOfStep result{fastest(after_backward), fastest(updates), fastest(checks),
                              static_cast<double>(g.parameter_count()), static_cast<double>(g.parameters().size())};

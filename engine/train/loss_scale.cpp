@@ -79,8 +79,12 @@ bool tensor_is_finite(const Tensor& tensor) {
     return all_finite(dense.data<float>(), dense.num_elements());
 }
 
-bool LossScaler::gradients_are_finite(std::span<const Parameter> parameters) {
+void LossScaler::check_gradients(std::span<const Parameter> parameters) {
     for (std::size_t i = 0; i < parameters.size(); ++i) check_gradient(parameters[i], i, "finite check");
+}
+
+bool LossScaler::gradients_are_finite(std::span<const Parameter> parameters) {
+    check_gradients(parameters);
     for (const Parameter& parameter : parameters) {
         if (!all_finite(parameter.gradient.data<float>(), parameter.gradient.num_elements())) return false;
     }

@@ -54,6 +54,8 @@ public:
     // True when no gradient element is inf or NaN. Gradients must be defined, contiguous f32 tensors.
     // Scans in blocks and stops at the first block holding a non-finite value.
     static bool gradients_are_finite(std::span<const Parameter> parameters);
+    // Every gradient defined, contiguous and f32, else an error naming the parameter.
+    static void check_gradients(std::span<const Parameter> parameters);
     // The first parameter whose gradient (or value) holds inf or NaN, or nullptr.
     static const Parameter* first_non_finite_gradient(std::span<const Parameter> parameters);
     static const Parameter* first_non_finite_value(std::span<const Parameter> parameters);

@@ -151,7 +151,7 @@ void Optimizer::check_parameters(std::span<const Parameter> parameters) const {
     }
 }
 
-void Optimizer::step(std::span<Parameter> parameters, double learning_rate) {
+void Optimizer::step(std::span<Parameter> parameters, double learning_rate, const ParallelFor& parallel) {
     TESSERA_CHECK(is_finite_non_negative(learning_rate),
                   "optimizer step: expected a finite learning rate >= 0, got " << learning_rate);
     check_parameters(parameters);
@@ -166,9 +166,10 @@ void Optimizer::step(std::span<Parameter> parameters, double learning_rate) {
         }
     }
     const std::int64_t step_number = m_num_steps + 1;
-    for (std::size_t i = 0; i < parameters.size(); ++i) {
+    parallel(static_cast<std::int64_t>(parameters.size()), [&](std::int64_t index) {
+        const auto i = static_cast<std::size_t>(index);
         update(parameters[i], m_slots[i].tensors, learning_rate, step_number);
-    }
+    });
     m_num_steps = step_number;
 }
 

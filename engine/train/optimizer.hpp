@@ -21,11 +21,13 @@
 //   AdamW     w *= 1 − lr·wd, then Adam's update without the wd term in g.
 // Weight decay (wd) applies only to parameters with apply_weight_decay set. Elementwise arithmetic
 // runs in f32 in that order, with the scalar coefficients computed in double and rounded once, as
-// PyTorch does for f32 tensors on the CPU. Updates are plain sequential loops: deterministic.
+// PyTorch does for f32 tensors on the CPU. Each parameter's update is a plain sequential loop:
+// deterministic, whichever thread runs it.
 #pragma once
 
 #include "tensor/parameter.hpp"
 #include "train/named_tensor.hpp"
+#include "train/parallel_for.hpp"
 
 #include <cstdint>
 #include <memory>
@@ -45,8 +47,9 @@ public:
     // Updates every parameter in place from its gradient. Values and gradients must be defined,
     // contiguous f32 tensors of equal shape; learning_rate must be finite and >= 0. The first call
     // (or the first after reset()) creates the slots; later calls must pass the same parameters in
-    // the same order (checked by name and shape). Nothing is changed when a check fails.
-    void step(std::span<Parameter> parameters, double learning_rate);
+    // the same order (checked by name and shape). Nothing is changed when a check fails. Parameters
+    // are updated independently, so `parallel` may run them on several threads with the same bits.
+    void step(std::span<Parameter> parameters, double learning_rate, const ParallelFor& parallel = run_in_order);
 
     virtual std::string name() const = 0;      // "sgd", "adam", "adamw"
     virtual std::string describe() const = 0;  // one line for UIs: "sgd momentum 0.9 nesterov, weight decay 0.0001"

@@ -2,6 +2,8 @@
 
 #include "core/error.hpp"
 
+#include <vector>
+
 namespace tessera::train {
 
 void scale_loss_gradient(Tensor& gradient, double scale) {
@@ -11,35 +13,54 @@ void scale_loss_gradient(Tensor& gradient, double scale) {
     for (std::int64_t i = 0; i < gradient.num_elements(); ++i) values[i] *= factor;
 }
 
+namespace {
+
+// The first parameter (in order) for which bad(parameter) holds, or null; the tests run through `parallel`.
+template <class Bad>
+const Parameter* first_where(std::span<const Parameter> parameters, const ParallelFor& parallel, Bad&& bad) {
+    std::vector<char> flagged(parameters.size(), 0);
+    parallel(static_cast<std::int64_t>(parameters.size()), [&](std::int64_t index) {
+        const auto i = static_cast<std::size_t>(index);
+        flagged[i] = bad(parameters[i]) ? 1 : 0;
+    });
+    for (std::size_t i = 0; i < parameters.size(); ++i) {
+        if (flagged[i]) return &parameters[i];
+    }
+    return nullptr;
+}
+
+}  // namespace
+
 bool finish_update(LossScaler& scaler, double used_scale, std::span<const std::span<Parameter>> copies,
-                   const std::function<void()>& apply_optimizers, const StepContext& context) {
+                   const std::function<void()>& apply_optimizers, const StepContext& context, const ParallelFor& parallel) {
     TESSERA_ASSERT(!copies.empty(), "finish_update needs at least one copy of the parameters");
     const std::span<Parameter> reference = copies.front();
-    const bool finite = LossScaler::gradients_are_finite(reference);
+    LossScaler::check_gradients(reference);
+    const Parameter* bad_gradient =
+        first_where(reference, parallel, [](const Parameter& parameter) { return !tensor_is_finite(parameter.gradient); });
+    const bool finite = bad_gradient == nullptr;
     if (!finite && !scaler.skips_non_finite()) {
-        const Parameter* bad = LossScaler::first_non_finite_gradient(reference);
-        const auto index = bad ? static_cast<std::size_t>(bad - reference.data()) : std::size_t{0};
-        TESSERA_REJECT("step " << context.step + 1 << ": the gradient of '" << (bad ? bad->name : "?")
-                                 << "' holds NaN or infinite values" << (bad && context.locate ? context.locate(index) : std::string())
-                                 << " (the loss was " << context.loss
+        const auto index = static_cast<std::size_t>(bad_gradient - reference.data());
+        TESSERA_REJECT("step " << context.step + 1 << ": the gradient of '" << bad_gradient->name << "' holds NaN or infinite values"
+                                 << (context.locate ? context.locate(index) : std::string()) << " (the loss was " << context.loss
                                  << "): training diverged. Lower the learning rate, or use dynamic loss scaling in reduced precision."
                                  << context.aftermath);
     }
     // Unscale by the scale backward used, before update() may change it; 1/scale rounded to f32 once.
     if (finite && used_scale != 1.0) {
         const auto inverse = static_cast<float>(1.0 / used_scale);
-        for (const std::span<Parameter> copy : copies) {
-            for (Parameter& parameter : copy) {
-                float* gradient = parameter.gradient.data<float>();
-                for (std::int64_t e = 0; e < parameter.gradient.num_elements(); ++e) gradient[e] *= inverse;
-            }
-        }
+        const auto per_copy = static_cast<std::int64_t>(reference.size());
+        parallel(static_cast<std::int64_t>(copies.size()) * per_copy, [&](std::int64_t task) {
+            Parameter& parameter = copies[static_cast<std::size_t>(task / per_copy)][static_cast<std::size_t>(task % per_copy)];
+            float* gradient = parameter.gradient.data<float>();
+            for (std::int64_t e = 0; e < parameter.gradient.num_elements(); ++e) gradient[e] *= inverse;
+        });
     }
     const bool applied = scaler.update(!finite);
     if (!applied) return false;
     apply_optimizers();
     // Every copy got the same gradients and update: the first one speaks for all.
-    if (const Parameter* bad = LossScaler::first_non_finite_value(reference)) {
+    if (const Parameter* bad = first_where(reference, parallel, [](const Parameter& parameter) { return !tensor_is_finite(parameter.value); })) {
         TESSERA_REJECT("step " << context.step + 1 << ": the update made '" << bad->name
                                  << "' NaN or infinite: training diverged. Lower the learning rate." << context.aftermath);
     }

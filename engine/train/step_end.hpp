@@ -18,6 +18,7 @@
 #include "graph/graph.hpp"
 #include "tensor/parameter.hpp"
 #include "train/loss_scale.hpp"
+#include "train/parallel_for.hpp"
 
 #include <cstdint>
 #include <functional>
@@ -41,9 +42,11 @@ void scale_loss_gradient(Tensor& gradient, double scale);
 // `copies`: every copy of the parameters (one per simulated core; one for a single core), each
 // holding the same reduced, still scaled gradients. `apply_optimizers` steps every copy's optimizer
 // (a mesh runs them side by side). Returns whether the update was applied (false: the scaler
-// skipped an overflowing step).
+// skipped an overflowing step). The checks and the unscaling go parameter by parameter through
+// `parallel` (the errors still name the first bad parameter in order).
 bool finish_update(LossScaler& scaler, double used_scale, std::span<const std::span<Parameter>> copies,
-                   const std::function<void()>& apply_optimizers, const StepContext& context);
+                   const std::function<void()>& apply_optimizers, const StepContext& context,
+                   const ParallelFor& parallel = run_in_order);
 
 // Every batch-norm statistic of `graph` finite, else a bad-input error naming it; `where` follows
 // the name (" on core 2").

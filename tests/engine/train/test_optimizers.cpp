@@ -10,7 +10,9 @@
 #include <cmath>
 #include <cstring>
 #include <iostream>
+#include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 using namespace tessera;
@@ -572,4 +574,28 @@ TEST(OptimizerConfig, ValidationNamesTheField) {
     expect_config_error({.kind = OptimizerKind::Adam, .nesterov = true}, "nesterov = false for adam");
     EXPECT_THROW(SgdOptimizer({.momentum = 2.0}), Error);
     EXPECT_THROW(AdamWOptimizer({.weight_decay = -1.0}), Error);
+}
+
+TEST(Optimizers, ParametersUpdatedOnSeveralThreadsGiveTheSameBits) {
+    // A mesh spreads the update over its host threads: each parameter's update must not depend on
+    // which thread runs it or when. Adam with weight decay over 7 parameters, 3 steps.
+    const auto run = [](const ParallelFor& parallel) {
+        std::vector<Parameter> parameters;
+        for (int p = 0; p < 7; ++p) parameters.push_back(make_parameter(std::string(1, static_cast<char>('a' + p)), {0.1 * p, -1.5, 3.25}, p % 2 == 0));
+        const auto optimizer = make_optimizer({.kind = OptimizerKind::Adam, .weight_decay = 0.01});
+        for (int step = 0; step < 3; ++step) {
+            for (Parameter& parameter : parameters) set_gradient(parameter, gradient_at(step));
+            optimizer->step(parameters, learning_rate_at(step), parallel);
+        }
+        return parameters;
+    };
+    const std::vector<Parameter> in_order = run(run_in_order);
+    const std::vector<Parameter> spread = run([](std::int64_t count, const std::function<void(std::int64_t)>& body) {
+        std::vector<std::thread> threads;
+        for (std::int64_t i = count - 1; i >= 0; --i) threads.emplace_back([&body, i] { body(i); });
+        for (std::thread& thread : threads) thread.join();
+    });
+    for (std::size_t p = 0; p < in_order.size(); ++p) {
+        EXPECT_EQ(std::memcmp(in_order[p].value.data<float>(), spread[p].value.data<float>(), 3 * sizeof(float)), 0) << in_order[p].name;
+    }
 }

@@ -5,8 +5,12 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
+#include <cstdint>
+#include <functional>
 #include <limits>
 #include <string>
+#include <thread>
 #include <vector>
 
 using namespace tessera;
@@ -122,4 +126,47 @@ TEST(StepEnd, ANonFiniteBatchNormStatisticIsNamedWithItsCore) {
     EXPECT_NE(message.find("step 5: the batch-norm statistic '" + g.buffers().back().name + "' on core 1 became NaN or infinite"),
               std::string::npos)
         << message;
+}
+
+// A runner that takes the tasks in reverse order, on threads of its own: what a thread pool may do.
+static void run_backwards_on_threads(std::int64_t count, const std::function<void(std::int64_t)>& body) {
+    std::vector<std::thread> threads;
+    for (std::int64_t i = count - 1; i >= 0; --i) threads.emplace_back([&body, i] { body(i); });
+    for (std::thread& thread : threads) thread.join();
+}
+
+TEST(StepEnd, ChecksSpreadOverThreadsStillNameTheFirstBadParameterInOrder) {
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    std::vector<Parameter> parameters = {parameter_with_gradient("a", {1.0f}), parameter_with_gradient("b", {nan}),
+                                         parameter_with_gradient("c", {2.0f}), parameter_with_gradient("d", {nan})};
+    const std::span<Parameter> copies[] = {parameters};
+    NoLossScaling none;
+    const std::string message = error_of([&] { finish_update(none, 1.0, copies, [] {}, at_step(0), run_backwards_on_threads); });
+    EXPECT_NE(message.find("the gradient of 'b'"), std::string::npos) << message;
+}
+
+TEST(StepEnd, UnscalingSpreadOverThreadsGivesTheSameBitsAsInOrder) {
+    const auto make_copies = [] {
+        std::vector<std::vector<Parameter>> cores(3);
+        for (int core = 0; core < 3; ++core) {
+            for (int p = 0; p < 5; ++p)
+                cores[static_cast<std::size_t>(core)].push_back(
+                    parameter_with_gradient(std::string(1, static_cast<char>('a' + p)), {0.3f * static_cast<float>(p + 1), -7.1f, 1e-3f * static_cast<float>(core)}));
+        }
+        return cores;
+    };
+    std::vector<std::vector<Parameter>> in_order = make_copies(), spread = make_copies();
+    const std::span<Parameter> in_order_copies[] = {in_order[0], in_order[1], in_order[2]};
+    const std::span<Parameter> spread_copies[] = {spread[0], spread[1], spread[2]};
+    DynamicLossScaler first = dynamic_scaler(3, 100), second = dynamic_scaler(3, 100);  // 1/3 is inexact in f32
+    ASSERT_TRUE(finish_update(first, 3.0, in_order_copies, [] {}, at_step(0)));
+    ASSERT_TRUE(finish_update(second, 3.0, spread_copies, [] {}, at_step(0), run_backwards_on_threads));
+    for (std::size_t core = 0; core < 3; ++core) {
+        for (std::size_t p = 0; p < 5; ++p) {
+            const Tensor& expected = in_order[core][p].gradient;
+            const Tensor& got = spread[core][p].gradient;
+            for (std::int64_t e = 0; e < expected.num_elements(); ++e)
+                EXPECT_EQ(std::bit_cast<std::uint32_t>(got.data<float>()[e]), std::bit_cast<std::uint32_t>(expected.data<float>()[e]));
+        }
+    }
 }
