@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <numeric>
+#include <sstream>
+#include <string>
 
 namespace tessera::partition {
 
@@ -87,17 +89,41 @@ void scale_tiles(const std::vector<NodeTile>& input_tiles, const std::vector<std
 
 // A convolution's or pooling's tile along one axis, for one core: the outputs whose window centres
 // fall in its input rows, the input rows those windows read, and the halo each neighbour must send.
+// Why a stride-s layer cannot start core `core`'s tile where it does, said where the user draws the
+// boundary: at the model's input, with the multiple every boundary there must be for this network.
+std::string misaligned_boundary_message(const Node& node, std::int64_t stride, std::size_t axis, std::size_t rank, std::int64_t core,
+                                        std::int64_t layer_begin, std::int64_t layer_extent, std::int64_t input_begin,
+                                        std::int64_t input_extent, std::int64_t alignment) {
+    std::ostringstream message;
+    const std::string name = axis_name(axis, rank);
+    message << "layer '" << node.name << "' has stride " << stride << " along " << name << ", but core " << core
+            << "'s tile starts at " << layer_begin << " of the " << layer_extent << " positions that layer reads along " << name
+            << ", not a multiple of " << stride << ". ";
+    if (input_begin % alignment != 0) {
+        const std::int64_t lower = input_begin / alignment * alignment, upper = lower + alignment;
+        message << "At the input that boundary is " << input_begin << " of " << input_extent << "; every boundary along " << name
+                << " must be a multiple of " << alignment << " there, for every strided layer of this network to find its boundaries on its stride: move it to ";
+        if (lower > 0) message << lower << (upper < input_extent ? " or " : "");
+        if (upper < input_extent) message << upper;
+        if (lower == 0 && upper >= input_extent) message << "another place (no multiple of " << alignment << " lies inside the input; use fewer cores along " << name << ")";
+    } else {
+        message << "The input's extent " << input_extent << " along " << name << " does not halve evenly down to this layer; "
+                << "use an extent that is a multiple of " << alignment << " along " << name << ", or fewer cores along it";
+    }
+    return message.str();
+}
+
 void window_tile_axis(const Node& node, const Window& w, std::size_t axis, std::size_t rank, std::int64_t core,
                       const std::vector<NodeTile>& input_tiles, std::int64_t extent, const GridNeighbours& neighbour,
-                      NodeTile& tile) {
+                      const graph::Graph& graph, const std::vector<NodeTile>& model_input_tiles, NodeTile& tile) {
     const Interval in = input_tiles[static_cast<std::size_t>(core)].owned[axis];
     const std::int64_t out_extent = node.output_shape[axis + 2];
-    TESSERA_CHECK(w.stride == 1 || in.begin % w.stride == 0,
-                  "layer '" << node.name << "' has stride " << w.stride << " along " << axis_name(axis, rank) << ", but core "
-                            << core << "'s tile starts at row " << in.begin << " there, not a multiple of " << w.stride
-                            << "; move that boundary to " << in.begin / w.stride * w.stride << " or "
-                            << (in.begin / w.stride + 1) * w.stride << " (every boundary before a stride-" << w.stride
-                            << " layer must be a multiple of " << w.stride << ")");
+    if (w.stride > 1 && in.begin % w.stride != 0) {
+        const std::int64_t input_begin = model_input_tiles[static_cast<std::size_t>(core)].owned[axis].begin;
+        const std::int64_t input_extent = graph.node(graph.input_node()).output_shape[axis + 2];
+        TESSERA_REJECT(misaligned_boundary_message(node, w.stride, axis, rank, core, in.begin, extent, input_begin, input_extent,
+                                                   boundary_alignment(graph)[axis]));
+    }
     // Output o's window centre is o·s + q; its owner holds that input row.
     const std::int64_t q = (w.reach - 1) / 2 - w.pad_before;
     auto first_output_at = [&](std::int64_t row) {
@@ -311,7 +337,8 @@ TilingPlan::TilingPlan(const graph::Graph& graph, SpatialGrid grid) : m_graph(&g
                 for (std::int64_t core = 0; core < cores; ++core) {
                     for (std::size_t axis = 0; axis < rank; ++axis) {
                         window_tile_axis(node, windows[axis], axis, rank, core, input_tiles, input_node_shape[axis + 2],
-                                         neighbour, tiles[static_cast<std::size_t>(core)]);
+                                         neighbour, graph, m_tiles[static_cast<std::size_t>(graph.input_node())],
+                                         tiles[static_cast<std::size_t>(core)]);
                     }
                 }
                 break;

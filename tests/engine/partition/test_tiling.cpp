@@ -157,7 +157,23 @@ TEST(Tiling, ABoundaryOffTheStrideIsRejectedNamingTheLayer) {
     grid.boundaries = {{0, 37, 64}, {0, 64}};
     const std::string message = error_of([&] { plan_tiling(unet, grid); });
     EXPECT_NE(message.find("layer 'down0.pool' has stride 2 along H"), std::string::npos) << message;
-    EXPECT_NE(message.find("move that boundary to 36 or 38"), std::string::npos) << message;
+    // Said where the user draws it: at the input, where a U-Net of depth 3 (two poolings) needs multiples of 4.
+    EXPECT_NE(message.find("At the input that boundary is 37 of 64"), std::string::npos) << message;
+    EXPECT_NE(message.find("must be a multiple of 4 there"), std::string::npos) << message;
+    EXPECT_NE(message.find("move it to 36 or 40"), std::string::npos) << message;
+}
+
+TEST(Tiling, ABoundaryOffADeepLayersStrideIsMovedAtTheInput) {
+    // ResNet-18 on 224² split at 112 along W: fine for the stem and stages 1-3 (112 is 7 positions of
+    // 14 at stage 4's input, odd there). The fix is at the input, in multiples of the network's 32.
+    const graph::Graph resnet = networks::make_resnet({.depth = 18, .num_classes = 10}, {1, 3, 224, 224});
+    SpatialGrid grid;
+    grid.boundaries = {{0, 224}, {0, 112, 224}};
+    const std::string message = error_of([&] { plan_tiling(resnet, grid); });
+    EXPECT_NE(message.find("has stride 2 along W, but core 1's tile starts at 7 of the 14 positions"), std::string::npos) << message;
+    EXPECT_NE(message.find("At the input that boundary is 112 of 224"), std::string::npos) << message;
+    EXPECT_NE(message.find("must be a multiple of 32 there"), std::string::npos) << message;
+    EXPECT_NE(message.find("move it to 96 or 128"), std::string::npos) << message;
 }
 
 TEST(Tiling, UnpaddedUNetRunsWholeOnOneCoreAndIsRefusedSplitNamingTheCrop) {
