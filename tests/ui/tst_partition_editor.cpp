@@ -198,6 +198,45 @@ private slots:
         QVERIFY(!design->isModified());
     }
 
+    // ResNeXt from the fields: typing 32 groups into a ResNet-50 makes it ResNeXt50-32x4d in one edit
+    // (groups alone would be refused: they need a width per group); RetinaNet's coarse levels by combo.
+    void aResNeXtBackboneAndCoarseLevelsAreSetInTheFields() {
+        MainWindow window;
+        window.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&window));
+        QVERIFY(window.openExperiment(presets + QStringLiteral("resnet50_fake_8replicas.json")));
+        PartitionDesign* design = window.design();
+        ExperimentPanel* fields = window.experimentPanel();
+        auto* groups = qobject_cast<QSpinBox*>(fields->fieldEditor(QStringLiteral("model.groups")));
+        QVERIFY(groups && groups->isEnabled());
+        QVERIFY(!fields->fieldEditor(QStringLiteral("model.coarse_levels"))->isEnabled());  // no pyramid in a ResNet
+        QCOMPARE(groups->value(), 1);
+        const int index = design->undoStack()->index();
+        groups->setFocus();
+        groups->selectAll();
+        QTest::keyClicks(groups, QStringLiteral("32"));
+        QTest::keyClick(groups, Qt::Key_Return);
+        QCOMPARE(design->experiment().model.groups, 32);
+        QCOMPARE(design->experiment().model.width_per_group, 4);
+        QCOMPARE(qobject_cast<QSpinBox*>(fields->fieldEditor(QStringLiteral("model.width_per_group")))->value(), 4);
+        QCOMPARE(design->undoStack()->index(), index + 1);  // one edit
+        QVERIFY(!fields->fieldMessage(QStringLiteral("model.groups"))->isVisibleTo(fields));
+        design->undoStack()->undo();
+        QCOMPARE(design->experiment().model.groups, 1);
+        QCOMPARE(design->experiment().model.width_per_group, 0);
+        QCOMPARE(groups->value(), 1);
+        design->setSaved();
+
+        QVERIFY(window.openExperiment(presets + QStringLiteral("retinanet_shapes_4way.json")));
+        auto* coarse = qobject_cast<QComboBox*>(fields->fieldEditor(QStringLiteral("model.coarse_levels")));
+        QVERIFY(coarse && coarse->isEnabled());
+        QCOMPARE(coarse->currentText(), QStringLiteral("exact"));
+        QVERIFY(fields->applyField(QStringLiteral("model.coarse_levels"), QStringLiteral("\"round_up\"")));
+        QVERIFY(design->experiment().model.round_up_coarse_levels);
+        QCOMPARE(coarse->currentText(), QStringLiteral("round_up"));
+        design->setSaved();
+    }
+
     void tpuCompatibilityIsShownBesideTheExperiment() {
         MainWindow window;
         window.show();

@@ -55,7 +55,7 @@ ExperimentPanel::ExperimentPanel(PartitionDesign* design, QWidget* parent) : QWi
     connect(kind, &QComboBox::activated, this, [this, kind] {
         applyField(QStringLiteral("model.kind"), QStringLiteral("\"%1\"").arg(kind->currentText()));
     });
-    addField(tr("Model"), QStringLiteral("model.kind"), kind, tr("U-Net (segmentation, 2D or 3D), ResNet (classification), RetinaNet (detection, plan-only)"));
+    addField(tr("Model"), QStringLiteral("model.kind"), kind, tr("U-Net (segmentation, 2D or 3D), ResNet or ResNeXt (classification), RetinaNet (detection)"));
 
     const auto add_number = [this](const QString& label, const QString& path, int low, int high, const QString& tip) {
         auto* box = new QSpinBox(this);
@@ -68,6 +68,31 @@ ExperimentPanel::ExperimentPanel(PartitionDesign* design, QWidget* parent) : QWi
     };
     add_number(tr("Depth"), QStringLiteral("model.depth"), 2, 200, tr("U-Net levels (2–7) or ResNet depth (18, 34, 50, 101, 152, 200)"));
     add_number(tr("Base width"), QStringLiteral("model.base_width"), 1, 1024, tr("Channels of the first level"));
+    // ResNeXt (ResNet and RetinaNet backbones): groups > 1 needs a width per group, so a first choice of
+    // groups sets both at once, with torchvision's resnext50_32x4d width.
+    auto* groups = new QSpinBox(this);
+    groups->setRange(1, 1024);
+    groups->setKeyboardTracking(false);
+    addField(tr("Groups"), QStringLiteral("model.groups"), groups,
+             tr("ResNeXt's cardinality: each bottleneck's 3×3 convolution split into this many groups (1: ResNet)"));
+    add_number(tr("Width per group"), QStringLiteral("model.width_per_group"), 0, 1024,
+               tr("Channels per group in the first stage (ResNeXt50-32x4d: 4; 0: ResNet's own widths)"));
+    connect(groups, &QSpinBox::valueChanged, this, [this](int value) {
+        if (m_updating) return;
+        if (value > 1 && m_design->experiment().model.width_per_group == 0) {
+            applyFields({{QStringLiteral("model.groups"), QString::number(value)}, {QStringLiteral("model.width_per_group"), QStringLiteral("4")}});
+        } else {
+            applyField(QStringLiteral("model.groups"), QString::number(value));
+        }
+    });
+    auto* coarse_levels = new QComboBox(this);
+    coarse_levels->addItems({QStringLiteral("exact"), QStringLiteral("round_up")});
+    connect(coarse_levels, &QComboBox::activated, this, [this, coarse_levels] {
+        applyField(QStringLiteral("model.coarse_levels"), QStringLiteral("\"%1\"").arg(coarse_levels->currentText()));
+    });
+    addField(tr("Coarse levels"), QStringLiteral("model.coarse_levels"), coarse_levels,
+             tr("RetinaNet's P6 and P7: exact (the input's extents divisible by 128, as the TPU model) or round_up "
+                "(extents divisible by 32, coarse levels padded as torchvision builds them)"));
     add_number(tr("Classes"), QStringLiteral("model.num_classes"), 1, 100000, tr("Output classes"));
     add_number(tr("Input channels"), QStringLiteral("input.channels"), 1, 4096, tr("Channels of the input image"));
 
@@ -182,22 +207,30 @@ void ExperimentPanel::showError(const QString& message) {
 }
 
 bool ExperimentPanel::applyField(const QString& json_path, const QString& json_value) {
-    if (!m_design->hasExperiment()) return false;
-    nlohmann::json value;
-    try {
-        value = nlohmann::json::parse(json_value.toStdString());
-    } catch (const nlohmann::json::exception&) {
-        showError(tr("experiment: %1: expected a JSON value, got %2").arg(json_path, json_value));
-        return false;
+    return applyFields({{json_path, json_value}});
+}
+
+bool ExperimentPanel::applyFields(const QList<QPair<QString, QString>>& fields) {
+    if (!m_design->hasExperiment() || fields.isEmpty()) return false;
+    std::string text = m_design->experimentText();
+    QStringList paths;
+    for (const auto& [json_path, json_value] : fields) {
+        nlohmann::json value;
+        try {
+            value = nlohmann::json::parse(json_value.toStdString());
+        } catch (const nlohmann::json::exception&) {
+            showError(tr("experiment: %1: expected a JSON value, got %2").arg(json_path, json_value));
+            return false;
+        }
+        try {
+            text = experiment::set_experiment_field(text, json_path.toStdString(), value);
+        } catch (const Error& error) {
+            showError(QString::fromUtf8(error.what()));
+            return false;
+        }
+        paths << json_path;
     }
-    std::string text;
-    try {
-        text = experiment::set_experiment_field(m_design->experimentText(), json_path.toStdString(), value);
-    } catch (const Error& error) {
-        showError(QString::fromUtf8(error.what()));
-        return false;
-    }
-    if (!m_design->setExperimentText(text, tr("Set %1").arg(json_path))) {
+    if (!m_design->setExperimentText(text, tr("Set %1").arg(paths.join(QStringLiteral(", "))))) {
         showError(m_design->lastError());
         return false;
     }
@@ -235,6 +268,13 @@ void ExperimentPanel::refresh() {
     set_combo("precision", QString::fromUtf8(experiment::precision_name(e.precision).data()));
     set_combo("optimizer.kind", optimizer_name(e.optimizer.kind));
     fieldEditor(QStringLiteral("model.base_width"))->setEnabled(e.model.kind != experiment::ModelKind::RetinaNet);
+    const bool has_backbone = e.model.kind != experiment::ModelKind::UNet;
+    set_spin("model.groups", e.model.groups);
+    set_spin("model.width_per_group", e.model.width_per_group);
+    set_combo("model.coarse_levels", e.model.round_up_coarse_levels ? QStringLiteral("round_up") : QStringLiteral("exact"));
+    fieldEditor(QStringLiteral("model.groups"))->setEnabled(has_backbone);
+    fieldEditor(QStringLiteral("model.width_per_group"))->setEnabled(has_backbone);
+    fieldEditor(QStringLiteral("model.coarse_levels"))->setEnabled(e.model.kind == experiment::ModelKind::RetinaNet);
     m_updating = false;
     refreshTpuRules();
 }

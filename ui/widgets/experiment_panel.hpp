@@ -30,6 +30,9 @@ public:
     QLabel* fieldMessage(const QString& json_path) const;
     // Applies `value` (JSON text, e.g. "5", "\"tpu_v4\"", "[128, 128]") to a field, as an edit would.
     bool applyField(const QString& json_path, const QString& json_value);
+    // Several fields as one edit (one undo step; checked together, so a pair that is only valid together
+    // — ResNeXt's groups and width per group — can be set at once). Pairs of path and JSON text.
+    bool applyFields(const QList<QPair<QString, QString>>& fields);
     // The TPU-compatibility check of the design as it stands (experiment/tpu_compatibility.hpp): one row a
     // rule with its result; the tooltip gives what was found, why the rule exists and the fix.
     QTreeWidget* tpuRules() const { return m_tpu_rules; }
