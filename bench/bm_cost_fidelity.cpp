@@ -76,8 +76,9 @@ int main(int argc, char** argv) {
             options.steps = steps;
             if (fidelity_case.name == detail) {  // the step's phases, then core 0's layers: measured against predicted
                 options.inspect = [&](mesh::CoreMesh& mesh, const cost::StepPrediction& predicted, const cost::MeasuredLayers& profile) {
-                    std::printf("  predicted phases: forward %.2f ms, gradient all-reduce %.2f ms, step %.2f ms\n",
-                                predicted.forward_seconds * 1e3, predicted.gradient_all_reduce_seconds * 1e3,
+                    std::printf("  predicted phases: forward %.2f ms, backward %.2f ms, reduction and update %.2f ms (gradient all-reduce %.2f ms), step %.2f ms\n",
+                                predicted.forward_seconds * 1e3, (predicted.backward_seconds - predicted.forward_seconds) * 1e3,
+                                (predicted.step_seconds - predicted.backward_seconds) * 1e3, predicted.gradient_all_reduce_seconds * 1e3,
                                 predicted.step_seconds * 1e3);
                     // The last step's events of core 0, summed by pass and kind.
                     for (const mesh::StepPhase phase : {mesh::StepPhase::Forward, mesh::StepPhase::Backward, mesh::StepPhase::Update}) {

@@ -744,18 +744,34 @@ StepPrediction predict_host_step(const graph::Graph& model, const partition::Til
             remote_halos(id);
         }
     }
+    prediction.backward_seconds = wall;
     // Weight gradients summed over the cores and copied back, one task per parameter tensor over the
-    // threads; the finite checks; then each core's update.
+    // threads; the finite checks; then the update.
     std::int64_t parameters = 0;
     for (const graph::ParameterSpec& spec : model.parameters()) parameters += num_elements_of(spec.shape);
     const double all_cores = static_cast<double>(cores * replicas);
     const double extra_cores = all_cores - 1, extra_replicas = static_cast<double>(replicas - 1);
     const double per_tensor = (host.host_rate("gradient_reduce_us_per_tensor") + host.host_rate("gradient_reduce_us_per_tensor_core") * extra_cores +
                                host.host_rate("gradient_reduce_us_per_tensor_replica") * extra_replicas) * 1e-6;
-    const double per_element = (host.host_rate("gradient_reduce_ns_per_parameter") +
-                                host.host_rate("gradient_reduce_ns_per_parameter_core") * extra_cores +
-                                host.host_rate("gradient_reduce_ns_per_parameter_replica") * extra_replicas) * 1e-9;
-    const double update_per_parameter = host.host_rate("update_ns_per_parameter") * 1e-9;
+    // Per-parameter costs were measured on two model sizes (9 and 59 MB of parameters a core): in
+    // log(parameters) between them, flat beyond (the caches' benefit gone, memory speed stays).
+    const auto& measured = host.device().measured;
+    const auto per_parameter = [&](const std::string& key) {
+        const double small = host.host_rate(key);
+        const auto large = measured.find(key + "_large"), small_size = measured.find("end_of_step_parameters"),
+                   large_size = measured.find("end_of_step_parameters_large");
+        if (large == measured.end() || small_size == measured.end() || large_size == measured.end() ||
+            !(large_size->second > small_size->second && small_size->second > 0) || parameters <= 0)
+            return small;
+        const double position = std::clamp(std::log(static_cast<double>(parameters) / small_size->second) /
+                                               std::log(large_size->second / small_size->second),
+                                           0.0, 1.0);
+        return small + position * (large->second - small);
+    };
+    const double per_element = (per_parameter("gradient_reduce_ns_per_parameter") +
+                                per_parameter("gradient_reduce_ns_per_parameter_core") * extra_cores +
+                                per_parameter("gradient_reduce_ns_per_parameter_replica") * extra_replicas) * 1e-9;
+    const double update_per_parameter = per_parameter("update_ns_per_parameter") * 1e-9;
     if (host.device().measured.count("gradient_reduce_ns_per_parameter") && host.device().measured.count("update_ns_per_parameter")) {
         // Measured on the mesh by calibration (cores/host_calibration.cpp).
         std::vector<double> reductions;
@@ -763,7 +779,7 @@ StepPrediction predict_host_step(const graph::Graph& model, const partition::Til
             reductions.push_back(per_tensor + static_cast<double>(num_elements_of(spec.shape)) * per_element);
         prediction.gradient_all_reduce_seconds =
             network.gradient_seconds(phase_makespan(reductions, threads), 4.0 * static_cast<double>(parameters)) +
-            static_cast<double>(parameters) * host.host_rate("finite_checks_ns_per_parameter") * 1e-9;
+            static_cast<double>(parameters) * per_parameter("finite_checks_ns_per_parameter") * 1e-9;
         wall += prediction.gradient_all_reduce_seconds + phase_overhead;
         // Momentum SGD was measured: Adam's second slot adds to the bytes each update moves.
         const double update = static_cast<double>(parameters) * update_per_parameter *

@@ -97,6 +97,7 @@ struct StepBreakdown {
 struct StepPrediction {
     double step_seconds = 0;
     double forward_seconds = 0;              // end of the forward pass (slowest core)
+    double backward_seconds = 0;             // end of the backward pass, where the step's end begins (host steps; 0 elsewhere)
     double gradient_all_reduce_seconds = 0;  // its duration, whether exposed or not
     StepBreakdown breakdown;                 // its exposed_communication: step − the busiest core's compute
     double flops = 0;                        // per replica, forward and backward

@@ -464,8 +464,10 @@ private:
             double checks = 0;          // the finite checks, one thread
             double parameters = 0, tensors = 0;
         };
-        auto end_of_step = [&](bool many_small, std::int64_t cores_per_replica, std::int64_t replicas) {
-            const Shape input = many_small ? Shape{1, 16, 4, 4} : Shape{1, 256, 4, 4};
+        // `width`: 0 for many tiny tensors, else 2·threads 3×3 convolutions of that many channels.
+        auto end_of_step = [&](std::int64_t width, std::int64_t cores_per_replica, std::int64_t replicas) {
+            const bool many_small = width == 0;
+            const Shape input = many_small ? Shape{1, 16, 4, 4} : Shape{1, width, 4, 4};
             graph::Graph g("parameters");
             int x = g.input(input);
             if (many_small) {
@@ -475,7 +477,7 @@ private:
                 }
             } else {
                 for (int layer = 0; layer < 2 * options.threads; ++layer) {
-                    x = g.conv(x, 256, ops::ConvAttributes::same(2, 3), "conv" + std::to_string(layer));
+                    x = g.conv(x, width, ops::ConvAttributes::same(2, 3), "conv" + std::to_string(layer));
                 }
             }
             x = g.dense(g.global_average_pool(x, "pool"), 10, "dense");
@@ -533,27 +535,48 @@ private:
             const double reduce = std::max(0.0, small.after_backward - small.checks - small.parameters * element / threads);
             return reduce * threads / small.tensors;
         };
-        double tensor_cost[3] = {}, element_cost[3] = {};
+        // Two model sizes: 2.4 M parameters (9 MB a core, mostly in the caches) and 15 M (59 MB a core,
+        // ResNet-18/34's range, where the passes run at memory speed). A step between or beyond them
+        // interpolates each per-parameter cost in log(parameters) (cost/step_simulation.cpp).
+        struct Size {
+            std::int64_t width;
+            const char* suffix;
+        };
+        const Size sizes[2] = {{256, ""}, {640, "_large"}};
         const std::pair<std::int64_t, std::int64_t> layouts[3] = {{1, 1}, {4, 1}, {1, 4}};  // cores per replica, replicas
-        EndOfStep large_one{};
+        EndOfStep small[3] = {};
+        double tensor_cost[3] = {};
         for (int layout = 0; layout < 3; ++layout) {
-            const EndOfStep small = end_of_step(true, layouts[layout].first, layouts[layout].second);
-            const EndOfStep large = end_of_step(false, layouts[layout].first, layouts[layout].second);
-            if (layout == 0) large_one = large;
-            tensor_cost[layout] = per_tensor(small, 0);
-            element_cost[layout] = per_element(large, tensor_cost[layout]);
-            tensor_cost[layout] = per_tensor(small, element_cost[layout]);  // once more, without the elements' share
-            if (layout == 1) measured["update_ns_per_parameter"] = large.update / large.parameters * 1e9;
+            small[layout] = end_of_step(0, layouts[layout].first, layouts[layout].second);
+            tensor_cost[layout] = per_tensor(small[layout], 0);
+        }
+        for (const Size& size : sizes) {
+            double element_cost[3] = {};
+            EndOfStep large_one{};
+            for (int layout = 0; layout < 3; ++layout) {
+                const EndOfStep large = end_of_step(size.width, layouts[layout].first, layouts[layout].second);
+                if (layout == 0) large_one = large;
+                element_cost[layout] = per_element(large, tensor_cost[layout]);
+                if (layout == 1) measured[std::string("update_ns_per_parameter") + size.suffix] = large.update / large.parameters * 1e9;
+            }
+            const std::string suffix = size.suffix;
+            measured["gradient_reduce_ns_per_parameter" + suffix] = element_cost[0] * 1e9;
+            measured["gradient_reduce_ns_per_parameter_core" + suffix] = std::max(0.0, (element_cost[1] - element_cost[0]) / 3) * 1e9;
+            measured["gradient_reduce_ns_per_parameter_replica" + suffix] =
+                std::max(0.0, (element_cost[2] - element_cost[0]) / 3 - (element_cost[1] - element_cost[0]) / 3) * 1e9;
+            measured["finite_checks_ns_per_parameter" + suffix] = large_one.checks / large_one.parameters * 1e9;
+            measured["end_of_step_parameters" + suffix] = large_one.parameters;
+            if (size.width == sizes[0].width) {
+                // The tensors' share once more, without the elements' (from the small size, as before).
+                for (int layout = 0; layout < 3; ++layout) {
+                    tensor_cost[layout] = per_tensor(small[layout], element_cost[layout]);
+                }
+            }
         }
         measured["gradient_reduce_us_per_tensor"] = tensor_cost[0] * 1e6;
         measured["gradient_reduce_us_per_tensor_core"] = std::max(0.0, (tensor_cost[1] - tensor_cost[0]) / 3) * 1e6;
         measured["gradient_reduce_us_per_tensor_replica"] =
             std::max(0.0, (tensor_cost[2] - tensor_cost[0]) / 3 - (tensor_cost[1] - tensor_cost[0]) / 3) * 1e6;
-        measured["gradient_reduce_ns_per_parameter"] = element_cost[0] * 1e9;
-        measured["gradient_reduce_ns_per_parameter_core"] = std::max(0.0, (element_cost[1] - element_cost[0]) / 3) * 1e9;
-        measured["gradient_reduce_ns_per_parameter_replica"] =
-            std::max(0.0, (element_cost[2] - element_cost[0]) / 3 - (element_cost[1] - element_cost[0]) / 3) * 1e9;
-        measured["finite_checks_ns_per_parameter"] = large_one.checks / large_one.parameters * 1e9;
     }
 
     cost::Device finish() {

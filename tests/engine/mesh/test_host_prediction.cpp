@@ -111,6 +111,32 @@ TEST(HostStepPrediction, GradientReductionAndUpdateFollowTheMeasuredConstants) {
     EXPECT_NEAR(slower_update - step.step_seconds, parameters * 2e-9, 1e-12);  // one update, 2 ns more per parameter
 }
 
+TEST(HostStepPrediction, PerParameterCostsFollowTheModelsSizeBetweenTheTwoMeasuredSizes) {
+    // Calibration times the end of a step on 2.4 M and 15 M parameters (in the caches, and not). A model
+    // with the geometric mean of the two sizes gets the mean cost per parameter; smaller models the
+    // small size's, larger ones the large size's (no extrapolation).
+    const Shape input{1, 1, 32, 32};
+    const graph::Graph model = small_unet(input);
+    const partition::TilingPlan plan(model, partition::SpatialGrid::even(input, {1, 1}));
+    cost::SimulationOptions options;
+    options.record_timeline = false;
+    options.measured_layers = std::make_shared<cost::MeasuredLayers>(1, std::vector<cost::MeasuredLayer>(model.nodes().size()));
+    const auto parameters = static_cast<double>(model.parameter_count());
+    const auto reduction_with_sizes = [&](double small_size, double large_size) {
+        cost::Device host = hand_made_host();
+        host.measured["gradient_reduce_ns_per_parameter"] = 1;
+        host.measured["gradient_reduce_ns_per_parameter_large"] = 3;
+        host.measured["finite_checks_ns_per_parameter"] = 0.5;
+        host.measured["finite_checks_ns_per_parameter_large"] = 1.5;
+        host.measured["end_of_step_parameters"] = small_size;
+        host.measured["end_of_step_parameters_large"] = large_size;
+        return cost::predict_host_step(model, plan, 1, cost::CostModel(host), options).gradient_all_reduce_seconds;
+    };
+    EXPECT_NEAR(reduction_with_sizes(parameters / 4, parameters * 4), parameters * (2 + 1) * 1e-9, 1e-12);  // no per-tensor cost
+    EXPECT_NEAR(reduction_with_sizes(parameters * 2, parameters * 8), parameters * (1 + 0.5) * 1e-9, 1e-12);  // smaller: small's
+    EXPECT_NEAR(reduction_with_sizes(parameters / 8, parameters / 2), parameters * (3 + 1.5) * 1e-9, 1e-12);  // larger: large's
+}
+
 TEST(HostStepPrediction, Bf16ConvolutionsRunAtTheMeasuredRatioWhereTheExecutorComputesInBf16) {
     // A 3×3 convolution of 32 channels, one of 8 (kept f32 by the executor) and the first layer (reads the
     // f32 image): with bf16_ratio 0.5 only the first costs twice its f32 FLOP time in bf16.
