@@ -13,6 +13,7 @@
 #include "widgets/volume_view.hpp"
 #include "render/volume_scene.hpp"
 
+#include <QCheckBox>
 #include <QComboBox>
 #include <QLabel>
 #include <QTreeWidget>
@@ -234,6 +235,23 @@ private slots:
         QVERIFY(fields->applyField(QStringLiteral("model.coarse_levels"), QStringLiteral("\"round_up\"")));
         QVERIFY(design->experiment().model.round_up_coarse_levels);
         QCOMPARE(coarse->currentText(), QStringLiteral("round_up"));
+        // A detector's own fields are shown, a U-Net's hidden; the pyramid's batch norm is a click away.
+        QVERIFY(fields->fieldEditor(QStringLiteral("model.fpn_channels"))->isVisibleTo(fields));
+        QVERIFY(!fields->fieldEditor(QStringLiteral("model.max_width"))->isVisibleTo(fields));
+        auto* pyramid_norm = qobject_cast<QCheckBox*>(fields->fieldEditor(QStringLiteral("model.fpn_batch_norm")));
+        QVERIFY(pyramid_norm && pyramid_norm->isChecked());
+        QTest::mouseClick(pyramid_norm, Qt::LeftButton, Qt::NoModifier, QPoint(8, pyramid_norm->height() / 2));
+        QVERIFY(!design->experiment().model.fpn_batch_norm);
+        design->setSaved();
+
+        // A U-Net: its width cap and downsampling, no backbone or pyramid fields.
+        QVERIFY(window.openExperiment(presets + QStringLiteral("unet2d_em_4way.json")));
+        QVERIFY(fields->fieldEditor(QStringLiteral("model.max_width"))->isVisibleTo(fields));
+        QVERIFY(!fields->fieldEditor(QStringLiteral("model.groups"))->isVisibleTo(fields));
+        QVERIFY(!fields->fieldEditor(QStringLiteral("model.fpn_channels"))->isVisibleTo(fields));
+        QVERIFY(fields->applyField(QStringLiteral("model.downsampling"), QStringLiteral("\"strided_conv\"")));
+        QVERIFY(design->experiment().model.strided_downsampling);
+        QCOMPARE(qobject_cast<QComboBox*>(fields->fieldEditor(QStringLiteral("model.downsampling")))->currentText(), QStringLiteral("strided_conv"));
         design->setSaved();
     }
 

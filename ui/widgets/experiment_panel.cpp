@@ -4,6 +4,7 @@
 #include "experiment/experiment_edit.hpp"
 #include "experiment/tpu_compatibility.hpp"
 
+#include <QCheckBox>
 #include <QComboBox>
 #include <QFormLayout>
 #include <QLabel>
@@ -93,6 +94,39 @@ ExperimentPanel::ExperimentPanel(PartitionDesign* design, QWidget* parent) : QWi
     addField(tr("Coarse levels"), QStringLiteral("model.coarse_levels"), coarse_levels,
              tr("RetinaNet's P6 and P7: exact (the input's extents divisible by 128, as the TPU model) or round_up "
                 "(extents divisible by 32, coarse levels padded as torchvision builds them)"));
+    const auto add_choice = [this](const QString& label, const QString& path, const QStringList& choices, const QString& tip) {
+        auto* box = new QComboBox(this);
+        box->addItems(choices);
+        connect(box, &QComboBox::activated, this, [this, box, path] {
+            // Numbers go in as numbers ("head_kernel": 3), words as strings.
+            bool number = false;
+            box->currentText().toInt(&number);
+            applyField(path, number ? box->currentText() : QStringLiteral("\"%1\"").arg(box->currentText()));
+        });
+        addField(label, path, box, tip);
+    };
+    const auto add_switch = [this](const QString& label, const QString& path, const QString& tip) {
+        auto* box = new QCheckBox(this);
+        connect(box, &QCheckBox::toggled, this, [this, path](bool on) {
+            if (!m_updating) applyField(path, on ? QStringLiteral("true") : QStringLiteral("false"));
+        });
+        addField(label, path, box, tip);
+    };
+    // U-Net only.
+    add_number(tr("Max width"), QStringLiteral("model.max_width"), 0, 4096,
+               tr("Channels capped at this width at every level (0: none; nnU-Net's 3D U-Net caps at 320)"));
+    add_choice(tr("Downsampling"), QStringLiteral("model.downsampling"), {QStringLiteral("max_pool"), QStringLiteral("strided_conv")},
+               tr("2×2 max pooling between levels, or a stride-2 first convolution per level (the 3D U-Nets of MLPerf and nnU-Net)"));
+    add_choice(tr("Head kernel"), QStringLiteral("model.head_kernel"), {QStringLiteral("1"), QStringLiteral("3")},
+               tr("The classifier's kernel: 1×1 (the original U-Net) or 3×3"));
+    add_switch(tr("Batch norm"), QStringLiteral("model.batch_norm"), tr("Batch normalisation after every convolution"));
+    // RetinaNet only.
+    add_number(tr("FPN channels"), QStringLiteral("model.fpn_channels"), 1, 4096, tr("Channels of every pyramid level and head convolution"));
+    add_number(tr("Anchors"), QStringLiteral("model.num_anchors"), 1, 100, tr("Anchors per position (scales × aspect ratios)"));
+    add_switch(tr("Pyramid batch norm"), QStringLiteral("model.fpn_batch_norm"),
+               tr("Batch norm on P3–P7 (the Cloud TPU model); off as torchvision builds it"));
+    add_switch(tr("Head batch norm"), QStringLiteral("model.head_batch_norm"),
+               tr("Batch norm after each head convolution, per level (the Cloud TPU model); off as torchvision builds it"));
     add_number(tr("Classes"), QStringLiteral("model.num_classes"), 1, 100000, tr("Output classes"));
     add_number(tr("Input channels"), QStringLiteral("input.channels"), 1, 4096, tr("Channels of the input image"));
 
@@ -268,13 +302,34 @@ void ExperimentPanel::refresh() {
     set_combo("precision", QString::fromUtf8(experiment::precision_name(e.precision).data()));
     set_combo("optimizer.kind", optimizer_name(e.optimizer.kind));
     fieldEditor(QStringLiteral("model.base_width"))->setEnabled(e.model.kind != experiment::ModelKind::RetinaNet);
-    const bool has_backbone = e.model.kind != experiment::ModelKind::UNet;
+    const auto set_switch = [this](const char* path, bool on) {
+        auto* box = static_cast<QCheckBox*>(fieldEditor(QString::fromLatin1(path)));
+        const QSignalBlocker blocker(box);
+        box->setChecked(on);
+    };
     set_spin("model.groups", e.model.groups);
     set_spin("model.width_per_group", e.model.width_per_group);
     set_combo("model.coarse_levels", e.model.round_up_coarse_levels ? QStringLiteral("round_up") : QStringLiteral("exact"));
-    fieldEditor(QStringLiteral("model.groups"))->setEnabled(has_backbone);
-    fieldEditor(QStringLiteral("model.width_per_group"))->setEnabled(has_backbone);
-    fieldEditor(QStringLiteral("model.coarse_levels"))->setEnabled(e.model.kind == experiment::ModelKind::RetinaNet);
+    set_spin("model.max_width", e.model.max_width);
+    set_combo("model.downsampling", e.model.strided_downsampling ? QStringLiteral("strided_conv") : QStringLiteral("max_pool"));
+    set_combo("model.head_kernel", QString::number(e.model.head_kernel));
+    set_switch("model.batch_norm", e.model.batch_norm);
+    set_spin("model.fpn_channels", e.model.fpn_channels);
+    set_spin("model.num_anchors", e.model.num_anchors);
+    set_switch("model.fpn_batch_norm", e.model.fpn_batch_norm);
+    set_switch("model.head_batch_norm", e.model.head_batch_norm);
+    // A model's own fields only: the others are hidden (and disabled).
+    const bool unet = e.model.kind == experiment::ModelKind::UNet, retinanet = e.model.kind == experiment::ModelKind::RetinaNet;
+    const std::pair<const char*, bool> shown[] = {
+        {"model.groups", !unet},        {"model.width_per_group", !unet},  {"model.coarse_levels", retinanet},
+        {"model.max_width", unet},      {"model.downsampling", unet},      {"model.head_kernel", unet},
+        {"model.batch_norm", unet},     {"model.fpn_channels", retinanet}, {"model.num_anchors", retinanet},
+        {"model.fpn_batch_norm", retinanet}, {"model.head_batch_norm", retinanet}};
+    for (const auto& [path, applies] : shown) {
+        QWidget* editor = fieldEditor(QString::fromLatin1(path));
+        editor->setEnabled(applies);
+        m_form->setRowVisible(editor->parentWidget(), applies);
+    }
     m_updating = false;
     refreshTpuRules();
 }
