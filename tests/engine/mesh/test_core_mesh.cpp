@@ -406,3 +406,23 @@ TEST(ThreadPool, AnExceptionReachesTheCallerAfterThePhase) {
     pool.run(2, [&](std::int64_t) { finished.fetch_add(1); });  // the pool still works
     EXPECT_EQ(finished.load(), 7);
 }
+
+TEST(CoreMesh, ADivergedGradientIsTracedToTheCoreItCameFrom) {
+    // Core 2's pixels (a W split in four) 1e6 times the others', and a static loss scale of 1e34 that the
+    // other cores' gradients survive but core 2's first-layer weight gradient does not (1e32: none
+    // overflows): the sum is infinite. The step stops naming the parameter and core 2 — traced on the
+    // host threads before the sum overwrites the cores' own gradients — and changes no weight.
+    const graph::Graph model = networks::make_unet({.depth = 3, .base_width = 8, .num_classes = 2, .batch_norm = false}, kInput);
+    train::TrainerConfig config = sgd();
+    config.loss_scale = {.kind = train::LossScaleKind::Static, .static_scale = 1e34};
+    mesh::CoreMesh mesh(model, grid(kInput, {1, 4}), config);
+    auto [images, labels] = random_batch(kInput, 3);
+    for (std::int64_t n = 0; n < 2; ++n)
+        for (std::int64_t y = 0; y < 64; ++y)
+            for (std::int64_t x = 32; x < 48; ++x) images.data<float>()[(n * 64 + y) * 64 + x] *= 1e6f;
+    const Tensor before = mesh.executor(0).parameters()[0].value.clone();
+    const std::string message = error_of([&] { mesh.train_step(images, labels); });
+    EXPECT_NE(message.find("the gradient of 'down0.conv1.weight' holds NaN or infinite values on core 2"), std::string::npos) << message;
+    const Tensor& after = mesh.executor(0).parameters()[0].value;
+    EXPECT_EQ(std::memcmp(before.raw_data(), after.raw_data(), static_cast<std::size_t>(before.num_elements()) * 4), 0);
+}
