@@ -772,7 +772,7 @@ StepPrediction predict_host_step(const graph::Graph& model, const partition::Til
                                 per_parameter("gradient_reduce_ns_per_parameter_core") * extra_cores +
                                 per_parameter("gradient_reduce_ns_per_parameter_replica") * extra_replicas) * 1e-9;
     const double update_per_parameter = per_parameter("update_ns_per_parameter") * 1e-9;
-    if (host.device().measured.count("gradient_reduce_ns_per_parameter") && host.device().measured.count("update_ns_per_parameter")) {
+    if (measured.count("gradient_reduce_ns_per_parameter") && measured.count("update_ns_per_parameter")) {
         // Measured on the mesh by calibration (cores/host_calibration.cpp).
         std::vector<double> reductions;
         for (const graph::ParameterSpec& spec : model.parameters())

@@ -461,7 +461,7 @@ private:
         struct EndOfStep {
             double after_backward = 0;  // seconds from the end of backward to the update phase
             double update = 0;          // the slowest core's optimizer step, beside the other threads'
-            double checks = 0;          // the finite checks, one thread
+            double checks = 0;          // the finite checks, over the threads
             double parameters = 0, tensors = 0;
         };
         // `width`: 0 for many tiny tensors, else 2·threads 3×3 convolutions of that many channels.
@@ -493,6 +493,9 @@ private:
             const Tensor images = normal_tensor(batch, 9);
             const Tensor labels = Tensor::zeros({replicas}, DType::I32);
             ThreadPool checking_pool(options.threads);
+            const train::ParallelFor on_threads = [&](std::int64_t count, const std::function<void(std::int64_t)>& body) {
+                checking_pool.run(count, body);
+            };
             std::vector<double> after_backward, updates, checks;
             for (int r = 0; r < options.repeats + 1; ++r) {
                 const train::StepResult step = cores.train_step(images, labels);
@@ -504,19 +507,13 @@ private:
                 }
                 updates.push_back(update);
                 after_backward.push_back(std::max(0.0, step.update_seconds - update));
-                // The step's two finite checks (gradients, then values), parameter by parameter over the
-                // threads as train::finish_update runs them.
+                // The step's two finite checks (gradients, then values), over the threads as
+                // train::finish_update runs them.
                 const std::span<const Parameter> parameters = cores.executor(0).parameters();
-                std::vector<char> finite(parameters.size(), 1);
                 const auto start = Clock::now();
-                checking_pool.run(static_cast<std::int64_t>(parameters.size()), [&](std::int64_t p) {
-                    finite[static_cast<std::size_t>(p)] &= static_cast<char>(train::tensor_is_finite(parameters[static_cast<std::size_t>(p)].gradient));
-                });
-                checking_pool.run(static_cast<std::int64_t>(parameters.size()), [&](std::int64_t p) {
-                    finite[static_cast<std::size_t>(p)] &= static_cast<char>(train::tensor_is_finite(parameters[static_cast<std::size_t>(p)].value));
-                });
-                const bool all_finite = std::all_of(finite.begin(), finite.end(), [](char flag) { return flag != 0; });
-                checks.push_back(std::chrono::duration<double>(Clock::now() - start).count() + (all_finite ? 0 : 1));
+                const bool finite = train::LossScaler::first_non_finite_gradient(parameters, on_threads) == nullptr;
+                const bool values_finite = train::LossScaler::first_non_finite_value(parameters, on_threads) == nullptr;
+                checks.push_back(std::chrono::duration<double>(Clock::now() - start).count() + (finite && values_finite ? 0 : 1));
             }
             EndOfStep result{fastest(after_backward), fastest(updates), fastest(checks),
                              static_cast<double>(g.parameter_count()), static_cast<double>(g.parameters().size())};
@@ -552,21 +549,21 @@ private:
         }
         for (const Size& size : sizes) {
             double element_cost[3] = {};
-            EndOfStep large_one{};
+            EndOfStep one_core{};  // the first layout's
             for (int layout = 0; layout < 3; ++layout) {
-                const EndOfStep large = end_of_step(size.width, layouts[layout].first, layouts[layout].second);
-                if (layout == 0) large_one = large;
-                element_cost[layout] = per_element(large, tensor_cost[layout]);
-                if (layout == 1) measured[std::string("update_ns_per_parameter") + size.suffix] = large.update / large.parameters * 1e9;
+                const EndOfStep wide = end_of_step(size.width, layouts[layout].first, layouts[layout].second);
+                if (layout == 0) one_core = wide;
+                element_cost[layout] = per_element(wide, tensor_cost[layout]);
+                if (layout == 1) measured[std::string("update_ns_per_parameter") + size.suffix] = wide.update / wide.parameters * 1e9;
             }
             const std::string suffix = size.suffix;
             measured["gradient_reduce_ns_per_parameter" + suffix] = element_cost[0] * 1e9;
             measured["gradient_reduce_ns_per_parameter_core" + suffix] = std::max(0.0, (element_cost[1] - element_cost[0]) / 3) * 1e9;
             measured["gradient_reduce_ns_per_parameter_replica" + suffix] =
                 std::max(0.0, (element_cost[2] - element_cost[0]) / 3 - (element_cost[1] - element_cost[0]) / 3) * 1e9;
-            measured["finite_checks_ns_per_parameter" + suffix] = large_one.checks / large_one.parameters * 1e9;
-            measured["end_of_step_parameters" + suffix] = large_one.parameters;
-            if (size.width == sizes[0].width) {
+            measured["finite_checks_ns_per_parameter" + suffix] = one_core.checks / one_core.parameters * 1e9;
+            measured["end_of_step_parameters" + suffix] = one_core.parameters;
+            if (&size == &sizes[0]) {
                 // The tensors' share once more, without the elements' (from the small size, as before).
                 for (int layout = 0; layout < 3; ++layout) {
                     tensor_cost[layout] = per_tensor(small[layout], element_cost[layout]);

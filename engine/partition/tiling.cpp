@@ -87,8 +87,6 @@ void scale_tiles(const std::vector<NodeTile>& input_tiles, const std::vector<std
     }
 }
 
-// A convolution's or pooling's tile along one axis, for one core: the outputs whose window centres
-// fall in its input rows, the input rows those windows read, and the halo each neighbour must send.
 // Why a stride-s layer cannot start core `core`'s tile where it does, said where the user draws the
 // boundary: at the model's input, with the multiple every boundary there must be for this network.
 std::string misaligned_boundary_message(const Node& node, std::int64_t stride, std::size_t axis, std::size_t rank, std::int64_t core,
@@ -113,6 +111,8 @@ std::string misaligned_boundary_message(const Node& node, std::int64_t stride, s
     return message.str();
 }
 
+// A convolution's or pooling's tile along one axis, for one core: the outputs whose window centres
+// fall in its input rows, the input rows those windows read, and the halo each neighbour must send.
 void window_tile_axis(const Node& node, const Window& w, std::size_t axis, std::size_t rank, std::int64_t core,
                       const std::vector<NodeTile>& input_tiles, std::int64_t extent, const GridNeighbours& neighbour,
                       const graph::Graph& graph, const std::vector<NodeTile>& model_input_tiles, NodeTile& tile) {

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <sstream>
+#include <vector>
 
 namespace tessera::train {
 
@@ -58,19 +59,30 @@ void LossScaler::load_state(const std::vector<NamedTensor>& state) {
                   "loading " << name() << " loss scaler state: expected no entries, got " << describe_entries(state));
 }
 
-const Parameter* LossScaler::first_non_finite_gradient(std::span<const Parameter> parameters) {
-    for (const Parameter& parameter : parameters) {
-        if (!all_finite(parameter.gradient.data<float>(), parameter.gradient.num_elements())) return &parameter;
-    }
-    return nullptr;
+namespace {
+
+// The first parameter (in order) for which bad(parameter) holds, or null; the tests run through `parallel`.
+template <class Bad>
+const Parameter* first_where(std::span<const Parameter> parameters, const ParallelFor& parallel, Bad&& bad) {
+    std::vector<char> flagged(parameters.size(), 0);
+    parallel(static_cast<std::int64_t>(parameters.size()), [&](std::int64_t index) {
+        const auto i = static_cast<std::size_t>(index);
+        flagged[i] = bad(parameters[i]) ? 1 : 0;
+    });
+    const auto first = std::find(flagged.begin(), flagged.end(), 1);
+    return first == flagged.end() ? nullptr : &parameters[static_cast<std::size_t>(first - flagged.begin())];
 }
 
-const Parameter* LossScaler::first_non_finite_value(std::span<const Parameter> parameters) {
-    for (const Parameter& parameter : parameters) {
-        const Tensor dense = parameter.value.contiguous();
-        if (!all_finite(dense.data<float>(), dense.num_elements())) return &parameter;
-    }
-    return nullptr;
+}  // namespace
+
+const Parameter* LossScaler::first_non_finite_gradient(std::span<const Parameter> parameters, const ParallelFor& parallel) {
+    return first_where(parameters, parallel, [](const Parameter& parameter) {
+        return !all_finite(parameter.gradient.data<float>(), parameter.gradient.num_elements());
+    });
+}
+
+const Parameter* LossScaler::first_non_finite_value(std::span<const Parameter> parameters, const ParallelFor& parallel) {
+    return first_where(parameters, parallel, [](const Parameter& parameter) { return !tensor_is_finite(parameter.value); });
 }
 
 bool tensor_is_finite(const Tensor& tensor) {

@@ -20,6 +20,7 @@
 
 #include "tensor/parameter.hpp"
 #include "train/named_tensor.hpp"
+#include "train/parallel_for.hpp"
 
 #include <cstdint>
 #include <memory>
@@ -56,9 +57,11 @@ public:
     static bool gradients_are_finite(std::span<const Parameter> parameters);
     // Every gradient defined, contiguous and f32, else an error naming the parameter.
     static void check_gradients(std::span<const Parameter> parameters);
-    // The first parameter whose gradient (or value) holds inf or NaN, or nullptr.
-    static const Parameter* first_non_finite_gradient(std::span<const Parameter> parameters);
-    static const Parameter* first_non_finite_value(std::span<const Parameter> parameters);
+    // The first parameter (in order) whose gradient (or value) holds inf or NaN, or nullptr; the
+    // parameters are scanned through `parallel` (a mesh's host threads), the answer is the same.
+    static const Parameter* first_non_finite_gradient(std::span<const Parameter> parameters,
+                                                      const ParallelFor& parallel = run_in_order);
+    static const Parameter* first_non_finite_value(std::span<const Parameter> parameters, const ParallelFor& parallel = run_in_order);
     // Multiplies every gradient by 1 / scale() (rounded to f32 once, as TensorFlow and PyTorch do;
     // exact for power-of-two scales). Does nothing when scale() is 1.
     void unscale(std::span<Parameter> parameters) const;

@@ -2,8 +2,6 @@
 
 #include "core/error.hpp"
 
-#include <vector>
-
 namespace tessera::train {
 
 void scale_loss_gradient(Tensor& gradient, double scale) {
@@ -13,31 +11,12 @@ void scale_loss_gradient(Tensor& gradient, double scale) {
     for (std::int64_t i = 0; i < gradient.num_elements(); ++i) values[i] *= factor;
 }
 
-namespace {
-
-// The first parameter (in order) for which bad(parameter) holds, or null; the tests run through `parallel`.
-template <class Bad>
-const Parameter* first_where(std::span<const Parameter> parameters, const ParallelFor& parallel, Bad&& bad) {
-    std::vector<char> flagged(parameters.size(), 0);
-    parallel(static_cast<std::int64_t>(parameters.size()), [&](std::int64_t index) {
-        const auto i = static_cast<std::size_t>(index);
-        flagged[i] = bad(parameters[i]) ? 1 : 0;
-    });
-    for (std::size_t i = 0; i < parameters.size(); ++i) {
-        if (flagged[i]) return &parameters[i];
-    }
-    return nullptr;
-}
-
-}  // namespace
-
 bool finish_update(LossScaler& scaler, double used_scale, std::span<const std::span<Parameter>> copies,
                    const std::function<void()>& apply_optimizers, const StepContext& context, const ParallelFor& parallel) {
     TESSERA_ASSERT(!copies.empty(), "finish_update needs at least one copy of the parameters");
     const std::span<Parameter> reference = copies.front();
     LossScaler::check_gradients(reference);
-    const Parameter* bad_gradient =
-        first_where(reference, parallel, [](const Parameter& parameter) { return !tensor_is_finite(parameter.gradient); });
+    const Parameter* bad_gradient = LossScaler::first_non_finite_gradient(reference, parallel);
     const bool finite = bad_gradient == nullptr;
     if (!finite && !scaler.skips_non_finite()) {
         const auto index = static_cast<std::size_t>(bad_gradient - reference.data());
@@ -60,7 +39,7 @@ bool finish_update(LossScaler& scaler, double used_scale, std::span<const std::s
     if (!applied) return false;
     apply_optimizers();
     // Every copy got the same gradients and update: the first one speaks for all.
-    if (const Parameter* bad = first_where(reference, parallel, [](const Parameter& parameter) { return !tensor_is_finite(parameter.value); })) {
+    if (const Parameter* bad = LossScaler::first_non_finite_value(reference, parallel)) {
         TESSERA_REJECT("step " << context.step + 1 << ": the update made '" << bad->name
                                  << "' NaN or infinite: training diverged. Lower the learning rate." << context.aftermath);
     }

@@ -51,12 +51,26 @@ ExperimentPanel::ExperimentPanel(PartitionDesign* design, QWidget* parent) : QWi
     });
     addField(tr("Name"), QStringLiteral("name"), name, tr("Shown in listings and in the run's summary"));
 
-    auto* kind = new QComboBox(this);
-    kind->addItems({QStringLiteral("unet"), QStringLiteral("resnet"), QStringLiteral("retinanet")});
-    connect(kind, &QComboBox::activated, this, [this, kind] {
-        applyField(QStringLiteral("model.kind"), QStringLiteral("\"%1\"").arg(kind->currentText()));
-    });
-    addField(tr("Model"), QStringLiteral("model.kind"), kind, tr("U-Net (segmentation, 2D or 3D), ResNet or ResNeXt (classification), RetinaNet (detection)"));
+    const auto add_choice = [this](const QString& label, const QString& path, const QStringList& choices, const QString& tip) {
+        auto* box = new QComboBox(this);
+        box->addItems(choices);
+        connect(box, &QComboBox::activated, this, [this, box, path] {
+            // Numbers go in as numbers ("head_kernel": 3), words as strings.
+            bool number = false;
+            box->currentText().toInt(&number);
+            applyField(path, number ? box->currentText() : QStringLiteral("\"%1\"").arg(box->currentText()));
+        });
+        addField(label, path, box, tip);
+    };
+    const auto add_switch = [this](const QString& label, const QString& path, const QString& tip) {
+        auto* box = new QCheckBox(this);
+        connect(box, &QCheckBox::toggled, this, [this, path](bool on) {
+            if (!m_updating) applyField(path, on ? QStringLiteral("true") : QStringLiteral("false"));
+        });
+        addField(label, path, box, tip);
+    };
+    add_choice(tr("Model"), QStringLiteral("model.kind"), {QStringLiteral("unet"), QStringLiteral("resnet"), QStringLiteral("retinanet")},
+               tr("U-Net (segmentation, 2D or 3D), ResNet or ResNeXt (classification), RetinaNet (detection)"));
 
     const auto add_number = [this](const QString& label, const QString& path, int low, int high, const QString& tip) {
         auto* box = new QSpinBox(this);
@@ -86,32 +100,9 @@ ExperimentPanel::ExperimentPanel(PartitionDesign* design, QWidget* parent) : QWi
             applyField(QStringLiteral("model.groups"), QString::number(value));
         }
     });
-    auto* coarse_levels = new QComboBox(this);
-    coarse_levels->addItems({QStringLiteral("exact"), QStringLiteral("round_up")});
-    connect(coarse_levels, &QComboBox::activated, this, [this, coarse_levels] {
-        applyField(QStringLiteral("model.coarse_levels"), QStringLiteral("\"%1\"").arg(coarse_levels->currentText()));
-    });
-    addField(tr("Coarse levels"), QStringLiteral("model.coarse_levels"), coarse_levels,
-             tr("RetinaNet's P6 and P7: exact (the input's extents divisible by 128, as the TPU model) or round_up "
-                "(extents divisible by 32, coarse levels padded as torchvision builds them)"));
-    const auto add_choice = [this](const QString& label, const QString& path, const QStringList& choices, const QString& tip) {
-        auto* box = new QComboBox(this);
-        box->addItems(choices);
-        connect(box, &QComboBox::activated, this, [this, box, path] {
-            // Numbers go in as numbers ("head_kernel": 3), words as strings.
-            bool number = false;
-            box->currentText().toInt(&number);
-            applyField(path, number ? box->currentText() : QStringLiteral("\"%1\"").arg(box->currentText()));
-        });
-        addField(label, path, box, tip);
-    };
-    const auto add_switch = [this](const QString& label, const QString& path, const QString& tip) {
-        auto* box = new QCheckBox(this);
-        connect(box, &QCheckBox::toggled, this, [this, path](bool on) {
-            if (!m_updating) applyField(path, on ? QStringLiteral("true") : QStringLiteral("false"));
-        });
-        addField(label, path, box, tip);
-    };
+    add_choice(tr("Coarse levels"), QStringLiteral("model.coarse_levels"), {QStringLiteral("exact"), QStringLiteral("round_up")},
+               tr("RetinaNet's P6 and P7: exact (the input's extents divisible by 128, as the TPU model) or round_up "
+                  "(extents divisible by 32, coarse levels padded as torchvision builds them)"));
     // U-Net only.
     add_number(tr("Max width"), QStringLiteral("model.max_width"), 0, 4096,
                tr("Channels capped at this width at every level (0: none; nnU-Net's 3D U-Net caps at 320)"));
@@ -140,30 +131,18 @@ ExperimentPanel::ExperimentPanel(PartitionDesign* design, QWidget* parent) : QWi
 
     add_number(tr("Global batch"), QStringLiteral("global_batch"), 1, 1 << 20, tr("Images per step over all replicas"));
 
-    auto* device = new QComboBox(this);
+    QStringList devices;
     try {
-        for (const std::string& id : cost::device_preset_ids()) device->addItem(QString::fromStdString(id));
+        for (const std::string& id : cost::device_preset_ids()) devices << QString::fromStdString(id);
     } catch (const Error&) {
         // No presets folder: the field shows what the experiment names.
     }
-    connect(device, &QComboBox::activated, this, [this, device] {
-        applyField(QStringLiteral("device"), QStringLiteral("\"%1\"").arg(device->currentText()));
-    });
-    addField(tr("Device"), QStringLiteral("device"), device, tr("The device preset predictions and memory verdicts are for (resources/devices)"));
+    add_choice(tr("Device"), QStringLiteral("device"), devices, tr("The device preset predictions and memory verdicts are for (resources/devices)"));
 
-    auto* precision = new QComboBox(this);
-    precision->addItems({QStringLiteral("f32"), QStringLiteral("bf16"), QStringLiteral("f16")});
-    connect(precision, &QComboBox::activated, this, [this, precision] {
-        applyField(QStringLiteral("precision"), QStringLiteral("\"%1\"").arg(precision->currentText()));
-    });
-    addField(tr("Precision"), QStringLiteral("precision"), precision, tr("What convolutions compute in"));
-
-    auto* optimizer = new QComboBox(this);
-    optimizer->addItems({QStringLiteral("sgd"), QStringLiteral("adam"), QStringLiteral("adamw")});
-    connect(optimizer, &QComboBox::activated, this, [this, optimizer] {
-        applyField(QStringLiteral("optimizer.kind"), QStringLiteral("\"%1\"").arg(optimizer->currentText()));
-    });
-    addField(tr("Optimizer"), QStringLiteral("optimizer.kind"), optimizer, tr("SGD keeps one slot per weight (momentum), Adam two"));
+    add_choice(tr("Precision"), QStringLiteral("precision"), {QStringLiteral("f32"), QStringLiteral("bf16"), QStringLiteral("f16")},
+               tr("What convolutions compute in"));
+    add_choice(tr("Optimizer"), QStringLiteral("optimizer.kind"), {QStringLiteral("sgd"), QStringLiteral("adam"), QStringLiteral("adamw")},
+               tr("SGD keeps one slot per weight (momentum), Adam two"));
 
     m_general_message = new QLabel(this);
     m_general_message->setWordWrap(true);
