@@ -80,6 +80,9 @@ int main(int argc, char** argv) {
                                 predicted.forward_seconds * 1e3, (predicted.backward_seconds - predicted.forward_seconds) * 1e3,
                                 (predicted.step_seconds - predicted.backward_seconds) * 1e3, predicted.gradient_all_reduce_seconds * 1e3,
                                 predicted.step_seconds * 1e3);
+                    std::printf("  predicted end of step: gradient sum %.2f ms, finite checks %.2f ms, update %.2f ms\n",
+                                (predicted.gradient_all_reduce_seconds - predicted.finite_check_seconds) * 1e3,
+                                predicted.finite_check_seconds * 1e3, predicted.update_seconds * 1e3);
                     // The last step's events of core 0, summed by pass and kind.
                     for (const mesh::StepPhase phase : {mesh::StepPhase::Forward, mesh::StepPhase::Backward, mesh::StepPhase::Update}) {
                         for (const mesh::EventKind kind : {mesh::EventKind::Compute, mesh::EventKind::Halo, mesh::EventKind::AllReduce,

@@ -777,15 +777,22 @@ StepPrediction predict_host_step(const graph::Graph& model, const partition::Til
         std::vector<double> reductions;
         for (const graph::ParameterSpec& spec : model.parameters())
             reductions.push_back(per_tensor + static_cast<double>(num_elements_of(spec.shape)) * per_element);
+        // The checks and the update also cost per tensor: the wall time per tensor measured on many tiny
+        // ones over the threads (counted here with the checks).
+        const double tensor_count = static_cast<double>(model.parameters().size());
+        const double per_tensor_end = host.host_rate("checks_and_update_us_per_tensor") * 1e-6 * tensor_count;
+        prediction.finite_check_seconds =
+            static_cast<double>(parameters) * per_parameter("finite_checks_ns_per_parameter") * 1e-9 + per_tensor_end;
         prediction.gradient_all_reduce_seconds =
             network.gradient_seconds(phase_makespan(reductions, threads), 4.0 * static_cast<double>(parameters)) +
-            static_cast<double>(parameters) * per_parameter("finite_checks_ns_per_parameter") * 1e-9;
+            prediction.finite_check_seconds;
         wall += prediction.gradient_all_reduce_seconds + phase_overhead;
         // Momentum SGD was measured: Adam's second slot adds to the bytes each update moves.
         const double update = static_cast<double>(parameters) * update_per_parameter *
                               static_cast<double>(3 + 2 * options.optimizer_slots) / 5.0;
         // One update per rank (a rank's cores share its first core's weights), its parameters spread over
         // the rank's threads — as calibration timed it.
+        prediction.update_seconds = update;
         for (CoreBreakdown& core : prediction.cores) core.compute_seconds += update;
         wall += update * network.oversubscription + phase_overhead;
         wall += network.fixed_collectives * network.gather_seconds;  // the step's end: failures, events, ledgers

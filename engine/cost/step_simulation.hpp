@@ -99,6 +99,9 @@ struct StepPrediction {
     double forward_seconds = 0;              // end of the forward pass (slowest core)
     double backward_seconds = 0;             // end of the backward pass, where the step's end begins (host steps; 0 elsewhere)
     double gradient_all_reduce_seconds = 0;  // its duration, whether exposed or not
+    // Host steps: of the step's end, the loss scaler's finite checks (gradients and new values) and the
+    // optimizer update (the all-reduce above includes the checks).
+    double finite_check_seconds = 0, update_seconds = 0;
     StepBreakdown breakdown;                 // its exposed_communication: step − the busiest core's compute
     double flops = 0;                        // per replica, forward and backward
     double achieved_fraction_of_peak = 0;    // flops / (step · cores · peak)

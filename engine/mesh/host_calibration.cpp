@@ -6,7 +6,6 @@
 #include "mesh/thread_pool.hpp"
 #include "cost/cost_model.hpp"
 #include "loss/cross_entropy.hpp"
-#include "train/loss_scale.hpp"
 #include "ops/dnnl_support.hpp"
 
 #include <nlohmann/json.hpp>
@@ -449,19 +448,22 @@ private:
     // The end of a step (core_mesh.cpp): weight gradients summed over every core and handed back, one
     // task per parameter tensor over the threads; the loss scaler's finite checks over core 0's
     // gradients and values; then the optimizer update, once, its parameters spread over the threads.
-    // Measured on the mesh:
+    // Each part is timed inside the mesh's own step, so it sees the caches as the step leaves them (the
+    // checks read gradients the sum has just written to every core: timed apart, after the step, they
+    // ran from the caches at twice the speed). Measured on the mesh:
     //   per tensor    t = t0 + t_core·(cores − 1) + t_replica·(replicas − 1)  (a model of many tiny tensors)
     //   per element   e = e0 + e_core·(cores − 1) + e_replica·(replicas − 1)  (2·threads equal large tensors)
     // each on one core, four cores of one replica and four replicas of one core (a replica's sum is a
-    // copy of its own first core's); the checks and the update per element, directly.
+    // copy of its own first core's); the checks and the update per element and, from the tiny tensors,
+    // per tensor.
     void measure_end_of_step() {
         const CalibrationOptions& options = m_options;
         auto& measured = m_device.measured;
         say("gradient reduction and update");
         struct EndOfStep {
-            double after_backward = 0;  // seconds from the end of backward to the update phase
-            double update = 0;          // the slowest core's optimizer step, beside the other threads'
-            double checks = 0;          // the finite checks, over the threads
+            double reduce = 0;  // the gradient sum, its finite check and the copy back to every core
+            double update = 0;  // the optimizer step
+            double rest = 0;    // the rest of the step's end: the loss scaler's finite checks and the statistics'
             double parameters = 0, tensors = 0;
         };
         // `width`: 0 for many tiny tensors, else 2·threads 3×3 convolutions of that many channels.
@@ -492,44 +494,34 @@ private:
             batch[0] = replicas;
             const Tensor images = normal_tensor(batch, 9);
             const Tensor labels = Tensor::zeros({replicas}, DType::I32);
-            ThreadPool checking_pool(options.threads);
-            const train::ParallelFor on_threads = [&](std::int64_t count, const std::function<void(std::int64_t)>& body) {
-                checking_pool.run(count, body);
-            };
-            std::vector<double> after_backward, updates, checks;
+            std::vector<double> reduces, updates, rests;
             for (int r = 0; r < options.repeats + 1; ++r) {
                 const train::StepResult step = cores.train_step(images, labels);
                 if (r == 0) continue;
-                double update = 0;
+                double reduce = 0, update = 0;
                 for (const CoreEvent& event : cores.events()) {
-                    if (event.kind == EventKind::Compute && event.phase == StepPhase::Update)
-                        update = std::max(update, event.end_seconds - event.start_seconds);
+                    if (event.phase != StepPhase::Update) continue;
+                    const double seconds = event.end_seconds - event.start_seconds;
+                    if (event.kind == EventKind::AllReduce) reduce = std::max(reduce, seconds);
+                    if (event.kind == EventKind::Compute) update = std::max(update, seconds);
                 }
+                reduces.push_back(reduce);
                 updates.push_back(update);
-                after_backward.push_back(std::max(0.0, step.update_seconds - update));
-                // The step's two finite checks (gradients, then values), over the threads as
-                // train::finish_update runs them.
-                const std::span<const Parameter> parameters = cores.executor(0).parameters();
-                const auto start = Clock::now();
-                const bool finite = train::LossScaler::first_non_finite_gradient(parameters, on_threads) == nullptr;
-                const bool values_finite = train::LossScaler::first_non_finite_value(parameters, on_threads) == nullptr;
-                checks.push_back(std::chrono::duration<double>(Clock::now() - start).count() + (finite && values_finite ? 0 : 1));
+                rests.push_back(std::max(0.0, step.update_seconds - reduce - update));
             }
-            EndOfStep result{fastest(after_backward), fastest(updates), fastest(checks),
-                             static_cast<double>(g.parameter_count()), static_cast<double>(g.parameters().size())};
-            return result;
+            return EndOfStep{fastest(reduces), fastest(updates), fastest(rests), static_cast<double>(g.parameter_count()),
+                             static_cast<double>(g.parameters().size())};
         };
         const double threads = options.threads;
         // Per element, from the large tensors: 2·threads of them, two per thread.
         auto per_element = [&](const EndOfStep& large, double per_tensor) {
-            const double reduce = std::max(0.0, large.after_backward - large.checks);
             const double large_tensors = 2 * threads;
-            return std::max(0.0, (reduce * threads / large_tensors - per_tensor) / (large.parameters / large_tensors));
+            return std::max(0.0, (large.reduce * threads / large_tensors - per_tensor) / (large.parameters / large_tensors));
         };
         // Per tensor, from the many small ones (their elements take a few percent; the estimate of e
         // from the large model removes them).
         auto per_tensor = [&](const EndOfStep& small, double element) {
-            const double reduce = std::max(0.0, small.after_backward - small.checks - small.parameters * element / threads);
+            const double reduce = std::max(0.0, small.reduce - small.parameters * element / threads);
             return reduce * threads / small.tensors;
         };
         // Two model sizes: 2.4 M parameters (9 MB a core, mostly in the caches) and 15 M (59 MB a core,
@@ -547,22 +539,29 @@ private:
             small[layout] = end_of_step(0, layouts[layout].first, layouts[layout].second);
             tensor_cost[layout] = per_tensor(small[layout], 0);
         }
+        // The checks' and the update's share per tensor (on the four-core layout, as the per-element
+        // costs below: most partitioned steps have several cores), wall time over the threads.
+        const double checks_per_tensor = small[1].rest / small[1].tensors, update_per_tensor = small[1].update / small[1].tensors;
+        measured["checks_and_update_us_per_tensor"] = (checks_per_tensor + update_per_tensor) * 1e6;
         for (const Size& size : sizes) {
             double element_cost[3] = {};
-            EndOfStep one_core{};  // the first layout's
+            EndOfStep four_cores{};  // the second layout's
             for (int layout = 0; layout < 3; ++layout) {
                 const EndOfStep wide = end_of_step(size.width, layouts[layout].first, layouts[layout].second);
-                if (layout == 0) one_core = wide;
+                if (layout == 1) four_cores = wide;
                 element_cost[layout] = per_element(wide, tensor_cost[layout]);
-                if (layout == 1) measured[std::string("update_ns_per_parameter") + size.suffix] = wide.update / wide.parameters * 1e9;
             }
             const std::string suffix = size.suffix;
             measured["gradient_reduce_ns_per_parameter" + suffix] = element_cost[0] * 1e9;
             measured["gradient_reduce_ns_per_parameter_core" + suffix] = std::max(0.0, (element_cost[1] - element_cost[0]) / 3) * 1e9;
             measured["gradient_reduce_ns_per_parameter_replica" + suffix] =
                 std::max(0.0, (element_cost[2] - element_cost[0]) / 3 - (element_cost[1] - element_cost[0]) / 3) * 1e9;
-            measured["finite_checks_ns_per_parameter" + suffix] = one_core.checks / one_core.parameters * 1e9;
-            measured["end_of_step_parameters" + suffix] = one_core.parameters;
+            const double per_parameter = 1e9 / four_cores.parameters;
+            measured["update_ns_per_parameter" + suffix] =
+                std::max(0.0, four_cores.update - four_cores.tensors * update_per_tensor) * per_parameter;
+            measured["finite_checks_ns_per_parameter" + suffix] =
+                std::max(0.0, four_cores.rest - four_cores.tensors * checks_per_tensor) * per_parameter;
+            measured["end_of_step_parameters" + suffix] = four_cores.parameters;
             if (&size == &sizes[0]) {
                 // The tensors' share once more, without the elements' (from the small size, as before).
                 for (int layout = 0; layout < 3; ++layout) {
