@@ -5,7 +5,7 @@
 // ranks of one core each.
 //
 // Usage: [mpirun -np K] bm_mpi [--backend mpi|single] [--pieces 2,2,2] [--steps 8] [--warmup 2]
-//        [--threads 1] [--reduction reproducible|fast] [--preset host.json] [--replicas 1]
+//        [--threads 1] [--reduction reproducible|fast] [--preset host.json] [--replicas 1] [--overlap 1|0]
 //        [--size 64 --depth 3 --width 8 --classes 6 --precision f32|bf16]   (the model: a 3D U-Net on size³)
 // Each rank's cores are held to TESSERA_HOST_MEMORY (the mesh measures them as it compiles them and
 // refuses a rank whose cores do not fit, naming the rank).
@@ -84,7 +84,7 @@ std::string joined(const std::vector<double>& values, const char* format) {
 
 int main(int argc, char** argv) {
     std::string backend = "mpi", reduction = "reproducible", pieces_text = "2,2,2", preset, precision = "f32";
-    int steps = 8, warmup = 2, threads = 1, depth = 3, replicas = 1;
+    int steps = 8, warmup = 2, threads = 1, depth = 3, replicas = 1, overlap = 1;
     std::int64_t size = 64, width = 8, classes = 6;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!std::strcmp(argv[i], "--backend")) backend = argv[i + 1];
@@ -100,6 +100,7 @@ int main(int argc, char** argv) {
         else if (!std::strcmp(argv[i], "--classes")) classes = std::atoll(argv[i + 1]);
         else if (!std::strcmp(argv[i], "--precision")) precision = argv[i + 1];
         else if (!std::strcmp(argv[i], "--replicas")) replicas = std::atoi(argv[i + 1]);
+        else if (!std::strcmp(argv[i], "--overlap")) overlap = std::atoi(argv[i + 1]);  // 0: halo messages wait, as before
     }
     std::optional<mpi::Session> session;
     std::shared_ptr<mesh::Transport> transport = std::make_shared<mesh::SingleProcess>();
@@ -116,6 +117,7 @@ int main(int argc, char** argv) {
     config.num_replicas = replicas;
     config.host_threads = threads;
     config.reduction = train::parse_reduction_order(reduction);
+    config.overlap_halo_messages = overlap != 0;
     train::TrainerConfig trainer;
     trainer.optimizer = {.kind = train::OptimizerKind::Adam};
     trainer.schedule = {.kind = train::ScheduleKind::Constant, .learning_rate = 0.001};
@@ -166,11 +168,11 @@ int main(int argc, char** argv) {
     if (transport->rank() == 0) {
         std::printf("host_mib_per_rank=%s budget_gib=%.2f\n", joined(host_bytes, "%.0f").c_str(),
                     static_cast<double>(config.host_memory_bytes) / (1 << 30));
-        std::printf("backend=%s ranks=%d cores=%lld threads=%d reduction=%s step_ms=%.1f step_ms_min=%.1f step_ms_max=%.1f "
+        std::printf("backend=%s ranks=%d cores=%lld threads=%d reduction=%s overlap=%d step_ms=%.1f step_ms_min=%.1f step_ms_max=%.1f "
                     "halo_wait_ms=%.2f gradient_ms=%.2f sent_kib_per_rank=%s messages_per_rank=%s collectives_per_step=%.0f "
                     "collective_kib_per_rank=%s peak_rss_mib=%s\n",
                     backend.c_str(), transport->num_ranks(), static_cast<long long>(cores.num_cores()), threads, reduction.c_str(),
-                    median(step_ms), *std::min_element(step_ms.begin(), step_ms.end()), *std::max_element(step_ms.begin(), step_ms.end()),
+                    overlap, median(step_ms), *std::min_element(step_ms.begin(), step_ms.end()), *std::max_element(step_ms.begin(), step_ms.end()),
                     median(halo_ms), median(gradient_ms), joined(sent, "%.0f").c_str(), joined(sent_messages, "%.0f").c_str(),
                     collectives / steps, joined(collective_kib, "%.0f").c_str(), joined(rss, "%.0f").c_str());
         if (!preset.empty()) {

@@ -2,7 +2,8 @@
 # The core mesh over MPI ranks against the same mesh in one process, on this host (bench/bm_mpi.cpp):
 # the 3D U-Net preset's 8-core mesh (unet3d_ct_8way: 64³, depth 3, width 8) in one process with 2 threads
 # and on 1 (2 threads), 2, 4 and 8 ranks (1 thread each; 4 and 8 oversubscribe a 2-core machine), then a
-# 2-core mesh in one process (2 threads) and on 2 ranks of one core each. Rounds interleave the
+# 2-core mesh in one process (2 threads) and on 2 ranks of one core each, and both 2-rank meshes again
+# with halo messages that overlap nothing (--overlap 0, the mesh before session 26). Rounds interleave the
 # configurations (the machine's speed drifts). The closing lines give the medians over rounds and the
 # ratios to the in-process mesh.
 #
@@ -32,6 +33,8 @@ for round in $(seq 1 "$rounds"); do
     "$bench" --backend single --threads 2 --pieces 2,1,1 | sed 's/^/mesh=2core /'
     "${mpirun[@]}" -np 2 "$bench" --threads 1 --pieces 2,1,1 | sed 's/^/mesh=2core /'
     "${mpirun[@]}" -np 4 "$bench" --threads 1 --reduction fast | sed 's/^/fast /'
+    "${mpirun[@]}" -np 2 "$bench" --threads 1 --overlap 0
+    "${mpirun[@]}" -np 2 "$bench" --threads 1 --pieces 2,1,1 --overlap 0 | sed 's/^/mesh=2core /'
   } | tee -a "$results"
 done
 python3 - "$results" <<'PY'
@@ -47,7 +50,7 @@ for line in open(sys.argv[1]):
     if "backend" not in fields:  # a rank's memory line
         continue
     key = (("2core " if line.startswith("mesh=2core") else "8core ") + ("fast " if line.startswith("fast") else "") +
-           f"{fields['backend']} ranks={fields['ranks']}")
+           ("no-overlap " if fields.get("overlap") == "0" else "") + f"{fields['backend']} ranks={fields['ranks']}")
     rows.setdefault(key, []).append(fields)
     last_key = key
 base = {}

@@ -643,9 +643,24 @@ StepPrediction predict_host_step(const graph::Graph& model, const partition::Til
         double slowest = 0;
         for (const std::vector<double>& rank_tasks : tasks) slowest = std::max(slowest, phase_makespan(rank_tasks, threads));
         wall += slowest + phase_overhead;
+        return slowest + phase_overhead;
     };
-    // Halo rows between ranks: each rank waits for its messages (one per transfer from another rank's core).
-    auto remote_halos = [&](int id) {
+    // Whether layer `id`'s halo rows cross between ranks (then the mesh sends them before it copies the
+    // tiles' interiors, and a convolution's weight gradients run while its halo gradients travel).
+    auto halo_crosses_ranks = [&](int id) {
+        if (network.ranks == 1) return false;
+        for (std::int64_t r = 0; r < replicas; ++r) {
+            for (std::int64_t core = 0; core < cores; ++core) {
+                for (const HaloTransfer& in : incoming[static_cast<std::size_t>(id)][static_cast<std::size_t>(core)]) {
+                    if (network.owner(r * cores + in.peer) != network.owner(r * cores + core)) return true;
+                }
+            }
+        }
+        return false;
+    };
+    // Halo rows between ranks: each rank waits for its messages (one per transfer from another rank's
+    // core), less the work that ran while they travelled (`overlapped` seconds).
+    auto remote_halos = [&](int id, double overlapped) {
         if (network.ranks == 1) return;
         std::vector<double> waits(static_cast<std::size_t>(network.ranks), 0.0);
         for (std::int64_t r = 0; r < replicas; ++r) {
@@ -657,7 +672,7 @@ StepPrediction predict_host_step(const graph::Graph& model, const partition::Til
                 }
             }
         }
-        wall += *std::max_element(waits.begin(), waits.end());
+        wall += std::max(0.0, *std::max_element(waits.begin(), waits.end()) - overlapped);
     };
     std::vector<std::vector<LayerCost>> costs = costs_per_core(model, plan, host, options);
     if (const MeasuredLayers* measured = options.measured_layers.get()) {
@@ -687,14 +702,23 @@ StepPrediction predict_host_step(const graph::Graph& model, const partition::Til
         if (node.kind == OpKind::Input) continue;
         const int id = node.id;
         const bool halo = has_halo[static_cast<std::size_t>(id)];
+        if (halo && halo_crosses_ranks(id)) {  // the rows other ranks' cores need, packed and sent first
+            std::vector<std::int64_t> outgoing(static_cast<std::size_t>(cores), 0);
+            for (std::int64_t core = 0; core < cores; ++core) {
+                for (const HaloTransfer& in : incoming[static_cast<std::size_t>(id)][static_cast<std::size_t>(core)]) {
+                    if (network.owner(in.peer) != network.owner(core)) outgoing[static_cast<std::size_t>(in.peer)] += in.elements;
+                }
+            }
+            phase([&](std::int64_t core) { return static_cast<double>(outgoing[static_cast<std::size_t>(core)] * element) / copy_rate; });
+        }
         if (halo) {  // the halo node: its interior copy, then the rows pulled from the neighbours
-            phase([&](std::int64_t core) {
+            const double copies = phase([&](std::int64_t core) {
                 const Shape& in = model.node(node.inputs[0]).output_shape;
                 std::int64_t needed = in[0] * in[1];
                 for (const partition::Interval& interval : plan.tile(id, core).needed) needed *= interval.size();
                 return static_cast<double>(2 * element * needed) / copy_rate + halo_copy_seconds(id, core);
             });
-            remote_halos(id);
+            remote_halos(id, halo_crosses_ranks(id) ? copies : 0.0);  // the rows to other ranks leave first
         }
         const bool training_norm = node.kind == OpKind::BatchNorm;
         if (training_norm) {  // two statistics phases (each reduced over the ranks), then the normalising phase
@@ -727,21 +751,31 @@ StepPrediction predict_host_step(const graph::Graph& model, const partition::Til
         const Node& node = nodes[n];
         if (node.kind == OpKind::Input) continue;
         const int id = node.id;
+        const bool halo_gradients = has_halo[static_cast<std::size_t>(id)] && model.node(node.inputs[0]).kind != OpKind::Input;
+        // A convolution whose halo gradients go to another rank computes its input gradients first and
+        // its weights' gradients while they travel: the weights' share of its backward, by FLOPs (each
+        // part as many as forward).
+        const bool weights_later = halo_gradients && (node.kind == OpKind::Conv || node.kind == OpKind::ConvTranspose) &&
+                                   halo_crosses_ranks(id);
+        const graph::NodeCost& flops = model.cost(id);
+        const double weights_share =
+            weights_later && flops.backward_flops > 0 ? std::clamp(flops.forward_flops / flops.backward_flops, 0.0, 1.0) : 0.0;
         if (node.kind == OpKind::BatchNorm) {
             phase([&](std::int64_t core) { return cost_of(core, id).backward.seconds * 0.6; }, true);
             wall += norm_gather;
             phase([&](std::int64_t core) { return cost_of(core, id).backward.seconds * 0.4; }, true);
         } else {
-            phase([&](std::int64_t core) { return cost_of(core, id).backward.seconds; }, true);
+            phase([&](std::int64_t core) { return cost_of(core, id).backward.seconds * (1 - weights_share); }, true);
         }
-        const bool halo = has_halo[static_cast<std::size_t>(id)];
-        if (halo && model.node(node.inputs[0]).kind != OpKind::Input) {
+        if (halo_gradients) {
             // The halo node's backward (its interior back into the tile's gradient), then the returns.
             phase([&](std::int64_t core) {
                 return static_cast<double>(2 * element * plan.tile_elements(node.inputs[0], core)) / copy_rate;
             });
+            const double overlapped =
+                weights_later ? phase([&](std::int64_t core) { return cost_of(core, id).backward.seconds * weights_share; }, true) : 0.0;
+            remote_halos(id, overlapped);
             phase([&](std::int64_t core) { return 1.5 * halo_copy_seconds(id, core); });
-            remote_halos(id);
         }
     }
     prediction.backward_seconds = wall;

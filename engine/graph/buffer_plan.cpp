@@ -77,6 +77,14 @@ std::vector<BufferLifetime> gradient_lifetimes(const Graph& graph) {
         for (int output : graph.output_nodes()) {
             if (static_cast<std::size_t>(output) == n) life.first_step = 0;
         }
+        // A convolution reading a halo node may compute its weights' gradients after that node's backward
+        // (the core mesh does, while the halo gradients travel to other ranks): they read its output
+        // gradient, which lives until then.
+        const Node& node = nodes[n];
+        if ((node.kind == OpKind::Conv || node.kind == OpKind::ConvTranspose) && !node.inputs.empty() &&
+            nodes[static_cast<std::size_t>(node.inputs[0])].kind == OpKind::Halo) {
+            life.last_step = backward_step(nodes.size(), static_cast<std::size_t>(node.inputs[0]));
+        }
     }
     return lifetimes;
 }

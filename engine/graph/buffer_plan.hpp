@@ -39,7 +39,8 @@ inline std::int64_t backward_step(std::size_t num_nodes, std::size_t node) {
 
 // Per node, when its activation gradient is live: from the backward step of its last (highest-index)
 // consumer — or step 0 for a graph output or a node nothing consumes, whose gradient begin_backward
-// sets — to its own backward step. `bytes` is the output's f32 size; the graph input gets 0 bytes.
+// sets — to its own backward step (a convolution reading a halo node: to that node's, for its weights'
+// gradients computed after it — Executor::backward_node_weights). `bytes` is the output's f32 size; the graph input gets 0 bytes.
 std::vector<BufferLifetime> gradient_lifetimes(const Graph& graph);
 
 // Bytes the graph's activation gradients take packed in an arena, and each with its own memory (f32,

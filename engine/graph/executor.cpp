@@ -486,35 +486,68 @@ void Executor::begin_backward(std::span<const Tensor> output_gradients) {
 }
 
 void Executor::backward_node(int id) {
+    const Node& node = m_impl->graph.node(id);
+    if (node.kind == OpKind::Input) return;
+    backward_part(id, true, true);
+}
+
+bool Executor::splits_backward(int id) const {
+    const Node& node = m_impl->graph.node(id);
+    return node.kind != OpKind::Input && m_impl->kernels[static_cast<std::size_t>(id)]->splits_backward();
+}
+
+void Executor::backward_node_inputs(int id) {
+    TESSERA_CHECK(splits_backward(id), "node '" << m_impl->graph.node(id).name << "' computes its backward in one call");
+    backward_part(id, true, false);
+}
+
+void Executor::backward_node_weights(int id) {
+    TESSERA_CHECK(splits_backward(id), "node '" << m_impl->graph.node(id).name << "' computes its backward in one call");
+    backward_part(id, false, true);
+}
+
+void Executor::backward_part(int id, bool inputs, bool weights) {
     Impl& impl = *m_impl;
     const Node& node = impl.graph.node(id);
-    if (node.kind == OpKind::Input) return;
     const auto n = static_cast<std::size_t>(id);
     const std::vector<Node>& nodes = impl.graph.nodes();
     const auto start = std::chrono::steady_clock::now();
-    impl.kernels[n]->backward(impl.inputs_of(node), impl.outputs[n], impl.gradients[n], impl.diff_targets[n]);
-    for (std::size_t slot = 0; slot < node.inputs.size(); ++slot) {
-        if (!impl.diff_is_scratch[n][slot]) continue;
-        const auto producer = static_cast<std::size_t>(node.inputs[slot]);
-        impl.scratchpad.execute(impl.accumulate[producer], {{DNNL_ARG_SRC_0, impl.gradients[producer]},
-                                                            {DNNL_ARG_SRC_1, impl.diff_targets[n][slot]},
-                                                            {DNNL_ARG_DST, impl.gradients[producer]}});
+    ops::Kernel& kernel = *impl.kernels[n];
+    if (inputs && weights) {
+        kernel.backward(impl.inputs_of(node), impl.outputs[n], impl.gradients[n], impl.diff_targets[n]);
+    } else if (inputs) {
+        kernel.backward_inputs(impl.inputs_of(node), impl.outputs[n], impl.gradients[n], impl.diff_targets[n]);
+    } else {
+        kernel.backward_weights(impl.inputs_of(node), impl.outputs[n], impl.gradients[n]);
     }
-    for (const Impl::SharedUse& use : impl.shared_uses[n]) {
-        Tensor& total = impl.parameters[use.parameter].gradient;
-        float* sum = total.data<float>();
-        const float* part = use.copy->gradient.data<float>();
-        for (std::int64_t i = 0; i < total.num_elements(); ++i) sum[i] += part[i];
-    }
-    if (impl.options.precision == Precision::F16) {  // every gradient this node produced, once complete
-        for (int input : node.inputs) {
-            const auto producer = static_cast<std::size_t>(input);
-            if (nodes[producer].kind != OpKind::Input) impl.round_through_half(producer, impl.gradients[producer]);
+    if (inputs) {
+        for (std::size_t slot = 0; slot < node.inputs.size(); ++slot) {
+            if (!impl.diff_is_scratch[n][slot]) continue;
+            const auto producer = static_cast<std::size_t>(node.inputs[slot]);
+            impl.scratchpad.execute(impl.accumulate[producer], {{DNNL_ARG_SRC_0, impl.gradients[producer]},
+                                                                {DNNL_ARG_SRC_1, impl.diff_targets[n][slot]},
+                                                                {DNNL_ARG_DST, impl.gradients[producer]}});
         }
     }
-    for (int input : node.inputs) {
-        const auto producer = static_cast<std::size_t>(input);
-        if (nodes[producer].kind != OpKind::Input) impl.round_through_bf16(producer, impl.gradients[producer]);
+    if (weights) {
+        for (const Impl::SharedUse& use : impl.shared_uses[n]) {
+            Tensor& total = impl.parameters[use.parameter].gradient;
+            float* sum = total.data<float>();
+            const float* part = use.copy->gradient.data<float>();
+            for (std::int64_t i = 0; i < total.num_elements(); ++i) sum[i] += part[i];
+        }
+    }
+    if (inputs) {
+        if (impl.options.precision == Precision::F16) {  // every gradient this node produced, once complete
+            for (int input : node.inputs) {
+                const auto producer = static_cast<std::size_t>(input);
+                if (nodes[producer].kind != OpKind::Input) impl.round_through_half(producer, impl.gradients[producer]);
+            }
+        }
+        for (int input : node.inputs) {
+            const auto producer = static_cast<std::size_t>(input);
+            if (nodes[producer].kind != OpKind::Input) impl.round_through_bf16(producer, impl.gradients[producer]);
+        }
     }
     impl.timings[n].backward_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }

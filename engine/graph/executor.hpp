@@ -107,6 +107,15 @@ public:
     void begin_backward(const Tensor& output_gradient);
     void begin_backward(std::span<const Tensor> output_gradients);
     void backward_node(int node);
+    // A node whose kernel splits_backward (a convolution) may run backward in two calls, its input
+    // gradients first (complete, rounded, added into its producers'), then its weights' gradients — the
+    // same bits as backward_node. A driver computes the weights' gradients while the input gradients
+    // travel to other processes (mesh/core_mesh.cpp). The weights' part may wait past other nodes'
+    // backward only for a convolution reading a halo node, and only until that node's backward: its
+    // output gradient is kept live that long (graph/buffer_plan.hpp), no longer.
+    bool splits_backward(int node) const;
+    void backward_node_inputs(int node);
+    void backward_node_weights(int node);
     int reduction_phases(int node, Pass pass) const;
     std::vector<double> reduction_partial(int node, Pass pass, int phase);
     void reduction_total(int node, Pass pass, int phase, std::span<const double> total);
@@ -131,6 +140,7 @@ public:
     int kernel_threads() const;
 
 private:
+    void backward_part(int node, bool inputs, bool weights);  // backward_node, whole or one of its two parts
     struct Impl;
     std::unique_ptr<Impl> m_impl;
 };

@@ -410,7 +410,23 @@ struct CoreMesh::Impl {
             const partition::HaloExchange* halo = core_graphs.halo_for(local);
             const auto halo_index = halo ? static_cast<std::size_t>(halo - core_graphs.halos.data()) : 0;
             const bool crosses_ranks = halo && !remote[halo_index].empty();
+            // Rows this rank's cores own that cores of other ranks need, sent first (overlapping): they
+            // travel while the halo node copies each tile's interior and the neighbours' rows held here.
+            const auto send_rows = [&] {
+                each_core(StepPhase::Forward, layer, [&](Core& core) {
+                    const std::int64_t me = mesh_core(core.replica, core.index);
+                    const ops::TileBuffer rows = core.executor->value_buffer(halo->producer_node);
+                    for (RemoteTransfer& remote_transfer : remote[halo_index]) {
+                        if (!remote_transfer.outgoing || remote_transfer.owner != me) continue;
+                        const partition::HaloTransfer& transfer =
+                            halo->transfers[static_cast<std::size_t>(remote_transfer.receiver % per_replica)][remote_transfer.index];
+                        pack(rows, transfer.peer_origin, transfer.extent, remote_transfer.staging);
+                    }
+                });
+                post_remote_sends(halo_index, false);
+            };
             if (crosses_ranks) post_remote_receives(halo_index, false);
+            if (crosses_ranks && mesh.overlap_halo_messages) send_rows();
             each_core(StepPhase::Forward, layer, [&](Core& core) {
                 const std::int64_t me = mesh_core(core.replica, core.index);
                 const graph::Graph& g = core_graphs.graphs[static_cast<std::size_t>(core.index)];
@@ -430,18 +446,9 @@ struct CoreMesh::Impl {
                     core.events.push_back({me, layer, EventKind::Halo, StepPhase::Forward, start, now(), 0,
                                            transfer.elements * buffer.element_size(), peer});
                 }
-                if (!crosses_ranks) return;
-                // Rows this core owns that cores of other ranks need.
-                const ops::TileBuffer rows = core.executor->value_buffer(halo->producer_node);
-                for (RemoteTransfer& remote_transfer : remote[halo_index]) {
-                    if (!remote_transfer.outgoing || remote_transfer.owner != me) continue;
-                    const partition::HaloTransfer& transfer =
-                        halo->transfers[static_cast<std::size_t>(remote_transfer.receiver % per_replica)][remote_transfer.index];
-                    pack(rows, transfer.peer_origin, transfer.extent, remote_transfer.staging);
-                }
             });
             if (!crosses_ranks) continue;
-            post_remote_sends(halo_index, false);
+            if (!mesh.overlap_halo_messages) send_rows();
             const double wait_start = now();
             transport->wait_all();
             const double wait_end = now();
@@ -465,8 +472,20 @@ struct CoreMesh::Impl {
         (void)mode;
     }
 
+    // The halo exchange whose halo node feeds `local` and whose gradients cross to another rank, or null.
+    const partition::HaloExchange* remote_halo_feeding(int local) const {
+        const graph::Node& node = core_graphs.graphs[0].node(local);
+        if (node.inputs.empty()) return nullptr;
+        const partition::HaloExchange* halo = core_graphs.halo_for(node.inputs[0]);
+        if (!halo || !halo->carries_gradient) return nullptr;
+        return remote[static_cast<std::size_t>(halo - core_graphs.halos.data())].empty() ? nullptr : halo;
+    }
+
     void backward() {
         const auto& local_nodes = core_graphs.graphs[0].nodes();
+        // A convolution whose input gradients go to another rank computes them first; its weights'
+        // gradients wait (per halo exchange) and run while those messages travel.
+        std::vector<std::vector<int>> deferred_weights(core_graphs.halos.size());
         for (std::size_t n = local_nodes.size(); n-- > 0;) {
             const graph::Node& node = local_nodes[n];
             if (node.kind == graph::OpKind::Input) continue;
@@ -477,13 +496,22 @@ struct CoreMesh::Impl {
             const auto halo_index = halo ? static_cast<std::size_t>(halo - core_graphs.halos.data()) : 0;
             const bool crosses_ranks = halo && !remote[halo_index].empty();
             const bool has_phases = first_local_core().executor->reduction_phases(local, Pass::Backward) > 0;
+            const partition::HaloExchange* feeding = remote_halo_feeding(local);
+            const bool inputs_first = mesh.overlap_halo_messages && !halo && !has_phases && feeding &&
+                                      first_local_core().executor->splits_backward(local);
+            if (inputs_first) deferred_weights[static_cast<std::size_t>(feeding - core_graphs.halos.data())].push_back(local);
             reductions(local, Pass::Backward, StepPhase::Backward);
             if (crosses_ranks) post_remote_receives(halo_index, true);
             each_core(StepPhase::Backward, layer, [&](Core& core) {
                 const double start = now();
-                core.executor->backward_node(local);
-                const double flops =
-                    has_phases ? 0.0 : core_graphs.graphs[static_cast<std::size_t>(core.index)].cost(local).backward_flops;
+                const graph::NodeCost& cost = core_graphs.graphs[static_cast<std::size_t>(core.index)].cost(local);
+                double flops = has_phases ? 0.0 : cost.backward_flops;
+                if (inputs_first) {
+                    core.executor->backward_node_inputs(local);
+                    flops -= cost.forward_flops;  // the weights' gradient: as many FLOPs as forward
+                } else {
+                    core.executor->backward_node(local);
+                }
                 const std::int64_t me = mesh_core(core.replica, core.index);
                 core.events.push_back({me, layer, EventKind::Compute, StepPhase::Backward, start, now(), flops, 0, -1});
                 if (!crosses_ranks) return;
@@ -499,6 +527,17 @@ struct CoreMesh::Impl {
             double wait_start = 0, wait_end = 0;
             if (crosses_ranks) {
                 post_remote_sends(halo_index, true);
+                // While the halo gradients travel: the deferred weights' gradients of the layer they feed.
+                for (const int consumer : deferred_weights[halo_index]) {
+                    each_core(StepPhase::Backward, layer_of(consumer), [&](Core& core) {
+                        const double start = now();
+                        core.executor->backward_node_weights(consumer);
+                        const double flops = core_graphs.graphs[static_cast<std::size_t>(core.index)].cost(consumer).forward_flops;
+                        core.events.push_back({mesh_core(core.replica, core.index), layer_of(consumer), EventKind::Compute,
+                                               StepPhase::Backward, start, now(), flops, 0, -1});
+                    });
+                }
+                deferred_weights[halo_index].clear();
                 wait_start = now();
                 transport->wait_all();
                 wait_end = now();
@@ -530,6 +569,9 @@ struct CoreMesh::Impl {
                 }
                 core.executor->gradient_changed(halo->producer_node);
             });
+        }
+        for (const std::vector<int>& waiting : deferred_weights) {
+            TESSERA_ASSERT(waiting.empty(), "a layer's weight gradients were deferred to a halo exchange that never ran");
         }
     }
 

@@ -52,6 +52,10 @@ struct MeshConfig {
     std::int64_t host_memory_bytes = 0;
     // Across ranks (one process: the same either way).
     ReductionOrder reduction = ReductionOrder::Reproducible;
+    // Halo messages between ranks overlap work that does not need them: forward, the rows leave before
+    // the halo node copies the tiles' interiors; backward, a convolution's weights' gradients run while
+    // its halo gradients travel. The same bits either way (bench/bm_mpi compares the two).
+    bool overlap_halo_messages = true;
 };
 
 enum class EventKind { Compute, Halo, AllReduce, Wait };

@@ -49,8 +49,15 @@ public:
         m_scratchpad.execute(m_forward, args);
     }
 
-    void backward(const std::vector<memory>&, const memory&, const memory& diff_output,
+    void backward(const std::vector<memory>& inputs, const memory& output, const memory& diff_output,
                   const std::vector<memory>& diff_inputs) override {
+        backward_weights(inputs, output, diff_output);
+        backward_inputs(inputs, output, diff_output, diff_inputs);
+    }
+
+    bool splits_backward() const override { return true; }
+
+    void backward_weights(const std::vector<memory>&, const memory&, const memory& diff_output) override {
         const memory weight_gradient = weights(m_weight->gradient);
         std::unordered_map<int, memory> args{{DNNL_ARG_SRC, m_backward_weights_src(m_last_src)},
                                              {DNNL_ARG_DIFF_DST, m_backward_weights_diff_dst(diff_output)},
@@ -63,14 +70,16 @@ public:
         m_scratchpad.execute(m_backward_weights, args);
         m_diff_weights.finish(weight_gradient);
         if (m_bias) m_diff_bias.finish(bias_gradient);
+    }
 
-        if (m_needs_diff_input) {
-            const memory& target = diff_inputs[0];
-            m_scratchpad.execute(m_backward_data, {{DNNL_ARG_DIFF_DST, m_backward_data_diff_dst(diff_output)},
-                                     {DNNL_ARG_WEIGHTS, m_backward_data_weights(weights(m_weight->value))},
-                                     {DNNL_ARG_DIFF_SRC, m_diff_src.destination(target)}});
-            m_diff_src.finish(target);
-        }
+    void backward_inputs(const std::vector<memory>&, const memory&, const memory& diff_output,
+                         const std::vector<memory>& diff_inputs) override {
+        if (!m_needs_diff_input) return;
+        const memory& target = diff_inputs[0];
+        m_scratchpad.execute(m_backward_data, {{DNNL_ARG_DIFF_DST, m_backward_data_diff_dst(diff_output)},
+                                               {DNNL_ARG_WEIGHTS, m_backward_data_weights(weights(m_weight->value))},
+                                               {DNNL_ARG_DIFF_SRC, m_diff_src.destination(target)}});
+        m_diff_src.finish(target);
     }
 
     std::int64_t bytes() const override {

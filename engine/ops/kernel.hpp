@@ -205,6 +205,16 @@ public:
     // diff_inputs[i] is in the layout inputs[i] arrived in, or empty when that gradient is not needed.
     virtual void backward(const std::vector<memory>& inputs, const memory& output, const memory& diff_output,
                           const std::vector<memory>& diff_inputs) = 0;
+    // A kernel with weights may run backward in two calls, the input gradients first: a driver sends
+    // them to its neighbours and computes the weights' gradients while they travel. Each part reads only
+    // what backward reads, so the bits are backward's, in either order.
+    virtual bool splits_backward() const { return false; }
+    virtual void backward_inputs(const std::vector<memory>&, const memory&, const memory&, const std::vector<memory>&) {
+        TESSERA_FAIL("this kernel computes its backward in one call");
+    }
+    virtual void backward_weights(const std::vector<memory>&, const memory&, const memory&) {
+        TESSERA_FAIL("this kernel computes its backward in one call");
+    }
     virtual std::int64_t bytes() const { return 0; }
     // Sums shared across executors (simulated cores) before forward / backward; none by default.
     virtual int reduction_phases(Pass, Mode) const { return 0; }

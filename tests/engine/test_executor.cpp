@@ -553,6 +553,53 @@ TEST(Executor, SameSeedGivesBitIdenticalResults) {
     EXPECT_EQ(std::memcmp(first.second.raw_data(), second.second.raw_data(), first.second.num_bytes()), 0);
 }
 
+TEST(Executor, ABackwardInTwoPartsGivesTheBitsOfOneCall) {
+    // The core mesh computes the input gradients of a convolution reading a halo node, sends their halo
+    // rows, and computes its weights' gradients while they travel, after the halo node's backward: the
+    // same bits as one call (its output gradient kept live that long, not reused by the halo node's).
+    Graph graph("split");
+    const int x = graph.input({2, 3, 12, 12});
+    int y = graph.conv(x, 8, ops::ConvAttributes::same(2, 3), "c1");
+    y = graph.relu(y, "r1");
+    y = graph.halo(y, {14, 14}, {.interior_offset = {1, 1}, .interior_extent = {12, 12}}, "up.halo");
+    const int up = graph.conv_transpose(y, 8, ops::ConvTransposeAttributes::upsample(2), "up");
+    y = graph.relu(up, "r2");
+    y = graph.halo(y, {26, 26}, {.interior_offset = {1, 1}, .interior_extent = {24, 24}}, "c2.halo");
+    const int c2 = graph.conv(y, 4, ops::ConvAttributes::valid(2, 3), "c2");
+    graph.set_output(c2);
+    const Tensor input = reference::random_uniform({2, 3, 12, 12}, 61);
+    const Tensor dy = reference::random_uniform({2, 4, 24, 24}, 62);
+    Executor whole(graph), parts(graph);
+    whole.initialize_parameters(7);
+    parts.initialize_parameters(7);
+    whole.forward(input, Mode::Train);
+    whole.backward(dy);
+    parts.forward(input, Mode::Train);
+    parts.begin_backward(dy);
+    EXPECT_FALSE(parts.splits_backward(graph.node(up).inputs[0]));  // a halo node runs backward in one call
+    EXPECT_THROW(parts.backward_node_inputs(graph.node(up).inputs[0]), Error);
+    // Each convolution reading a halo node: input gradients, the halo node's backward, its weights'.
+    for (int node = static_cast<int>(graph.nodes().size()); node-- > 1;) {
+        const int feeding = graph.node(node).inputs[0];
+        if (parts.splits_backward(node) && graph.node(feeding).kind == OpKind::Halo) {
+            ASSERT_EQ(feeding, node - 1);
+            parts.backward_node_inputs(node);
+            parts.backward_node(feeding);
+            parts.backward_node_weights(node);
+            --node;  // the halo node ran
+        } else {
+            parts.backward_node(node);
+        }
+    }
+    ASSERT_EQ(whole.parameters().size(), parts.parameters().size());
+    for (std::size_t p = 0; p < whole.parameters().size(); ++p) {
+        const Tensor& a = whole.parameters()[p].gradient;
+        const Tensor& b = parts.parameters()[p].gradient;
+        EXPECT_EQ(std::memcmp(a.raw_data(), b.raw_data(), a.num_bytes()), 0) << whole.parameters()[p].name;
+        EXPECT_GT(reference::inner_product(a, a), 0) << whole.parameters()[p].name;
+    }
+}
+
 TEST(Executor, RejectsWrongInputsWithClearMessages) {
     Graph graph("checked");
     const int x = graph.input({1, 2, 8, 8});

@@ -301,3 +301,38 @@ TEST(HostStepPrediction, RanksRunTheirCoresSideBySideAndPayTheNetwork) {
         EXPECT_NE(std::string(error.what()).find("calibrate --network"), std::string::npos) << error.what();
     }
 }
+
+TEST(HostStepPrediction, HaloMessagesBetweenRanksOverlapTheWorkThatDoesNotNeedThem) {
+    // 2 cores on 2 ranks, every layer 1 ms each way; each 3×3 convolution's halo is one message each way
+    // per rank, of latency L. Forward, the message overlaps only the halo node's copies (here ~0): it
+    // costs L. Backward, the convolution's weights' gradients (half its backward, 0.5 ms) run while its
+    // halo gradients travel: L = 0.3 ms is hidden, L = 2 ms shows 1.5 ms. The first convolution reads
+    // the image: no gradient goes back.
+    const Shape input{1, 1, 32, 32};
+    const graph::Graph model = small_unet(input);
+    const partition::TilingPlan plan(model, partition::SpatialGrid::even(input, {2, 1}));
+    cost::SimulationOptions options;
+    options.record_timeline = false;
+    options.measured_layers = uniform_layers(model, 2, 1e-3, 1e-3);
+    options.spread = cost::SimulationOptions::RankSpread{2, 0, false};
+    std::int64_t halo_layers = 0, halo_gradient_layers = 0;
+    for (const graph::Node& node : model.nodes()) {
+        if (node.kind != graph::OpKind::Conv || node.conv.kernel[0] == 1) continue;
+        ++halo_layers;
+        if (model.node(node.inputs[0]).kind != graph::OpKind::Input) ++halo_gradient_layers;
+    }
+    ASSERT_GE(halo_gradient_layers, 3);
+    const auto step_with_latency = [&](double latency_seconds) {
+        cost::Device host = host_with_network();
+        host.measured["copy"] = 1e6;
+        host.measured["cluster_bandwidth_gbs"] = 1e12;
+        host.measured["cluster_gather_us"] = 0;
+        host.measured["cluster_latency_us"] = latency_seconds * 1e6;
+        return cost::predict_host_step(model, plan, 1, cost::CostModel(host), options).step_seconds;
+    };
+    // The gradient sum's two rounds of messages (to each segment's rank, then the gather) pay it too.
+    const double instant = step_with_latency(0);
+    EXPECT_NEAR(step_with_latency(0.3e-3) - instant, static_cast<double>(halo_layers + 2) * 0.3e-3, 1e-6);
+    EXPECT_NEAR(step_with_latency(2e-3) - instant,
+                static_cast<double>(halo_layers + 2) * 2e-3 + static_cast<double>(halo_gradient_layers) * 1.5e-3, 1e-6);
+}
