@@ -768,13 +768,15 @@ StepPrediction predict_host_step(const graph::Graph& model, const partition::Til
             phase([&](std::int64_t core) { return cost_of(core, id).backward.seconds * (1 - weights_share); }, true);
         }
         if (halo_gradients) {
-            // The halo node's backward (its interior back into the tile's gradient), then the returns.
-            phase([&](std::int64_t core) {
+            // The halo node's backward (its interior back into the tile's gradient), then the returns. Halo
+            // gradients bound for other ranks leave first: the halo node's backward and the deferred
+            // weights' gradients run while they travel.
+            const double halo_node = phase([&](std::int64_t core) {
                 return static_cast<double>(2 * element * plan.tile_elements(node.inputs[0], core)) / copy_rate;
             });
-            const double overlapped =
+            const double weights =
                 weights_later ? phase([&](std::int64_t core) { return cost_of(core, id).backward.seconds * weights_share; }, true) : 0.0;
-            remote_halos(id, overlapped);
+            remote_halos(id, halo_crosses_ranks(id) ? halo_node + weights : 0.0);
             phase([&](std::int64_t core) { return 1.5 * halo_copy_seconds(id, core); });
         }
     }

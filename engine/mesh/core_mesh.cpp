@@ -502,7 +502,7 @@ struct CoreMesh::Impl {
             if (inputs_first) deferred_weights[static_cast<std::size_t>(feeding - core_graphs.halos.data())].push_back(local);
             reductions(local, Pass::Backward, StepPhase::Backward);
             if (crosses_ranks) post_remote_receives(halo_index, true);
-            each_core(StepPhase::Backward, layer, [&](Core& core) {
+            const auto run_node = [&](Core& core) {
                 const double start = now();
                 const graph::NodeCost& cost = core_graphs.graphs[static_cast<std::size_t>(core.index)].cost(local);
                 double flops = has_phases ? 0.0 : cost.backward_flops;
@@ -512,32 +512,45 @@ struct CoreMesh::Impl {
                 } else {
                     core.executor->backward_node(local);
                 }
+                core.events.push_back({mesh_core(core.replica, core.index), layer, EventKind::Compute, StepPhase::Backward, start,
+                                       now(), flops, 0, -1});
+            };
+            // The halo gradients of rows owned on other ranks go home.
+            const auto pack_returns = [&](Core& core) {
                 const std::int64_t me = mesh_core(core.replica, core.index);
-                core.events.push_back({me, layer, EventKind::Compute, StepPhase::Backward, start, now(), flops, 0, -1});
-                if (!crosses_ranks) return;
-                // The halo gradients of rows owned on other ranks go home.
                 const ops::TileBuffer gradient = core.executor->gradient_buffer(local);
                 for (RemoteTransfer& remote_transfer : remote[halo_index]) {
                     if (remote_transfer.outgoing || remote_transfer.receiver != me) continue;
                     const partition::HaloTransfer& transfer = halo->transfers[static_cast<std::size_t>(core.index)][remote_transfer.index];
                     pack(gradient, transfer.buffer_origin, transfer.extent, remote_transfer.staging);
                 }
-            });
-            if (!halo) continue;
-            double wait_start = 0, wait_end = 0;
-            if (crosses_ranks) {
+            };
+            if (crosses_ranks && mesh.overlap_halo_messages) {
+                // Sent first; while they travel, the halo node's own backward (its interior into the tile's
+                // gradient) and the deferred weights' gradients of the layer it feeds.
+                each_core(StepPhase::Backward, layer, pack_returns);
                 post_remote_sends(halo_index, true);
-                // While the halo gradients travel: the deferred weights' gradients of the layer they feed.
-                for (const int consumer : deferred_weights[halo_index]) {
-                    each_core(StepPhase::Backward, layer_of(consumer), [&](Core& core) {
+                each_core(StepPhase::Backward, layer, [&](Core& core) {
+                    run_node(core);
+                    for (const int consumer : deferred_weights[halo_index]) {
                         const double start = now();
                         core.executor->backward_node_weights(consumer);
                         const double flops = core_graphs.graphs[static_cast<std::size_t>(core.index)].cost(consumer).forward_flops;
                         core.events.push_back({mesh_core(core.replica, core.index), layer_of(consumer), EventKind::Compute,
                                                StepPhase::Backward, start, now(), flops, 0, -1});
-                    });
-                }
+                    }
+                });
                 deferred_weights[halo_index].clear();
+            } else {
+                each_core(StepPhase::Backward, layer, [&](Core& core) {
+                    run_node(core);
+                    if (crosses_ranks) pack_returns(core);
+                });
+                if (crosses_ranks) post_remote_sends(halo_index, true);
+            }
+            if (!halo) continue;
+            double wait_start = 0, wait_end = 0;
+            if (crosses_ranks) {
                 wait_start = now();
                 transport->wait_all();
                 wait_end = now();

@@ -305,9 +305,9 @@ TEST(HostStepPrediction, RanksRunTheirCoresSideBySideAndPayTheNetwork) {
 TEST(HostStepPrediction, HaloMessagesBetweenRanksOverlapTheWorkThatDoesNotNeedThem) {
     // 2 cores on 2 ranks, every layer 1 ms each way; each 3×3 convolution's halo is one message each way
     // per rank, of latency L. Forward, the message overlaps only the halo node's copies (here ~0): it
-    // costs L. Backward, the convolution's weights' gradients (half its backward, 0.5 ms) run while its
-    // halo gradients travel: L = 0.3 ms is hidden, L = 2 ms shows 1.5 ms. The first convolution reads
-    // the image: no gradient goes back.
+    // costs L. Backward, the convolution's weights' gradients (half its backward, 0.5 ms) and the halo
+    // node's own copy (~0 here) run while its halo gradients travel: L = 0.3 ms is hidden, L = 2 ms shows
+    // 1.5 ms. The first convolution reads the image: no gradient goes back.
     const Shape input{1, 1, 32, 32};
     const graph::Graph model = small_unet(input);
     const partition::TilingPlan plan(model, partition::SpatialGrid::even(input, {2, 1}));
