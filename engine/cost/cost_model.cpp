@@ -365,7 +365,26 @@ LayerCost CostModel::host_layer(const graph::Graph& model, int id, const partiti
         pass.bound = pass.flops > 0 && (node.kind == OpKind::Conv || node.kind == OpKind::ConvTranspose) ? Bound::Compute
                                                                                                            : Bound::Memory;
     };
-    auto memory_op = [&](const std::string& name) {
+    // Fewer than 16 channels, a memory-bound op runs in the layout of the convolution it follows
+    // (ops/convolution_kernels.cpp): channels-last behind one reading several channels, oneDNN's own
+    // pick behind the first layer or an up-convolution — each measured by calibration (up to 2.6× apart).
+    auto layout_variant = [&]() -> std::string {
+        if (node.output_shape.size() < 3 || node.output_shape[1] >= 16 || node.inputs.empty()) return "";
+        const Node* source = &model.node(node.inputs[0]);
+        while (!source->inputs.empty() && (source->kind == OpKind::BatchNorm || source->kind == OpKind::Relu ||
+                                           source->kind == OpKind::Pool || source->kind == OpKind::Add ||
+                                           source->kind == OpKind::Upsample || source->kind == OpKind::Halo ||
+                                           source->kind == OpKind::Crop)) {
+            source = &model.node(source->inputs[0]);
+        }
+        if (source->kind == OpKind::ConvTranspose) return ".narrow_any";
+        if (source->kind != OpKind::Conv) return "";
+        const std::int64_t in_channels = model.node(source->inputs[0]).output_shape[1], out_channels = source->output_shape[1];
+        return in_channels > 1 && std::min(in_channels, out_channels) < 16 ? ".narrow_cl" : ".narrow_any";
+    };
+    auto memory_op = [&](const std::string& op) {
+        const std::string variant = layout_variant();
+        const std::string name = !variant.empty() && host_rate(op + variant + ".fwd") > 0 ? op + variant : op;
         const double forward_rate = host_rate(std::string(name).append(".fwd"));
         const double backward_rate = host_rate(std::string(name).append(".bwd"));
         const double forward_fixed = host_rate(std::string(name).append(".fwd_fixed_us")) * 1e-6;

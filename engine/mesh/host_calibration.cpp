@@ -280,16 +280,19 @@ private:
         std::vector<double>& spreads = m_spreads;
         say("memory-bound ops");
         const std::vector<std::string> names{"batch_norm", "relu", "pool", "concat", "add"};
-        auto measure = [&](std::int64_t extent) {
-            const Shape shape{1, 16, extent, extent};
+        // The ops after a convolution of `width` channels reading `in_channels`: its output layout is
+        // theirs (ops/convolution_kernels.cpp: blocked for 16 channels or more, channels-last for fewer
+        // behind a convolution of several input channels, oneDNN's own pick behind the first layer).
+        auto measure = [&](std::int64_t extent, std::int64_t in_channels, std::int64_t width) {
+            const Shape shape{1, in_channels, extent, extent};
             graph::Graph g("memory ops");
             int x = g.input(shape);
             x = g.relu(x, "relu0");
-            x = g.conv(x, 32, ops::ConvAttributes::same(2, 3), "conv");
+            x = g.conv(x, width, ops::ConvAttributes::same(2, 3), "conv");
             const int norm = g.batch_norm(x, {.fuse_relu = true}, "batch_norm");
             const int relu = g.relu(norm, "relu");
             const int pool = g.pool(relu, ops::PoolAttributes::max_down(2, 2), "pool");
-            const int up = g.conv_transpose(pool, 32, ops::ConvTransposeAttributes::upsample(2, 2), "up");
+            const int up = g.conv_transpose(pool, width, ops::ConvTransposeAttributes::upsample(2, 2), "up");
             const int concat = g.concat({up, relu}, "concat");
             const int add = g.add(concat, concat, "add");
             g.set_output(add);
@@ -318,18 +321,26 @@ private:
             }
             return result;
         };
-        const auto large = measure(96), small = measure(8);
-        for (std::size_t i = 0; i < names.size(); ++i) {
-            for (int pass = 0; pass < 2; ++pass) {
-                const double bytes_large = large[i][2 * pass], time_large = large[i][2 * pass + 1];
-                const double bytes_small = small[i][2 * pass], time_small = small[i][2 * pass + 1];
-                double rate = (bytes_large - bytes_small) / std::max(time_large - time_small, 1e-9);
-                if (!(rate > 0)) rate = bytes_large / time_large;
-                const std::string suffix = pass == 0 ? ".fwd" : ".bwd";
-                measured[names[i] + suffix] = rate / 1e9;
-                measured[names[i] + suffix + "_fixed_us"] = std::max(0.0, time_small - bytes_small / rate) * 1e6;
+        // Rate from two sizes, the fixed cost from the small one. `variant` names the layout (cost_model.cpp).
+        auto record = [&](const std::vector<std::array<double, 4>>& large, const std::vector<std::array<double, 4>>& small,
+                          const std::string& variant, std::size_t count) {
+            for (std::size_t i = 0; i < count; ++i) {
+                for (int pass = 0; pass < 2; ++pass) {
+                    const double bytes_large = large[i][2 * pass], time_large = large[i][2 * pass + 1];
+                    const double bytes_small = small[i][2 * pass], time_small = small[i][2 * pass + 1];
+                    double rate = (bytes_large - bytes_small) / std::max(time_large - time_small, 1e-9);
+                    if (!(rate > 0)) rate = bytes_large / time_large;
+                    const std::string suffix = variant + (pass == 0 ? ".fwd" : ".bwd");
+                    measured[names[i] + suffix] = rate / 1e9;
+                    measured[names[i] + suffix + "_fixed_us"] = std::max(0.0, time_small - bytes_small / rate) * 1e6;
+                }
             }
-        }
+        };
+        record(measure(96, 16, 32), measure(8, 16, 32), "", names.size());
+        // Fewer than 16 channels, as a U-Net's first level: as many bytes at 192² as the wide case at 96².
+        // Batch norm, ReLU and pooling only (the concatenation and sum there have 16 channels).
+        record(measure(192, 8, 8), measure(16, 8, 8), ".narrow_cl", 3);
+        record(measure(192, 1, 8), measure(16, 1, 8), ".narrow_any", 3);
         for (const char* suffix : {".fwd", ".bwd", ".fwd_fixed_us", ".bwd_fixed_us"}) {
             measured[std::string("upsample").append(suffix)] = measured[std::string("relu").append(suffix)];
         }

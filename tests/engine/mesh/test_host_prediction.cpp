@@ -176,6 +176,38 @@ TEST(HostStepPrediction, Bf16ConvolutionsRunAtTheMeasuredRatioWhereTheExecutorCo
     EXPECT_EQ(seconds(wide, graph::Precision::BF16).first, wide_f32_fwd);
 }
 
+TEST(HostStepPrediction, NarrowMemoryBoundOpsRunAtTheRateOfTheirLayout) {
+    // Batch norms behind the first convolution (1 → 8 channels: oneDNN's own layout), behind an 8 → 8
+    // one (channels-last) and behind a 32-channel one (blocked), each priced at its own measured rate;
+    // a ReLU after a batch norm keeps the layout of the convolution before both.
+    graph::Graph g("layouts");
+    int x = g.input({1, 1, 32, 32});
+    x = g.conv(x, 8, ops::ConvAttributes::same(2, 3), "first");
+    const int behind_first = g.batch_norm(x, {}, "bn_first");
+    x = g.conv(behind_first, 8, ops::ConvAttributes::same(2, 3), "narrow");
+    const int behind_narrow = g.batch_norm(x, {}, "bn_narrow");
+    const int relu_narrow = g.relu(behind_narrow, "relu_narrow");
+    x = g.conv(relu_narrow, 32, ops::ConvAttributes::same(2, 3), "wide");
+    const int behind_wide = g.batch_norm(x, {}, "bn_wide");
+    g.set_output(behind_wide);
+    cost::Device host = hand_made_host();
+    host.measured["batch_norm.fwd"] = 10;
+    host.measured["batch_norm.narrow_any.fwd"] = 1;
+    host.measured["batch_norm.narrow_cl.fwd"] = 2;
+    host.measured["relu.fwd"] = 10;
+    host.measured["relu.narrow_cl.fwd"] = 5;
+    const cost::CostModel model(host);
+    const auto forward = [&](int id) { return model.layer(g, id, nullptr, graph::Precision::F32).forward; };
+    for (const auto& [id, rate] : std::vector<std::pair<int, double>>{{behind_first, 1}, {behind_narrow, 2}, {relu_narrow, 5}, {behind_wide, 10}}) {
+        const cost::PassCost pass = forward(id);
+        EXPECT_NEAR(pass.seconds, static_cast<double>(pass.bytes) / (rate * 1e9), 1e-12) << g.node(id).name;
+    }
+    // A preset from before the narrow rates were measured prices every layout at the one rate.
+    host.measured.erase("batch_norm.narrow_any.fwd");
+    const cost::PassCost old = cost::CostModel(host).layer(g, behind_first, nullptr, graph::Precision::F32).forward;
+    EXPECT_NEAR(old.seconds, static_cast<double>(old.bytes) / 10e9, 1e-12);
+}
+
 TEST(HostCalibration, MeasuresTheEndOfAStepAndItsOwnNoise) {
     const cost::Device host = mesh::calibrate_host({.threads = 2, .repeats = 2, .quick = true});
     // Differences of measured times may come out at zero on a noisy machine, never below.
