@@ -645,19 +645,20 @@ StepPrediction predict_host_step(const graph::Graph& model, const partition::Til
         wall += slowest + phase_overhead;
         return slowest + phase_overhead;
     };
-    // Whether layer `id`'s halo rows cross between ranks (then the mesh sends them before it copies the
+    // Per layer, whether its halo rows cross between ranks (then the mesh sends them before it copies the
     // tiles' interiors, and a convolution's weight gradients run while its halo gradients travel).
-    auto halo_crosses_ranks = [&](int id) {
-        if (network.ranks == 1) return false;
+    std::vector<bool> crosses_ranks(nodes.size(), false);
+    for (std::size_t id = 0; id < nodes.size() && network.ranks > 1; ++id) {
+        if (!has_halo[id]) continue;  // no transfers listed
         for (std::int64_t r = 0; r < replicas; ++r) {
             for (std::int64_t core = 0; core < cores; ++core) {
-                for (const HaloTransfer& in : incoming[static_cast<std::size_t>(id)][static_cast<std::size_t>(core)]) {
-                    if (network.owner(r * cores + in.peer) != network.owner(r * cores + core)) return true;
+                for (const HaloTransfer& in : incoming[id][static_cast<std::size_t>(core)]) {
+                    if (network.owner(r * cores + in.peer) != network.owner(r * cores + core)) crosses_ranks[id] = true;
                 }
             }
         }
-        return false;
-    };
+    }
+    auto halo_crosses_ranks = [&](int id) { return static_cast<bool>(crosses_ranks[static_cast<std::size_t>(id)]); };
     // Halo rows between ranks: each rank waits for its messages (one per transfer from another rank's
     // core), less the work that ran while they travelled (`overlapped` seconds).
     auto remote_halos = [&](int id, double overlapped) {

@@ -47,6 +47,14 @@ std::shared_ptr<cost::MeasuredLayers> uniform_layers(const graph::Graph& model, 
     return layers;
 }
 
+// Options for a host prediction from measured layers (uniform_layers), without a timeline.
+cost::SimulationOptions measured_options(const graph::Graph& model, std::size_t cores, double forward, double backward) {
+    cost::SimulationOptions options;
+    options.record_timeline = false;
+    options.measured_layers = uniform_layers(model, cores, forward, backward);
+    return options;
+}
+
 }  // namespace
 
 TEST(LayerProfile, EveryComputingLayerOfEveryCoreIsTimed) {
@@ -94,9 +102,7 @@ TEST(HostStepPrediction, GradientReductionAndUpdateFollowTheMeasuredConstants) {
     const Shape input{1, 1, 32, 32};
     const graph::Graph model = small_unet(input);
     const partition::TilingPlan plan(model, partition::SpatialGrid::even(input, {2, 1}));
-    cost::SimulationOptions options;
-    options.record_timeline = false;
-    options.measured_layers = std::make_shared<cost::MeasuredLayers>(2, std::vector<cost::MeasuredLayer>(model.nodes().size()));
+    cost::SimulationOptions options = measured_options(model, 2, 0, 0);
     cost::Device host = hand_made_host();
     host.measured["gradient_reduce_us_per_tensor"] = 3;
     host.measured["gradient_reduce_us_per_tensor_core"] = 1;
@@ -124,9 +130,7 @@ TEST(HostStepPrediction, PerParameterCostsFollowTheModelsSizeBetweenTheTwoMeasur
     const Shape input{1, 1, 32, 32};
     const graph::Graph model = small_unet(input);
     const partition::TilingPlan plan(model, partition::SpatialGrid::even(input, {1, 1}));
-    cost::SimulationOptions options;
-    options.record_timeline = false;
-    options.measured_layers = std::make_shared<cost::MeasuredLayers>(1, std::vector<cost::MeasuredLayer>(model.nodes().size()));
+    cost::SimulationOptions options = measured_options(model, 1, 0, 0);
     const auto parameters = static_cast<double>(model.parameter_count());
     const auto reduction_with_sizes = [&](double small_size, double large_size) {
         cost::Device host = hand_made_host();
@@ -276,9 +280,7 @@ TEST(HostStepPrediction, RanksRunTheirCoresSideBySideAndPayTheNetwork) {
     const Shape input{1, 1, 32, 32};
     const graph::Graph model = small_unet(input);
     const partition::TilingPlan plan(model, partition::SpatialGrid::even(input, {4, 1}));
-    cost::SimulationOptions options;
-    options.record_timeline = false;
-    options.measured_layers = uniform_layers(model, 4, 1e-3, 1e-3);
+    cost::SimulationOptions options = measured_options(model, 4, 1e-3, 1e-3);
     const cost::CostModel host(host_with_network());
     const double alone = cost::predict_host_step(model, plan, 1, host, options).step_seconds;
     options.spread = cost::SimulationOptions::RankSpread{1, 0, false};
@@ -343,9 +345,7 @@ TEST(HostStepPrediction, HaloMessagesBetweenRanksOverlapTheWorkThatDoesNotNeedTh
     const Shape input{1, 1, 32, 32};
     const graph::Graph model = small_unet(input);
     const partition::TilingPlan plan(model, partition::SpatialGrid::even(input, {2, 1}));
-    cost::SimulationOptions options;
-    options.record_timeline = false;
-    options.measured_layers = uniform_layers(model, 2, 1e-3, 1e-3);
+    cost::SimulationOptions options = measured_options(model, 2, 1e-3, 1e-3);
     options.spread = cost::SimulationOptions::RankSpread{2, 0, false};
     std::int64_t halo_layers = 0, halo_gradient_layers = 0;
     for (const graph::Node& node : model.nodes()) {
