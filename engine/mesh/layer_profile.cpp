@@ -16,8 +16,8 @@ struct LayerProfiler::Impl {
     std::vector<std::size_t> task_core;                     // the core graph each task runs
     std::vector<std::unique_ptr<graph::Executor>> executors;  // one per task
     std::vector<Tensor> inputs, gradients;                  // per task
-    cost::MeasuredLayers fastest;                           // [core of replica 0][model node], of the fastest pass
-    double fastest_total = 0;                               // its layers' seconds, summed over replica 0's cores
+    cost::MeasuredLayers fastest;                           // [core of a replica][model node], of the fastest pass: mean over the core's tasks
+    double fastest_total = 0;                               // its layers' seconds, summed over every task
     std::vector<std::vector<cost::MeasuredLayer>> pass;     // [task][model node], this pass
     bool measured = false;
     ThreadPool pool;
@@ -95,17 +95,46 @@ struct LayerProfiler::Impl {
         }
         if (!keep) return;
         // The fastest pass as a whole, as the fastest step is measured: per-layer minima would pick
-        // each layer's luckiest moment and sum below any real step.
+        // each layer's luckiest moment and sum below any real step. Every task counts, and a core's
+        // layers are the mean over the tasks that ran it (its copies in the other replicas): one
+        // task's own luck — running while the other threads happened to be idle — would otherwise
+        // pick a pass no step of the mesh sees (4 replicas of one core: 25 % under the steps).
         double total = 0;
-        for (std::size_t core = 0; core < fastest.size(); ++core) {  // task `core` runs core `core` of replica 0
-            for (const cost::MeasuredLayer& layer : pass[core]) total += layer.forward_seconds + layer.backward_seconds;
+        for (const std::vector<cost::MeasuredLayer>& task_layers : pass) {
+            for (const cost::MeasuredLayer& layer : task_layers) total += layer.forward_seconds + layer.backward_seconds;
         }
         if (measured && total >= fastest_total) return;
         fastest_total = total;
-        for (std::size_t core = 0; core < fastest.size(); ++core) fastest[core] = pass[core];
+        fastest = mean_over_copies(pass, task_core, fastest.size());
         measured = true;
     }
 };
+
+cost::MeasuredLayers mean_over_copies(const std::vector<std::vector<cost::MeasuredLayer>>& per_task,
+                                      const std::vector<std::size_t>& task_core, std::size_t cores) {
+    TESSERA_CHECK(per_task.size() == task_core.size(), "a pass has " << per_task.size() << " tasks' times, the profile " << task_core.size() << " tasks");
+    const std::size_t nodes = per_task.empty() ? 0 : per_task.front().size();
+    cost::MeasuredLayers mean(cores, std::vector<cost::MeasuredLayer>(nodes));
+    std::vector<int> copies(cores, 0);
+    for (std::size_t task = 0; task < per_task.size(); ++task) {
+        const std::size_t core = task_core[task];
+        TESSERA_CHECK(core < cores && per_task[task].size() == nodes,
+                      "task " << task << " runs core " << core << " of " << cores << " with " << per_task[task].size() << " layers, expected " << nodes);
+        ++copies[core];
+        for (std::size_t node = 0; node < nodes; ++node) {
+            mean[core][node].forward_seconds += per_task[task][node].forward_seconds;
+            mean[core][node].backward_seconds += per_task[task][node].backward_seconds;
+        }
+    }
+    for (std::size_t core = 0; core < cores; ++core) {
+        TESSERA_CHECK(copies[core] > 0, "no task of the profile ran core " << core);
+        for (cost::MeasuredLayer& layer : mean[core]) {
+            layer.forward_seconds /= copies[core];
+            layer.backward_seconds /= copies[core];
+        }
+    }
+    return mean;
+}
 
 std::int64_t profiled_executors(const ProfileOptions& options, std::int64_t cores_per_replica) {
     return std::max(cores_per_replica, std::min(options.tasks, options.max_tasks));

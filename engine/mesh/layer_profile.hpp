@@ -54,6 +54,11 @@ private:
     std::unique_ptr<Impl> m_impl;
 };
 
+// [core][model node]: each core's layers averaged over the tasks that ran it (task_core[task] is the
+// core task `task` ran; a core runs once per replica in the profile).
+cost::MeasuredLayers mean_over_copies(const std::vector<std::vector<cost::MeasuredLayer>>& per_task,
+                                      const std::vector<std::size_t>& task_core, std::size_t cores);
+
 // The executors a profile of a plan with `cores_per_replica` cores holds (each about one simulated
 // core's memory): its tasks up to max_tasks, never fewer than one replica's cores.
 std::int64_t profiled_executors(const ProfileOptions& options, std::int64_t cores_per_replica);

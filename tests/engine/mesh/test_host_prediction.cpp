@@ -74,6 +74,26 @@ TEST(LayerProfile, EveryComputingLayerOfEveryCoreIsTimed) {
     EXPECT_EQ(layers[0][static_cast<std::size_t>(model.input_node())].forward_seconds, 0);
 }
 
+TEST(LayerProfile, ACoresLayersAreTheMeanOverItsCopiesInEveryReplica) {
+    // Two cores per replica, three replicas: tasks 0..5 run cores 0, 1, 0, 1, 0, 1. Task 0 ran while
+    // the other threads were idle (fast); its copies did not: the core's time is the mean, not task 0's.
+    std::vector<std::vector<cost::MeasuredLayer>> per_task(6, std::vector<cost::MeasuredLayer>(2));
+    const double core_forward[2] = {1e-3, 4e-3};
+    for (std::size_t task = 0; task < 6; ++task) {
+        per_task[task][1] = {.forward_seconds = core_forward[task % 2], .backward_seconds = 2 * core_forward[task % 2]};
+    }
+    per_task[0][1] = {.forward_seconds = 0.4e-3, .backward_seconds = 0.8e-3};
+    const std::vector<std::size_t> task_core{0, 1, 0, 1, 0, 1};
+    const cost::MeasuredLayers mean = mesh::mean_over_copies(per_task, task_core, 2);
+    ASSERT_EQ(mean.size(), 2u);
+    EXPECT_NEAR(mean[0][1].forward_seconds, (0.4e-3 + 2e-3) / 3, 1e-12);
+    EXPECT_NEAR(mean[0][1].backward_seconds, (0.8e-3 + 4e-3) / 3, 1e-12);
+    EXPECT_NEAR(mean[1][1].forward_seconds, 4e-3, 1e-12);
+    EXPECT_EQ(mean[1][0].forward_seconds, 0.0);
+    // A core no task ran is an error, not a zero.
+    EXPECT_THROW(mesh::mean_over_copies(per_task, {0, 0, 0, 0, 0, 0}, 2), Error);
+}
+
 TEST(HostStepPrediction, MeasuredLayerTimesAreAddedPhaseByPhase) {
     // One host thread, no barrier, no slowdown: every layer's measured time lands in the step once per core.
     const Shape input{1, 1, 32, 32};
