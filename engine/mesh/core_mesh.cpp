@@ -1394,6 +1394,13 @@ CoreMesh::CoreMesh(graph::Graph model, MeshConfig mesh, train::TrainerConfig con
     impl.first_local = impl.placement.first_core(impl.transport->rank());
     impl.end_local = impl.placement.end_core(impl.transport->rank());
     const std::int64_t local_count = impl.end_local - impl.first_local;
+    if (impl.transport->num_ranks() > 1) {  // halos over a Cartesian communicator where this rank's replica's ranks form a grid
+        std::optional<RankGrid> grid;
+        for (std::int64_t replica = 0; replica < impl.mesh.num_replicas && !grid; ++replica) {
+            if (impl.holds_replica(replica)) grid = rank_grid(impl.placement, impl.plan.grid().pieces_per_axis(), replica);
+        }
+        impl.transport->use_grid(grid);
+    }
     impl.pool = std::make_unique<ThreadPool>(std::max(1, impl.mesh.host_threads));
     impl.schedule = train::make_schedule(impl.config.schedule);
     impl.loss_scaler = train::make_loss_scaler(impl.config.loss_scale);

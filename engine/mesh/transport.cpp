@@ -55,6 +55,43 @@ int CorePlacement::owner(std::int64_t core) const {
     return static_cast<int>(after - m_first.begin()) - 1;
 }
 
+void SingleProcess::use_grid(const std::optional<RankGrid>& grid) {
+    TESSERA_CHECK(!grid, "one process is rank 0 alone, asked for a grid of " << grid->ranks.size() << " ranks");
+}
+
+std::optional<RankGrid> rank_grid(const CorePlacement& placement, const std::vector<std::int64_t>& pieces_per_axis, std::int64_t replica) {
+    std::int64_t per_replica = 1;
+    for (std::int64_t pieces : pieces_per_axis) per_replica *= pieces;
+    const std::int64_t first = replica * per_replica, end = first + per_replica;
+    TESSERA_CHECK(replica >= 0 && end <= placement.end_core(placement.num_ranks() - 1),
+                  "replica " << replica << " of " << per_replica << " cores is outside a mesh of " << placement.end_core(placement.num_ranks() - 1) << " cores");
+    const int first_rank = placement.owner(first), last_rank = placement.owner(end - 1);
+    if (first_rank == last_rank) return std::nullopt;
+    if (placement.first_core(first_rank) != first || placement.end_core(last_rank) != end) return std::nullopt;
+    const std::int64_t block = placement.end_core(first_rank) - placement.first_core(first_rank);
+    RankGrid grid;
+    for (int rank = first_rank; rank <= last_rank; ++rank) {
+        if (placement.end_core(rank) - placement.first_core(rank) != block) return std::nullopt;
+        grid.ranks.push_back(rank);
+    }
+    // Consecutive cores are a box when they fill the innermost axes whole and then a divisor of one axis.
+    grid.dims.assign(pieces_per_axis.size(), 1);
+    std::int64_t remaining = block;  // of a block's cores, what the axes seen so far have not taken
+    for (std::size_t axis = pieces_per_axis.size(); axis-- > 0;) {
+        const std::int64_t pieces = pieces_per_axis[axis];
+        if (remaining >= pieces) {
+            if (remaining % pieces != 0) return std::nullopt;
+            remaining /= pieces;
+        } else {
+            if (pieces % remaining != 0) return std::nullopt;
+            grid.dims[axis] = static_cast<int>(pieces / remaining);
+            remaining = 1;
+        }
+    }
+    TESSERA_ASSERT(remaining == 1, "a block of " << block << " cores divides a replica of " << per_replica);
+    return grid;
+}
+
 void ByteWriter::put_tensor(const Tensor& tensor) {
     const Tensor plain = tensor.contiguous();
     put(static_cast<std::int32_t>(plain.dtype()));

@@ -20,6 +20,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -42,6 +43,15 @@ struct TransportCounters {
     std::int64_t collective_bytes = 0;  // this rank's contribution to them
     double wait_seconds = 0;            // in wait_all: messages not yet arrived
     double collective_seconds = 0;      // inside collectives (their waiting included)
+    std::int64_t grid_messages = 0;     // of messages_sent: halos over a Cartesian communicator (use_grid)
+};
+
+// The ranks holding one replica's cores when they form a grid over its partition grid: every rank's
+// cores are a box of one shape, so the ranks themselves sit on a grid of `dims` (row-major, last axis
+// fastest, as cores are numbered and as MPI numbers a Cartesian communicator's ranks).
+struct RankGrid {
+    std::vector<int> ranks;  // ascending: ranks[i] sits at row-major position i
+    std::vector<int> dims;   // ranks per spatial axis, outermost first
 };
 
 class Transport {
@@ -73,6 +83,14 @@ public:
     virtual void all_reduce_min(std::span<std::int64_t> values) = 0;
     virtual void barrier() = 0;
 
+    // From now on, halo messages among `grid`'s ranks travel over a Cartesian communicator of them (MPI:
+    // MPI_Cart_create over the replica's ranks, so the library and its tools see the partition grid);
+    // none: over the world, point-to-point. A mesh calls it once when built, before any halo message;
+    // the first use of a grid is collective over its ranks.
+    virtual void use_grid(const std::optional<RankGrid>& grid) = 0;
+    // The halo communicator, in words, for logs ("2×2 Cartesian communicator of ranks 0–3").
+    virtual std::string halo_topology() const = 0;
+
 protected:
     TransportCounters m_counters;
 };
@@ -94,6 +112,8 @@ public:
     void all_reduce_sum(std::span<float>) override {}
     void all_reduce_min(std::span<std::int64_t>) override {}
     void barrier() override {}
+    void use_grid(const std::optional<RankGrid>& grid) override;
+    std::string halo_topology() const override { return "one process: halos are copies"; }
 };
 
 // Which rank owns which mesh cores: contiguous blocks, as even as the counts allow (the first
@@ -109,6 +129,12 @@ public:
 private:
     std::vector<std::int64_t> m_first;  // [num_ranks + 1]
 };
+
+// The grid the ranks holding `replica`'s cores form (pieces_per_axis: the partition grid), if they do:
+// at least two ranks, none of them holding another replica's cores, each a box of the same shape. None
+// otherwise (one rank holds the replica; uneven blocks; a block that wraps a row) — halos then go
+// point-to-point between the ranks the tiling plan names, which needs no grid.
+std::optional<RankGrid> rank_grid(const CorePlacement& placement, const std::vector<std::int64_t>& pieces_per_axis, std::int64_t replica);
 
 // Bytes in and out of plain values, for the collectives' payloads.
 class ByteWriter {

@@ -9,6 +9,8 @@
 #include <climits>
 #include <cstdlib>
 #include <map>
+#include <string>
+#include <utility>
 #include <vector>
 
 namespace tessera::mpi {
@@ -47,6 +49,7 @@ public:
         int finalized = 0;
         MPI_Finalized(&finalized);
         if (finalized) return;
+        for (auto& [grid, comm] : m_grids) MPI_Comm_free(&comm);
         for (auto& [group, comm] : m_groups) MPI_Comm_free(&comm);
         MPI_Comm_free(&m_comm);
     }
@@ -57,17 +60,62 @@ public:
     std::string backend_name() const override { return "mpi"; }
 
     void post_send(int to_rank, mesh::MessageTag tag, std::span<const std::byte> data) override {
+        const auto [comm, peer] = route(to_rank, tag);
         post_pieces(data.size(), [&](std::size_t offset, int size, MPI_Request* request) {
-            check(MPI_Isend(data.data() + offset, size, MPI_BYTE, to_rank, static_cast<int>(tag), m_comm, request), "MPI_Isend");
+            check(MPI_Isend(data.data() + offset, size, MPI_BYTE, peer, static_cast<int>(tag), comm, request), "MPI_Isend");
             ++m_counters.messages_sent;
             m_counters.bytes_sent += size;
+            m_counters.grid_messages += comm == m_grid_comm ? 1 : 0;
         });
     }
 
     void post_receive(int from_rank, mesh::MessageTag tag, std::span<std::byte> data) override {
+        const auto [comm, peer] = route(from_rank, tag);
         post_pieces(data.size(), [&](std::size_t offset, int size, MPI_Request* request) {
-            check(MPI_Irecv(data.data() + offset, size, MPI_BYTE, from_rank, static_cast<int>(tag), m_comm, request), "MPI_Irecv");
+            check(MPI_Irecv(data.data() + offset, size, MPI_BYTE, peer, static_cast<int>(tag), comm, request), "MPI_Irecv");
         });
+    }
+
+    void use_grid(const std::optional<mesh::RankGrid>& grid) override {
+        m_grid_comm = MPI_COMM_NULL;
+        m_grid_position.clear();
+        m_grid.reset();
+        if (!grid) return;
+        int cells = 1;
+        for (int extent : grid->dims) cells *= extent;
+        TESSERA_CHECK(cells == static_cast<int>(grid->ranks.size()) && !grid->dims.empty(),
+                      "a grid of " << grid->ranks.size() << " ranks needs dims whose product is that, got " << cells);
+        auto key = std::make_pair(grid->ranks, grid->dims);
+        if (const auto found = m_grids.find(key); found != m_grids.end()) {
+            m_grid_comm = found->second;
+        } else {
+            const MPI_Comm members = group_communicator(grid->ranks);
+            const std::vector<int> periodic(grid->dims.size(), 0);  // a volume's border is no neighbour
+            // No reordering: which rank owns which cores is fixed (CorePlacement), and a rank's position
+            // in the grid is its position among the members.
+            check(MPI_Cart_create(members, static_cast<int>(grid->dims.size()), grid->dims.data(), periodic.data(), 0, &m_grid_comm),
+                  "MPI_Cart_create");
+            check(MPI_Comm_set_errhandler(m_grid_comm, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+            m_grids.emplace(std::move(key), m_grid_comm);
+        }
+        // MPI numbers a Cartesian communicator's ranks row-major, as the mesh numbers its cores: check it.
+        std::vector<int> coordinates(grid->dims.size());
+        for (std::size_t member = 0; member < grid->ranks.size(); ++member) {
+            check(MPI_Cart_coords(m_grid_comm, static_cast<int>(member), static_cast<int>(coordinates.size()), coordinates.data()), "MPI_Cart_coords");
+            int row_major = 0;
+            for (std::size_t axis = 0; axis < coordinates.size(); ++axis) row_major = row_major * grid->dims[axis] + coordinates[axis];
+            TESSERA_CHECK(row_major == static_cast<int>(member), "the Cartesian communicator puts member " << member << " at row-major position "
+                                                                   << row_major << "; the mesh's cores expect " << member);
+            m_grid_position[grid->ranks[member]] = static_cast<int>(member);
+        }
+        m_grid = grid;
+    }
+
+    std::string halo_topology() const override {
+        if (!m_grid) return "point-to-point between the ranks the tiling plan names (MPI_COMM_WORLD)";
+        std::string dims;
+        for (int extent : m_grid->dims) dims += (dims.empty() ? "" : "×") + std::to_string(extent);
+        return dims + " Cartesian communicator of ranks " + std::to_string(m_grid->ranks.front()) + "–" + std::to_string(m_grid->ranks.back());
     }
 
     void wait_all() override {
@@ -176,6 +224,17 @@ private:
         return comm;
     }
 
+    // Halo messages to or from a rank of this rank's grid go over the Cartesian communicator, addressed by
+    // the peer's rank in it; everything else over the world. (Messages of one tag between two ranks stay
+    // on one communicator, so they still match in posting order.)
+    std::pair<MPI_Comm, int> route(int peer, mesh::MessageTag tag) const {
+        const bool halo = tag == mesh::MessageTag::ForwardHalo || tag == mesh::MessageTag::BackwardHalo;
+        if (halo && m_grid_comm != MPI_COMM_NULL) {
+            if (const auto found = m_grid_position.find(peer); found != m_grid_position.end()) return {m_grid_comm, found->second};
+        }
+        return {m_comm, peer};
+    }
+
     // One request per piece of at most 1 GiB (at least one, for an empty message: both sides split alike).
     template <class Post>
     void post_pieces(std::size_t bytes, Post&& post) {
@@ -204,6 +263,12 @@ private:
     std::string m_host;
     std::vector<MPI_Request> m_requests;
     std::map<std::vector<int>, MPI_Comm> m_groups;  // group communicators, by their ranks
+    // Cartesian communicators by (ranks, dims), made on first use and kept: meshes made one after another
+    // on this transport may each use one.
+    std::map<std::pair<std::vector<int>, std::vector<int>>, MPI_Comm> m_grids;
+    MPI_Comm m_grid_comm = MPI_COMM_NULL;           // the current mesh's, for this rank's replica (use_grid)
+    std::optional<mesh::RankGrid> m_grid;
+    std::map<int, int> m_grid_position;             // world rank → rank in m_grid_comm
 };
 
 }  // namespace

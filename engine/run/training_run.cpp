@@ -869,6 +869,7 @@ RunSummary TrainingRun::train(RunObserver* observer, const std::atomic<bool>* st
             start.ranks += (rank ? ", " : "") + (first == last ? "core " + std::to_string(first) : "cores " + std::to_string(first) + "–" + std::to_string(last)) +
                            " on " + impl.mesh->rank_hosts()[static_cast<std::size_t>(rank)];
         }
+        start.ranks += "; rank 0's halos: " + impl.mesh->transport().halo_topology();
     }
     start.device = impl.device.id;
     start.predicted_step_seconds = impl.predicted_step_seconds;

@@ -229,6 +229,44 @@ TEST(MpiMeshReplicas, ReductionsStayAmongTheRanksOfTheirReplica) {
     EXPECT_TRUE(std::isfinite(loss));
 }
 
+// Where a replica's ranks form a grid over its partition grid, its halos travel over a Cartesian
+// communicator of those ranks (the bitwise tests above run through it too); where one rank holds each
+// replica, no halo leaves a rank and there is no grid.
+TEST(MpiMeshGrid, HalosTravelOverTheCartesianCommunicatorOfAReplicasRanks) {
+    const int ranks = g_transport->num_ranks();
+    if (ranks == 1) GTEST_SKIP() << "one rank holds every core";
+    // 2 ranks: a 2×2 split, a row per rank (grid 2×1); 4 ranks: a core each (2×2); 8 ranks: 2 replicas of
+    // a 4×1 split, a core each (each replica's ranks 4×1).
+    const Layout layout = ranks == 8 ? Layout{"unet2d_2rep_x_4x1", Layout::Model::UNet2D, {1, 1, 64, 64}, {4, 1}, 2}
+                                     : Layout{"unet2d_2x2", Layout::Model::UNet2D, {2, 1, 64, 64}, {2, 2}};
+    const std::string expected_dims = ranks == 2 ? "2×1" : ranks == 4 ? "2×2" : "4×1";
+    const graph::Graph model = make_model(layout);
+    mesh::CoreMesh cores(model, mesh_config(layout, mesh::ReductionOrder::Reproducible), trainer_config(mesh::ReductionOrder::Reproducible),
+                         g_transport);
+    const std::string topology = g_transport->halo_topology();
+    EXPECT_NE(topology.find(expected_dims + " Cartesian communicator"), std::string::npos) << topology;
+    Shape batch_shape = layout.input;
+    batch_shape[0] *= layout.replicas;
+    auto [images, labels] = test::make_batch(batch_shape, classes_of(layout), false, 5);
+    const mesh::TransportCounters before = g_transport->counters();
+    EXPECT_TRUE(std::isfinite(cores.train_step(images, labels).loss));
+    const std::int64_t grid_messages = g_transport->counters().grid_messages - before.grid_messages;
+    const std::int64_t messages = g_transport->counters().messages_sent - before.messages_sent;
+    EXPECT_GT(grid_messages, 0);
+    EXPECT_LT(grid_messages, messages);  // the gradient segments go to every rank, over the world
+
+    if (ranks != 2) return;
+    // 2 replicas on 2 ranks: each rank holds one whole replica.
+    const Layout replicas{"unet2d_2rep_x_4x1", Layout::Model::UNet2D, {1, 1, 64, 64}, {4, 1}, 2};
+    mesh::CoreMesh per_rank(make_model(replicas), mesh_config(replicas, mesh::ReductionOrder::Reproducible),
+                            trainer_config(mesh::ReductionOrder::Reproducible), g_transport);
+    EXPECT_NE(g_transport->halo_topology().find("point-to-point"), std::string::npos) << g_transport->halo_topology();
+    auto [replica_images, replica_labels] = test::make_batch({2, 1, 64, 64}, classes_of(replicas), false, 6);
+    const std::int64_t grid_before = g_transport->counters().grid_messages;
+    per_rank.train_step(replica_images, replica_labels);
+    EXPECT_EQ(g_transport->counters().grid_messages, grid_before);
+}
+
 // A RetinaNet (ResNet-18, P3..P5) on 2 replicas of a 2×2 split, 3 steps: the anchor matching's
 // reductions (each box's best anchor, the positives, the loss sums) cross ranks too.
 struct DetectionOutcome {
