@@ -385,8 +385,19 @@ LayerCost CostModel::host_layer(const graph::Graph& model, int id, const partiti
     auto memory_op = [&](const std::string& op) {
         const std::string variant = layout_variant();
         const std::string name = !variant.empty() && host_rate(op + variant + ".fwd") > 0 ? op + variant : op;
-        const double forward_rate = host_rate(std::string(name).append(".fwd"));
-        const double backward_rate = host_rate(std::string(name).append(".bwd"));
+        // Above the smaller calibrated size, the bytes that fit in a core's L2 and those beyond it at
+        // their own calibrated rates (host_calibration.cpp); below it, and for calibrations without
+        // them, the one rate.
+        auto rate_for = [&](const std::string& pass, double bytes) {
+            const double one_rate = host_rate(name + pass);
+            const double in_l2 = host_rate(name + pass + "_l2"), beyond_l2 = host_rate(name + pass + "_beyond_l2");
+            const double l2_bytes = host_rate("l2_cache_bytes"), from_bytes = host_rate(name + pass + "_l2_from_bytes");
+            if (!(in_l2 > 0) || !(beyond_l2 > 0) || !(l2_bytes > 0) || !(bytes > from_bytes)) return one_rate;
+            const double in_cache = std::min(1.0, l2_bytes / bytes);
+            return 1.0 / (in_cache / in_l2 + (1 - in_cache) / beyond_l2);
+        };
+        const double forward_rate = rate_for(".fwd", static_cast<double>(result.forward.bytes));
+        const double backward_rate = rate_for(".bwd", static_cast<double>(result.backward.bytes));
         const double forward_fixed = host_rate(std::string(name).append(".fwd_fixed_us")) * 1e-6;
         const double backward_fixed = host_rate(std::string(name).append(".bwd_fixed_us")) * 1e-6;
         if (forward_rate > 0) set(result.forward, forward_fixed + static_cast<double>(result.forward.bytes) / (forward_rate * 1e9));

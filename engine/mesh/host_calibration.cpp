@@ -14,14 +14,29 @@
 #include <array>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <string>
 #include <thread>
+
+#include <unistd.h>
 
 namespace tessera::mesh {
 
 namespace {
+
+// This CPU's level-2 cache per core, in bytes (0 when the system does not say).
+double level2_cache_bytes() {
+    const long size = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    if (size > 0) return static_cast<double>(size);
+    std::ifstream file("/sys/devices/system/cpu/cpu0/cache/index2/size");
+    std::string text;
+    if (!(file >> text) || text.empty()) return 0;
+    const double value = std::atof(text.c_str());
+    return text.back() == 'K' ? value * 1024 : text.back() == 'M' ? value * 1024 * 1024 : value;
+}
 
 using Clock = std::chrono::steady_clock;
 
@@ -336,11 +351,44 @@ private:
                 }
             }
         };
-        record(measure(96, 16, 32), measure(8, 16, 32), "", names.size());
+        // Tensors beyond a core's own cache stream at another rate. With this CPU's L2 size, the bytes of
+        // an op that fit in it (a share f = min(1, L2 / bytes)) and those beyond it each have a rate:
+        //   seconds − fixed = bytes · (f / rate_l2 + (1 − f) / rate_beyond_l2)
+        // solved from two sizes, ~1 MB and ~8 MB a tensor (cost_model.cpp prices any size from them).
+        const double l2_bytes = level2_cache_bytes();
+        measured["l2_cache_bytes"] = l2_bytes;
+        auto record_beyond_cache = [&](const std::vector<std::array<double, 4>>& larger, const std::vector<std::array<double, 4>>& large,
+                                       const std::string& variant, std::size_t count) {
+            if (!(l2_bytes > 0)) return;
+            for (std::size_t i = 0; i < count; ++i) {
+                for (int pass = 0; pass < 2; ++pass) {
+                    const std::string key = names[i] + variant + (pass == 0 ? ".fwd" : ".bwd");
+                    const double fixed = measured[key + "_fixed_us"] * 1e-6;
+                    const double w1 = large[i][2 * pass], t1 = std::max(large[i][2 * pass + 1] - fixed, 1e-9);
+                    const double w2 = larger[i][2 * pass], t2 = std::max(larger[i][2 * pass + 1] - fixed, 1e-9);
+                    const double f1 = std::min(1.0, l2_bytes / w1), f2 = std::min(1.0, l2_bytes / w2);
+                    // t/w = f·a + (1 − f)·b, a and b seconds per byte in and beyond L2.
+                    const double determinant = f1 * (1 - f2) - f2 * (1 - f1);
+                    if (std::abs(determinant) < 1e-6) continue;
+                    const double a = (t1 / w1 * (1 - f2) - t2 / w2 * (1 - f1)) / determinant;
+                    const double b = (f1 * t2 / w2 - f2 * t1 / w1) / determinant;
+                    if (!(a > 0) || !(b > 0)) continue;  // noise: keep the one rate
+                    measured[key + "_l2"] = 1 / a / 1e9;
+                    measured[key + "_beyond_l2"] = 1 / b / 1e9;
+                    measured[key + "_l2_from_bytes"] = w1;  // below: the one rate (the in-L2 rate alone is noisy)
+                }
+            }
+        };
+        const auto wide = measure(96, 16, 32);
+        record(wide, measure(8, 16, 32), "", names.size());
+        record_beyond_cache(measure(256, 16, 32), wide, "", names.size());
         // Fewer than 16 channels, as a U-Net's first level: as many bytes at 192² as the wide case at 96².
         // Batch norm, ReLU and pooling only (the concatenation and sum there have 16 channels).
-        record(measure(192, 8, 8), measure(16, 8, 8), ".narrow_cl", 3);
-        record(measure(192, 1, 8), measure(16, 1, 8), ".narrow_any", 3);
+        const auto narrow_cl = measure(192, 8, 8), narrow_any = measure(192, 1, 8);
+        record(narrow_cl, measure(16, 8, 8), ".narrow_cl", 3);
+        record(narrow_any, measure(16, 1, 8), ".narrow_any", 3);
+        record_beyond_cache(measure(512, 8, 8), narrow_cl, ".narrow_cl", 3);
+        record_beyond_cache(measure(512, 1, 8), narrow_any, ".narrow_any", 3);
         for (const char* suffix : {".fwd", ".bwd", ".fwd_fixed_us", ".bwd_fixed_us"}) {
             measured[std::string("upsample").append(suffix)] = measured[std::string("relu").append(suffix)];
         }

@@ -232,6 +232,34 @@ TEST(HostStepPrediction, NarrowMemoryBoundOpsRunAtTheRateOfTheirLayout) {
     EXPECT_NEAR(old.seconds, static_cast<double>(old.bytes) / 10e9, 1e-12);
 }
 
+TEST(HostStepPrediction, MemoryBoundOpsBeyondTheL2RunAtTheRatesOfTheirShares) {
+    // Below the smaller calibrated size the one rate; above it, the share of the bytes that fits in
+    // L2 (2 MB here) at the in-L2 rate and the rest at the beyond-L2 rate.
+    cost::Device host = hand_made_host();
+    host.measured["batch_norm.fwd"] = 20;
+    host.measured["batch_norm.fwd_l2"] = 40;
+    host.measured["batch_norm.fwd_beyond_l2"] = 10;
+    host.measured["batch_norm.fwd_l2_from_bytes"] = 3e6;
+    host.measured["l2_cache_bytes"] = 2e6;
+    const auto forward = [&](const cost::Device& device, std::int64_t extent) {
+        graph::Graph g("norm");
+        const int norm = g.batch_norm(g.input({1, 32, extent, extent}), {}, "bn");
+        g.set_output(norm);
+        return cost::CostModel(device).layer(g, norm, nullptr, graph::Precision::F32).forward;
+    };
+    const cost::PassCost small = forward(host, 64);  // 0.5 MB a tensor
+    ASSERT_LT(small.bytes, 3e6);
+    EXPECT_NEAR(small.seconds, static_cast<double>(small.bytes) / 20e9, 1e-12);
+    const cost::PassCost large = forward(host, 512);  // 33.5 MB a tensor
+    const double in_l2 = 2e6 / static_cast<double>(large.bytes);
+    EXPECT_NEAR(large.seconds, static_cast<double>(large.bytes) * (in_l2 / 40e9 + (1 - in_l2) / 10e9), 1e-9);
+    EXPECT_GT(large.seconds, static_cast<double>(large.bytes) / 20e9);  // slower than the one rate says
+    // A preset from before the beyond-L2 rates were measured prices every size at the one rate.
+    host.measured.erase("batch_norm.fwd_beyond_l2");
+    const cost::PassCost old = forward(host, 512);
+    EXPECT_NEAR(old.seconds, static_cast<double>(old.bytes) / 20e9, 1e-9);
+}
+
 TEST(HostCalibration, MeasuresTheEndOfAStepAndItsOwnNoise) {
     const cost::Device host = mesh::calibrate_host({.threads = 2, .repeats = 2, .quick = true});
     // Differences of measured times may come out at zero on a noisy machine, never below.
@@ -248,6 +276,9 @@ TEST(HostCalibration, MeasuresTheEndOfAStepAndItsOwnNoise) {
     // Timed inside the mesh's step on 2.4 M parameters: far above the few tensors' per-tensor share.
     EXPECT_GT(host.measured.at("update_ns_per_parameter"), 0);
     EXPECT_GT(host.measured.at("finite_checks_ns_per_parameter"), 0);
+    // The memory-bound ops' rates beyond L2 need this CPU's L2 size (cpuid through sysconf, or sysfs).
+    ASSERT_TRUE(host.measured.count("l2_cache_bytes"));
+    EXPECT_GT(host.measured.at("l2_cache_bytes"), 0);
 }
 
 TEST(Fidelity, SummaryOfErrors) {
