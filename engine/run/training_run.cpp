@@ -30,6 +30,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <exception>
 #include <functional>
 #include <numeric>
@@ -240,6 +241,17 @@ void check_fits_host(const experiment::Experiment& e) {
                            << e.partition.num_cores() << " core(s)), more than the " << format_gib(budget)
                            << " a run may use here. Train a smaller input (input.size) or batch, plan it instead (tessera-cli plan), "
                               "or raise TESSERA_HOST_MEMORY on a machine with more memory.");
+}
+
+std::optional<std::string> host_bf16_note(const cost::Device& host, graph::Precision precision, int spatial_rank) {
+    if (precision != graph::Precision::BF16) return std::nullopt;
+    const auto found = host.measured.find("conv" + std::to_string(spatial_rank) + "d.bf16_ratio.fwd");
+    if (found == host.measured.end() || !(found->second > 0) || found->second >= 0.95) return std::nullopt;
+    char ratio[16];
+    std::snprintf(ratio, sizeof ratio, "%.2f", found->second);
+    return std::string("bf16 convolutions run at ") + ratio + "× the speed of f32 ones on this CPU (measured by tessera-cli calibrate), " +
+           "so the simulated cores train slower in bf16 than in f32 here; the experiment's precision still sets the numerics and the device prediction — " +
+           "set \"precision\": \"f32\" to train faster on this host";
 }
 
 fs::path default_model_dir(const experiment::Experiment& e) {
@@ -461,6 +473,8 @@ struct TrainingRun::Impl {
         if (!fs::exists(preset, error)) return;
         try {
             const cost::Device host = cost::load_device_file(preset);
+            const int spatial_rank = static_cast<int>(mesh->model().node(mesh->model().input_node()).output_shape.size()) - 2;
+            if (const auto bf16 = host_bf16_note(host, experiment.precision, spatial_rank)) notes.push_back(*bf16);
             const auto threads = static_cast<int>(host.measured.count("threads") ? host.measured.at("threads") : 0);
             if (threads != options.host_threads) {
                 notes.push_back("no prediction for this host: its preset (" + preset.string() + ") was calibrated for " +

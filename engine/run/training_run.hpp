@@ -15,6 +15,7 @@
 //   EvalRecord eval = run.evaluate(&observer);          // the latest checkpoint on the held-out data
 #pragma once
 
+#include "cost/device.hpp"
 #include "mesh/core_mesh.hpp"
 #include "data/dataset.hpp"
 #include "experiment/experiment.hpp"
@@ -25,6 +26,7 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 namespace tessera::run {
@@ -59,6 +61,11 @@ struct RunOptions {
 std::int64_t estimate_host_bytes(const experiment::Experiment& experiment);
 // Throws a bad-input error when that estimate passes host_memory_budget_bytes() (TESSERA_HOST_MEMORY).
 void check_fits_host(const experiment::Experiment& experiment);
+
+// A run in bf16 on a host whose preset measured bf16 convolutions slower than f32 ones (the preset's
+// conv<rank>d.bf16_ratio.fwd, f32 time over bf16 time, under 0.95): what to tell the user, who keeps bf16's
+// numerics and device prediction but trains slower here. None otherwise (f32, no such key, bf16 as fast).
+std::optional<std::string> host_bf16_note(const cost::Device& host, graph::Precision precision, int spatial_rank);
 
 // model_dir when neither the experiment nor the options name one: runs/<experiment file stem>.
 std::filesystem::path default_model_dir(const experiment::Experiment& experiment);

@@ -59,6 +59,19 @@ std::size_t count_lines(const fs::path& path) {
     return lines;
 }
 
+TEST(TrainingRun, ABf16RunOnAHostWhereBf16IsSlowerSaysSo) {
+    cost::Device host;
+    host.measured["conv2d.bf16_ratio.fwd"] = 0.55;  // f32 time over bf16 time: bf16 slower
+    host.measured["conv3d.bf16_ratio.fwd"] = 1.6;   // bf16 faster (a CPU with AMX)
+    const std::optional<std::string> slower = run::host_bf16_note(host, graph::Precision::BF16, 2);
+    ASSERT_TRUE(slower);
+    EXPECT_NE(slower->find("0.55×"), std::string::npos) << *slower;
+    EXPECT_NE(slower->find("\"precision\": \"f32\""), std::string::npos) << *slower;
+    EXPECT_FALSE(run::host_bf16_note(host, graph::Precision::BF16, 3));  // faster: nothing to say
+    EXPECT_FALSE(run::host_bf16_note(host, graph::Precision::F32, 2));   // not a bf16 run
+    EXPECT_FALSE(run::host_bf16_note(cost::Device{}, graph::Precision::BF16, 2));  // a preset from before the ratio
+}
+
 TEST(TrainingRun, WritesMetricsCheckpointsAndPredictions) {
     TemporaryFolder folder("run_outputs");
     run::TrainingRun training(test::small_em(4, 2, 2), test::options_in(folder.path()));
