@@ -602,199 +602,217 @@ struct RankNetwork {
     }
 };
 
-}  // namespace
+// The simulated cores' step on this host, phase by phase (predict_host_step): the forward layers, the
+// loss, the backward layers, then the step's end, each adding its phases' wall time.
+class HostStep {
+public:
+    HostStep(const graph::Graph& model, const partition::TilingPlan& plan, std::int64_t replicas, const CostModel& host,
+             const SimulationOptions& options)
+        : m_model(model), m_plan(plan), m_replicas(replicas), m_host(host), m_options(options), m_cores(plan.num_cores()),
+          m_threads(static_cast<int>(std::max(1.0, host.host_rate("threads")))),
+          m_phase_overhead(host.host_rate("phase_overhead_us") * 1e-6),
+          m_copy_rate(std::max(host.host_rate("copy"), 1e-3) * 1e9),  // bytes/s
+          m_element(host_activation_bytes(options.precision)), m_has_halo(layers_with_halos(model, plan)),
+          m_incoming(all_incoming(model, plan, m_has_halo)), m_network(host, options, m_cores * replicas, m_threads) {
+        m_prediction.cores.resize(static_cast<std::size_t>(m_cores));
+        // Kernels run slower while the other host threads run theirs (measured by calibration); layers
+        // profiled side by side already ran under that slowdown.
+        const double slowdown = std::max(1.0, host.host_rate("parallel_slowdown"));
+        m_concurrent = m_cores * replicas > 1 && m_threads > 1 ? slowdown : 1.0;
+        m_layer_concurrent = options.measured_layers ? 1.0 : m_concurrent;
+        m_replica_gather = m_network.replica_gather_seconds(m_cores);
+        // Batch-norm statistics over every replica's cores (cross-replica BN) gather over every rank.
+        m_norm_gather = options.cross_replica_batch_norm ? m_network.gather_seconds : m_replica_gather;
+        find_rank_crossings();
+        m_costs = costs_per_core(model, plan, host, options);
+        take_measured_layers();
+    }
 
-StepPrediction predict_host_step(const graph::Graph& model, const partition::TilingPlan& plan, std::int64_t replicas,
-                                 const CostModel& host, const SimulationOptions& options) {
-    TESSERA_CHECK(host.device().kind == "host",
-                  "predict_host_step needs a host preset (from `tessera-cli calibrate`), got '" << host.device().id << "'");
-    const std::int64_t cores = plan.num_cores();
-    const int threads = static_cast<int>(std::max(1.0, host.host_rate("threads")));
-    const double phase_overhead = host.host_rate("phase_overhead_us") * 1e-6;
-    const double copy_rate = std::max(host.host_rate("copy"), 1e-3) * 1e9;  // bytes/s
-    const std::int64_t element = host_activation_bytes(options.precision);
-    const auto& nodes = model.nodes();
-    StepPrediction prediction;
-    prediction.cores.resize(static_cast<std::size_t>(cores));
-    const std::vector<bool> has_halo = layers_with_halos(model, plan);
-    const auto incoming = all_incoming(model, plan, has_halo);
-    double wall = 0;
-    // Kernels run slower while the other host threads run theirs (measured by calibration).
-    const double slowdown = std::max(1.0, host.host_rate("parallel_slowdown"));
-    const std::int64_t tasks_per_phase = cores * replicas;
-    const double concurrent = tasks_per_phase > 1 && threads > 1 ? slowdown : 1.0;
-    // Layers profiled side by side already ran under that slowdown.
-    const double layer_concurrent = options.measured_layers ? 1.0 : concurrent;
-    const RankNetwork network(host, options, cores * replicas, threads);
-    const double replica_gather = network.replica_gather_seconds(cores);
-    // Batch-norm statistics over every replica's cores (cross-replica BN) gather over every rank.
-    const double norm_gather = options.cross_replica_batch_norm ? network.gather_seconds : replica_gather;
+    StepPrediction run() {
+        // The input tiles: a copy out of the batch and into the executor.
+        const int input = m_model.input_node();
+        phase([&](std::int64_t core) { return static_cast<double>(8 * m_plan.tile_elements(input, core)) / m_copy_rate; });
+        for (const Node& node : m_model.nodes()) {
+            if (node.kind != OpKind::Input) forward_layer(node);
+        }
+        loss();
+        m_prediction.forward_seconds = m_wall;
+        const auto& nodes = m_model.nodes();
+        for (std::size_t n = nodes.size(); n-- > 0;) {
+            if (nodes[n].kind != OpKind::Input) backward_layer(nodes[n]);
+        }
+        m_prediction.backward_seconds = m_wall;
+        end_of_step();
+        m_prediction.step_seconds = m_wall;
+        for (CoreBreakdown& core : m_prediction.cores) core.idle_seconds = std::max(0.0, m_wall - core.compute_seconds);
+        return m_prediction;
+    }
+
+private:
     // One phase: task(core) seconds for every core of every replica (replicas repeat the same tiles), on
-    // each rank's threads; the phase ends with its slowest rank.
-    auto phase = [&](const std::function<double(std::int64_t)>& task, bool layer = false) {
-        std::vector<std::vector<double>> tasks(static_cast<std::size_t>(network.ranks));
-        for (std::int64_t r = 0; r < replicas; ++r) {
-            for (std::int64_t core = 0; core < cores; ++core) {
-                const double seconds = task(core) * (layer ? layer_concurrent : concurrent) * network.oversubscription;
-                tasks[static_cast<std::size_t>(network.owner(r * cores + core))].push_back(seconds);
-                prediction.cores[static_cast<std::size_t>(core)].compute_seconds += r == 0 ? seconds : 0;
+    // each rank's threads; the phase ends with its slowest rank. Returns its wall time.
+    double phase(const std::function<double(std::int64_t)>& task, bool layer = false) {
+        std::vector<std::vector<double>> tasks(static_cast<std::size_t>(m_network.ranks));
+        for (std::int64_t r = 0; r < m_replicas; ++r) {
+            for (std::int64_t core = 0; core < m_cores; ++core) {
+                const double seconds = task(core) * (layer ? m_layer_concurrent : m_concurrent) * m_network.oversubscription;
+                tasks[static_cast<std::size_t>(m_network.owner(r * m_cores + core))].push_back(seconds);
+                m_prediction.cores[static_cast<std::size_t>(core)].compute_seconds += r == 0 ? seconds : 0;
             }
         }
         double slowest = 0;
-        for (const std::vector<double>& rank_tasks : tasks) slowest = std::max(slowest, phase_makespan(rank_tasks, threads));
-        wall += slowest + phase_overhead;
-        return slowest + phase_overhead;
-    };
+        for (const std::vector<double>& rank_tasks : tasks) slowest = std::max(slowest, phase_makespan(rank_tasks, m_threads));
+        m_wall += slowest + m_phase_overhead;
+        return slowest + m_phase_overhead;
+    }
+
     // Per layer, whether its halo rows cross between ranks (then the mesh sends them before it copies the
     // tiles' interiors, and a convolution's weight gradients run while its halo gradients travel).
-    std::vector<bool> crosses_ranks(nodes.size(), false);
-    for (std::size_t id = 0; id < nodes.size() && network.ranks > 1; ++id) {
-        if (!has_halo[id]) continue;  // no transfers listed
-        for (std::int64_t r = 0; r < replicas; ++r) {
-            for (std::int64_t core = 0; core < cores; ++core) {
-                for (const HaloTransfer& in : incoming[id][static_cast<std::size_t>(core)]) {
-                    if (network.owner(r * cores + in.peer) != network.owner(r * cores + core)) crosses_ranks[id] = true;
+    void find_rank_crossings() {
+        m_crosses_ranks.assign(m_model.nodes().size(), false);
+        for (std::size_t id = 0; id < m_model.nodes().size() && m_network.ranks > 1; ++id) {
+            if (!m_has_halo[id]) continue;  // no transfers listed
+            for (std::int64_t r = 0; r < m_replicas; ++r) {
+                for (std::int64_t core = 0; core < m_cores; ++core) {
+                    for (const HaloTransfer& in : m_incoming[id][static_cast<std::size_t>(core)]) {
+                        if (m_network.owner(r * m_cores + in.peer) != m_network.owner(r * m_cores + core)) m_crosses_ranks[id] = true;
+                    }
                 }
             }
         }
     }
-    auto halo_crosses_ranks = [&](int id) { return static_cast<bool>(crosses_ranks[static_cast<std::size_t>(id)]); };
-    // Halo rows between ranks: each rank waits for its messages (one per transfer from another rank's
-    // core), less the work that ran while they travelled (`overlapped` seconds).
-    auto remote_halos = [&](int id, double overlapped) {
-        if (network.ranks == 1) return;
-        std::vector<double> waits(static_cast<std::size_t>(network.ranks), 0.0);
-        for (std::int64_t r = 0; r < replicas; ++r) {
-            for (std::int64_t core = 0; core < cores; ++core) {
-                const int receiver = network.owner(r * cores + core);
-                for (const HaloTransfer& in : incoming[static_cast<std::size_t>(id)][static_cast<std::size_t>(core)]) {
-                    if (network.owner(r * cores + in.peer) == receiver) continue;
-                    waits[static_cast<std::size_t>(receiver)] += network.message_seconds(static_cast<double>(in.elements * element));
-                }
-            }
-        }
-        wall += std::max(0.0, *std::max_element(waits.begin(), waits.end()) - overlapped);
-    };
-    std::vector<std::vector<LayerCost>> costs = costs_per_core(model, plan, host, options);
-    if (const MeasuredLayers* measured = options.measured_layers.get()) {
-        TESSERA_CHECK(measured->size() == static_cast<std::size_t>(cores),
-                      "measured layer times are for " << measured->size() << " cores, the plan has " << cores);
-        for (std::int64_t core = 0; core < cores; ++core) {
+    bool crosses_ranks(int id) const { return static_cast<bool>(m_crosses_ranks[static_cast<std::size_t>(id)]); }
+
+    // Layer times measured by a profile, where given, replace the per-class model's.
+    void take_measured_layers() {
+        const MeasuredLayers* measured = m_options.measured_layers.get();
+        if (!measured) return;
+        TESSERA_CHECK(measured->size() == static_cast<std::size_t>(m_cores),
+                      "measured layer times are for " << measured->size() << " cores, the plan has " << m_cores);
+        for (std::int64_t core = 0; core < m_cores; ++core) {
             const auto& times = (*measured)[static_cast<std::size_t>(core)];
-            TESSERA_CHECK(times.size() == nodes.size(), "measured layer times cover " << times.size() << " nodes, the model has "
-                                                                                      << nodes.size());
-            for (const Node& node : nodes) {
-                LayerCost& cost = costs[static_cast<std::size_t>(core)][static_cast<std::size_t>(node.id)];
+            TESSERA_CHECK(times.size() == m_model.nodes().size(),
+                          "measured layer times cover " << times.size() << " nodes, the model has " << m_model.nodes().size());
+            for (const Node& node : m_model.nodes()) {
+                LayerCost& cost = m_costs[static_cast<std::size_t>(core)][static_cast<std::size_t>(node.id)];
                 cost.forward.seconds = times[static_cast<std::size_t>(node.id)].forward_seconds;
                 cost.backward.seconds = times[static_cast<std::size_t>(node.id)].backward_seconds;
             }
         }
     }
-    auto cost_of = [&](std::int64_t core, int id) -> const LayerCost& { return costs[static_cast<std::size_t>(core)][static_cast<std::size_t>(id)]; };
-    auto halo_copy_seconds = [&](int id, std::int64_t core) {
+
+    const LayerCost& cost_of(std::int64_t core, int id) const {
+        return m_costs[static_cast<std::size_t>(core)][static_cast<std::size_t>(id)];
+    }
+    double halo_copy_seconds(int id, std::int64_t core) const {
         std::int64_t elements = 0;
-        for (const HaloTransfer& in : incoming[static_cast<std::size_t>(id)][static_cast<std::size_t>(core)]) elements += in.elements;
-        return static_cast<double>(elements * element) / copy_rate;
-    };
-    const int input = model.input_node();
-    // The input tiles: a copy out of the batch and into the executor.
-    phase([&](std::int64_t core) { return static_cast<double>(8 * plan.tile_elements(input, core)) / copy_rate; });
-    for (const Node& node : nodes) {
-        if (node.kind == OpKind::Input) continue;
-        const int id = node.id;
-        const bool halo = has_halo[static_cast<std::size_t>(id)];
-        if (halo && halo_crosses_ranks(id)) {  // the rows other ranks' cores need, packed and sent first
-            std::vector<std::int64_t> outgoing(static_cast<std::size_t>(cores), 0);
-            for (std::int64_t core = 0; core < cores; ++core) {
-                for (const HaloTransfer& in : incoming[static_cast<std::size_t>(id)][static_cast<std::size_t>(core)]) {
-                    if (network.owner(in.peer) != network.owner(core)) outgoing[static_cast<std::size_t>(in.peer)] += in.elements;
+        for (const HaloTransfer& in : m_incoming[static_cast<std::size_t>(id)][static_cast<std::size_t>(core)]) elements += in.elements;
+        return static_cast<double>(elements * m_element) / m_copy_rate;
+    }
+
+    // Halo rows between ranks: each rank waits for its messages (one per transfer from another rank's
+    // core), less the work that ran while they travelled (`overlapped` seconds).
+    void remote_halos(int id, double overlapped) {
+        if (m_network.ranks == 1) return;
+        std::vector<double> waits(static_cast<std::size_t>(m_network.ranks), 0.0);
+        for (std::int64_t r = 0; r < m_replicas; ++r) {
+            for (std::int64_t core = 0; core < m_cores; ++core) {
+                const int receiver = m_network.owner(r * m_cores + core);
+                for (const HaloTransfer& in : m_incoming[static_cast<std::size_t>(id)][static_cast<std::size_t>(core)]) {
+                    if (m_network.owner(r * m_cores + in.peer) == receiver) continue;
+                    waits[static_cast<std::size_t>(receiver)] += m_network.message_seconds(static_cast<double>(in.elements * m_element));
                 }
             }
-            phase([&](std::int64_t core) { return static_cast<double>(outgoing[static_cast<std::size_t>(core)] * element) / copy_rate; });
+        }
+        m_wall += std::max(0.0, *std::max_element(waits.begin(), waits.end()) - overlapped);
+    }
+
+    void forward_layer(const Node& node) {
+        const int id = node.id;
+        const bool halo = m_has_halo[static_cast<std::size_t>(id)];
+        if (halo && crosses_ranks(id)) {  // the rows other ranks' cores need, packed and sent first
+            std::vector<std::int64_t> outgoing(static_cast<std::size_t>(m_cores), 0);
+            for (std::int64_t core = 0; core < m_cores; ++core) {
+                for (const HaloTransfer& in : m_incoming[static_cast<std::size_t>(id)][static_cast<std::size_t>(core)]) {
+                    if (m_network.owner(in.peer) != m_network.owner(core)) outgoing[static_cast<std::size_t>(in.peer)] += in.elements;
+                }
+            }
+            phase([&](std::int64_t core) { return static_cast<double>(outgoing[static_cast<std::size_t>(core)] * m_element) / m_copy_rate; });
         }
         if (halo) {  // the halo node: its interior copy, then the rows pulled from the neighbours
             const double copies = phase([&](std::int64_t core) {
-                const Shape& in = model.node(node.inputs[0]).output_shape;
+                const Shape& in = m_model.node(node.inputs[0]).output_shape;
                 std::int64_t needed = in[0] * in[1];
-                for (const partition::Interval& interval : plan.tile(id, core).needed) needed *= interval.size();
-                return static_cast<double>(2 * element * needed) / copy_rate + halo_copy_seconds(id, core);
+                for (const partition::Interval& interval : m_plan.tile(id, core).needed) needed *= interval.size();
+                return static_cast<double>(2 * m_element * needed) / m_copy_rate + halo_copy_seconds(id, core);
             });
-            remote_halos(id, halo_crosses_ranks(id) ? copies : 0.0);  // the rows to other ranks leave first
+            remote_halos(id, crosses_ranks(id) ? copies : 0.0);  // the rows to other ranks leave first
         }
-        const bool training_norm = node.kind == OpKind::BatchNorm;
-        if (training_norm) {  // two statistics phases (each reduced over the ranks), then the normalising phase
+        if (node.kind == OpKind::BatchNorm) {  // two statistics phases (each reduced over the ranks), then the normalising phase
             for (int p = 0; p < 2; ++p) {
                 phase([&](std::int64_t core) { return cost_of(core, id).forward.seconds / 3; }, true);
-                wall += norm_gather;
+                m_wall += m_norm_gather;
             }
             phase([&](std::int64_t core) { return cost_of(core, id).forward.seconds / 3; }, true);
         } else if (node.kind == OpKind::GlobalAvgPool) {
             phase([&](std::int64_t core) { return cost_of(core, id).forward.seconds; }, true);
-            wall += replica_gather;
+            m_wall += m_replica_gather;
             phase([&](std::int64_t) { return 0.0; });
         } else {
             phase([&](std::int64_t core) { return cost_of(core, id).forward.seconds; }, true);
         }
     }
-    // Loss: logits out of the executor (every output's) and the partial sums; then each tile's gradient.
-    const auto logits = [&](std::int64_t core) {
-        std::int64_t elements = 0;
-        for (int head : model.output_nodes()) elements += plan.tile_elements(head, core);
-        return static_cast<double>(8 * elements);
-    };
-    const double loss_rate = std::max(host.host_rate("loss"), 1e-3) * 1e9;
-    phase([&](std::int64_t core) { return logits(core) / loss_rate; });
-    wall += replica_gather + network.gather_seconds;  // the loss partials (within a replica), each replica's loss (all ranks)
-    phase([&](std::int64_t core) { return logits(core) / loss_rate; });
-    phase([&](std::int64_t core) { return logits(core) / copy_rate; });
-    prediction.forward_seconds = wall;
-    for (std::size_t n = nodes.size(); n-- > 0;) {
-        const Node& node = nodes[n];
-        if (node.kind == OpKind::Input) continue;
+
+    // Logits out of the executor (every output's) and the partial sums; then each tile's gradient.
+    void loss() {
+        const auto logits = [&](std::int64_t core) {
+            std::int64_t elements = 0;
+            for (int head : m_model.output_nodes()) elements += m_plan.tile_elements(head, core);
+            return static_cast<double>(8 * elements);
+        };
+        const double loss_rate = std::max(m_host.host_rate("loss"), 1e-3) * 1e9;
+        phase([&](std::int64_t core) { return logits(core) / loss_rate; });
+        m_wall += m_replica_gather + m_network.gather_seconds;  // the loss partials (within a replica), each replica's loss (all ranks)
+        phase([&](std::int64_t core) { return logits(core) / loss_rate; });
+        phase([&](std::int64_t core) { return logits(core) / m_copy_rate; });
+    }
+
+    void backward_layer(const Node& node) {
         const int id = node.id;
-        const bool halo_gradients = has_halo[static_cast<std::size_t>(id)] && model.node(node.inputs[0]).kind != OpKind::Input;
+        const bool halo_gradients = m_has_halo[static_cast<std::size_t>(id)] && m_model.node(node.inputs[0]).kind != OpKind::Input;
         // A convolution whose halo gradients go to another rank computes its input gradients first and
         // its weights' gradients while they travel: the weights' share of its backward, by FLOPs (each
         // part as many as forward).
-        const bool weights_later = halo_gradients && (node.kind == OpKind::Conv || node.kind == OpKind::ConvTranspose) &&
-                                   halo_crosses_ranks(id);
-        const graph::NodeCost& flops = model.cost(id);
+        const bool weights_later =
+            halo_gradients && (node.kind == OpKind::Conv || node.kind == OpKind::ConvTranspose) && crosses_ranks(id);
+        const graph::NodeCost& flops = m_model.cost(id);
         const double weights_share =
             weights_later && flops.backward_flops > 0 ? std::clamp(flops.forward_flops / flops.backward_flops, 0.0, 1.0) : 0.0;
         if (node.kind == OpKind::BatchNorm) {
             phase([&](std::int64_t core) { return cost_of(core, id).backward.seconds * 0.6; }, true);
-            wall += norm_gather;
+            m_wall += m_norm_gather;
             phase([&](std::int64_t core) { return cost_of(core, id).backward.seconds * 0.4; }, true);
         } else {
             phase([&](std::int64_t core) { return cost_of(core, id).backward.seconds * (1 - weights_share); }, true);
         }
-        if (halo_gradients) {
-            // The halo node's backward (its interior back into the tile's gradient), then the returns. Halo
-            // gradients bound for other ranks leave first: the halo node's backward and the deferred
-            // weights' gradients run while they travel.
-            const double halo_node = phase([&](std::int64_t core) {
-                return static_cast<double>(2 * element * plan.tile_elements(node.inputs[0], core)) / copy_rate;
-            });
-            const double weights =
-                weights_later ? phase([&](std::int64_t core) { return cost_of(core, id).backward.seconds * weights_share; }, true) : 0.0;
-            remote_halos(id, halo_crosses_ranks(id) ? halo_node + weights : 0.0);
-            phase([&](std::int64_t core) { return 1.5 * halo_copy_seconds(id, core); });
-        }
+        if (!halo_gradients) return;
+        // The halo node's backward (its interior back into the tile's gradient), then the returns. Halo
+        // gradients bound for other ranks leave first: the halo node's backward and the deferred weights'
+        // gradients run while they travel.
+        const double halo_node = phase([&](std::int64_t core) {
+            return static_cast<double>(2 * m_element * m_plan.tile_elements(node.inputs[0], core)) / m_copy_rate;
+        });
+        const double weights =
+            weights_later ? phase([&](std::int64_t core) { return cost_of(core, id).backward.seconds * weights_share; }, true) : 0.0;
+        remote_halos(id, crosses_ranks(id) ? halo_node + weights : 0.0);
+        phase([&](std::int64_t core) { return 1.5 * halo_copy_seconds(id, core); });
     }
-    prediction.backward_seconds = wall;
-    // Weight gradients summed over the cores and copied back, one task per parameter tensor over the
-    // threads; the finite checks; then the update.
-    std::int64_t parameters = 0;
-    for (const graph::ParameterSpec& spec : model.parameters()) parameters += num_elements_of(spec.shape);
-    const double all_cores = static_cast<double>(cores * replicas);
-    const double extra_cores = all_cores - 1, extra_replicas = static_cast<double>(replicas - 1);
-    const double per_tensor = (host.host_rate("gradient_reduce_us_per_tensor") + host.host_rate("gradient_reduce_us_per_tensor_core") * extra_cores +
-                               host.host_rate("gradient_reduce_us_per_tensor_replica") * extra_replicas) * 1e-6;
+
     // Per-parameter costs were measured on two model sizes (9 and 59 MB of parameters a core): in
     // log(parameters) between them, flat beyond (the caches' benefit gone, memory speed stays).
-    const auto& measured = host.device().measured;
-    const auto per_parameter = [&](const std::string& key) {
-        const double small = host.host_rate(key);
+    double per_parameter(const std::string& key, std::int64_t parameters) const {
+        const auto& measured = m_host.device().measured;
+        const double small = m_host.host_rate(key);
         const auto large = measured.find(key + "_large"), small_size = measured.find("end_of_step_parameters"),
                    large_size = measured.find("end_of_step_parameters_large");
         if (large == measured.end() || small_size == measured.end() || large_size == measured.end() ||
@@ -804,45 +822,82 @@ StepPrediction predict_host_step(const graph::Graph& model, const partition::Til
                                                std::log(large_size->second / small_size->second),
                                            0.0, 1.0);
         return small + position * (large->second - small);
-    };
-    const double per_element = (per_parameter("gradient_reduce_ns_per_parameter") +
-                                per_parameter("gradient_reduce_ns_per_parameter_core") * extra_cores +
-                                per_parameter("gradient_reduce_ns_per_parameter_replica") * extra_replicas) * 1e-9;
-    const double update_per_parameter = per_parameter("update_ns_per_parameter") * 1e-9;
-    if (measured.count("gradient_reduce_ns_per_parameter") && measured.count("update_ns_per_parameter")) {
-        // Measured on the mesh by calibration (cores/host_calibration.cpp).
+    }
+
+    // Weight gradients summed over the cores and copied back, one task per parameter tensor over the
+    // threads; the finite checks; then the update.
+    void end_of_step() {
+        std::int64_t parameters = 0;
+        for (const graph::ParameterSpec& spec : m_model.parameters()) parameters += num_elements_of(spec.shape);
+        const double all_cores = static_cast<double>(m_cores * m_replicas);
+        const double extra_cores = all_cores - 1, extra_replicas = static_cast<double>(m_replicas - 1);
+        const auto& measured = m_host.device().measured;
+        if (!measured.count("gradient_reduce_ns_per_parameter") || !measured.count("update_ns_per_parameter")) {
+            // Presets calibrated before round 2: memory passes at the copy rate.
+            m_prediction.gradient_all_reduce_seconds = 4.0 * static_cast<double>(parameters) * 3 * all_cores / m_copy_rate / m_threads;
+            m_wall += m_prediction.gradient_all_reduce_seconds + m_phase_overhead;
+            phase([&](std::int64_t) {
+                return static_cast<double>(4 * parameters * (3 + 2 * m_options.optimizer_slots)) / m_copy_rate;
+            });
+            return;
+        }
+        // Measured on the mesh by calibration (mesh/host_calibration.cpp).
+        const double per_tensor = (m_host.host_rate("gradient_reduce_us_per_tensor") +
+                                   m_host.host_rate("gradient_reduce_us_per_tensor_core") * extra_cores +
+                                   m_host.host_rate("gradient_reduce_us_per_tensor_replica") * extra_replicas) * 1e-6;
+        const double per_element = (per_parameter("gradient_reduce_ns_per_parameter", parameters) +
+                                    per_parameter("gradient_reduce_ns_per_parameter_core", parameters) * extra_cores +
+                                    per_parameter("gradient_reduce_ns_per_parameter_replica", parameters) * extra_replicas) * 1e-9;
         std::vector<double> reductions;
-        for (const graph::ParameterSpec& spec : model.parameters())
+        for (const graph::ParameterSpec& spec : m_model.parameters())
             reductions.push_back(per_tensor + static_cast<double>(num_elements_of(spec.shape)) * per_element);
         // The checks and the update also cost per tensor: the wall time per tensor measured on many tiny
         // ones over the threads (counted here with the checks).
-        const double tensor_count = static_cast<double>(model.parameters().size());
-        const double per_tensor_end = host.host_rate("checks_and_update_us_per_tensor") * 1e-6 * tensor_count;
-        prediction.finite_check_seconds =
-            static_cast<double>(parameters) * per_parameter("finite_checks_ns_per_parameter") * 1e-9 + per_tensor_end;
-        prediction.gradient_all_reduce_seconds =
-            network.gradient_seconds(phase_makespan(reductions, threads), 4.0 * static_cast<double>(parameters)) +
-            prediction.finite_check_seconds;
-        wall += prediction.gradient_all_reduce_seconds + phase_overhead;
-        // Momentum SGD was measured: Adam's second slot adds to the bytes each update moves.
-        const double update = static_cast<double>(parameters) * update_per_parameter *
-                              static_cast<double>(3 + 2 * options.optimizer_slots) / 5.0;
-        // One update per rank (a rank's cores share its first core's weights), its parameters spread over
-        // the rank's threads — as calibration timed it.
-        prediction.update_seconds = update;
-        for (CoreBreakdown& core : prediction.cores) core.compute_seconds += update;
-        wall += update * network.oversubscription + phase_overhead;
-        wall += network.fixed_collectives * network.gather_seconds;  // the step's end: failures, events, ledgers
-    } else {  // presets calibrated before round 2: memory passes at the copy rate
-        prediction.gradient_all_reduce_seconds = 4.0 * static_cast<double>(parameters) * 3 * all_cores / copy_rate / threads;
-        wall += prediction.gradient_all_reduce_seconds + phase_overhead;
-        phase([&](std::int64_t) {
-            return static_cast<double>(4 * parameters * (3 + 2 * options.optimizer_slots)) / copy_rate;
-        });
+        const double tensor_count = static_cast<double>(m_model.parameters().size());
+        const double per_tensor_end = m_host.host_rate("checks_and_update_us_per_tensor") * 1e-6 * tensor_count;
+        m_prediction.finite_check_seconds =
+            static_cast<double>(parameters) * per_parameter("finite_checks_ns_per_parameter", parameters) * 1e-9 + per_tensor_end;
+        m_prediction.gradient_all_reduce_seconds =
+            m_network.gradient_seconds(phase_makespan(reductions, m_threads), 4.0 * static_cast<double>(parameters)) +
+            m_prediction.finite_check_seconds;
+        m_wall += m_prediction.gradient_all_reduce_seconds + m_phase_overhead;
+        // Momentum SGD was measured: Adam's second slot adds to the bytes each update moves. One update
+        // per rank (a rank's cores share its first core's weights), its parameters spread over the rank's
+        // threads — as calibration timed it.
+        const double update_per_parameter = per_parameter("update_ns_per_parameter", parameters) * 1e-9;
+        const double update = static_cast<double>(parameters) * update_per_parameter * static_cast<double>(3 + 2 * m_options.optimizer_slots) / 5.0;
+        m_prediction.update_seconds = update;
+        for (CoreBreakdown& core : m_prediction.cores) core.compute_seconds += update;
+        m_wall += update * m_network.oversubscription + m_phase_overhead;
+        m_wall += m_network.fixed_collectives * m_network.gather_seconds;  // the step's end: failures, events, ledgers
     }
-    prediction.step_seconds = wall;
-    for (CoreBreakdown& core : prediction.cores) core.idle_seconds = std::max(0.0, wall - core.compute_seconds);
-    return prediction;
+
+    const graph::Graph& m_model;
+    const partition::TilingPlan& m_plan;
+    const std::int64_t m_replicas;
+    const CostModel& m_host;
+    const SimulationOptions& m_options;
+    const std::int64_t m_cores;  // of one replica
+    const int m_threads;
+    const double m_phase_overhead, m_copy_rate;
+    const std::int64_t m_element;  // bytes of an activation
+    const std::vector<bool> m_has_halo;
+    const std::vector<std::vector<std::vector<HaloTransfer>>> m_incoming;  // [node][core]: the rows it receives
+    const RankNetwork m_network;
+    double m_concurrent = 1, m_layer_concurrent = 1, m_replica_gather = 0, m_norm_gather = 0;
+    std::vector<bool> m_crosses_ranks;
+    std::vector<std::vector<LayerCost>> m_costs;  // [core][node]
+    StepPrediction m_prediction;
+    double m_wall = 0;  // the step so far
+};
+
+}  // namespace
+
+StepPrediction predict_host_step(const graph::Graph& model, const partition::TilingPlan& plan, std::int64_t replicas,
+                                 const CostModel& host, const SimulationOptions& options) {
+    TESSERA_CHECK(host.device().kind == "host",
+                  "predict_host_step needs a host preset (from `tessera-cli calibrate`), got '" << host.device().id << "'");
+    return HostStep(model, plan, replicas, host, options).run();
 }
 
 }  // namespace tessera::cost
