@@ -395,16 +395,8 @@ void parse_coco_fields(const Reader& read, const Json& d, const Experiment& e, d
     }
 }
 
-data::DataConfig parse_data(const Reader& read, const Json& root, const Experiment& e, std::uint64_t seed) {
-    const Json* object = read.optional_object(
-        root, "", "data", R"({"source": "synthetic_em"})",
-        {"source", "seed", "image_size", "num_train_images", "num_eval_images", "noise", "images", "labels",
-         "label_mapping", "normalization", "static_shape", "foreground_fraction", "augment", "holdout_fraction",
-         "non_finite", "max_number_of_boxes", "excess_boxes", "objects", "object_size", "annotations",
-         "eval_annotations", "eval_images", "categories", "scale_jitter", "records", "eval_records", "first_label", "image",
-         "read_by_region"});
-    const Json& d = *object;
-    data::DataConfig config;
+// data.source, and whether it suits the model: a U-Net segments, a ResNet classifies, a RetinaNet detects.
+std::string parse_source(const Reader& read, const Json& d, const Experiment& e, data::DataConfig& config) {
     const std::string source = read.choice(
         d, "data", "source",
         {"synthetic_em", "synthetic_ct", "fake_images", "folder", "example_mri", "synthetic_shapes", "coco", "tfrecord", "volume"},
@@ -430,6 +422,13 @@ data::DataConfig parse_data(const Reader& read, const Json& root, const Experime
         read.fail("data.source", "a U-Net segments: use \"synthetic_em\", \"synthetic_ct\", \"folder\", \"volume\" or \"example_mri\", got " +
                                      in_quotes(source));
     }
+    return source;
+}
+
+// A detection source's boxes (how many an image may hold and what happens past that) and the synthetic
+// shapes' objects; nothing of it for any other source.
+void parse_boxes(const Reader& read, const Json& d, const std::string& source, data::DataConfig& config) {
+    const bool detection = data::is_detection_source(config.source);
     if (!detection) {
         for (std::string_view key : {"max_number_of_boxes", "excess_boxes", "objects", "object_size"}) {
             if (read.find(d, key)) read.fail(join_path("data", key), "only a detection source has boxes; this source is " + in_quotes(source));
@@ -457,12 +456,11 @@ data::DataConfig parse_data(const Reader& read, const Json& root, const Experime
         }
         config.object_size = {(*size)[0].get<double>(), (*size)[1].get<double>()};
     }
-    config.seed = static_cast<std::uint64_t>(read.integer(d, "data", "seed", 0, std::numeric_limits<std::int64_t>::max(),
-                                                          static_cast<std::int64_t>(seed)));
-    config.image_size = integer_list(read, d, "data", "image_size", 1, "[512, 512]");
-    config.num_train_images = read.integer(d, "data", "num_train_images", 1, 100000, config.num_train_images);
-    config.num_eval_images = read.integer(d, "data", "num_eval_images", 1, 100000, config.num_eval_images);
-    config.noise = read.number(d, "data", "noise", 0.0, 1e6, config.noise);
+}
+
+// Where a source reads from: a folder pair, a COCO annotation file, one volume, record shards; each
+// source's own keys refused elsewhere.
+void parse_source_files(const Reader& read, const Json& d, const std::string& source, const Experiment& e, data::DataConfig& config) {
     if (config.source == data::SourceKind::Folder) {
         const auto images = read.string(d, "data", "images");
         const auto labels = read.string(d, "data", "labels");
@@ -544,6 +542,10 @@ data::DataConfig parse_data(const Reader& read, const Json& root, const Experime
             }
         }
     }
+}
+
+// data.label_mapping: file labels (values, ranges, thresholds) to classes.
+void parse_label_mapping(const Reader& read, const Json& d, const Experiment& e, data::DataConfig& config) {
     if (const Json* mapping = read.find(d, "label_mapping")) {
         if (!mapping->is_object()) {
             read.fail("data.label_mapping", "expected an object from file label to class, e.g. {\"4\": 1, \"1-255\": 1, \">0\": 1}, got " +
@@ -574,6 +576,10 @@ data::DataConfig parse_data(const Reader& read, const Json& root, const Experime
             config.label_mapping.push_back(*rule);
         }
     }
+}
+
+// data.normalization: "zscore", "none" or a window ({"window": [low, high]}).
+void parse_normalization(const Reader& read, const Json& d, data::DataConfig& config) {
     if (const Json* normalization = read.find(d, "normalization")) {
         const std::string here = "data.normalization";
         if (normalization->is_object()) {
@@ -592,23 +598,10 @@ data::DataConfig parse_data(const Reader& read, const Json& root, const Experime
             config.normalization = kind == "zscore" ? data::Normalization::ZScore : data::Normalization::None;
         }
     }
-    const bool coco = config.source == data::SourceKind::Coco;
-    // A COCO source brings whole images to the input, by default as the detection seed's pad_to_max_dimension.
-    const std::string static_shape =
-        read.choice(d, "data", "static_shape", {"crop", "resize", "pad_to_max"},
-                    coco ? "pad_to_max" : config.source == data::SourceKind::TFRecord ? "resize" : "crop");
-    if (coco && static_shape == "crop") {
-        read.fail(
-            "data.static_shape",
-            "\"crop\" cuts patches, which would cut boxes: a \"coco\" source brings each whole image to the "
-            "input, use \"resize\" (fixed shape) or \"pad_to_max\" (aspect ratio kept, padded at the bottom right)");
-    }
-    config.static_shape = static_shape == "crop" ? data::StaticShape::Crop
-                          : static_shape == "resize" ? data::StaticShape::Resize : data::StaticShape::PadToMax;
-    config.foreground_fraction = read.number(d, "data", "foreground_fraction", 0.0, 1.0, config.foreground_fraction);
-    config.holdout_fraction = read.number(d, "data", "holdout_fraction", 0.0, 0.9, config.holdout_fraction);
-    config.non_finite = read.choice(d, "data", "non_finite", {"error", "zero"}, "error") == "zero" ? data::NonFinitePolicy::Zero
-                                                                                                   : data::NonFinitePolicy::Error;
+}
+
+// data.augment: flips, rotations by 90° and intensity jitter.
+void parse_augment(const Reader& read, const Json& d, const Experiment& e, bool coco, data::DataConfig& config) {
     if (const Json* augment = read.optional_object(d, "data", "augment", R"({"flip_axes": [1, 2], "rotate90": true})",
                                                    {"flip_axes", "rotate90", "intensity_scale", "intensity_shift"})) {
         for (std::int64_t axis : integer_list(read, *augment, "data.augment", "flip_axes", 0, "[0, 1]")) {
@@ -632,6 +625,47 @@ data::DataConfig parse_data(const Reader& read, const Json& root, const Experime
         config.augment.intensity_scale = read.number(*augment, "data.augment", "intensity_scale", 0.0, 1.0, 0.0);
         config.augment.intensity_shift = read.number(*augment, "data.augment", "intensity_shift", 0.0, 10.0, 0.0);
     }
+}
+
+data::DataConfig parse_data(const Reader& read, const Json& root, const Experiment& e, std::uint64_t seed) {
+    const Json* object = read.optional_object(
+        root, "", "data", R"({"source": "synthetic_em"})",
+        {"source", "seed", "image_size", "num_train_images", "num_eval_images", "noise", "images", "labels",
+         "label_mapping", "normalization", "static_shape", "foreground_fraction", "augment", "holdout_fraction",
+         "non_finite", "max_number_of_boxes", "excess_boxes", "objects", "object_size", "annotations",
+         "eval_annotations", "eval_images", "categories", "scale_jitter", "records", "eval_records", "first_label", "image",
+         "read_by_region"});
+    const Json& d = *object;
+    data::DataConfig config;
+    const std::string source = parse_source(read, d, e, config);
+    parse_boxes(read, d, source, config);
+    config.seed = static_cast<std::uint64_t>(read.integer(d, "data", "seed", 0, std::numeric_limits<std::int64_t>::max(),
+                                                          static_cast<std::int64_t>(seed)));
+    config.image_size = integer_list(read, d, "data", "image_size", 1, "[512, 512]");
+    config.num_train_images = read.integer(d, "data", "num_train_images", 1, 100000, config.num_train_images);
+    config.num_eval_images = read.integer(d, "data", "num_eval_images", 1, 100000, config.num_eval_images);
+    config.noise = read.number(d, "data", "noise", 0.0, 1e6, config.noise);
+    parse_source_files(read, d, source, e, config);
+    parse_label_mapping(read, d, e, config);
+    parse_normalization(read, d, config);
+    const bool coco = config.source == data::SourceKind::Coco;
+    // A COCO source brings whole images to the input, by default as the detection seed's pad_to_max_dimension.
+    const std::string static_shape =
+        read.choice(d, "data", "static_shape", {"crop", "resize", "pad_to_max"},
+                    coco ? "pad_to_max" : config.source == data::SourceKind::TFRecord ? "resize" : "crop");
+    if (coco && static_shape == "crop") {
+        read.fail(
+            "data.static_shape",
+            "\"crop\" cuts patches, which would cut boxes: a \"coco\" source brings each whole image to the "
+            "input, use \"resize\" (fixed shape) or \"pad_to_max\" (aspect ratio kept, padded at the bottom right)");
+    }
+    config.static_shape = static_shape == "crop" ? data::StaticShape::Crop
+                          : static_shape == "resize" ? data::StaticShape::Resize : data::StaticShape::PadToMax;
+    config.foreground_fraction = read.number(d, "data", "foreground_fraction", 0.0, 1.0, config.foreground_fraction);
+    config.holdout_fraction = read.number(d, "data", "holdout_fraction", 0.0, 0.9, config.holdout_fraction);
+    config.non_finite = read.choice(d, "data", "non_finite", {"error", "zero"}, "error") == "zero" ? data::NonFinitePolicy::Zero
+                                                                                                   : data::NonFinitePolicy::Error;
+    parse_augment(read, d, e, coco, config);
     try {
         data::validate(config);
     } catch (const Error& error) {
