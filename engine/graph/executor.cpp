@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <span>
 
 namespace tessera::graph {
@@ -160,6 +161,56 @@ struct Executor::Impl {
     }
 };
 
+namespace {
+
+// The kernel of one node, compiled for the layouts its inputs arrive in (`in`), computing in `compute` and
+// writing `output_type`; parameter(i) is the node's i-th parameter (nullptr past the last).
+std::unique_ptr<Kernel> make_node_kernel(const Node& node, const std::vector<Shape>& input_shapes, const KernelInputs& in,
+                                         const std::function<Parameter*(std::size_t)>& parameter, std::vector<Tensor>& buffers,
+                                         bool distributed_reductions, memory::data_type compute, memory::data_type output_type) {
+    std::unique_ptr<Kernel> kernel;
+    try {
+        switch (node.kind) {
+            case OpKind::Conv:
+                kernel = ops::make_conv_kernel(node.conv, input_shapes[0], node.output_shape, in, parameter(0),
+                                               parameter(1), compute, output_type);
+                break;
+            case OpKind::ConvTranspose:
+                kernel = ops::make_conv_transpose_kernel(node.conv_transpose, input_shapes[0], node.output_shape, in,
+                                                         parameter(0), parameter(1), compute, output_type);
+                break;
+            case OpKind::Pool: kernel = ops::make_pool_kernel(node.pool, node.output_shape, in); break;
+            case OpKind::BatchNorm: {
+                Tensor* running_mean = &buffers[static_cast<std::size_t>(node.buffers[0])];
+                Tensor* running_variance = &buffers[static_cast<std::size_t>(node.buffers[1])];
+                kernel = ops::make_batch_norm_kernel(node.batch_norm, node.output_shape, in, parameter(0),
+                                                     parameter(1), running_mean, running_variance,
+                                                     distributed_reductions);
+                break;
+            }
+            case OpKind::Relu: kernel = ops::make_relu_kernel(in); break;
+            case OpKind::Add: kernel = ops::make_add_kernel(in); break;
+            case OpKind::Concat: kernel = ops::make_concat_kernel(input_shapes, node.output_shape, in); break;
+            case OpKind::GlobalAvgPool:
+                kernel = ops::make_global_avg_pool_kernel(input_shapes[0], in, distributed_reductions);
+                break;
+            case OpKind::Halo: kernel = ops::make_halo_kernel(node.halo, input_shapes[0], node.output_shape, in); break;
+            case OpKind::Upsample: kernel = ops::make_upsample_kernel(node.upsample_factor, node.output_shape, in); break;
+            case OpKind::Crop: kernel = ops::make_crop_kernel(node.crop_offset, node.output_shape, in); break;
+            case OpKind::Dense:
+                kernel = ops::make_dense_kernel(input_shapes[0], node.output_shape, in, parameter(0), parameter(1));
+                break;
+            case OpKind::Input: break;
+        }
+    } catch (const dnnl::error& error) {
+        TESSERA_REJECT("oneDNN cannot compile " << op_name(node.kind) << " '" << node.name << "' for input "
+                                                << shape_to_string(input_shapes[0]) << ": " << error.what());
+    }
+    return kernel;
+}
+
+}  // namespace
+
 Executor::Executor(const Graph& graph, ExecutorOptions options) : m_impl(std::make_unique<Impl>(graph, options)) {
     Impl& impl = *m_impl;
     impl.kernel_threads = ops::num_threads();
@@ -248,51 +299,15 @@ Executor::Executor(const Graph& graph, ExecutorOptions options) : m_impl(std::ma
                 (convolution ? bf16_compute : impl.rounds_to_bf16[static_cast<std::size_t>(node.inputs[0])]);
         }
         const memory::data_type output_type = is_output[static_cast<std::size_t>(node.id)] ? memory::data_type::f32 : compute;
-        std::unique_ptr<Kernel> kernel;
-        try {
-            switch (node.kind) {
-                case OpKind::Conv:
-                    kernel = ops::make_conv_kernel(node.conv, input_shapes[0], node.output_shape, in, parameter(node, 0),
-                                                   parameter(node, 1), compute, output_type);
-                    break;
-                case OpKind::ConvTranspose:
-                    kernel = ops::make_conv_transpose_kernel(node.conv_transpose, input_shapes[0], node.output_shape, in,
-                                                             parameter(node, 0), parameter(node, 1), compute, output_type);
-                    break;
-                case OpKind::Pool: kernel = ops::make_pool_kernel(node.pool, node.output_shape, in); break;
-                case OpKind::BatchNorm: {
-                    Tensor* running_mean = &impl.buffers[static_cast<std::size_t>(node.buffers[0])];
-                    Tensor* running_variance = &impl.buffers[static_cast<std::size_t>(node.buffers[1])];
-                    kernel = ops::make_batch_norm_kernel(node.batch_norm, node.output_shape, in, parameter(node, 0),
-                                                         parameter(node, 1), running_mean, running_variance,
-                                                         impl.options.distributed_reductions);
-                    break;
-                }
-                case OpKind::Relu: kernel = ops::make_relu_kernel(in); break;
-                case OpKind::Add: kernel = ops::make_add_kernel(in); break;
-                case OpKind::Concat: kernel = ops::make_concat_kernel(input_shapes, node.output_shape, in); break;
-                case OpKind::GlobalAvgPool:
-                    kernel = ops::make_global_avg_pool_kernel(input_shapes[0], in, impl.options.distributed_reductions);
-                    break;
-                case OpKind::Halo: kernel = ops::make_halo_kernel(node.halo, input_shapes[0], node.output_shape, in); break;
-                case OpKind::Upsample: kernel = ops::make_upsample_kernel(node.upsample_factor, node.output_shape, in); break;
-                case OpKind::Crop: kernel = ops::make_crop_kernel(node.crop_offset, node.output_shape, in); break;
-                case OpKind::Dense:
-                    kernel = ops::make_dense_kernel(input_shapes[0], node.output_shape, in, parameter(node, 0), parameter(node, 1));
-                    break;
-                case OpKind::Input: break;
-            }
-        } catch (const dnnl::error& error) {
-            TESSERA_REJECT("oneDNN cannot compile " << op_name(node.kind) << " '" << node.name << "' for input "
-                                                    << shape_to_string(input_shapes[0]) << ": " << error.what());
-        }
+        const std::unique_ptr<Kernel>& kernel = impl.kernels[static_cast<std::size_t>(node.id)] =
+            make_node_kernel(node, input_shapes, in, [&](std::size_t i) { return parameter(node, i); }, impl.buffers,
+                             impl.options.distributed_reductions, compute, output_type);
         const auto id = static_cast<std::size_t>(node.id);
         impl.outputs[id] = memory(kernel->output_desc(), cpu_engine());
         impl.accumulate[id] = dnnl::binary(impl.scratchpad.fit(dnnl::binary::primitive_desc(
             dnnl::binary::desc(dnnl::algorithm::binary_add, kernel->output_desc(), kernel->output_desc(),
                                kernel->output_desc()),
             Scratchpad::attributes(), cpu_engine())));
-        impl.kernels[id] = std::move(kernel);
     }
 
     // Backward runs in reverse order: the last consumer of a node writes its gradient first (directly);
