@@ -90,6 +90,7 @@ FidelityResult measure_fidelity(const FidelityCase& fidelity_case, const cost::C
     for (std::int64_t i = 0; i < labels.num_elements(); ++i) labels.data<std::int32_t>()[i] = random.uniform() > 0.5;
 
     FidelityResult result;
+    std::vector<graph::NodeTiming> fastest_timings;  // core 0's layers in the fastest step
     cores.train_step(images, labels);  // warm-up
     // Steps and profile passes interleaved: on a shared machine both sample the same moments.
     const int threads = mesh.host_threads;
@@ -98,7 +99,11 @@ FidelityResult measure_fidelity(const FidelityCase& fidelity_case, const cost::C
         const auto start = std::chrono::steady_clock::now();
         const train::StepResult measured = cores.train_step(images, labels);
         result.measured_seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-        if (result.measured_seconds.back() <= result.measured_fastest()) result.fastest_step = measured;
+        if (result.measured_seconds.back() <= result.measured_fastest()) {
+            result.fastest_step = measured;
+            const std::span<const graph::NodeTiming> timings = cores.executor(0).timings();
+            fastest_timings.assign(timings.begin(), timings.end());
+        }
         profiler.measure(std::max(1, options.profile_repeats / options.steps));
     }
 
@@ -110,7 +115,7 @@ FidelityResult measure_fidelity(const FidelityCase& fidelity_case, const cost::C
     simulation.measured_layers = std::make_shared<cost::MeasuredLayers>(profiler.layers());
     const cost::StepPrediction predicted = cost::predict_host_step(g, cores.plan(), fidelity_case.replicas, host, simulation);
     result.predicted_seconds = predicted.step_seconds;
-    if (options.inspect) options.inspect(cores, predicted, *simulation.measured_layers);
+    if (options.inspect) options.inspect(cores, predicted, *simulation.measured_layers, fastest_timings);
     return result;
 }
 
