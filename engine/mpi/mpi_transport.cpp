@@ -78,7 +78,6 @@ public:
 
     void use_grid(const std::optional<mesh::RankGrid>& grid) override {
         m_grid_comm = MPI_COMM_NULL;
-        m_grid_position.clear();
         m_grid.reset();
         if (!grid) return;
         int cells = 1;
@@ -106,7 +105,6 @@ public:
             for (std::size_t axis = 0; axis < coordinates.size(); ++axis) row_major = row_major * grid->dims[axis] + coordinates[axis];
             TESSERA_CHECK(row_major == static_cast<int>(member), "the Cartesian communicator puts member " << member << " at row-major position "
                                                                    << row_major << "; the mesh's cores expect " << member);
-            m_grid_position[grid->ranks[member]] = static_cast<int>(member);
         }
         m_grid = grid;
     }
@@ -229,8 +227,9 @@ private:
     // on one communicator, so they still match in posting order.)
     std::pair<MPI_Comm, int> route(int peer, mesh::MessageTag tag) const {
         const bool halo = tag == mesh::MessageTag::ForwardHalo || tag == mesh::MessageTag::BackwardHalo;
-        if (halo && m_grid_comm != MPI_COMM_NULL) {
-            if (const auto found = m_grid_position.find(peer); found != m_grid_position.end()) return {m_grid_comm, found->second};
+        if (halo && m_grid) {  // a member's rank in the grid is its position among the (ascending) members
+            const auto found = std::lower_bound(m_grid->ranks.begin(), m_grid->ranks.end(), peer);
+            if (found != m_grid->ranks.end() && *found == peer) return {m_grid_comm, static_cast<int>(found - m_grid->ranks.begin())};
         }
         return {m_comm, peer};
     }
@@ -267,8 +266,7 @@ private:
     // on this transport may each use one.
     std::map<std::pair<std::vector<int>, std::vector<int>>, MPI_Comm> m_grids;
     MPI_Comm m_grid_comm = MPI_COMM_NULL;           // the current mesh's, for this rank's replica (use_grid)
-    std::optional<mesh::RankGrid> m_grid;
-    std::map<int, int> m_grid_position;             // world rank → rank in m_grid_comm
+    std::optional<mesh::RankGrid> m_grid;           // the current mesh's (use_grid), its ranks ascending
 };
 
 }  // namespace
