@@ -238,35 +238,32 @@ std::array<std::int64_t, 2> shapes_object_count_range(const ShapesOptions& optio
     return {min_objects, max_objects};
 }
 
-ShapesImage make_shapes_image(const ShapesOptions& options) {
-    const auto [min_objects, max_objects] = shapes_object_count_range(options);  // checks the options
+namespace {
+
+// Background: colour per channel from two coarse octaves, a brightness texture shared by all channels
+// (and carried by the objects) from two fine ones. Returns that texture ([H, W]).
+std::vector<float> paint_background(const ShapesOptions& options, float* image) {
     const auto [height, width] = options.size;
-    const std::int64_t channels = options.channels;
     const std::int64_t plane = height * width;
     const auto texture = options.texture_strength;
-
-    // Background: colour per channel from two coarse octaves, a brightness texture shared by all channels
-    // (and carried by the objects) from two fine ones.
-    ShapesImage result;
-    result.image = Tensor::full<float>({channels, height, width}, 0.5f);
-    float* image = result.image.data<float>();
     std::vector<float> detail(static_cast<std::size_t>(plane), 0.0f);  // [H, W]
-    if (texture > 0) {
-        SeededRandom background_random(options.seed, background_stream);
-        for (std::int64_t channel = 0; channel < channels; ++channel) {
-            add_value_noise(image + channel * plane, height, width, 160, 0.30 * texture, background_random);
-            add_value_noise(image + channel * plane, height, width, 48, 0.14 * texture, background_random);
-        }
-        add_value_noise(detail.data(), height, width, 14, 0.07 * texture, background_random);
-        add_value_noise(detail.data(), height, width, 4, 0.04 * texture, background_random);
-        for (std::int64_t channel = 0; channel < channels; ++channel) {
-            float* out = image + channel * plane;
-            for (std::int64_t p = 0; p < plane; ++p) out[p] += detail[static_cast<std::size_t>(p)];
-        }
+    if (texture <= 0) return detail;
+    SeededRandom background_random(options.seed, background_stream);
+    for (std::int64_t channel = 0; channel < options.channels; ++channel) {
+        add_value_noise(image + channel * plane, height, width, 160, 0.30 * texture, background_random);
+        add_value_noise(image + channel * plane, height, width, 48, 0.14 * texture, background_random);
     }
+    add_value_noise(detail.data(), height, width, 14, 0.07 * texture, background_random);
+    add_value_noise(detail.data(), height, width, 4, 0.04 * texture, background_random);
+    for (std::int64_t channel = 0; channel < options.channels; ++channel) {
+        float* out = image + channel * plane;
+        for (std::int64_t p = 0; p < plane; ++p) out[p] += detail[static_cast<std::size_t>(p)];
+    }
+    return detail;
+}
 
-    // Layout: count, then sizes, classes and turns; drawn largest first.
-    SeededRandom random(options.seed, layout_stream);
+// Layout: count, then sizes, classes and turns; largest first, the order they are drawn in.
+std::vector<Plan> plan_objects(const ShapesOptions& options, std::int64_t min_objects, std::int64_t max_objects, SeededRandom& random) {
     const std::int64_t num_objects =
         std::min(max_objects, min_objects + static_cast<std::int64_t>(random.uniform() * static_cast<double>(max_objects - min_objects + 1)));
     const auto [min_size, max_size] = resolve_sizes(options);
@@ -282,11 +279,134 @@ ShapesImage make_shapes_image(const ShapesOptions& options) {
         for (int turn = 0; turn < quarter_turns; ++turn) plan.sine = std::exchange(plan.cosine, -plan.sine);
     }
     std::stable_sort(plans.begin(), plans.end(), [](const Plan& a, const Plan& b) { return a.size > b.size; });
+    return plans;
+}
+
+// The turned shape's extent in units, to scale its box's larger side to the planned size.
+struct UnitExtent {
+    double min_x = -0.5, max_x = 0.5, min_y = -0.5, max_y = 0.5;
+};
+
+UnitExtent turned_extent(const Plan& plan) {
+    UnitExtent extent;
+    const auto corners = unit_shape_corners(plan.class_id);
+    if (corners.empty()) return extent;
+    extent.min_x = extent.min_y = 1e9;
+    extent.max_x = extent.max_y = -1e9;
+    for (const auto [u, v] : corners) {
+        const double x = u * plan.cosine - v * plan.sine, y = u * plan.sine + v * plan.cosine;
+        extent.min_x = std::min(extent.min_x, x), extent.max_x = std::max(extent.max_x, x);
+        extent.min_y = std::min(extent.min_y, y), extent.max_y = std::max(extent.max_y, y);
+    }
+    return extent;
+}
+
+// The ring of a placed object: pixels outside its mask with a mask pixel among their 8 neighbours
+// (`local_mask` is scratch over the mask's box and a pixel around it).
+void ring_around(const Rasterised& placed, std::int64_t height, std::int64_t width, std::vector<char>& local_mask,
+                 std::vector<std::int64_t>& ring) {
+    const std::int64_t window_x = placed.x_min - 1, window_y = placed.y_min - 1;
+    const std::int64_t window_width = placed.x_max - placed.x_min + 3, window_height = placed.y_max - placed.y_min + 3;
+    local_mask.assign(static_cast<std::size_t>(window_width * window_height), 0);
+    for (const std::int64_t p : placed.pixels) {
+        local_mask[static_cast<std::size_t>((p / width - window_y) * window_width + (p % width - window_x))] = 1;
+    }
+    ring.clear();
+    for (std::int64_t ly = 0; ly < window_height; ++ly) {
+        const std::int64_t y = window_y + ly;
+        if (y < 0 || y >= height) continue;
+        for (std::int64_t lx = 0; lx < window_width; ++lx) {
+            const std::int64_t x = window_x + lx;
+            if (x < 0 || x >= width || local_mask[static_cast<std::size_t>(ly * window_width + lx)]) continue;
+            bool next_to_mask = false;
+            for (std::int64_t ny = std::max<std::int64_t>(0, ly - 1); ny <= std::min(window_height - 1, ly + 1); ++ny) {
+                for (std::int64_t nx = std::max<std::int64_t>(0, lx - 1); nx <= std::min(window_width - 1, lx + 1); ++nx) {
+                    next_to_mask = next_to_mask || local_mask[static_cast<std::size_t>(ny * window_width + nx)];
+                }
+            }
+            if (next_to_mask) ring.push_back(y * width + x);
+        }
+    }
+}
+
+// An object's colour: the first draw at least min_contrast from every ring pixel's colour, else the
+// farthest of colour_tries draws. `ring_colours` is scratch ([ring pixels, C]).
+std::array<float, 3> contrasting_colour(const ShapesOptions& options, const float* image, const std::vector<std::int64_t>& ring,
+                                        std::vector<float>& ring_colours, SeededRandom& random) {
+    const std::int64_t channels = options.channels, plane = options.size[0] * options.size[1];
+    // Gathered once: the draws below compare against them repeatedly.
+    ring_colours.resize(ring.size() * static_cast<std::size_t>(channels));
+    for (std::size_t r = 0; r < ring.size(); ++r) {
+        for (std::int64_t channel = 0; channel < channels; ++channel) {
+            ring_colours[r * static_cast<std::size_t>(channels) + static_cast<std::size_t>(channel)] = image[channel * plane + ring[r]];
+        }
+    }
+    std::array<float, 3> colour{}, best_colour{};
+    double best_distance = -1;
+    const double wanted = options.min_contrast * options.min_contrast;  // squared
+    for (int attempt = 0; attempt < colour_tries && best_distance < wanted; ++attempt) {
+        for (std::int64_t channel = 0; channel < channels; ++channel) colour[static_cast<std::size_t>(channel)] = static_cast<float>(random.uniform());
+        double nearest = 1e9;  // squared distance to the nearest ring pixel
+        for (std::size_t r = 0; r < ring.size() && nearest > best_distance; ++r) {
+            double squared = 0;
+            for (std::int64_t channel = 0; channel < channels; ++channel) {
+                const double difference = static_cast<double>(colour[static_cast<std::size_t>(channel)]) -
+                                          ring_colours[r * static_cast<std::size_t>(channels) + static_cast<std::size_t>(channel)];
+                squared += difference * difference;
+            }
+            nearest = std::min(nearest, squared);
+        }
+        if (nearest > best_distance) {
+            best_distance = nearest;
+            best_colour = colour;
+        }
+    }
+    return best_colour;
+}
+
+// Per-pixel noise, then clamping. Each value is the sum of two 16-bit uniforms (triangular on ±√6 σ,
+// std σ), two values per draw: a Box–Muller draw per value would cost more than the rest at 2560².
+void add_pixel_noise(const ShapesOptions& options, float* image, std::int64_t num_values) {
+    if (options.noise_sigma <= 0) {
+        for (std::int64_t i = 0; i < num_values; ++i) image[i] = std::clamp(image[i], 0.0f, 1.0f);
+        return;
+    }
+    SeededRandom noise_random(options.seed, noise_stream);
+    const auto step = static_cast<float>(options.noise_sigma * std::sqrt(6.0) / 65536);  // per unit of the sum
+    const auto noisy = [&](float value, std::uint64_t bits) {  // bits: two 16-bit uniforms in the low 32
+        const auto centred = static_cast<std::int32_t>((bits & 0xffff) + ((bits >> 16) & 0xffff)) - 65535;
+        return std::clamp(value + step * static_cast<float>(centred), 0.0f, 1.0f);
+    };
+    std::int64_t i = 0;
+    for (; i + 1 < num_values; i += 2) {
+        const std::uint64_t bits = noise_random.next();
+        image[i] = noisy(image[i], bits);
+        image[i + 1] = noisy(image[i + 1], bits >> 32);
+    }
+    if (i < num_values) image[i] = noisy(image[i], noise_random.next());
+}
+
+}  // namespace
+
+ShapesImage make_shapes_image(const ShapesOptions& options) {
+    const auto [min_objects, max_objects] = shapes_object_count_range(options);  // checks the options
+    const auto [height, width] = options.size;
+    const std::int64_t channels = options.channels;
+    const std::int64_t plane = height * width;
+
+    ShapesImage result;
+    result.image = Tensor::full<float>({channels, height, width}, 0.5f);
+    float* image = result.image.data<float>();
+    const std::vector<float> detail = paint_background(options, image);  // [H, W]
+
+    SeededRandom random(options.seed, layout_stream);
+    const std::vector<Plan> plans = plan_objects(options, min_objects, max_objects, random);
+    const double min_size = resolve_sizes(options).min_size;
 
     std::vector<std::int32_t> owner(static_cast<std::size_t>(plane), -1);  // [H, W]: top object, −1 background
     // Per drawn object: how many more of its pixels may be covered, visible − min_visible_fraction · mask.
     std::vector<double> may_hide;
-    std::vector<std::int64_t> hidden(static_cast<std::size_t>(num_objects), 0);  // by the placement being tried
+    std::vector<std::int64_t> hidden(plans.size(), 0);  // by the placement being tried
     std::vector<std::int32_t> touched;
     Rasterised placed;
     std::vector<char> local_mask;
@@ -311,27 +431,16 @@ ShapesImage make_shapes_image(const ShapesOptions& options) {
         return true;
     };
     for (Plan plan : plans) {
-        // The turned shape's extent in units, to scale its box's larger side to the planned size.
-        double min_x = -0.5, max_x = 0.5, min_y = -0.5, max_y = 0.5;
-        const auto corners = unit_shape_corners(plan.class_id);
-        if (!corners.empty()) {
-            min_x = min_y = 1e9;
-            max_x = max_y = -1e9;
-            for (const auto [u, v] : corners) {
-                const double x = u * plan.cosine - v * plan.sine, y = u * plan.sine + v * plan.cosine;
-                min_x = std::min(min_x, x), max_x = std::max(max_x, x);
-                min_y = std::min(min_y, y), max_y = std::max(max_y, y);
-            }
-        }
+        const UnitExtent extent = turned_extent(plan);
         bool found = false;
-        while (!found) {
+        while (!found) {  // tries at the planned size, then smaller ones down to min_size
             Placement at;
-            at.scale = plan.size / std::max(max_x - min_x, max_y - min_y);
-            at.box_width = at.scale * (max_x - min_x), at.box_height = at.scale * (max_y - min_y);
+            at.scale = plan.size / std::max(extent.max_x - extent.min_x, extent.max_y - extent.min_y);
+            at.box_width = at.scale * (extent.max_x - extent.min_x), at.box_height = at.scale * (extent.max_y - extent.min_y);
             for (int attempt = 0; attempt < position_tries && !found; ++attempt) {
                 at.left = random.uniform() * std::max(0.0, static_cast<double>(width) - at.box_width);
                 at.top = random.uniform() * std::max(0.0, static_cast<double>(height) - at.box_height);
-                at.origin_x = at.left - at.scale * min_x, at.origin_y = at.top - at.scale * min_y;
+                at.origin_x = at.left - at.scale * extent.min_x, at.origin_y = at.top - at.scale * extent.min_y;
                 if (options.allow_overlap) {
                     found = rasterise(plan, at, height, width, placed, keeps_earlier_objects_visible);
                     for (const std::int32_t below : touched) hidden[static_cast<std::size_t>(below)] = 0;
@@ -346,65 +455,15 @@ ShapesImage make_shapes_image(const ShapesOptions& options) {
         }
         if (!found) continue;  // no room under the occlusion rule: left out
 
-        // The ring: pixels outside the mask with a mask pixel among their 8 neighbours, as drawn so far.
-        const std::int64_t window_x = placed.x_min - 1, window_y = placed.y_min - 1;
-        const std::int64_t window_width = placed.x_max - placed.x_min + 3, window_height = placed.y_max - placed.y_min + 3;
-        local_mask.assign(static_cast<std::size_t>(window_width * window_height), 0);
-        for (const std::int64_t p : placed.pixels) {
-            local_mask[static_cast<std::size_t>((p / width - window_y) * window_width + (p % width - window_x))] = 1;
-        }
-        ring.clear();
-        for (std::int64_t ly = 0; ly < window_height; ++ly) {
-            const std::int64_t y = window_y + ly;
-            if (y < 0 || y >= height) continue;
-            for (std::int64_t lx = 0; lx < window_width; ++lx) {
-                const std::int64_t x = window_x + lx;
-                if (x < 0 || x >= width || local_mask[static_cast<std::size_t>(ly * window_width + lx)]) continue;
-                bool next_to_mask = false;
-                for (std::int64_t ny = std::max<std::int64_t>(0, ly - 1); ny <= std::min(window_height - 1, ly + 1); ++ny) {
-                    for (std::int64_t nx = std::max<std::int64_t>(0, lx - 1); nx <= std::min(window_width - 1, lx + 1); ++nx) {
-                        next_to_mask = next_to_mask || local_mask[static_cast<std::size_t>(ny * window_width + nx)];
-                    }
-                }
-                if (next_to_mask) ring.push_back(y * width + x);
-            }
-        }
-        // Their colours, gathered once: the draws below compare against them repeatedly.
-        ring_colours.resize(ring.size() * static_cast<std::size_t>(channels));
-        for (std::size_t r = 0; r < ring.size(); ++r) {
-            for (std::int64_t channel = 0; channel < channels; ++channel) {
-                ring_colours[r * static_cast<std::size_t>(channels) + static_cast<std::size_t>(channel)] = image[channel * plane + ring[r]];
-            }
-        }
-        // Colour: the first draw far enough from every ring pixel, else the farthest.
-        std::array<float, 3> colour{}, best_colour{};
-        double best_distance = -1;
-        const double wanted = options.min_contrast * options.min_contrast;  // squared
-        for (int attempt = 0; attempt < colour_tries && best_distance < wanted; ++attempt) {
-            for (std::int64_t channel = 0; channel < channels; ++channel) colour[static_cast<std::size_t>(channel)] = static_cast<float>(random.uniform());
-            double nearest = 1e9;  // squared distance to the nearest ring pixel
-            for (std::size_t r = 0; r < ring.size() && nearest > best_distance; ++r) {
-                double squared = 0;
-                for (std::int64_t channel = 0; channel < channels; ++channel) {
-                    const double difference = static_cast<double>(colour[static_cast<std::size_t>(channel)]) -
-                                              ring_colours[r * static_cast<std::size_t>(channels) + static_cast<std::size_t>(channel)];
-                    squared += difference * difference;
-                }
-                nearest = std::min(nearest, squared);
-            }
-            if (nearest > best_distance) {
-                best_distance = nearest;
-                best_colour = colour;
-            }
-        }
-
+        ring_around(placed, height, width, local_mask, ring);  // as drawn so far
+        const std::array<float, 3> colour = contrasting_colour(options, image, ring, ring_colours, random);
         const auto id = static_cast<std::int32_t>(result.objects.size());
         for (const std::int64_t p : placed.pixels) {
             std::int32_t& top = owner[static_cast<std::size_t>(p)];
             if (top >= 0) --may_hide[static_cast<std::size_t>(top)];
             top = id;
             for (std::int64_t channel = 0; channel < channels; ++channel) {
-                image[channel * plane + p] = best_colour[static_cast<std::size_t>(channel)] + detail[static_cast<std::size_t>(p)];
+                image[channel * plane + p] = colour[static_cast<std::size_t>(channel)] + detail[static_cast<std::size_t>(p)];
             }
         }
         may_hide.push_back((1 - options.min_visible_fraction) * static_cast<double>(placed.pixels.size()));
@@ -412,27 +471,7 @@ ShapesImage make_shapes_image(const ShapesOptions& options) {
                                                  static_cast<float>(placed.x_max + 1), static_cast<float>(placed.y_max + 1)},
                                   plan.class_id});
     }
-
-    // Per-pixel noise, then clamping. Each value is the sum of two 16-bit uniforms (triangular on ±√6 σ,
-    // std σ), two values per draw: a Box–Muller draw per value would cost more than the rest at 2560².
-    const std::int64_t num_values = channels * plane;
-    if (options.noise_sigma > 0) {
-        SeededRandom noise_random(options.seed, noise_stream);
-        const auto step = static_cast<float>(options.noise_sigma * std::sqrt(6.0) / 65536);  // per unit of the sum
-        const auto noisy = [&](float value, std::uint64_t bits) {  // bits: two 16-bit uniforms in the low 32
-            const auto centred = static_cast<std::int32_t>((bits & 0xffff) + ((bits >> 16) & 0xffff)) - 65535;
-            return std::clamp(value + step * static_cast<float>(centred), 0.0f, 1.0f);
-        };
-        std::int64_t i = 0;
-        for (; i + 1 < num_values; i += 2) {
-            const std::uint64_t bits = noise_random.next();
-            image[i] = noisy(image[i], bits);
-            image[i + 1] = noisy(image[i + 1], bits >> 32);
-        }
-        if (i < num_values) image[i] = noisy(image[i], noise_random.next());
-    } else {
-        for (std::int64_t i = 0; i < num_values; ++i) image[i] = std::clamp(image[i], 0.0f, 1.0f);
-    }
+    add_pixel_noise(options, image, channels * plane);
     return result;
 }
 

@@ -113,6 +113,163 @@ std::string size_text(const std::array<std::int64_t, 8>& dim) {
     return std::to_string(dim[1]) + "×" + std::to_string(dim[2]) + "×" + std::to_string(dim[3]);
 }
 
+// The NIfTI-1 header's fields (348 bytes), after its magic string is checked.
+void decode_nifti1_fields(const std::filesystem::path& path, const unsigned char* bytes, NiftiHeader& header) {
+    const bool swapped = header.swapped;
+    const char* magic = reinterpret_cast<const char*>(bytes + 344);
+    TESSERA_CHECK(std::memcmp(magic, "ni1", 4) != 0,
+                  quoted(path) << " is the header of a .hdr/.img pair (magic 'ni1'), not a single-file "
+                                  "NIfTI: convert the pair to .nii.gz (e.g. fslchfiletype NIFTI_GZ).");
+    TESSERA_CHECK(std::memcmp(magic, "n+1", 4) == 0,
+                  quoted(path) << " is not a NIfTI-1 image: the magic string at byte 344 is not 'n+1' "
+                                  "(an Analyze 7.5 file?). Convert it to NIfTI.");
+    for (int index = 0; index < 8; ++index) {
+        header.dim[index] = load<std::int16_t>(bytes + 40 + 2 * index, swapped);
+        header.pixdim[index] = load<float>(bytes + 76 + 4 * index, swapped);
+    }
+    header.datatype = load<std::int16_t>(bytes + 70, swapped);
+    header.bitpix = load<std::int16_t>(bytes + 72, swapped);
+    header.vox_offset = load<float>(bytes + 108, swapped);
+    header.scl_slope = load<float>(bytes + 112, swapped);
+    header.scl_inter = load<float>(bytes + 116, swapped);
+    header.qform_code = load<std::int16_t>(bytes + 252, swapped);
+    header.sform_code = load<std::int16_t>(bytes + 254, swapped);
+    for (int index = 0; index < 3; ++index) {
+        header.quatern[index] = load<float>(bytes + 256 + 4 * index, swapped);
+        header.qoffset[index] = load<float>(bytes + 268 + 4 * index, swapped);
+    }
+    for (int index = 0; index < 12; ++index) header.srow[index] = load<float>(bytes + 280 + 4 * index, swapped);
+    header.intent_code = load<std::int16_t>(bytes + 68, swapped);
+    header.aux_file = text_field(bytes + 204, 24);
+}
+
+// The NIfTI-2 header's fields (540 bytes), after its magic string is checked.
+void decode_nifti2_fields(const std::filesystem::path& path, const unsigned char* bytes, NiftiHeader& header) {
+    const bool swapped = header.swapped;
+    const char* magic = reinterpret_cast<const char*>(bytes + 4);
+    TESSERA_CHECK(std::memcmp(magic, "ni2", 4) != 0,
+                  quoted(path) << " is the header of a .hdr/.img pair (magic 'ni2'), not a single-file "
+                                  "NIfTI: convert the pair to .nii.gz.");
+    TESSERA_CHECK(std::memcmp(magic, "n+2", 4) == 0,
+                  quoted(path) << " is not a NIfTI-2 image: the magic string at byte 4 is not 'n+2'.");
+    header.datatype = load<std::int16_t>(bytes + 12, swapped);
+    header.bitpix = load<std::int16_t>(bytes + 14, swapped);
+    for (int index = 0; index < 8; ++index) {
+        header.dim[index] = load<std::int64_t>(bytes + 16 + 8 * index, swapped);
+        header.pixdim[index] = load<double>(bytes + 104 + 8 * index, swapped);
+    }
+    header.vox_offset = static_cast<double>(load<std::int64_t>(bytes + 168, swapped));
+    header.scl_slope = load<double>(bytes + 176, swapped);
+    header.scl_inter = load<double>(bytes + 184, swapped);
+    header.qform_code = load<std::int32_t>(bytes + 344, swapped);
+    header.sform_code = load<std::int32_t>(bytes + 348, swapped);
+    for (int index = 0; index < 3; ++index) {
+        header.quatern[index] = load<double>(bytes + 352 + 8 * index, swapped);
+        header.qoffset[index] = load<double>(bytes + 376 + 8 * index, swapped);
+    }
+    for (int index = 0; index < 12; ++index) header.srow[index] = load<double>(bytes + 400 + 8 * index, swapped);
+    header.intent_code = load<std::int32_t>(bytes + 504, swapped);
+    header.aux_file = text_field(bytes + 320, 24);
+}
+
+// dim[0] axes, each at least one voxel; beyond three only 1 (one 3D volume); a plausible voxel count.
+void check_dimensions(const std::filesystem::path& path, NiftiHeader& header) {
+    const std::int64_t num_axes = header.dim[0];
+    TESSERA_CHECK(num_axes >= 1 && num_axes <= 7, quoted(path)
+                                                      << " has a damaged header: dim[0] (the number of axes) is "
+                                                      << num_axes << ", it must be between 1 and 7");
+    for (int axis = 1; axis <= num_axes; ++axis) {
+        TESSERA_CHECK(header.dim[axis] >= 1, quoted(path) << " has a zero or negative dimension: dim[" << axis << "] = "
+                                                          << header.dim[axis] << " voxels. The header is damaged.");
+    }
+    for (int axis = static_cast<int>(num_axes) + 1; axis < 8; ++axis) header.dim[axis] = 1;
+    for (int axis = 4; axis <= num_axes; ++axis) {
+        TESSERA_CHECK(header.dim[axis] == 1,
+                      quoted(path) << " holds more than one volume: dim[" << axis << "] = " << header.dim[axis]
+                                   << (axis == 4 ? " time points" : " components per voxel")
+                                   << ". Tessera reads single 3D volumes: extract one (e.g. fslroi) first.");
+    }
+    constexpr std::int64_t max_voxels = std::int64_t{1} << 40;
+    const bool plausible = header.dim[1] <= std::numeric_limits<std::int32_t>::max() &&
+                           header.dim[2] <= std::numeric_limits<std::int32_t>::max() &&
+                           header.dim[3] <= std::numeric_limits<std::int32_t>::max() &&
+                           header.dim[1] * header.dim[2] <= max_voxels / header.dim[3];
+    TESSERA_CHECK(plausible, quoted(path) << " claims " << size_text(header.dim)
+                                          << " voxels, which is not plausible: the header is damaged.");
+}
+
+// The voxel type: known, one scalar per voxel, its bits as bitpix says.
+const NiftiDatatype& check_voxel_type(const std::filesystem::path& path, const NiftiHeader& header) {
+    const NiftiDatatype* datatype = find_datatype(header.datatype);
+    TESSERA_CHECK(datatype != nullptr, quoted(path) << " has an unknown voxel type (NIfTI datatype " << header.datatype
+                                                    << "): the header is damaged.");
+    TESSERA_CHECK(datatype->scalar_type.has_value(),
+                  quoted(path) << " stores voxels as " << datatype->name << " (NIfTI datatype " << datatype->code
+                               << "), an unsupported voxel type: Tessera reads one integer or floating-point "
+                               << "value per voxel. To use it, " << datatype->fix << " first.");
+    TESSERA_CHECK(header.bitpix == datatype->bits, quoted(path) << " has a damaged header: bitpix is " << header.bitpix
+                                                                << " but datatype " << datatype->name << " has "
+                                                                << datatype->bits << " bits");
+    return *datatype;
+}
+
+// Where the voxels start and how many bytes they take, against the file's size; whatever decides an
+// allocation is checked before it.
+void check_data_extent(const std::filesystem::path& path, const NiftiHeader& header, const NiftiDatatype& datatype, bool whole_read) {
+    const double header_end = header.version == 1 ? 348 : 540;
+    TESSERA_CHECK(std::isfinite(header.vox_offset) && header.vox_offset >= header_end,
+                  quoted(path) << " has a damaged header: the voxels would start at byte " << header.vox_offset
+                               << " (vox_offset), inside the " << header_end << "-byte header");
+
+    const std::uint64_t num_voxels = static_cast<std::uint64_t>(header.dim[1] * header.dim[2] * header.dim[3]);
+    const std::uint64_t data_bytes = num_voxels * static_cast<std::uint64_t>(datatype.bits / 8);
+    std::error_code error;
+    const std::uint64_t file_bytes = std::filesystem::file_size(path, error);
+    TESSERA_CHECK(!error, "cannot read " << quoted(path) << ": " << error.message());
+    if (!header.compressed) {
+        TESSERA_CHECK(header.vox_offset <= static_cast<double>(file_bytes),
+                      quoted(path) << " has a damaged header: the voxels would start at byte " << header.vox_offset
+                                   << " (vox_offset), past the end of the file (" << file_bytes << " bytes)");
+        const std::uint64_t needed_bytes = static_cast<std::uint64_t>(header.vox_offset) + data_bytes;
+        TESSERA_CHECK(file_bytes >= needed_bytes,
+                      quoted(path) << " is truncated: its header promises " << size_text(header.dim) << " "
+                                   << datatype.name << " voxels (" << data_bytes << " bytes from byte "
+                                   << static_cast<std::uint64_t>(header.vox_offset) << ") but the file holds only "
+                                   << file_bytes << " bytes. Get a complete copy (or fix the header's dim).");
+    } else {
+        // Deflate expands 1,032:1 at the most; a stream of this size cannot hold more.
+        constexpr double max_deflate_ratio = 1032;
+        const double most = static_cast<double>(file_bytes) * max_deflate_ratio + 4096;
+        const double promised = header.vox_offset + static_cast<double>(data_bytes);
+        TESSERA_CHECK(promised <= most,
+                      quoted(path) << " has a damaged header: it promises " << size_text(header.dim) << " " << datatype.name
+                                   << " voxels from byte " << header.vox_offset << " (" << promised
+                                   << " bytes uncompressed), but " << file_bytes << " bytes of gzip data expand to "
+                                   << static_cast<std::uint64_t>(most) << " at the most. Get a complete copy (or fix the header's dim "
+                                   << "and vox_offset).");
+    }
+    // Read by region, a volume never needs to fit memory.
+    if (whole_read) check_volume_budget(path, size_text(header.dim), num_voxels, static_cast<std::uint64_t>(datatype.bits / 8));
+}
+
+// Voxel spacing and scaling the geometry and values are built from.
+void check_spacing_and_scaling(const std::filesystem::path& path, const NiftiHeader& header) {
+    for (int axis = 1; axis <= 3; ++axis) {
+        TESSERA_CHECK(std::isfinite(header.pixdim[axis]),
+                      quoted(path) << " has a damaged header: the voxel spacing pixdim[" << axis << "] is " << header.pixdim[axis]
+                                   << ". Fix it (e.g. with nibabel or fslchpixdim) or get a fresh copy.");
+    }
+    if (std::isfinite(header.scl_slope) && header.scl_slope != 0) {
+        TESSERA_CHECK(std::isfinite(header.scl_inter),
+                      quoted(path) << " has a damaged header: scl_slope is " << header.scl_slope << " but scl_inter is "
+                                   << header.scl_inter << ", so no voxel value can be computed. Fix scl_inter (0 for none).");
+    } else {
+        TESSERA_CHECK(!std::isinf(header.scl_slope),
+                      quoted(path) << " has a damaged header: the value scaling scl_slope is " << header.scl_slope
+                                   << ", which makes every voxel infinite. Fix it (0 or 1 for no scaling) or get a fresh copy.");
+    }
+}
+
 // Reads and checks the header; `path` is .nii or .nii.gz.
 NiftiHeader read_nifti_header(const std::filesystem::path& path, bool whole_read = true) {
     gzFile file = gzopen(path.c_str(), "rb");
@@ -154,145 +311,12 @@ NiftiHeader read_nifti_header(const std::filesystem::path& path, bool whole_read
                                        << " is truncated: it ends after " << count << " of the " << needed
                                        << " bytes of its NIfTI-" << header.version << " header. Get a complete copy.");
 
-    if (header.version == 1) {
-        const char* magic = reinterpret_cast<const char*>(bytes + 344);
-        TESSERA_CHECK(std::memcmp(magic, "ni1", 4) != 0,
-                      quoted(path) << " is the header of a .hdr/.img pair (magic 'ni1'), not a single-file "
-                                      "NIfTI: convert the pair to .nii.gz (e.g. fslchfiletype NIFTI_GZ).");
-        TESSERA_CHECK(std::memcmp(magic, "n+1", 4) == 0,
-                      quoted(path) << " is not a NIfTI-1 image: the magic string at byte 344 is not 'n+1' "
-                                      "(an Analyze 7.5 file?). Convert it to NIfTI.");
-        for (int index = 0; index < 8; ++index) {
-            header.dim[index] = load<std::int16_t>(bytes + 40 + 2 * index, swapped);
-            header.pixdim[index] = load<float>(bytes + 76 + 4 * index, swapped);
-        }
-        header.datatype = load<std::int16_t>(bytes + 70, swapped);
-        header.bitpix = load<std::int16_t>(bytes + 72, swapped);
-        header.vox_offset = load<float>(bytes + 108, swapped);
-        header.scl_slope = load<float>(bytes + 112, swapped);
-        header.scl_inter = load<float>(bytes + 116, swapped);
-        header.qform_code = load<std::int16_t>(bytes + 252, swapped);
-        header.sform_code = load<std::int16_t>(bytes + 254, swapped);
-        for (int index = 0; index < 3; ++index) {
-            header.quatern[index] = load<float>(bytes + 256 + 4 * index, swapped);
-            header.qoffset[index] = load<float>(bytes + 268 + 4 * index, swapped);
-        }
-        for (int index = 0; index < 12; ++index) header.srow[index] = load<float>(bytes + 280 + 4 * index, swapped);
-        header.intent_code = load<std::int16_t>(bytes + 68, swapped);
-        header.aux_file = text_field(bytes + 204, 24);
-    } else {
-        const char* magic = reinterpret_cast<const char*>(bytes + 4);
-        TESSERA_CHECK(std::memcmp(magic, "ni2", 4) != 0,
-                      quoted(path) << " is the header of a .hdr/.img pair (magic 'ni2'), not a single-file "
-                                      "NIfTI: convert the pair to .nii.gz.");
-        TESSERA_CHECK(std::memcmp(magic, "n+2", 4) == 0,
-                      quoted(path) << " is not a NIfTI-2 image: the magic string at byte 4 is not 'n+2'.");
-        header.datatype = load<std::int16_t>(bytes + 12, swapped);
-        header.bitpix = load<std::int16_t>(bytes + 14, swapped);
-        for (int index = 0; index < 8; ++index) {
-            header.dim[index] = load<std::int64_t>(bytes + 16 + 8 * index, swapped);
-            header.pixdim[index] = load<double>(bytes + 104 + 8 * index, swapped);
-        }
-        header.vox_offset = static_cast<double>(load<std::int64_t>(bytes + 168, swapped));
-        header.scl_slope = load<double>(bytes + 176, swapped);
-        header.scl_inter = load<double>(bytes + 184, swapped);
-        header.qform_code = load<std::int32_t>(bytes + 344, swapped);
-        header.sform_code = load<std::int32_t>(bytes + 348, swapped);
-        for (int index = 0; index < 3; ++index) {
-            header.quatern[index] = load<double>(bytes + 352 + 8 * index, swapped);
-            header.qoffset[index] = load<double>(bytes + 376 + 8 * index, swapped);
-        }
-        for (int index = 0; index < 12; ++index) header.srow[index] = load<double>(bytes + 400 + 8 * index, swapped);
-        header.intent_code = load<std::int32_t>(bytes + 504, swapped);
-        header.aux_file = text_field(bytes + 320, 24);
-    }
-
-    // Dimensions: dim[0] axes, each at least one voxel; beyond three only 1 (one 3D volume).
-    const std::int64_t num_axes = header.dim[0];
-    TESSERA_CHECK(num_axes >= 1 && num_axes <= 7, quoted(path)
-                                                      << " has a damaged header: dim[0] (the number of axes) is "
-                                                      << num_axes << ", it must be between 1 and 7");
-    for (int axis = 1; axis <= num_axes; ++axis) {
-        TESSERA_CHECK(header.dim[axis] >= 1, quoted(path) << " has a zero or negative dimension: dim[" << axis << "] = "
-                                                          << header.dim[axis] << " voxels. The header is damaged.");
-    }
-    for (int axis = static_cast<int>(num_axes) + 1; axis < 8; ++axis) header.dim[axis] = 1;
-    for (int axis = 4; axis <= num_axes; ++axis) {
-        TESSERA_CHECK(header.dim[axis] == 1,
-                      quoted(path) << " holds more than one volume: dim[" << axis << "] = " << header.dim[axis]
-                                   << (axis == 4 ? " time points" : " components per voxel")
-                                   << ". Tessera reads single 3D volumes: extract one (e.g. fslroi) first.");
-    }
-    constexpr std::int64_t max_voxels = std::int64_t{1} << 40;
-    const bool plausible = header.dim[1] <= std::numeric_limits<std::int32_t>::max() &&
-                           header.dim[2] <= std::numeric_limits<std::int32_t>::max() &&
-                           header.dim[3] <= std::numeric_limits<std::int32_t>::max() &&
-                           header.dim[1] * header.dim[2] <= max_voxels / header.dim[3];
-    TESSERA_CHECK(plausible, quoted(path) << " claims " << size_text(header.dim)
-                                          << " voxels, which is not plausible: the header is damaged.");
-
-    const NiftiDatatype* datatype = find_datatype(header.datatype);
-    TESSERA_CHECK(datatype != nullptr, quoted(path) << " has an unknown voxel type (NIfTI datatype " << header.datatype
-                                                    << "): the header is damaged.");
-    TESSERA_CHECK(datatype->scalar_type.has_value(),
-                  quoted(path) << " stores voxels as " << datatype->name << " (NIfTI datatype " << datatype->code
-                               << "), an unsupported voxel type: Tessera reads one integer or floating-point "
-                               << "value per voxel. To use it, " << datatype->fix << " first.");
-    TESSERA_CHECK(header.bitpix == datatype->bits, quoted(path) << " has a damaged header: bitpix is " << header.bitpix
-                                                                << " but datatype " << datatype->name << " has "
-                                                                << datatype->bits << " bits");
-
-    const double header_end = header.version == 1 ? 348 : 540;
-    TESSERA_CHECK(std::isfinite(header.vox_offset) && header.vox_offset >= header_end,
-                  quoted(path) << " has a damaged header: the voxels would start at byte " << header.vox_offset
-                               << " (vox_offset), inside the " << header_end << "-byte header");
-
-    // Whatever decides an allocation is checked before it.
-    const std::uint64_t num_voxels = static_cast<std::uint64_t>(header.dim[1] * header.dim[2] * header.dim[3]);
-    const std::uint64_t data_bytes = num_voxels * static_cast<std::uint64_t>(datatype->bits / 8);
-    std::error_code error;
-    const std::uint64_t file_bytes = std::filesystem::file_size(path, error);
-    TESSERA_CHECK(!error, "cannot read " << quoted(path) << ": " << error.message());
-    if (!header.compressed) {
-        TESSERA_CHECK(header.vox_offset <= static_cast<double>(file_bytes),
-                      quoted(path) << " has a damaged header: the voxels would start at byte " << header.vox_offset
-                                   << " (vox_offset), past the end of the file (" << file_bytes << " bytes)");
-        const std::uint64_t needed_bytes = static_cast<std::uint64_t>(header.vox_offset) + data_bytes;
-        TESSERA_CHECK(file_bytes >= needed_bytes,
-                      quoted(path) << " is truncated: its header promises " << size_text(header.dim) << " "
-                                   << datatype->name << " voxels (" << data_bytes << " bytes from byte "
-                                   << static_cast<std::uint64_t>(header.vox_offset) << ") but the file holds only "
-                                   << file_bytes << " bytes. Get a complete copy (or fix the header's dim).");
-    } else {
-        // Deflate expands 1,032:1 at the most; a stream of this size cannot hold more.
-        constexpr double max_deflate_ratio = 1032;
-        const double most = static_cast<double>(file_bytes) * max_deflate_ratio + 4096;
-        const double promised = header.vox_offset + static_cast<double>(data_bytes);
-        TESSERA_CHECK(promised <= most,
-                      quoted(path) << " has a damaged header: it promises " << size_text(header.dim) << " " << datatype->name
-                                   << " voxels from byte " << header.vox_offset << " (" << promised
-                                   << " bytes uncompressed), but " << file_bytes << " bytes of gzip data expand to "
-                                   << static_cast<std::uint64_t>(most) << " at the most. Get a complete copy (or fix the header's dim "
-                                   << "and vox_offset).");
-    }
-    // Read by region, a volume never needs to fit memory.
-    if (whole_read) check_volume_budget(path, size_text(header.dim), num_voxels, static_cast<std::uint64_t>(datatype->bits / 8));
-
-    // Voxel spacing and scaling the geometry and values are built from.
-    for (int axis = 1; axis <= 3; ++axis) {
-        TESSERA_CHECK(std::isfinite(header.pixdim[axis]),
-                      quoted(path) << " has a damaged header: the voxel spacing pixdim[" << axis << "] is " << header.pixdim[axis]
-                                   << ". Fix it (e.g. with nibabel or fslchpixdim) or get a fresh copy.");
-    }
-    if (std::isfinite(header.scl_slope) && header.scl_slope != 0) {
-        TESSERA_CHECK(std::isfinite(header.scl_inter),
-                      quoted(path) << " has a damaged header: scl_slope is " << header.scl_slope << " but scl_inter is "
-                                   << header.scl_inter << ", so no voxel value can be computed. Fix scl_inter (0 for none).");
-    } else {
-        TESSERA_CHECK(!std::isinf(header.scl_slope),
-                      quoted(path) << " has a damaged header: the value scaling scl_slope is " << header.scl_slope
-                                   << ", which makes every voxel infinite. Fix it (0 or 1 for no scaling) or get a fresh copy.");
-    }
+    if (header.version == 1) decode_nifti1_fields(path, bytes, header);
+    else decode_nifti2_fields(path, bytes, header);
+    check_dimensions(path, header);
+    const NiftiDatatype& datatype = check_voxel_type(path, header);
+    check_data_extent(path, header, datatype, whole_read);
+    check_spacing_and_scaling(path, header);
     return header;
 }
 
