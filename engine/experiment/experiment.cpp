@@ -863,35 +863,8 @@ void parse_training(const Reader& read, const Json& root, Experiment& e) {
     }
 }
 
-}  // namespace
-
-std::string_view precision_name(graph::Precision precision) {
-    switch (precision) {
-        case graph::Precision::F32: return "f32";
-        case graph::Precision::BF16: return "bf16";
-        case graph::Precision::F16: return "f16";
-    }
-    return "?";
-}
-
-Experiment parse_experiment(const std::string& json_text, const std::string& origin) {
-    const Reader read(origin);
-    const Json root = parse_json_strictly(json_text, origin);
-    if (!root.is_object()) TESSERA_REJECT(origin << ": expected a JSON object with the experiment's fields, got " << type_name(root));
-    read.check_fields(root, "", {"version", "name", "notes", "model", "input", "global_batch", "num_cores_per_replica",
-                                 "num_replicas", "input_partition_dims", "tile_boundaries", "per_host_input_for_training", "device",
-                                 "precision", "optimizer", "data", "steps", "steps_per_eval", "steps_per_checkpoint",
-                                 "keep_checkpoints", "reduction", "model_dir", "seed", "schedule", "loss", "loss_scale", "evaluation", "detection"});
-    Experiment e;
-    e.origin = origin;
-    e.text = json_text;
-    e.version = static_cast<int>(read.integer(root, "", "version", 1, 1, std::nullopt));
-    if (const Json* name = read.find(root, "name")) {
-        if (!name->is_string()) read.fail("name", "expected a string, got " + type_name(*name));
-        e.name = name->get<std::string>();
-    }
-
-    // model
+// The model: its kind and that kind's fields.
+void parse_model(const Reader& read, const Json& root, Experiment& e) {
     const Json& model = read.object(root, "", "model", R"({"kind": "unet", "depth": 4, "base_width": 32, "num_classes": 2})");
     const std::string kind = read.choice(model, "model", "kind", {"unet", "resnet", "retinanet"}, std::nullopt);
     if (kind == "unet") {
@@ -930,8 +903,10 @@ Experiment parse_experiment(const std::string& json_text, const std::string& ori
         e.model.fpn_batch_norm = read.boolean(model, "model", "fpn_batch_norm", true);
         e.model.head_batch_norm = read.boolean(model, "model", "head_batch_norm", true);
     }
+}
 
-    // input
+// The per-sample input: channels and spatial extents ([H, W], or [D, H, W] for a U-Net).
+void parse_input(const Reader& read, const Json& root, Experiment& e) {
     const Json& input = read.object(root, "", "input", R"({"channels": 1, "size": [256, 256, 256]})");
     read.check_fields(input, "input", {"channels", "size"});
     e.channels = read.integer(input, "input", "channels", 1, 4096, 1);
@@ -949,8 +924,11 @@ Experiment parse_experiment(const std::string& json_text, const std::string& ori
         }
         e.size.push_back(extent.get<std::int64_t>());
     }
+}
 
-    // cores and batch
+// Cores and batch: replicas, cores per replica and the partition dims, checked against the pipeline's
+// tensors (with explicit tile boundaries, on extents every piece count divides).
+void parse_partition(const Reader& read, const Json& root, Experiment& e) {
     e.global_batch = read.integer(root, "", "global_batch", 1, 1 << 20, std::nullopt);
     e.partition.num_cores_per_replica = read.integer(root, "", "num_cores_per_replica", 1, 1 << 16, 1);
     e.partition.num_replicas = read.integer(root, "", "num_replicas", 1, 1 << 16, 1);
@@ -998,8 +976,10 @@ Experiment parse_experiment(const std::string& json_text, const std::string& ori
             read.fail("input_partition_dims", other.what());
         }
     }
+}
 
-    // device, precision, optimizer
+// The device preset the plan is for, the precision and the optimizer.
+void parse_device_and_optimizer(const Reader& read, const Json& root, Experiment& e) {
     const std::vector<std::string> presets = cost::device_preset_ids();
     std::vector<std::string_view> preset_views(presets.begin(), presets.end());
     e.device = read.choice(root, "", "device", preset_views, "tpu_v3");
@@ -1023,6 +1003,40 @@ Experiment parse_experiment(const std::string& json_text, const std::string& ori
             read.fail("optimizer", error.what());
         }
     }
+}
+
+}  // namespace
+
+std::string_view precision_name(graph::Precision precision) {
+    switch (precision) {
+        case graph::Precision::F32: return "f32";
+        case graph::Precision::BF16: return "bf16";
+        case graph::Precision::F16: return "f16";
+    }
+    return "?";
+}
+
+Experiment parse_experiment(const std::string& json_text, const std::string& origin) {
+    const Reader read(origin);
+    const Json root = parse_json_strictly(json_text, origin);
+    if (!root.is_object()) TESSERA_REJECT(origin << ": expected a JSON object with the experiment's fields, got " << type_name(root));
+    read.check_fields(root, "", {"version", "name", "notes", "model", "input", "global_batch", "num_cores_per_replica",
+                                 "num_replicas", "input_partition_dims", "tile_boundaries", "per_host_input_for_training", "device",
+                                 "precision", "optimizer", "data", "steps", "steps_per_eval", "steps_per_checkpoint",
+                                 "keep_checkpoints", "reduction", "model_dir", "seed", "schedule", "loss", "loss_scale", "evaluation", "detection"});
+    Experiment e;
+    e.origin = origin;
+    e.text = json_text;
+    e.version = static_cast<int>(read.integer(root, "", "version", 1, 1, std::nullopt));
+    if (const Json* name = read.find(root, "name")) {
+        if (!name->is_string()) read.fail("name", "expected a string, got " + type_name(*name));
+        e.name = name->get<std::string>();
+    }
+
+    parse_model(read, root, e);
+    parse_input(read, root, e);
+    parse_partition(read, root, e);
+    parse_device_and_optimizer(read, root, e);
     parse_detection(read, root, e);
     parse_training(read, root, e);
     // The model must build for this input (a U-Net needs extents divisible by 2^(depth−1), …).

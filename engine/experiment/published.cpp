@@ -76,28 +76,8 @@ private:
 // up (an unpadded U-Net's 572² input, a detector's 800×1333), and the approximation recorded.
 std::int64_t rounded_up(std::int64_t extent, std::int64_t multiple) { return (extent + multiple - 1) / multiple * multiple; }
 
-PublishedCase read_case(const Json& value, const std::string& file) {
-    PublishedCase c;
-    c.file = file;
-    TESSERA_CHECK(value.is_object() && value.contains("name") && value["name"].is_string(),
-                  file << ": a case is not an object with a \"name\": " << value.dump().substr(0, 120));
-    c.name = value["name"].get<std::string>();
-    const CaseReader read(file + ": case \"" + c.name + "\"", value);
-
-    const Json& model = read.field(value, "model", "");
-    c.model_kind = read.text(model, "kind", "model.");
-    const Json& input = read.field(value, "input", "");
-    const std::int64_t channels = read.count(input, "channels", "input.");
-    const Json& size = read.field(input, "size", "input.");
-    TESSERA_CHECK(size.is_array() && (size.size() == 2 || size.size() == 3),
-                  read.where() << ": input.size: expected [H, W] or [D, H, W], got " << json::shown(size));
-    std::vector<std::int64_t> extents;
-    for (const Json& extent : size) {
-        TESSERA_CHECK(extent.is_number_integer() && extent.get<std::int64_t>() > 0,
-                      read.where() << ": input.size: expected positive whole numbers, got " << json::shown(size));
-        extents.push_back(extent.get<std::int64_t>());
-    }
-
+// The model's fields by kind; returns the total stride its builder needs the extents divisible by.
+std::int64_t read_model(const CaseReader& read, const Json& model, PublishedCase& c) {
     std::int64_t stride = 1;
     // A ResNeXt (the model itself, or a detector's backbone): its cardinality and first-stage group width.
     const auto read_groups = [&] {
@@ -153,6 +133,12 @@ PublishedCase read_case(const Json& value, const std::string& file) {
     } else {
         TESSERA_REJECT(read.where() << ": model.kind: expected \"resnet\", \"unet\" or \"retinanet\", got \"" << c.model_kind << "\"");
     }
+    return stride;
+}
+
+// Extents the builder can use: rounded up to the stride (or to an unpadded U-Net's valid input), the
+// approximation recorded.
+void round_extents(std::vector<std::int64_t>& extents, std::int64_t stride, PublishedCase& c) {
     bool rounded = false;
     for (std::int64_t& extent : extents) {
         const std::int64_t up = c.valid_padding ? networks::valid_unet_input({.depth = c.depth, .head_kernel = c.head_kernel}, extent)
@@ -163,22 +149,23 @@ PublishedCase read_case(const Json& value, const std::string& file) {
     if (rounded && c.valid_padding) c.approximations.push_back("input rounded up to an extent the unpadded U-Net can use");
     if (rounded && !c.valid_padding) c.approximations.push_back("input rounded up to a multiple of " + std::to_string(stride));
 
-    const std::int64_t batch = read.count(value, "global_batch");
-    c.global_input = {batch, channels};
-    c.global_input.insert(c.global_input.end(), extents.begin(), extents.end());
+}
+
+// Devices, cores and the spatial split (input_partition_dims, channels last).
+void read_layout(const CaseReader& read, const Json& value, std::size_t spatial_axes, PublishedCase& c) {
     c.device = read.text(value, "device");
     c.num_cores = read.count(value, "num_cores");
     c.num_cores_per_replica = value.contains("num_cores_per_replica") ? read.count(value, "num_cores_per_replica") : 1;
     TESSERA_CHECK(c.num_cores % c.num_cores_per_replica == 0,
                   read.where() << ": num_cores " << c.num_cores << " is not a multiple of num_cores_per_replica " << c.num_cores_per_replica);
-    c.spatial_pieces.assign(extents.size(), 1);
+    c.spatial_pieces.assign(spatial_axes, 1);
     if (value.contains("input_partition_dims") && !value["input_partition_dims"].is_null()) {
         const Json& dims = value["input_partition_dims"];
-        TESSERA_CHECK(dims.is_array() && dims.size() == extents.size() + 2,
-                      read.where() << ": input_partition_dims: expected " << extents.size() + 2 << " entries (channels last), got "
+        TESSERA_CHECK(dims.is_array() && dims.size() == spatial_axes + 2,
+                      read.where() << ": input_partition_dims: expected " << spatial_axes + 2 << " entries (channels last), got "
                                    << json::shown(dims));
         std::int64_t product = 1;
-        for (std::size_t axis = 0; axis < extents.size(); ++axis) {
+        for (std::size_t axis = 0; axis < spatial_axes; ++axis) {
             c.spatial_pieces[axis] = dims[axis + 1].get<std::int64_t>();
             product *= c.spatial_pieces[axis];
         }
@@ -186,6 +173,10 @@ PublishedCase read_case(const Json& value, const std::string& file) {
                                                                        << " split into " << product << " pieces, but num_cores_per_replica is "
                                                                        << c.num_cores_per_replica);
     }
+}
+
+// Precision (tf32: f32 storage on the TF32 tensor cores), fusion and the convolutions' layout.
+void read_numerics(const CaseReader& read, const Json& value, PublishedCase& c) {
     const std::string precision = read.text(value, "precision");
     if (precision == "bf16") c.precision = graph::Precision::BF16;
     else if (precision == "f16") c.precision = graph::Precision::F16;
@@ -213,7 +204,10 @@ PublishedCase read_case(const Json& value, const std::string& file) {
         TESSERA_CHECK(layout_named, read.where() << ": conv_layout: expected \"channels_last\" (NHWC), \"channels_first\" (NCHW) or "
                                                     "\"xla\" (XLA on a GPU chooses per convolution), got \"" << layout << "\"");
     }
+}
 
+// The published figure as seconds per step, and its source.
+void read_measurement(const CaseReader& read, const Json& value, std::int64_t batch, PublishedCase& c) {
     const Json& measured = read.field(value, "measured", "");
     const double figure = read.number(measured, "value", "measured.");
     const std::string unit = read.text(measured, "unit", "measured.");
@@ -226,6 +220,38 @@ PublishedCase read_case(const Json& value, const std::string& file) {
     const Json& source = read.field(value, "source", "");
     c.source = read.text(source, "title", "source.") + " (" + source.value("authors_or_org", "") + ", " +
                std::to_string(source.value("year", 0)) + ")";
+}
+
+PublishedCase read_case(const Json& value, const std::string& file) {
+    PublishedCase c;
+    c.file = file;
+    TESSERA_CHECK(value.is_object() && value.contains("name") && value["name"].is_string(),
+                  file << ": a case is not an object with a \"name\": " << value.dump().substr(0, 120));
+    c.name = value["name"].get<std::string>();
+    const CaseReader read(file + ": case \"" + c.name + "\"", value);
+
+    const Json& model = read.field(value, "model", "");
+    c.model_kind = read.text(model, "kind", "model.");
+    const Json& input = read.field(value, "input", "");
+    const std::int64_t channels = read.count(input, "channels", "input.");
+    const Json& size = read.field(input, "size", "input.");
+    TESSERA_CHECK(size.is_array() && (size.size() == 2 || size.size() == 3),
+                  read.where() << ": input.size: expected [H, W] or [D, H, W], got " << json::shown(size));
+    std::vector<std::int64_t> extents;
+    for (const Json& extent : size) {
+        TESSERA_CHECK(extent.is_number_integer() && extent.get<std::int64_t>() > 0,
+                      read.where() << ": input.size: expected positive whole numbers, got " << json::shown(size));
+        extents.push_back(extent.get<std::int64_t>());
+    }
+
+    const std::int64_t stride = read_model(read, model, c);
+    round_extents(extents, stride, c);
+    const std::int64_t batch = read.count(value, "global_batch");
+    c.global_input = {batch, channels};
+    c.global_input.insert(c.global_input.end(), extents.begin(), extents.end());
+    read_layout(read, value, extents.size(), c);
+    read_numerics(read, value, c);
+    read_measurement(read, value, batch, c);
     return c;
 }
 
