@@ -19,6 +19,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <string>
 
 using namespace tessera;
@@ -76,7 +77,7 @@ int main(int argc, char** argv) {
             options.steps = steps;
             if (fidelity_case.name == detail) {  // the step's phases, then core 0's layers: measured against predicted
                 options.inspect = [&](mesh::CoreMesh& mesh, const cost::StepPrediction& predicted, const cost::MeasuredLayers& profile,
-                                      const std::vector<graph::NodeTiming>& fastest_timings) {
+                                      const std::vector<graph::NodeTiming>& fastest_timings, const std::vector<mesh::CoreEvent>& fastest_events) {
                     std::printf("  predicted phases: forward %.2f ms, backward %.2f ms, reduction and update %.2f ms (gradient all-reduce %.2f ms), step %.2f ms\n",
                                 predicted.forward_seconds * 1e3, (predicted.backward_seconds - predicted.forward_seconds) * 1e3,
                                 (predicted.step_seconds - predicted.backward_seconds) * 1e3, predicted.gradient_all_reduce_seconds * 1e3,
@@ -84,13 +85,13 @@ int main(int argc, char** argv) {
                     std::printf("  predicted end of step: gradient sum %.2f ms, finite checks %.2f ms, update %.2f ms\n",
                                 (predicted.gradient_all_reduce_seconds - predicted.finite_check_seconds) * 1e3,
                                 predicted.finite_check_seconds * 1e3, predicted.update_seconds * 1e3);
-                    // The last step's events of core 0, summed by pass and kind.
+                    // The fastest step's events of core 0, summed by pass and kind.
                     for (const mesh::StepPhase phase : {mesh::StepPhase::Forward, mesh::StepPhase::Backward, mesh::StepPhase::Update}) {
                         for (const mesh::EventKind kind : {mesh::EventKind::Compute, mesh::EventKind::Halo, mesh::EventKind::AllReduce,
                                                             mesh::EventKind::Wait}) {
                             double seconds = 0;
                             int count = 0;
-                            for (const mesh::CoreEvent& event : mesh.events()) {
+                            for (const mesh::CoreEvent& event : fastest_events) {
                                 if (event.core != 0 || event.phase != phase || event.kind != kind) continue;
                                 seconds += event.end_seconds - event.start_seconds;
                                 ++count;
@@ -98,6 +99,37 @@ int main(int argc, char** argv) {
                             if (count > 0)
                                 std::printf("  core 0, %-8s %-10s %4d events %7.2f ms\n", std::string(mesh::step_phase_name(phase)).c_str(),
                                             std::string(mesh::event_kind_name(kind)).c_str(), count, seconds * 1e3);
+                        }
+                    }
+                    // Each node's wall time in the fastest step (core 0: from its first event to the next node's
+                    // first), by op kind, beside the prediction's: where the step's time goes that the layers'
+                    // kernels do not explain.
+                    for (const mesh::StepPhase phase : {mesh::StepPhase::Forward, mesh::StepPhase::Backward}) {
+                        std::vector<std::pair<double, int>> first_start;  // (start, model node)
+                        std::map<int, double> starts;
+                        double phase_end = 0;
+                        for (const mesh::CoreEvent& event : fastest_events) {
+                            if (event.core != 0 || event.phase != phase) continue;
+                            phase_end = std::max(phase_end, event.end_seconds);
+                            if (event.layer < 0) continue;
+                            auto [at, fresh] = starts.emplace(event.layer, event.start_seconds);
+                            if (!fresh) at->second = std::min(at->second, event.start_seconds);
+                        }
+                        for (const auto& [layer, start] : starts) first_start.emplace_back(start, layer);
+                        std::sort(first_start.begin(), first_start.end());
+                        std::map<std::string, std::pair<double, double>> by_kind;  // measured, predicted
+                        const std::vector<double>& predicted_walls =
+                            phase == mesh::StepPhase::Forward ? predicted.node_forward_seconds : predicted.node_backward_seconds;
+                        for (std::size_t i = 0; i < first_start.size(); ++i) {
+                            const double end = i + 1 < first_start.size() ? first_start[i + 1].first : phase_end;
+                            const int node = first_start[i].second;
+                            const std::string kind(graph::op_name(mesh.model().node(node).kind));
+                            by_kind[kind].first += end - first_start[i].first;
+                            by_kind[kind].second += predicted_walls[static_cast<std::size_t>(node)];
+                        }
+                        for (const auto& [kind, walls] : by_kind) {
+                            std::printf("  %-8s %-14s wall in the fastest step %7.2f ms, predicted %7.2f ms\n",
+                                        std::string(mesh::step_phase_name(phase)).c_str(), kind.c_str(), walls.first * 1e3, walls.second * 1e3);
                         }
                     }
                     const auto& graphs = mesh.core_graphs();

@@ -632,14 +632,20 @@ public:
         // The input tiles: a copy out of the batch and into the executor.
         const int input = m_model.input_node();
         phase([&](std::int64_t core) { return static_cast<double>(8 * m_plan.tile_elements(input, core)) / m_copy_rate; });
+        m_prediction.node_forward_seconds.assign(m_model.nodes().size(), 0.0);
+        m_prediction.node_backward_seconds.assign(m_model.nodes().size(), 0.0);
         for (const Node& node : m_model.nodes()) {
+            const double start = m_wall;
             if (node.kind != OpKind::Input) forward_layer(node);
+            m_prediction.node_forward_seconds[static_cast<std::size_t>(node.id)] = m_wall - start;
         }
         loss();
         m_prediction.forward_seconds = m_wall;
         const auto& nodes = m_model.nodes();
         for (std::size_t n = nodes.size(); n-- > 0;) {
+            const double start = m_wall;
             if (nodes[n].kind != OpKind::Input) backward_layer(nodes[n]);
+            m_prediction.node_backward_seconds[n] = m_wall - start;
         }
         m_prediction.backward_seconds = m_wall;
         end_of_step();

@@ -102,6 +102,9 @@ struct StepPrediction {
     // Host steps: of the step's end, the loss scaler's finite checks (gradients and new values) and the
     // optimizer update (the all-reduce above includes the checks).
     double finite_check_seconds = 0, update_seconds = 0;
+    // Host steps: each model node's wall time in forward and in backward (its phases, halo copies,
+    // reductions and barriers), [model node], to set beside a measured step's.
+    std::vector<double> node_forward_seconds, node_backward_seconds;
     StepBreakdown breakdown;                 // its exposed_communication: step − the busiest core's compute
     double flops = 0;                        // per replica, forward and backward
     double achieved_fraction_of_peak = 0;    // flops / (step · cores · peak)

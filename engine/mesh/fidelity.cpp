@@ -91,6 +91,7 @@ FidelityResult measure_fidelity(const FidelityCase& fidelity_case, const cost::C
 
     FidelityResult result;
     std::vector<graph::NodeTiming> fastest_timings;  // core 0's layers in the fastest step
+    std::vector<CoreEvent> fastest_events;           // every core's, in the fastest step
     cores.train_step(images, labels);  // warm-up
     // Steps and profile passes interleaved: on a shared machine both sample the same moments.
     const int threads = mesh.host_threads;
@@ -103,6 +104,7 @@ FidelityResult measure_fidelity(const FidelityCase& fidelity_case, const cost::C
             result.fastest_step = measured;
             const std::span<const graph::NodeTiming> timings = cores.executor(0).timings();
             fastest_timings.assign(timings.begin(), timings.end());
+            fastest_events = cores.events();
         }
         profiler.measure(std::max(1, options.profile_repeats / options.steps));
     }
@@ -115,7 +117,7 @@ FidelityResult measure_fidelity(const FidelityCase& fidelity_case, const cost::C
     simulation.measured_layers = std::make_shared<cost::MeasuredLayers>(profiler.layers());
     const cost::StepPrediction predicted = cost::predict_host_step(g, cores.plan(), fidelity_case.replicas, host, simulation);
     result.predicted_seconds = predicted.step_seconds;
-    if (options.inspect) options.inspect(cores, predicted, *simulation.measured_layers, fastest_timings);
+    if (options.inspect) options.inspect(cores, predicted, *simulation.measured_layers, fastest_timings, fastest_events);
     return result;
 }
 

@@ -44,9 +44,11 @@ std::vector<FidelityCase> fidelity_cases();
 struct FidelityOptions {
     int steps = 5;           // timed steps after one warm-up, each followed by a profile pass
     int profile_repeats = 5; // profile passes in all (at least one after each step)
-    // Called after the measurement with the mesh, the profiled prediction, the profile and core 0's layer
-    // timings in the fastest step (per-layer detail; the mesh's own timings are the last step's).
-    std::function<void(CoreMesh&, const cost::StepPrediction&, const cost::MeasuredLayers&, const std::vector<graph::NodeTiming>&)> inspect;
+    // Called after the measurement with the mesh, the profiled prediction, the profile, and core 0's layer
+    // timings and every core's events in the fastest step (the mesh's own are the last step's).
+    std::function<void(CoreMesh&, const cost::StepPrediction&, const cost::MeasuredLayers&, const std::vector<graph::NodeTiming>&,
+                       const std::vector<CoreEvent>&)>
+        inspect;
 };
 
 struct FidelityResult {
