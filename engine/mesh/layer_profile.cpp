@@ -57,29 +57,45 @@ struct LayerProfiler::Impl {
         run_pass(false);  // warm-up: the first touch of every buffer, oneDNN's primitive creation
     }
 
-    // One step's layers in the mesh's order: each node a phase over every task, its reduction phases
-    // (local totals: the sums themselves are modelled) and its kernel timed together, per task.
+    // One step's layers in the mesh's order and phases: each reduction phase of a node (batch-norm
+    // statistics) a phase over every task, its totals then taken on this thread (local totals: the sums
+    // over cores are modelled), then the node's kernel a phase; a task's layer time is its share of
+    // them all. As in the mesh, every task's pass over its tile ends before any task's next pass
+    // begins: with several tasks a thread, a tile leaves the cache between a batch norm's passes.
     void run_pass(bool keep) {
         const auto num_tasks = static_cast<std::int64_t>(executors.size());
         const graph::Graph& first_graph = core_graphs.graphs[0];
         const std::size_t num_local = first_graph.nodes().size();
         auto layer_phase = [&](std::size_t local, graph::Pass direction) {
             const int model_node = core_graphs.model_node[local];
-            pool.run(num_tasks, [&](std::int64_t task) {
-                graph::Executor& executor = *executors[static_cast<std::size_t>(task)];
-                const int id = static_cast<int>(local);
+            const int id = static_cast<int>(local);
+            std::vector<double> seconds(static_cast<std::size_t>(num_tasks), 0.0);
+            const auto timed = [&](std::int64_t task, auto&& work) {
                 const auto start = std::chrono::steady_clock::now();
-                for (int phase = 0; phase < executor.reduction_phases(id, direction); ++phase) {
-                    const std::vector<double> sums = executor.reduction_partial(id, direction, phase);
-                    executor.reduction_total(id, direction, phase, sums);
+                work(*executors[static_cast<std::size_t>(task)]);
+                seconds[static_cast<std::size_t>(task)] += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+            };
+            const int reduction_phases = executors.front()->reduction_phases(id, direction);
+            for (int phase = 0; phase < reduction_phases; ++phase) {
+                std::vector<std::vector<double>> sums(static_cast<std::size_t>(num_tasks));
+                pool.run(num_tasks, [&](std::int64_t task) {
+                    timed(task, [&](graph::Executor& executor) { sums[static_cast<std::size_t>(task)] = executor.reduction_partial(id, direction, phase); });
+                });
+                for (std::int64_t task = 0; task < num_tasks; ++task) {
+                    executors[static_cast<std::size_t>(task)]->reduction_total(id, direction, phase, sums[static_cast<std::size_t>(task)]);
                 }
-                if (direction == graph::Pass::Forward) executor.forward_node(id);
-                else executor.backward_node(id);
-                const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-                if (model_node < 0) return;  // halo copies are modelled
-                cost::MeasuredLayer& layer = pass[static_cast<std::size_t>(task)][static_cast<std::size_t>(model_node)];
-                (direction == graph::Pass::Forward ? layer.forward_seconds : layer.backward_seconds) = seconds;
+            }
+            pool.run(num_tasks, [&](std::int64_t task) {
+                timed(task, [&](graph::Executor& executor) {
+                    if (direction == graph::Pass::Forward) executor.forward_node(id);
+                    else executor.backward_node(id);
+                });
             });
+            if (model_node < 0) return;  // halo copies are modelled
+            for (std::int64_t task = 0; task < num_tasks; ++task) {
+                cost::MeasuredLayer& layer = pass[static_cast<std::size_t>(task)][static_cast<std::size_t>(model_node)];
+                (direction == graph::Pass::Forward ? layer.forward_seconds : layer.backward_seconds) = seconds[static_cast<std::size_t>(task)];
+            }
         };
         pool.run(num_tasks, [&](std::int64_t task) {
             executors[static_cast<std::size_t>(task)]->begin_forward(inputs[static_cast<std::size_t>(task)], graph::Mode::Train);

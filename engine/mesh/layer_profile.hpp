@@ -8,8 +8,8 @@
 // host threads, barriers, halo copies, reductions, the weight update) is still the model's.
 //
 // The profile runs the step's layers as the mesh does, without the exchanges: one executor per task of
-// a phase (every core of every replica, up to max_tasks), each node a phase over the host threads, its
-// reduction phases and kernel timed together per task. So the layers see the same single-threaded
+// a phase (every core of every replica, up to max_tasks), each of a node's reduction phases and then its
+// kernel a phase over the host threads, a task's times summed into the layer's. So the layers see the same single-threaded
 // kernels, the same contention of kernels side by side and the same cache traffic of several cores
 // taking turns on one thread as in the mesh. The fastest pass is kept, as a whole (other work on a
 // shared machine only adds time; bm_cost_fidelity compares with the fastest step); measure() may be called between training steps, so the profile and the
