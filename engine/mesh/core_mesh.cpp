@@ -1124,27 +1124,29 @@ struct CoreMesh::Impl {
     // then scaled by 1/R (a replicated parameter — one every core of a replica computes whole — taken from
     // the replica's first core). `value(c, p, first, count)` gives core c's gradient values [first, first +
     // count) of parameter p. Element by element the same arithmetic wherever it runs: one process over
-    // all its cores, or a rank over its segment (segmented_gradient_sums).
+    // all its cores, or a rank over its segment (segmented_gradient_sums). The first replica sums straight
+    // into `sum`, each later one in `replica_sum` (count values; unused with one replica) and is then
+    // added, the last one together with the scaling: per element the same roundings as a copy, an add
+    // and a scaling pass, with passes over the values growing by one per core and one per replica (the
+    // cost calibration measures, cost/step_simulation.cpp).
     template <class Value>
     void add_in_core_order(std::size_t p, std::int64_t first, std::int64_t count, Value&& value, float* replica_sum, float* sum) const {
+        const auto inverse = 1.0f / static_cast<float>(mesh.num_replicas);
         for (std::int64_t c = 0; c < total_cores; ++c) {
             const std::int64_t replica = c / per_replica, index = c % per_replica;
+            float* target = replica == 0 ? sum : replica_sum;
             const float* g = value(c, p, first, count);
             if (index == 0) {
-                std::copy(g, g + count, replica_sum);
+                std::copy(g, g + count, target);
             } else if (!replicated_parameter[p]) {
-                for (std::int64_t e = 0; e < count; ++e) replica_sum[e] += g[e];
+                for (std::int64_t e = 0; e < count; ++e) target[e] += g[e];
             }
-            if (index + 1 < per_replica) continue;
-            if (replica == 0) {
-                if (replica_sum != sum) std::copy(replica_sum, replica_sum + count, sum);  // one replica may sum in place
-            } else {
+            if (index + 1 < per_replica || replica == 0) continue;
+            if (replica + 1 < mesh.num_replicas) {
                 for (std::int64_t e = 0; e < count; ++e) sum[e] += replica_sum[e];
+            } else {
+                for (std::int64_t e = 0; e < count; ++e) sum[e] = (sum[e] + replica_sum[e]) * inverse;
             }
-        }
-        if (mesh.num_replicas > 1) {
-            const auto inverse = 1.0f / static_cast<float>(mesh.num_replicas);
-            for (std::int64_t e = 0; e < count; ++e) sum[e] *= inverse;
         }
     }
 
@@ -1154,7 +1156,7 @@ struct CoreMesh::Impl {
 
     // One process: every core is here; the parameters are summed in parallel, each straight into its own
     // tensor (no flat buffer to clear and copy out on one thread: for ResNet-34's 22 M parameters those
-    // two passes cost more than the sum), and with one replica in place of a separate replica sum.
+    // two passes cost more than the sum).
     std::vector<Tensor> in_order_gradient_sums() {
         const auto& specs = model.parameters();
         std::vector<Tensor> totals(specs.size());
@@ -1166,7 +1168,7 @@ struct CoreMesh::Impl {
             std::unique_ptr<float[]> replica_buffer(mesh.num_replicas > 1 ? new float[static_cast<std::size_t>(count)] : nullptr);
             add_in_core_order(
                 p, 0, count, [&](std::int64_t c, std::size_t q, std::int64_t first, std::int64_t) { return local_gradient(c, q, first); },
-                mesh.num_replicas > 1 ? replica_buffer.get() : sum, sum);
+                replica_buffer.get(), sum);
         });
         return totals;
     }
