@@ -309,7 +309,9 @@ private:
             const int pool = g.pool(relu, ops::PoolAttributes::max_down(2, 2), "pool");
             const int up = g.conv_transpose(pool, width, ops::ConvTransposeAttributes::upsample(2, 2), "up");
             const int concat = g.concat({up, relu}, "concat");
-            const int add = g.add(concat, concat, "add");
+            // A sum of two tensors, as a residual block's: add(x, x) would read one tensor twice and
+            // send its gradient to one place twice (its backward sums them: ~3× a real one's).
+            const int add = g.add(concat, g.concat({relu, up}, "concat_b"), "add");
             g.set_output(add);
             graph::ExecutorOptions executor_options;
             executor_options.distributed_reductions = true;
