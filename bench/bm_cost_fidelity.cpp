@@ -1,13 +1,15 @@
 // Fidelity of the cost model on this host: the predicted step time of the simulated cores (from the
 // host preset `tessera-cli calibrate` measures, with each plan's layers profiled) against the measured
-// one, for the tuning and validation cases of cores/fidelity.hpp, kept apart.
+// one, for the tuning and validation cases of mesh/fidelity.hpp, kept apart.
 //
 // Usage: bm_cost_fidelity [--host <host.json>] [--steps S] [--set tuning|validation] [--case <case>] [--detail <case>]
 // Calibrates first unless --host names an existing preset; prints, per run,
 //   set=<tuning|validation> case=<name> predicted_ms=<x> measured_ms=<fastest of the steps> error=<percent>%
 // with the per-class model's prediction (what planner sweeps use) and the measured spread beside it;
 // then per set and model: median |error|, share within 15 %, bias (mean signed error); and the sweep
-// timing: the planner over ≥ 500 layouts of the 3D U-Net on 256³.
+// timing: the planner over ≥ 500 layouts of the 3D U-Net on 256³. `--detail <case>` adds, for that case,
+// the predicted and measured parts of the fastest step, each op kind's wall time in it against the
+// prediction's, and every layer's kernel times measured, profiled and as the per-class model prices them.
 #include "mesh/fidelity.hpp"
 #include "mesh/host_calibration.hpp"
 #include "cost/planner.hpp"
