@@ -656,8 +656,9 @@ public:
 
 private:
     // One phase: task(core) seconds for every core of every replica (replicas repeat the same tiles), on
-    // each rank's threads; the phase ends with its slowest rank. Returns its wall time.
-    double phase(const std::function<double(std::int64_t)>& task, bool layer = false) {
+    // each rank's threads; the phase ends with its slowest rank — or after `measured_wall` seconds where
+    // the profile timed the phase itself. Returns its wall time.
+    double phase(const std::function<double(std::int64_t)>& task, bool layer = false, double measured_wall = -1) {
         std::vector<std::vector<double>> tasks(static_cast<std::size_t>(m_network.ranks));
         for (std::int64_t r = 0; r < m_replicas; ++r) {
             for (std::int64_t core = 0; core < m_cores; ++core) {
@@ -668,6 +669,7 @@ private:
         }
         double slowest = 0;
         for (const std::vector<double>& rank_tasks : tasks) slowest = std::max(slowest, phase_makespan(rank_tasks, m_threads));
+        if (measured_wall >= 0) slowest = measured_wall;
         m_wall += slowest + m_phase_overhead;
         return slowest + m_phase_overhead;
     }
@@ -709,6 +711,15 @@ private:
 
     const LayerCost& cost_of(std::int64_t core, int id) const {
         return m_costs[static_cast<std::size_t>(core)][static_cast<std::size_t>(id)];
+    }
+    // A layer's phases as the profile timed them whole, every task of the step on this process's
+    // threads (cores/layer_profile.hpp); −1 where it did not (no profile, a partial one, or ranks).
+    double measured_wall(int id, graph::Pass pass) const {
+        const MeasuredLayers* measured = m_options.measured_layers.get();
+        if (!measured || m_network.ranks > 1 || measured->empty()) return -1;
+        const MeasuredLayer& layer = measured->front()[static_cast<std::size_t>(id)];
+        const double wall = pass == graph::Pass::Forward ? layer.forward_wall_seconds : layer.backward_wall_seconds;
+        return wall > 0 ? wall : -1;
     }
     double halo_copy_seconds(int id, std::int64_t core) const {
         std::int64_t elements = 0;
@@ -754,18 +765,20 @@ private:
             });
             remote_halos(id, crosses_ranks(id) ? copies : 0.0);  // the rows to other ranks leave first
         }
+        const double wall = measured_wall(id, graph::Pass::Forward);  // < 0: none
+        const auto share = [&](double fraction) { return wall < 0 ? -1.0 : wall * fraction; };
         if (node.kind == OpKind::BatchNorm) {  // two statistics phases (each reduced over the ranks), then the normalising phase
             for (int p = 0; p < 2; ++p) {
-                phase([&](std::int64_t core) { return cost_of(core, id).forward.seconds / 3; }, true);
+                phase([&](std::int64_t core) { return cost_of(core, id).forward.seconds / 3; }, true, share(1.0 / 3));
                 m_wall += m_norm_gather;
             }
-            phase([&](std::int64_t core) { return cost_of(core, id).forward.seconds / 3; }, true);
+            phase([&](std::int64_t core) { return cost_of(core, id).forward.seconds / 3; }, true, share(1.0 / 3));
         } else if (node.kind == OpKind::GlobalAvgPool) {
-            phase([&](std::int64_t core) { return cost_of(core, id).forward.seconds; }, true);
+            phase([&](std::int64_t core) { return cost_of(core, id).forward.seconds; }, true, wall);
             m_wall += m_replica_gather;
             phase([&](std::int64_t) { return 0.0; });
         } else {
-            phase([&](std::int64_t core) { return cost_of(core, id).forward.seconds; }, true);
+            phase([&](std::int64_t core) { return cost_of(core, id).forward.seconds; }, true, wall);
         }
     }
 
@@ -794,12 +807,15 @@ private:
         const graph::NodeCost& flops = m_model.cost(id);
         const double weights_share =
             weights_later && flops.backward_flops > 0 ? std::clamp(flops.forward_flops / flops.backward_flops, 0.0, 1.0) : 0.0;
+        // A phase the profile timed whole (one rank; a split for deferred weights' gradients only across ranks).
+        const double wall = weights_share > 0 ? -1.0 : measured_wall(id, graph::Pass::Backward);
+        const auto share = [&](double fraction) { return wall < 0 ? -1.0 : wall * fraction; };
         if (node.kind == OpKind::BatchNorm) {
-            phase([&](std::int64_t core) { return cost_of(core, id).backward.seconds * 0.6; }, true);
+            phase([&](std::int64_t core) { return cost_of(core, id).backward.seconds * 0.6; }, true, share(0.6));
             m_wall += m_norm_gather;
-            phase([&](std::int64_t core) { return cost_of(core, id).backward.seconds * 0.4; }, true);
+            phase([&](std::int64_t core) { return cost_of(core, id).backward.seconds * 0.4; }, true, share(0.4));
         } else {
-            phase([&](std::int64_t core) { return cost_of(core, id).backward.seconds * (1 - weights_share); }, true);
+            phase([&](std::int64_t core) { return cost_of(core, id).backward.seconds * (1 - weights_share); }, true, wall);
         }
         if (!halo_gradients) return;
         // The halo node's backward (its interior back into the tile's gradient), then the returns. Halo

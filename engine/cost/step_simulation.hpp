@@ -30,6 +30,11 @@ namespace tessera::cost {
 struct MeasuredLayer {
     double forward_seconds = 0;
     double backward_seconds = 0;
+    // The layer's phases as a whole (its reduction phases and its kernel), wall time with every task of
+    // the step on the host threads: the slower thread's share, which per-task means average away. The
+    // same in every core's entry; 0 where the profile did not run every task of the step.
+    double forward_wall_seconds = 0;
+    double backward_wall_seconds = 0;
 };
 using MeasuredLayers = std::vector<std::vector<MeasuredLayer>>;  // [core of one replica][model node]
 
@@ -48,7 +53,8 @@ struct SimulationOptions {
     std::vector<std::string> untrained;
     std::vector<std::string> frozen_batch_norm;
     // predict_host_step only: layer times measured on this host replace the host preset's per-class
-    // rates (the rest of the step — phases, barriers, halos, reductions, update — is still modelled).
+    // rates, and in one process their phases' measured wall times the phases' makespans (the rest of the
+    // step — barriers, halos, reductions across cores, the loss, the update — is still modelled).
     std::shared_ptr<const MeasuredLayers> measured_layers;
     // predict_host_step only: the mesh spread over MPI ranks (contiguous blocks of cores, as the mesh
     // places them), each rank running its cores on the preset's threads, with the network between them

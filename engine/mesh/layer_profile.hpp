@@ -11,7 +11,9 @@
 // a phase (every core of every replica, up to max_tasks), each of a node's reduction phases and then its
 // kernel a phase over the host threads, a task's times summed into the layer's. So the layers see the same single-threaded
 // kernels, the same contention of kernels side by side and the same cache traffic of several cores
-// taking turns on one thread as in the mesh. The fastest pass is kept, as a whole (other work on a
+// taking turns on one thread as in the mesh. Where it runs every task of the step, it also times each
+// layer's phases whole (MeasuredLayer::*_wall_seconds): the slower thread's share of a phase, which the
+// per-task times, averaged over a core's copies, cannot give. The fastest pass is kept, as a whole (other work on a
 // shared machine only adds time; bm_cost_fidelity compares with the fastest step); measure() may be called between training steps, so the profile and the
 // steps sample the same moments of a noisy machine.
 //

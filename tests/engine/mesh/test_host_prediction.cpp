@@ -115,6 +115,55 @@ TEST(HostStepPrediction, MeasuredLayerTimesAreAddedPhaseByPhase) {
     EXPECT_THROW(cost::predict_host_step(model, plan, 1, host, options), Error);
 }
 
+TEST(HostStepPrediction, MeasuredPhaseWallsReplaceTheMakespanOfTheirTasks) {
+    // Layers at 1 ms forward and 2 ms backward per core: two cores on one thread make 3 ms a layer.
+    // Walls of 5 ms and 7 ms, timed by a profile of every task, take their place: 12 ms a layer (a
+    // batch norm's thirds and 0.6/0.4 split add up to the same).
+    const Shape input{1, 1, 32, 32};
+    const graph::Graph model = small_unet(input);
+    const partition::TilingPlan plan(model, partition::SpatialGrid::even(input, {2, 1}));
+    const cost::CostModel host(hand_made_host());
+    cost::SimulationOptions options;
+    options.record_timeline = false;
+    auto with_layers = [&](double forward, double backward, double forward_wall, double backward_wall) {
+        auto layers = uniform_layers(model, 2, forward, backward);
+        for (auto& core : *layers) {
+            for (std::size_t node = 0; node < core.size(); ++node) {
+                if (static_cast<int>(node) == model.input_node()) continue;
+                core[node].forward_wall_seconds = forward_wall;
+                core[node].backward_wall_seconds = backward_wall;
+            }
+        }
+        options.measured_layers = layers;
+        return cost::predict_host_step(model, plan, 1, host, options).step_seconds;
+    };
+    const double none = with_layers(0, 0, 0, 0), makespans = with_layers(1e-3, 2e-3, 0, 0), walls = with_layers(1e-3, 2e-3, 5e-3, 7e-3);
+    const auto layers_per_core = static_cast<double>(model.nodes().size() - 1);
+    EXPECT_NEAR(makespans - none, layers_per_core * 2 * 3e-3, 1e-9);  // no walls: the tasks' makespan
+    // The global-average-pool's second (empty) phase and the halo copies are the model's either way.
+    EXPECT_NEAR(walls - none, layers_per_core * 12e-3, 1e-9);
+}
+
+TEST(LayerProfile, TimesEachLayersPhasesWholeWhenItRunsEveryTask) {
+    const Shape input{1, 1, 32, 32};
+    const graph::Graph model = small_unet(input);
+    const partition::TilingPlan plan(model, partition::SpatialGrid::even(input, {2, 1}));
+    // Two replicas of two cores, every task profiled: each layer's walls, the same in every core's entry.
+    const cost::MeasuredLayers every = mesh::profile_layers(model, plan, {.repeats = 1, .threads = 2, .tasks = 4});
+    for (const graph::Node& node : model.nodes()) {
+        if (node.kind != graph::OpKind::Conv && node.kind != graph::OpKind::BatchNorm) continue;
+        const auto id = static_cast<std::size_t>(node.id);
+        EXPECT_GT(every[0][id].forward_wall_seconds, 0) << node.name;
+        EXPECT_GT(every[0][id].backward_wall_seconds, 0) << node.name;
+        EXPECT_EQ(every[1][id].forward_wall_seconds, every[0][id].forward_wall_seconds) << node.name;
+    }
+    // A profile holding fewer tasks than the step runs cannot time its phases: no walls.
+    const cost::MeasuredLayers partial = mesh::profile_layers(model, plan, {.repeats = 1, .threads = 2, .tasks = 8, .max_tasks = 2});
+    for (const auto& core : partial) {
+        for (const cost::MeasuredLayer& layer : core) EXPECT_EQ(layer.forward_wall_seconds, 0);
+    }
+}
+
 TEST(HostStepPrediction, GradientReductionAndUpdateFollowTheMeasuredConstants) {
     // 2 cores × 3 replicas on one thread: the reduction takes, per tensor, 3 + 1·5 + 2·2 µs and, per
     // parameter, 1 + 0.5·5 + 0.25·2 ns, plus 0.5 ns per parameter of finite checks; the update, once for
