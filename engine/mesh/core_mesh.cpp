@@ -1216,7 +1216,7 @@ struct CoreMesh::Impl {
         }
         transport->wait_all();
         to_send.clear();
-        std::vector<float> segment(static_cast<std::size_t>(my_size)), replica_sum(segment.size());
+        std::vector<float> segment(static_cast<std::size_t>(my_size)), replica_sum(mesh.num_replicas > 1 ? segment.size() : 0);
         for_parameters_in(my_begin, my_begin + my_size, [&](std::size_t p, std::int64_t first, std::int64_t count, std::int64_t at) {
             const auto value = [&](std::int64_t c, std::size_t q, std::int64_t from, std::int64_t) -> const float* {
                 if (is_local(c)) return local_gradient(c, q, from);

@@ -17,7 +17,7 @@ struct LayerProfiler::Impl {
     std::vector<std::unique_ptr<graph::Executor>> executors;  // one per task
     std::vector<Tensor> inputs, gradients;                  // per task
     cost::MeasuredLayers fastest;                           // [core of a replica][model node], of the fastest pass: mean over the core's tasks
-    double fastest_total = 0;                               // its layers' seconds, summed over every task
+    double fastest_total = 0;                               // its layers' phase walls (every task profiled), else seconds summed over the tasks
     std::vector<std::vector<cost::MeasuredLayer>> pass;     // [task][model node], this pass
     std::vector<cost::MeasuredLayer> pass_walls;            // [model node]: this pass's layer phases, wall time
     bool every_task = false;                                // the profile runs every task of the step
@@ -126,20 +126,22 @@ struct LayerProfiler::Impl {
         // the profile runs every task of the step, its layer phases' wall time picks the pass, and
         // those walls go with the layers (the host step takes them for its layer phases).
         double total = 0;
-        for (const std::vector<cost::MeasuredLayer>& task_layers : pass) {
-            for (const cost::MeasuredLayer& layer : task_layers) total += layer.forward_seconds + layer.backward_seconds;
-        }
-        if (every_task) {  // the pass whose layer phases took least wall time, as the fastest step is
-            total = 0;
+        if (every_task) {
             for (const cost::MeasuredLayer& walls : pass_walls) total += walls.forward_wall_seconds + walls.backward_wall_seconds;
+        } else {
+            for (const std::vector<cost::MeasuredLayer>& task_layers : pass) {
+                for (const cost::MeasuredLayer& layer : task_layers) total += layer.forward_seconds + layer.backward_seconds;
+            }
         }
         if (measured && total >= fastest_total) return;
         fastest_total = total;
         fastest = mean_over_copies(pass, task_core, fastest.size());
-        for (std::vector<cost::MeasuredLayer>& core_layers : fastest) {
-            for (std::size_t node = 0; node < core_layers.size() && every_task; ++node) {
-                core_layers[node].forward_wall_seconds = pass_walls[node].forward_wall_seconds;
-                core_layers[node].backward_wall_seconds = pass_walls[node].backward_wall_seconds;
+        if (every_task) {
+            for (std::vector<cost::MeasuredLayer>& core_layers : fastest) {
+                for (std::size_t node = 0; node < core_layers.size(); ++node) {
+                    core_layers[node].forward_wall_seconds = pass_walls[node].forward_wall_seconds;
+                    core_layers[node].backward_wall_seconds = pass_walls[node].backward_wall_seconds;
+                }
             }
         }
         measured = true;

@@ -36,12 +36,14 @@ cost::Device hand_made_host() {
     return host;
 }
 
-// Every layer of every core (but the input) measured at `forward` and `backward` seconds.
-std::shared_ptr<cost::MeasuredLayers> uniform_layers(const graph::Graph& model, std::size_t cores, double forward, double backward) {
+// Every layer of every core (but the input) measured at `forward` and `backward` seconds, its phases
+// at the given walls (0: not timed).
+std::shared_ptr<cost::MeasuredLayers> uniform_layers(const graph::Graph& model, std::size_t cores, double forward, double backward,
+                                                     double forward_wall = 0, double backward_wall = 0) {
     auto layers = std::make_shared<cost::MeasuredLayers>(cores, std::vector<cost::MeasuredLayer>(model.nodes().size()));
     for (auto& core : *layers) {
         for (std::size_t node = 0; node < core.size(); ++node) {
-            if (static_cast<int>(node) != model.input_node()) core[node] = {forward, backward};
+            if (static_cast<int>(node) != model.input_node()) core[node] = {forward, backward, forward_wall, backward_wall};
         }
     }
     return layers;
@@ -126,15 +128,7 @@ TEST(HostStepPrediction, MeasuredPhaseWallsReplaceTheMakespanOfTheirTasks) {
     cost::SimulationOptions options;
     options.record_timeline = false;
     auto with_layers = [&](double forward, double backward, double forward_wall, double backward_wall) {
-        auto layers = uniform_layers(model, 2, forward, backward);
-        for (auto& core : *layers) {
-            for (std::size_t node = 0; node < core.size(); ++node) {
-                if (static_cast<int>(node) == model.input_node()) continue;
-                core[node].forward_wall_seconds = forward_wall;
-                core[node].backward_wall_seconds = backward_wall;
-            }
-        }
-        options.measured_layers = layers;
+        options.measured_layers = uniform_layers(model, 2, forward, backward, forward_wall, backward_wall);
         return cost::predict_host_step(model, plan, 1, host, options).step_seconds;
     };
     const double none = with_layers(0, 0, 0, 0), makespans = with_layers(1e-3, 2e-3, 0, 0), walls = with_layers(1e-3, 2e-3, 5e-3, 7e-3);
