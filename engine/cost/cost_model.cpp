@@ -44,8 +44,47 @@ std::string_view fusion_name(ElementwiseFusion fusion) {
         case ElementwiseFusion::None: return "none";
         case ElementwiseFusion::Chains: return "chains";
         case ElementwiseFusion::IntoConvolutions: return "into_convolutions";
+        case ElementwiseFusion::ConvolutionStatistics: return "convolution_statistics";
+        case ElementwiseFusion::ConvolutionMainLoop: return "convolution_main_loop";
     }
     return "?";
+}
+
+namespace {
+
+// Whether every consumer of `id`, seen through ReLUs, is a convolution (and there is one).
+bool feeds_only_convolutions(const graph::Graph& model, int id) {
+    bool any = false;
+    for (const Node& node : model.nodes()) {
+        if (std::find(node.inputs.begin(), node.inputs.end(), id) == node.inputs.end()) continue;
+        if (node.kind == OpKind::Relu ? !feeds_only_convolutions(model, node.id) : node.kind != OpKind::Conv) return false;
+        any = true;
+    }
+    return any;
+}
+
+}  // namespace
+
+BatchNormPasses batch_norm_passes(const graph::Graph& model, int batch_norm, ElementwiseFusion fusion) {
+    switch (fusion) {
+        case ElementwiseFusion::None:
+        case ElementwiseFusion::Chains:  // the chain's ReLU and add ride in the normalising passes
+            return {};
+        case ElementwiseFusion::IntoConvolutions:  // the statistics' read; backward the reductions' reads
+            return {.forward = 1, .forward_statistics = 1, .backward = 2, .backward_reductions = 2};
+        case ElementwiseFusion::ConvolutionStatistics:
+        case ElementwiseFusion::ConvolutionMainLoop: {
+            const Node& node = model.node(batch_norm);
+            const Node& producer = model.node(node.inputs[0]);
+            const bool statistics_in_convolution =
+                producer.kind == OpKind::Conv && model.node(producer.inputs[0]).kind != OpKind::Input;
+            const int statistics = statistics_in_convolution ? 0 : 1;
+            if (fusion == ElementwiseFusion::ConvolutionMainLoop && feeds_only_convolutions(model, batch_norm))
+                return {.forward = statistics, .forward_statistics = statistics, .backward = 2, .backward_reductions = 2};
+            return {.forward = statistics + 2, .forward_statistics = statistics, .backward = 5, .backward_reductions = 2};
+        }
+    }
+    TESSERA_FAIL("unknown fusion " << static_cast<int>(fusion));
 }
 
 std::string_view conv_layout_name(ConvLayout layout) {
@@ -255,16 +294,14 @@ LayerCost CostModel::roofline_layer(const graph::Graph& model, int id, const par
                 }
                 result.forward = memory_pass(2.0 * static_cast<double>(out_elements), element * 2 * out_elements, false);
                 result.backward = memory_pass(static_cast<double>(out_elements), element * 2 * out_elements, false);
-            } else if (fusion == ElementwiseFusion::IntoConvolutions) {
-                // The statistics' reduction reads the input; backward's two reductions read the output's
-                // gradient and the input. Normalising (and its gradient) runs inside the neighbours.
-                result.forward = memory_pass(8.0 * static_cast<double>(out_elements), element * out_elements);
-                result.backward = memory_pass(12.0 * static_cast<double>(out_elements), element * 2 * out_elements);
             } else {
-                // Statistics pass and normalising pass forward; reduction pass and gradient pass backward
-                // (a chain's ReLU and add run in the normalising passes).
-                result.forward = memory_pass(8.0 * static_cast<double>(out_elements), element * 3 * out_elements);
-                result.backward = memory_pass(12.0 * static_cast<double>(out_elements), element * 5 * out_elements);
+                // The statistics and normalising (8 FLOPs an element) forward, reductions and gradient (12)
+                // backward; bytes for the passes the batch norm makes itself (none forward where its
+                // statistics come from a convolution's epilogue and its normalising runs in the next one).
+                const BatchNormPasses passes = batch_norm_passes(model, id, fusion);
+                if (passes.forward > 0)
+                    result.forward = memory_pass(8.0 * static_cast<double>(out_elements), element * passes.forward * out_elements);
+                result.backward = memory_pass(12.0 * static_cast<double>(out_elements), element * passes.backward * out_elements);
             }
             break;
         case OpKind::Pool: {

@@ -15,9 +15,10 @@
 // loops depends on the framework, not the chip (ElementwiseFusion below): op by op each reads its
 // inputs and writes its output; fused into chains (XLA on a GPU, which calls cuDNN for convolutions)
 // a chain between two convolutions makes one pass and a batch norm keeps its statistics' pass; fused
-// into the convolutions (XLA on a TPU, cuDNN's fused convolutions) a batch norm keeps only its
-// statistics' reduction (one read forward, the gradient and the input backward), an add its second
-// operand, a ReLU nothing.
+// into the convolutions (XLA on a TPU) a batch norm keeps only its statistics' reduction (one read
+// forward, the gradient and the input backward), an add its second operand, a ReLU nothing. NVIDIA's
+// fused-convolution ResNets sit between: statistics in the convolutions' epilogues, the normalising
+// in chains or in the next convolution's main loop (batch_norm_passes says which passes remain).
 //
 // A transfer takes latency per hop plus bytes over the link bandwidth; an all-reduce follows the ring
 // (or, on a torus, the 2D ring) algorithm.
@@ -53,9 +54,29 @@ struct PassCost {
 enum class ElementwiseFusion {
     None,              // one kernel per op (eager PyTorch)
     Chains,            // element-wise chains between convolutions fused into one kernel (XLA on a GPU)
-    IntoConvolutions,  // element-wise work inside the convolutions' loops (XLA on a TPU, cuDNN fused convolutions)
+    IntoConvolutions,  // element-wise work inside the convolutions' loops (XLA on a TPU)
+    // NVIDIA's MXNet ResNets for MLPerf, built on cuDNN's NormConvolution. Statistics: a batch norm
+    // after a convolution gets its sums from that convolution's epilogue (except after the stem, a
+    // plain convolution reading the input); normalising, ReLU and a residual add run as one kernel
+    // (ScaleBiasAddRelu) — symbol resnet-v1b-stats-fl.
+    ConvolutionStatistics,
+    // As ConvolutionStatistics, and a batch norm whose output (through its ReLU) feeds only
+    // convolutions is applied in their main loop, so only a residual's end (the last batch norm,
+    // the shortcut's, the add and the ReLU) stays a kernel of its own — resnet-v1b-mainloop-fl and
+    // resnet-v1b-dbar-fl.
+    ConvolutionMainLoop,
 };
-std::string_view fusion_name(ElementwiseFusion fusion);  // "none", "chains", "into_convolutions"
+// "none", "chains", "into_convolutions", "convolution_statistics", "convolution_main_loop"
+std::string_view fusion_name(ElementwiseFusion fusion);
+
+// A trained batch norm's own passes over its tensor (each a read or a write of it) under a fusion, and
+// how many of them come before its statistics' all-reduce (the statistics' read forward; the two
+// reductions' reads backward). Passes the fusion runs inside convolutions are not counted.
+struct BatchNormPasses {
+    int forward = 3, forward_statistics = 1;    // op by op: statistics' read; normalising's read and write
+    int backward = 5, backward_reductions = 2;  // op by op: the reductions read dy and x; dx reads them again and writes
+};
+BatchNormPasses batch_norm_passes(const graph::Graph& model, int batch_norm, ElementwiseFusion fusion);
 
 // The memory layout a GPU's convolutions get their activations in. Tensor-core kernels (f16, bf16,
 // TF32) work on channels-last data; given channels-first data, cuDNN transposes every activation

@@ -168,12 +168,16 @@ public:
           m_pending(static_cast<std::size_t>(m_cores), std::vector<std::vector<int>>(m_count)),
           m_other_compute(static_cast<std::size_t>(m_cores), 0.0), m_op_count(static_cast<std::size_t>(m_cores), 0.0) {
         m_prediction.cores.resize(static_cast<std::size_t>(m_cores));
-        // A batch norm's share of its pass before the statistics' all-reduce: forward the statistics
-        // pass (of three), backward the reduction pass (of its traffic); fused into the convolutions,
-        // the rest runs in its neighbours.
-        const bool bn_reduction_only = options.fusion == ElementwiseFusion::IntoConvolutions && m_device.kind != "host";
-        m_bn_forward_share = bn_reduction_only ? 1.0 : 1.0 / 3.0;
-        m_bn_backward_share = bn_reduction_only ? 1.0 : 0.4;
+        // A batch norm's share of its pass before the statistics' all-reduce: of its own passes, those
+        // that read for the statistics (forward) and the reductions (backward). The host runs op by op.
+        const ElementwiseFusion fusion = m_device.kind == "host" ? ElementwiseFusion::None : options.fusion;
+        for (const Node& node : model.nodes()) {
+            if (node.kind != OpKind::BatchNorm) continue;
+            const BatchNormPasses passes = batch_norm_passes(model, node.id, fusion);
+            const auto n = static_cast<std::size_t>(node.id);
+            m_bn_forward_share[n] = passes.forward > 0 ? static_cast<double>(passes.forward_statistics) / passes.forward : 0.0;
+            m_bn_backward_share[n] = static_cast<double>(passes.backward_reductions) / passes.backward;
+        }
     }
 
     StepPrediction run() {
@@ -258,7 +262,7 @@ private:
             std::vector<int> partials;
             for (std::int64_t core = 0; core < m_cores; ++core) {
                 const PassCost& pass = layer_of(core, id).forward;
-                const double share = node.kind == OpKind::BatchNorm ? m_bn_forward_share : 1.0;
+                const double share = node.kind == OpKind::BatchNorm ? m_bn_forward_share[static_cast<std::size_t>(id)] : 1.0;
                 const int task = m_schedule.add(compute_resource(core), pass.seconds * share, deps[static_cast<std::size_t>(core)]);
                 record(task, core, id, SpanKind::Compute, false);
                 partials.push_back(task);
@@ -276,7 +280,8 @@ private:
             const PassCost& pass = layer_of(core, id).forward;
             m_total_flops += pass.flops;
             if (node.kind == OpKind::GlobalAvgPool) continue;  // all of it ran as the partial
-            const double seconds = reduced && node.kind == OpKind::BatchNorm ? pass.seconds * (1 - m_bn_forward_share) : pass.seconds;
+            const double seconds =
+                reduced && node.kind == OpKind::BatchNorm ? pass.seconds * (1 - m_bn_forward_share[static_cast<std::size_t>(id)]) : pass.seconds;
             const int task = m_schedule.add(compute_resource(core), seconds, deps[static_cast<std::size_t>(core)]);
             record(task, core, id, SpanKind::Compute, false);
             m_forward_task[static_cast<std::size_t>(core)][static_cast<std::size_t>(id)] = task;
@@ -321,7 +326,7 @@ private:
             if (m_is_output[n]) deps.insert(deps.end(), m_loss_tasks.begin(), m_loss_tasks.end());
             const PassCost& pass = layer_of(core, id).backward;
             m_total_flops += pass.flops;
-            const int task = m_schedule.add(compute_resource(core), pass.seconds * (reduced ? m_bn_backward_share : 1.0), deps);
+            const int task = m_schedule.add(compute_resource(core), pass.seconds * (reduced ? m_bn_backward_share[n] : 1.0), deps);
             record(task, core, id, SpanKind::Compute, true);
             tasks[static_cast<std::size_t>(core)] = task;
             partials.push_back(task);
@@ -329,7 +334,7 @@ private:
         if (reduced) {
             const int all_reduce = reduce(partials, 8 * 2 * node.output_shape[1], batch_norm_group(), id, true);
             for (std::int64_t core = 0; core < m_cores; ++core) {
-                const int task = m_schedule.add(compute_resource(core), layer_of(core, id).backward.seconds * (1 - m_bn_backward_share),
+                const int task = m_schedule.add(compute_resource(core), layer_of(core, id).backward.seconds * (1 - m_bn_backward_share[n]),
                                                 {all_reduce});
                 record(task, core, id, SpanKind::Compute, true);
                 tasks[static_cast<std::size_t>(core)] = task;
@@ -482,7 +487,8 @@ private:
     const std::vector<std::vector<std::vector<HaloTransfer>>> m_incoming;
     const std::vector<std::vector<LayerCost>> m_layer_cost;
     const Training m_training;
-    double m_bn_forward_share = 1, m_bn_backward_share = 1;
+    std::vector<double> m_bn_forward_share = std::vector<double>(m_count, 1.0);   // by node
+    std::vector<double> m_bn_backward_share = std::vector<double>(m_count, 1.0);  // by node
 
     Schedule m_schedule;
     StepPrediction m_prediction;

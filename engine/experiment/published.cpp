@@ -190,11 +190,15 @@ void read_numerics(const CaseReader& read, const Json& value, PublishedCase& c) 
 
     c.framework = read.text(value, "framework");
     const std::string fusion = read.text(value, "fusion");
-    const auto fusion_named = named_value(
-        fusion, {cost::ElementwiseFusion::None, cost::ElementwiseFusion::Chains, cost::ElementwiseFusion::IntoConvolutions}, cost::fusion_name);
+    const auto fusion_named =
+        named_value(fusion,
+                    {cost::ElementwiseFusion::None, cost::ElementwiseFusion::Chains, cost::ElementwiseFusion::IntoConvolutions,
+                     cost::ElementwiseFusion::ConvolutionStatistics, cost::ElementwiseFusion::ConvolutionMainLoop},
+                    cost::fusion_name);
     if (fusion_named) c.fusion = *fusion_named;
-    TESSERA_CHECK(fusion_named, read.where() << ": fusion: expected \"none\" (eager, one kernel per op), \"chains\" (XLA on a GPU) or "
-                                         "\"into_convolutions\" (XLA on a TPU, cuDNN fused convolutions), got \"" << fusion << "\"");
+    TESSERA_CHECK(fusion_named, read.where() << ": fusion: expected \"none\" (eager, one kernel per op), \"chains\" (XLA on a GPU), "
+                                         "\"into_convolutions\" (XLA on a TPU), \"convolution_statistics\" or \"convolution_main_loop\" "
+                                         "(NVIDIA's NormConvolution ResNets), got \"" << fusion << "\"");
 
     if (value.contains("conv_layout")) {  // optional: channels-last unless the case says otherwise
         const std::string layout = read.text(value, "conv_layout");

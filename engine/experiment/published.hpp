@@ -11,7 +11,8 @@
 // listed in `approximations` (instance norm read as batch norm, a ResNeXt backbone read as ResNet), so
 // a gap can be told apart from a cost-model error. How the framework ran the step is the case's own
 // fact: `fusion` ("none" for eager PyTorch, "chains" for XLA on a GPU, "into_convolutions" for XLA on
-// a TPU and cuDNN's fused convolutions; cost_model.hpp), the layout its GPU convolutions got
+// a TPU, "convolution_statistics" / "convolution_main_loop" for NVIDIA's NormConvolution ResNets;
+// cost_model.hpp), the layout its GPU convolutions got
 // (`conv_layout`: channels-first data on tensor cores costs transposes) and TF32 math for "tf32" cases.
 //
 //   for (const PublishedCase& c : load_published_cases(resources / "validation")) {

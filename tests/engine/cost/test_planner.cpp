@@ -250,6 +250,62 @@ TEST(CostModel, FusionDecidesWhatElementwiseOpsCost) {
     EXPECT_LT(tf32.forward.seconds, plain.forward.seconds / 2);
 }
 
+
+// NVIDIA's MXNet ResNet-50 for MLPerf, as its symbol files build a bottleneck (conv1 emits bn1's sums;
+// conv2 and conv3 apply bn1 and bn2 in their main loop with mainloop-fl / dbar-fl, or ScaleBiasAddRelu
+// kernels apply them with stats-fl; bn3 and the projection's batch norm, the add and the ReLU are one
+// kernel; the stem is a plain convolution with a batch norm of its own). Expected passes written out
+// from those files, not from batch_norm_passes.
+TEST(CostModel, NormConvolutionResNetsKeepTheResidualEndsBatchNormPasses) {
+    const graph::Graph model = networks::make_resnet({.depth = 50, .num_classes = 1000}, {8, 3, 224, 224});
+    auto passes = [&](const std::string& name, ElementwiseFusion fusion) {
+        for (const graph::Node& node : model.nodes())
+            if (node.name == name) {
+                const BatchNormPasses p = batch_norm_passes(model, node.id, fusion);
+                return std::vector<int>{p.forward, p.forward_statistics, p.backward, p.backward_reductions};
+            }
+        ADD_FAILURE() << "no node " << name;
+        return std::vector<int>{};
+    };
+    using V = std::vector<int>;
+    const ElementwiseFusion statistics = ElementwiseFusion::ConvolutionStatistics, main_loop = ElementwiseFusion::ConvolutionMainLoop;
+    // The stem: statistics, normalising read and write; backward as op by op, under both.
+    EXPECT_EQ(passes("stem.bn", statistics), (V{3, 1, 5, 2}));
+    EXPECT_EQ(passes("stem.bn", main_loop), (V{3, 1, 5, 2}));
+    for (const std::string block : {"stage1.block0", "stage2.block0", "stage3.block5", "stage4.block2"}) {
+        // stats-fl: every bottleneck batch norm has its sums from its convolution, then a read and a write.
+        for (const std::string layer : {".a.bn", ".b.bn", ".c.bn"}) EXPECT_EQ(passes(block + layer, statistics), (V{2, 0, 5, 2})) << block + layer;
+        // mainloop-fl: bn1 and bn2 ride in the next convolution; backward only their reductions' reads.
+        EXPECT_EQ(passes(block + ".a.bn", main_loop), (V{0, 0, 2, 2})) << block;
+        EXPECT_EQ(passes(block + ".b.bn", main_loop), (V{0, 0, 2, 2})) << block;
+        EXPECT_EQ(passes(block + ".c.bn", main_loop), (V{2, 0, 5, 2})) << block;
+    }
+    EXPECT_EQ(passes("stage2.block0.projection.bn", main_loop), (V{2, 0, 5, 2}));
+    // The existing fusions are unchanged.
+    EXPECT_EQ(passes("stage1.block0.a.bn", ElementwiseFusion::Chains), (V{3, 1, 5, 2}));
+    EXPECT_EQ(passes("stage1.block0.a.bn", ElementwiseFusion::IntoConvolutions), (V{1, 1, 2, 2}));
+
+    // In the layer costs: a batch norm applied in the main loop moves nothing forward and launches nothing.
+    const CostModel h100(load_device_preset("h100"));
+    const Execution execution{.precision = graph::Precision::F16, .tf32 = false, .fusion = main_loop};
+    double forward_bytes_main_loop = 0, forward_bytes_chains = 0, forward_bytes_into = 0;
+    for (const graph::Node& node : model.nodes()) {
+        if (node.kind != graph::OpKind::BatchNorm) continue;
+        const LayerCost cost = h100.layer(model, node.id, nullptr, execution);
+        if (node.name.ends_with(".a.bn")) {
+            EXPECT_EQ(cost.forward.seconds, 0) << node.name;
+            EXPECT_EQ(cost.backward.bytes, 2 * 2 * num_elements_of(node.output_shape)) << node.name;
+        }
+        forward_bytes_main_loop += static_cast<double>(cost.forward.bytes);
+        Execution other = execution;
+        other.fusion = ElementwiseFusion::Chains;
+        forward_bytes_chains += static_cast<double>(h100.layer(model, node.id, nullptr, other).forward.bytes);
+        other.fusion = ElementwiseFusion::IntoConvolutions;
+        forward_bytes_into += static_cast<double>(h100.layer(model, node.id, nullptr, other).forward.bytes);
+    }
+    EXPECT_GT(forward_bytes_main_loop, forward_bytes_into);
+    EXPECT_LT(forward_bytes_main_loop, forward_bytes_chains);
+}
 TEST(CostModel, WinogradSpeedsUpOnlyPlainF32TwoDimensionalThreeByThreeStrideOneConvolutions) {
     const Device v100_device = load_device_preset("v100");
     ASSERT_DOUBLE_EQ(v100_device.efficiency.winograd_3x3, 2.25);

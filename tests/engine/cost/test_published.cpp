@@ -70,6 +70,10 @@ TEST(PublishedCases, UnitsConvertToTheStepOfTheGlobalBatchAndBadCasesAreNamed) {
     EXPECT_EQ(cases[0].fusion, cost::ElementwiseFusion::None);
     write(R"({"value": 1024, "unit": "images/s"})", "chains");
     EXPECT_EQ(load_published_cases(scratch.path())[0].fusion, cost::ElementwiseFusion::Chains);
+    write(R"({"value": 1024, "unit": "images/s"})", "convolution_statistics");
+    EXPECT_EQ(load_published_cases(scratch.path())[0].fusion, cost::ElementwiseFusion::ConvolutionStatistics);
+    write(R"({"value": 1024, "unit": "images/s"})", "convolution_main_loop");
+    EXPECT_EQ(load_published_cases(scratch.path())[0].fusion, cost::ElementwiseFusion::ConvolutionMainLoop);
     // The convolutions' layout: channels-last unless the case names another.
     EXPECT_EQ(load_published_cases(scratch.path())[0].conv_layout, cost::ConvLayout::ChannelsLast);
     write(R"({"value": 1024, "unit": "images/s"})", "none", R"("conv_layout": "channels_first", )");
@@ -83,6 +87,8 @@ TEST(PublishedCases, UnitsConvertToTheStepOfTheGlobalBatchAndBadCasesAreNamed) {
     write(R"({"value": 1024, "unit": "images/s"})", "some");
     const std::string fusion_message = error_of([&] { load_published_cases(scratch.path()); });
     EXPECT_NE(fusion_message.find("cases.json: case \"r50\": fusion: expected \"none\""), std::string::npos) << fusion_message;
+    EXPECT_NE(fusion_message.find("\"convolution_main_loop\" (NVIDIA's NormConvolution ResNets), got \"some\""), std::string::npos)
+        << fusion_message;
     write(R"({"value": 80, "unit": "ms/step"})");
     EXPECT_DOUBLE_EQ(load_published_cases(scratch.path())[0].published_step_seconds, 0.08);
     write(R"({"value": 80, "unit": "fortnights"})");
