@@ -1,6 +1,7 @@
 // Convolutions and transposed convolutions: oneDNN primitives for forward, backward-data and
 // backward-weights, f32 master weights reordered into each primitive's layout.
 #include "ops/kernels.hpp"
+#include "ops/row_convolution.hpp"
 
 #include <cstdint>
 
@@ -56,6 +57,7 @@ public:
     }
 
     bool splits_backward() const override { return true; }
+    std::string implementation() const override { return m_forward_pd.impl_info_str(); }
 
     void backward_weights(const std::vector<memory>&, const memory&, const memory& diff_output) override {
         const memory weight_gradient = weights(m_weight->gradient);
@@ -153,6 +155,139 @@ std::unique_ptr<Kernel> make_direct_conv_kernel(const ConvAttributes& a, const S
                                               pad_r),
         dnnl::convolution_backward_weights::desc(algorithm, src_any, diff_weights_any, optional_bias_desc(bias),
                                                  diff_dst_any, strides, dilates, pad_l, pad_r));
+}
+
+// ---- 3×3(×3) stride-1 convolutions with few channels: row_convolution.hpp -----------------------
+
+// Reads a oneDNN memory of a plain, channels-last or channel-blocked f32 layout as a SourceLayout.
+SourceLayout source_layout(const memory& value, const Shape& shape) {
+    const ChannelAddressing at(value.get_desc());
+    SourceLayout layout;
+    layout.data = static_cast<const float*>(value.get_data_handle());
+    layout.batch_stride = at.batch_stride;
+    layout.block_stride = at.block_stride;
+    layout.block = at.block;
+    layout.spatial_stride = at.spatial_stride;
+    const bool volume = shape.size() == 5;
+    layout.extent = {volume ? shape[2] : 1, shape[shape.size() - 2], shape.back()};
+    return layout;
+}
+
+// Forward, input gradient and weights' gradient as row convolutions on zero-padded plain copies of
+// the input and of the output's gradient. The copies live in the scratchpad's call arena (each call
+// makes its own: nothing is kept between forward and backward beyond what the executor keeps).
+class RowConvKernel final : public Kernel {
+public:
+    RowConvKernel(const ConvAttributes& attributes, const Shape& input_shape, const Shape& output_shape, const KernelInputs& in,
+                  Parameter* weight, Parameter* bias)
+        : Kernel(in), m_weight(weight), m_bias(bias), m_needs_diff_input(in.needs_gradient[0]), m_input_shape(input_shape),
+          m_output_shape(output_shape), m_rank(attributes.spatial_rank()), m_pad_begin(attributes.pad_begin.begin(), attributes.pad_begin.end()) {
+        // Channels-last out, as oneDNN's kernels gave narrow layers: batch norm and pooling run fast on it.
+        m_output_desc = channels_last_desc(output_shape);
+        const std::vector<std::int64_t> in_extent(input_shape.begin() + 2, input_shape.end());
+        m_out_extent.assign(output_shape.begin() + 2, output_shape.end());
+        m_input = padded_rows_for(input_shape[0], input_shape[1], m_out_extent);
+        m_input_buffer = m_scratchpad.call_buffer(flat_desc(m_input.elements()));
+        // The output's gradient padded for the input gradient's product (a forward convolution with the
+        // weights mirrored: 2 − pad before each axis); the weights' gradient reads it at that offset.
+        for (std::int64_t pad : m_pad_begin) m_gradient_offset.push_back(2 - pad);
+        m_gradient = padded_rows_for(output_shape[0], output_shape[1], in_extent, m_gradient_offset.back());
+        m_gradient_buffer = m_scratchpad.call_buffer(flat_desc(m_gradient.elements()));
+        // The input's gradient is written in its own layout where that is plain or channels-last.
+        m_diff_src_channels_last = in.descs[0] == channels_last_desc(input_shape);
+        const memory::desc written = m_diff_src_channels_last ? in.descs[0] : plain_desc(input_shape);
+        if (m_needs_diff_input) m_diff_src = Staged(m_scratchpad, written, in.descs[0]);
+    }
+
+    void forward(const std::vector<memory>& inputs, const memory& output, Mode) override {
+        fill_input(inputs[0]);
+        const std::vector<float> relaid = relaid_weights(m_weight->value.data<float>(), m_output_shape[1], m_input_shape[1], m_rank, false);
+        row_conv_forward(m_input, relaid, m_bias ? m_bias->value.data<float>() : nullptr, m_output_shape[1], m_rank,
+                         static_cast<float*>(output.get_data_handle()), true);
+    }
+
+    void backward(const std::vector<memory>& inputs, const memory&, const memory& diff_output,
+                  const std::vector<memory>& diff_inputs) override {
+        fill_gradient(diff_output);
+        weights_gradient(inputs[0]);
+        inputs_gradient(diff_inputs);
+    }
+
+    bool splits_backward() const override { return true; }
+    std::string implementation() const override { return "rows:avx512"; }
+
+    void backward_weights(const std::vector<memory>& inputs, const memory&, const memory& diff_output) override {
+        fill_gradient(diff_output);
+        weights_gradient(inputs[0]);
+    }
+
+    void backward_inputs(const std::vector<memory>&, const memory&, const memory& diff_output,
+                         const std::vector<memory>& diff_inputs) override {
+        if (!m_needs_diff_input) return;
+        fill_gradient(diff_output);
+        inputs_gradient(diff_inputs);
+    }
+
+private:
+    static memory::desc flat_desc(std::int64_t elements) {
+        return memory::desc({static_cast<memory::dim>(elements)}, memory::data_type::f32, memory::format_tag::a);
+    }
+
+    void fill_input(const memory& input) {
+        m_input.data = static_cast<float*>(m_input_buffer.get_data_handle());
+        fill_padded(m_input, source_layout(input, m_input_shape), m_pad_begin);
+    }
+    void fill_gradient(const memory& diff_output) {
+        m_gradient.data = static_cast<float*>(m_gradient_buffer.get_data_handle());
+        fill_padded(m_gradient, source_layout(diff_output, m_output_shape), m_gradient_offset);
+    }
+    // Expects the output's gradient filled.
+    void weights_gradient(const memory& input) {
+        fill_input(input);
+        row_conv_weights_gradient(m_input, m_gradient, m_gradient_offset, m_out_extent, m_rank, m_weight->gradient.data<float>(),
+                                  m_bias ? m_bias->gradient.data<float>() : nullptr);
+    }
+    void inputs_gradient(const std::vector<memory>& diff_inputs) {
+        if (!m_needs_diff_input) return;
+        const memory& target = diff_inputs[0];
+        const std::vector<float> relaid = relaid_weights(m_weight->value.data<float>(), m_output_shape[1], m_input_shape[1], m_rank, true);
+        const memory destination = m_diff_src.destination(target);
+        row_conv_forward(m_gradient, relaid, nullptr, m_input_shape[1], m_rank, static_cast<float*>(destination.get_data_handle()),
+                         m_diff_src_channels_last);
+        m_diff_src.finish(target);
+    }
+
+    Parameter* m_weight;
+    Parameter* m_bias;
+    bool m_needs_diff_input;
+    bool m_diff_src_channels_last = false;
+    Shape m_input_shape, m_output_shape;
+    int m_rank;
+    std::vector<std::int64_t> m_pad_begin, m_out_extent, m_gradient_offset;
+    PaddedRows m_input, m_gradient;
+    memory m_input_buffer, m_gradient_buffer;
+    Staged m_diff_src;
+};
+
+// Whether a convolution runs as row convolutions: f32 on an AVX-512 CPU, 3 taps per axis, stride and
+// dilation 1, one group, padding within the window, input and output channels in blocks of 8 — and
+// few output channels, where oneDNN's channel-vectorised kernels leave lanes idle.
+bool runs_as_row_convolution(const ConvAttributes& a, const Shape& input_shape, const Shape& output_shape, const KernelInputs& in,
+                             memory::data_type compute, memory::data_type output_type) {
+    if (!row_convolutions_enabled() || compute != memory::data_type::f32 || output_type != memory::data_type::f32) return false;
+    if (in.descs[0].data_type() != memory::data_type::f32 || a.groups != 1) return false;
+    if (a.spatial_rank() != 2 && a.spatial_rank() != 3) return false;
+    for (std::size_t axis = 0; axis < a.kernel.size(); ++axis) {
+        if (a.kernel[axis] != 3 || a.stride[axis] != 1 || a.dilation[axis] != 1) return false;
+        if (a.pad_begin[axis] > 2 || a.pad_end[axis] > 2) return false;
+    }
+    const std::int64_t in_channels = input_shape[1], out_channels = output_shape[1];
+    // Both in blocks of 8. A first layer (1 to 4 input channels) stays with oneDNN: its product is small
+    // and the padded copies would cost more than they save.
+    if (out_channels % 8 != 0 || in_channels % 8 != 0) return false;
+    // Fewer than 16 outputs: oneDNN's kernels fill half of every vector there (8 channels of 16). With 16
+    // or more outputs they fill them and run as fast (8 → 16 channels at 32³: the same time, measured).
+    return out_channels < 16;
 }
 
 // Transposed convolutions whose kernel differs from the stride (kernel = stride takes the faster
@@ -407,6 +542,8 @@ private:
 std::unique_ptr<Kernel> make_conv_kernel(const ConvAttributes& attributes, const Shape& input_shape, const Shape& output_shape,
                                          const KernelInputs& in, Parameter* weight, Parameter* bias,
                                          memory::data_type compute, memory::data_type output_type) {
+    if (runs_as_row_convolution(attributes, input_shape, output_shape, in, compute, output_type))
+        return std::make_unique<RowConvKernel>(attributes, input_shape, output_shape, in, weight, bias);
     return make_direct_conv_kernel(attributes, input_shape, output_shape, in, weight, bias, compute, output_type);
 }
 

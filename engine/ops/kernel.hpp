@@ -19,6 +19,7 @@
 #include <array>
 #include <memory>
 #include <span>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -216,6 +217,10 @@ public:
         TESSERA_FAIL("this kernel computes its backward in one call");
     }
     virtual std::int64_t bytes() const { return 0; }
+    // Which code runs the forward pass, for profiles and tests: oneDNN's name for its primitive
+    // ("jit:avx512_core", "brgconv:avx512_core"), "rows:avx512" for row_convolution.hpp; empty where a
+    // kernel does not say.
+    virtual std::string implementation() const { return {}; }
     // Sums shared across executors (simulated cores) before forward / backward; none by default.
     virtual int reduction_phases(Pass, Mode) const { return 0; }
     virtual std::vector<double> partial(Pass, int, const std::vector<memory>&, const memory&, const memory&,

@@ -208,6 +208,16 @@ std::vector<OpCase> all_cases() {
                               })));
     cases.push_back(conv_case("conv2d_16ch_blocked", {2, 16, 8, 8}, 32, ops::ConvAttributes::same(2, 3)));
     cases.push_back(conv_case("conv3d_3x3x3_same", {1, 2, 5, 6, 7}, 4, ops::ConvAttributes::same(3, 3)));
+    // Few channels in blocks of 8, 3 taps, stride 1: row convolutions on AVX-512 CPUs (row_convolution.hpp),
+    // with rows that end inside a vector, padding on one side only, a valid (halo-widened) window and a bias.
+    cases.push_back(conv_case("conv2d_rows_8ch", {2, 8, 9, 37}, 8, ops::ConvAttributes::same(2, 3)));
+    cases.push_back(conv_case("conv2d_rows_asymmetric_bias", {1, 16, 7, 21}, 8, with(ops::ConvAttributes::valid(2, 3), [](auto& a) {
+                                  a.pad_begin = {2, 0};
+                                  a.pad_end = {0, 1};
+                                  a.has_bias = true;
+                              })));
+    cases.push_back(conv_case("conv3d_rows_8ch_bias", {1, 8, 5, 6, 19}, 8, with(ops::ConvAttributes::same(3, 3), [](auto& a) { a.has_bias = true; })));
+    cases.push_back(conv_case("conv3d_rows_valid_16_to_8", {2, 16, 4, 5, 34}, 8, ops::ConvAttributes::valid(3, 3)));
     cases.push_back(conv_case("conv3d_3x3x3_bias_16ch", {1, 16, 4, 6, 6}, 16, with(ops::ConvAttributes::same(3, 3), [](auto& a) { a.has_bias = true; })));
     cases.push_back(conv_case("conv3d_2x2x2_stride2", {2, 3, 6, 7, 8}, 4, ops::ConvAttributes::valid(3, 2, 2)));
     cases.push_back(conv_case("conv3d_dilation2", {1, 2, 7, 7, 7}, 2, ops::ConvAttributes::same(3, 3, 2)));

@@ -4,11 +4,14 @@
 // ≤ 2e-5 for every output, input gradient and parameter gradient (the executor tests' bound).
 #include "core/random.hpp"
 #include "ops/kernels.hpp"
+#include "ops/row_convolution.hpp"
 #include "reference/reference_ops.hpp"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <functional>
 
 using namespace tessera;
@@ -51,7 +54,8 @@ struct Ran {
 // gradients are written in the same layout.
 Ran run_kernel(const std::vector<Tensor>& inputs, const Tensor& output_gradient,
                const std::function<std::unique_ptr<ops::Kernel>(const ops::KernelInputs&)>& make,
-               memory::format_tag input_layout = memory::format_tag::undef) {
+               memory::format_tag input_layout = memory::format_tag::undef, bool inputs_need_gradient = true,
+               std::string* implementation = nullptr) {
     ops::Scratchpad scratchpad;
     ops::KernelInputs in;
     in.scratchpad = &scratchpad;
@@ -60,9 +64,10 @@ Ran run_kernel(const std::vector<Tensor>& inputs, const Tensor& output_gradient,
                                ? ops::plain_desc(input.shape())
                                : memory::desc(memory::dims(input.shape().begin(), input.shape().end()), memory::data_type::f32,
                                               input_layout));
-        in.needs_gradient.push_back(true);
+        in.needs_gradient.push_back(inputs_need_gradient);
     }
     std::unique_ptr<ops::Kernel> kernel = make(in);
+    if (implementation) *implementation = kernel->implementation();
     scratchpad.allocate();
     std::vector<memory> input_memories;
     for (std::size_t i = 0; i < inputs.size(); ++i) {
@@ -79,10 +84,12 @@ Ran run_kernel(const std::vector<Tensor>& inputs, const Tensor& output_gradient,
     memory plain_gradient = ops::wrap(output_gradient);
     dnnl::reorder(plain_gradient, diff_output).execute(ops::cpu_stream(), plain_gradient, diff_output);
     std::vector<memory> diff_inputs;
-    for (const memory::desc& desc : in.descs) diff_inputs.emplace_back(desc, ops::cpu_engine());
+    for (const memory::desc& desc : in.descs)
+        diff_inputs.push_back(inputs_need_gradient ? memory(desc, ops::cpu_engine()) : memory());
     kernel->backward(input_memories, output, diff_output, diff_inputs);
     ops::cpu_stream().wait();
-    for (const memory& diff : diff_inputs) ran.input_gradients.push_back(ops::to_plain_tensor(diff));
+    if (inputs_need_gradient)
+        for (const memory& diff : diff_inputs) ran.input_gradients.push_back(ops::to_plain_tensor(diff));
     return ran;
 }
 
@@ -131,6 +138,110 @@ TEST(Kernels, ConvolutionWithBiasMatchesTheReference) {
     const reference::ConvWeightGradients expected = reference::conv_backward_weights(x, dy, attributes, weight.value.shape());
     EXPECT_LE(relative_difference(weight.gradient, expected.weights), tolerance);
     EXPECT_LE(relative_difference(bias.gradient, expected.bias), tolerance);
+}
+
+// 3×3(×3) stride-1 layers with few channels in blocks of 8 run as row convolutions on AVX-512 CPUs
+// (ops/row_convolution.hpp): 2D and 3D, rows ending inside a vector, one-sided and no padding (a
+// halo-widened tile), bias, inputs plain, channels-last and channel-blocked, and a layer whose input
+// needs no gradient.
+TEST(Kernels, FewChannelConvolutionsRunAsRowsAndMatchTheReference) {
+    if (!ops::row_convolution_available()) GTEST_SKIP() << "row convolutions need AVX-512F; this CPU runs oneDNN's kernels";
+    struct Case {
+        Shape x;
+        std::int64_t out_channels;
+        ops::ConvAttributes attributes;
+        bool bias;
+        memory::format_tag layout;
+        bool input_gradient;
+    };
+    ops::ConvAttributes one_sided = ops::ConvAttributes::valid(2, 3);
+    one_sided.pad_begin = {2, 0};
+    one_sided.pad_end = {0, 1};
+    const std::vector<Case> cases{
+        {{2, 8, 13, 45}, 8, ops::ConvAttributes::same(2, 3), true, memory::format_tag::nhwc, true},
+        {{1, 16, 7, 21}, 8, one_sided, false, memory::format_tag::undef, true},
+        {{1, 16, 5, 6, 19}, 8, ops::ConvAttributes::same(3, 3), true, memory::format_tag::nCdhw16c, true},
+        {{2, 8, 4, 5, 34}, 8, ops::ConvAttributes::valid(3, 3), false, memory::format_tag::ndhwc, true},
+        {{1, 8, 6, 7, 18}, 8, ops::ConvAttributes::same(3, 3), true, memory::format_tag::undef, false},
+    };
+    for (const Case& c : cases) {
+        ops::ConvAttributes attributes = c.attributes;
+        attributes.has_bias = c.bias;
+        const std::string name = shape_to_string(c.x) + " -> " + std::to_string(c.out_channels);
+        Parameter weight = parameter("w", random_tensor(ops::conv_weight_shape(c.x[1], c.out_channels, attributes), 21));
+        Parameter bias = parameter("b", random_tensor({c.out_channels}, 22));
+        const Tensor x = random_tensor(c.x, 23);
+        const Shape y_shape = ops::conv_output_shape(c.x, c.out_channels, attributes);
+        const Tensor dy = random_tensor(y_shape, 24);
+        std::string implementation;
+        const Ran ran = run_kernel(
+            {x}, dy,
+            [&](const ops::KernelInputs& in) {
+                return ops::make_conv_kernel(attributes, c.x, y_shape, in, &weight, c.bias ? &bias : nullptr, memory::data_type::f32,
+                                             memory::data_type::f32);
+            },
+            c.layout, c.input_gradient, &implementation);
+        EXPECT_EQ(implementation, "rows:avx512") << name;
+        EXPECT_LE(relative_difference(ran.output, reference::conv_forward(x, weight.value, c.bias ? &bias.value : nullptr, attributes)),
+                  tolerance) << name;
+        if (c.input_gradient) {
+            EXPECT_LE(relative_difference(ran.input_gradients[0], reference::conv_backward_data(dy, weight.value, c.x, attributes)),
+                      tolerance) << name;
+        }
+        const reference::ConvWeightGradients expected = reference::conv_backward_weights(x, dy, attributes, weight.value.shape());
+        EXPECT_LE(relative_difference(weight.gradient, expected.weights), tolerance) << name;
+        if (c.bias) {
+            EXPECT_LE(relative_difference(bias.gradient, expected.bias), tolerance) << name;
+        }
+    }
+}
+
+// Where the channels fill oneDNN's vectors, or the window is not 3 taps at stride 1, oneDNN runs it.
+TEST(Kernels, WideOrStridedConvolutionsStayWithOneDnn) {
+    const auto implementation_of = [](const Shape& x, std::int64_t out_channels, const ops::ConvAttributes& attributes) {
+        ops::Scratchpad scratchpad;
+        const ops::KernelInputs in{.descs = {ops::plain_desc(x)}, .needs_gradient = {true}, .scratchpad = &scratchpad};
+        Parameter weight = parameter("w", Tensor::zeros(ops::conv_weight_shape(x[1], out_channels, attributes), DType::F32));
+        return ops::make_conv_kernel(attributes, x, ops::conv_output_shape(x, out_channels, attributes), in, &weight, nullptr,
+                                     memory::data_type::f32, memory::data_type::f32)
+            ->implementation();
+    };
+    EXPECT_NE(implementation_of({1, 32, 16, 16}, 32, ops::ConvAttributes::same(2, 3)), "rows:avx512");
+    EXPECT_NE(implementation_of({1, 8, 16, 16}, 8, ops::ConvAttributes::valid(2, 3, 2)), "rows:avx512");
+    EXPECT_NE(implementation_of({1, 8, 16, 16}, 8, ops::ConvAttributes::same(2, 3, 2)), "rows:avx512");  // dilated
+    EXPECT_NE(implementation_of({1, 4, 16, 16}, 8, ops::ConvAttributes::same(2, 3)), "rows:avx512");     // 4 input channels
+    EXPECT_NE(implementation_of({1, 8, 16, 16}, 16, ops::ConvAttributes::same(2, 3)), "rows:avx512");    // 16 outputs fill oneDNN's vectors
+    EXPECT_FALSE(implementation_of({1, 32, 16, 16}, 32, ops::ConvAttributes::same(2, 3)).empty());
+    // TESSERA_ROW_CONVOLUTIONS=0 hands every layer to oneDNN.
+    ::setenv("TESSERA_ROW_CONVOLUTIONS", "0", 1);
+    EXPECT_NE(implementation_of({1, 8, 16, 16}, 8, ops::ConvAttributes::same(2, 3)), "rows:avx512");
+    ::unsetenv("TESSERA_ROW_CONVOLUTIONS");
+    if (ops::row_convolution_available()) {
+        EXPECT_EQ(implementation_of({1, 8, 16, 16}, 8, ops::ConvAttributes::same(2, 3)), "rows:avx512");
+    }
+}
+
+// The weights' gradient sums fixed groups of rows in a fixed order: the same bits on one thread or two.
+TEST(Kernels, RowConvolutionGradientsHaveTheSameBitsOnAnyThreadCount) {
+    if (!ops::row_convolution_available()) GTEST_SKIP() << "row convolutions need AVX-512F";
+    const ops::ConvAttributes attributes = ops::ConvAttributes::same(3, 3);
+    const Tensor x = random_tensor({1, 8, 12, 10, 24}, 31);
+    const Shape y_shape = ops::conv_output_shape(x.shape(), 8, attributes);
+    const Tensor dy = random_tensor(y_shape, 32);
+    std::vector<Tensor> gradients;
+    const int threads = ops::num_threads();
+    for (int count : {1, 2}) {
+        ops::set_num_threads(count);
+        Parameter weight = parameter("w", random_tensor(ops::conv_weight_shape(8, 8, attributes), 33));
+        const Ran ran = run_kernel({x}, dy, [&](const ops::KernelInputs& in) {
+            return ops::make_conv_kernel(attributes, x.shape(), y_shape, in, &weight, nullptr, memory::data_type::f32, memory::data_type::f32);
+        });
+        gradients.push_back(weight.gradient.clone());
+        gradients.push_back(ran.input_gradients[0]);
+    }
+    ops::set_num_threads(threads);
+    EXPECT_EQ(std::memcmp(gradients[0].raw_data(), gradients[2].raw_data(), gradients[0].num_bytes()), 0);
+    EXPECT_EQ(std::memcmp(gradients[1].raw_data(), gradients[3].raw_data(), gradients[1].num_bytes()), 0);
 }
 
 TEST(Kernels, StridedThreeDConvolutionMatchesTheReference) {
