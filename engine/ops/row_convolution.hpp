@@ -1,8 +1,8 @@
 // Direct 3×3 and 3×3×3 stride-1 convolutions vectorised along W (AVX-512), for layers with few channels.
 //
-// oneDNN's kernels vectorise over channels, 16 to a vector: a layer with 8 channels fills half of every
-// vector (or runs channels-last at a similar rate), and a 3D U-Net's first level, 8 channels at full
-// resolution, is a third of its step. Here each vector holds 16 neighbouring output positions of one
+// oneDNN's kernels vectorise over channels, 16 to a vector: a layer with 8 output channels fills half of
+// every vector (or runs channels-last at a similar rate), and a 3D U-Net's first level, 8 channels at
+// full resolution, is over half of its step. Here each vector holds 16 neighbouring output positions of one
 // row instead: for every input channel and tap, one shifted load of the input row times one broadcast
 // weight, whatever the channel count. Forward and the input gradient are this product (the input
 // gradient as the convolution of the output gradient with the weights flipped and transposed); the
@@ -13,8 +13,8 @@
 // right to whole vectors; lanes past a row's end are computed and not stored (outputs) or multiply zeros
 // (the weights' gradient).
 //
-//   PaddedRows x = PaddedRows::for_input(batch, in_channels, out_extent, rank);   // sized for the outputs
-//   fill_padded(x, source, pad_begin);                                              // zeros around the values
+//   PaddedRows x = padded_rows_for(batch, in_channels, out_extent);   // sized for the outputs; place x.data
+//   fill_padded(x, source, pad_begin);                                 // zeros around the values
 //   row_conv_forward(x, relaid_weights(weights, ...), bias, out_channels, rank, output, true);  // channels-last
 #pragma once
 
