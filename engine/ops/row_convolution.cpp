@@ -15,7 +15,7 @@ namespace {
 
 constexpr std::int64_t k_lanes = 16;        // floats in an AVX-512 vector
 constexpr std::int64_t k_block = 8;         // output channels a pass accumulates together
-constexpr std::int64_t k_gradient_rows = 4; // rows of the output a weights-gradient item covers
+constexpr std::int64_t k_gradient_rows = 8; // output rows a weights-gradient item covers (8: ~5 % faster than 4)
 constexpr std::int64_t k_groups = 8;        // fixed partial sums of the weights' gradient: same bits on any thread count
 
 std::int64_t round_up(std::int64_t value, std::int64_t multiple) { return (value + multiple - 1) / multiple * multiple; }
