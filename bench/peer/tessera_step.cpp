@@ -3,6 +3,8 @@
 //
 // Usage: tessera_step --case unet2d|unet3d|retinanet50 [--precision f32|bf16] [--steps N] [--warmup W]
 //                     [--profile 1] [--precision-map 1]
+// --profile 1 prints the last step node by node: forward and backward time, GFLOP/s, and which code ran
+// the node's forward (oneDNN's primitive name, or rows:avx512 for a row convolution).
 // Prints `flops_per_step=<F>` and `parameters=<count>` once, then one `step_ms=<ms>` line per timed step
 // (retinanet50: `loss=<value>` per step too). With --precision-map, then one `precision layer=<i>
 // name=<name> channels=<in>to<out> compute=<f32|bf16>` line per convolution and transposed convolution
@@ -148,11 +150,12 @@ int main(int argc, char** argv) {
         for (const graph::Node& node : graph.nodes()) {
             const graph::NodeCost cost = graph.cost(node.id);
             const auto& t = timings[static_cast<std::size_t>(node.id)];
-            std::printf("%-22s %-15s fwd %7.2f ms %6.1f GFLOP/s   bwd %7.2f ms %6.1f GFLOP/s\n", node.name.c_str(),
+            std::printf("%-22s %-15s fwd %7.2f ms %6.1f GFLOP/s   bwd %7.2f ms %6.1f GFLOP/s   %s\n", node.name.c_str(),
                         std::string(graph::op_name(node.kind)).c_str(), t.forward_seconds * 1e3,
                         t.forward_seconds > 0 ? cost.forward_flops / t.forward_seconds / 1e9 : 0.0,
                         t.backward_seconds * 1e3,
-                        t.backward_seconds > 0 ? cost.backward_flops / t.backward_seconds / 1e9 : 0.0);
+                        t.backward_seconds > 0 ? cost.backward_flops / t.backward_seconds / 1e9 : 0.0,
+                        trainer.executor().implementation(node.id).c_str());
         }
     }
     if (precision_map) {

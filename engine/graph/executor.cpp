@@ -506,6 +506,11 @@ void Executor::backward_node(int id) {
     backward_part(id, true, true);
 }
 
+std::string Executor::implementation(int id) const {
+    const Node& node = m_impl->graph.node(id);
+    return node.kind == OpKind::Input ? std::string() : m_impl->kernels[static_cast<std::size_t>(id)]->implementation();
+}
+
 bool Executor::splits_backward(int id) const {
     const Node& node = m_impl->graph.node(id);
     return node.kind != OpKind::Input && m_impl->kernels[static_cast<std::size_t>(id)]->splits_backward();

@@ -17,6 +17,7 @@
 
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 namespace tessera::graph {
@@ -131,6 +132,9 @@ public:
     Tensor activation_gradient(int node) const;
 
     std::span<const NodeTiming> timings() const;  // one per node, in graph order
+    // Which code runs a node's forward pass ("jit:avx512_core", "rows:avx512", ...; ops::Kernel::implementation),
+    // for profiles; empty for the input and for kernels that do not say.
+    std::string implementation(int node) const;
 
     // Bytes held by the compiled graph: activations, gradients, workspaces, reordered copies.
     std::int64_t workspace_bytes() const;

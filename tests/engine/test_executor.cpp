@@ -6,6 +6,7 @@
 // Tolerance: oneDNN accumulates in f32 (and may reorder sums), the reference in double; errors are
 // measured relative to the largest magnitude of the reference tensor: ≤ 2e-5.
 #include "graph/executor.hpp"
+#include "ops/row_convolution.hpp"
 #include "reference/gradient_check.hpp"
 #include "reference/reference_ops.hpp"
 
@@ -59,6 +60,25 @@ struct OpCase {
 void PrintTo(const OpCase& c, std::ostream* out) { *out << c.name; }
 
 class ExecutorOps : public testing::TestWithParam<OpCase> {};
+
+// A profile can say which code ran each node: oneDNN's primitive, or a row convolution for 8 outputs.
+TEST(Executor, SaysWhichCodeRunsEachConvolution) {
+    Graph graph("which");
+    const int x = graph.input({1, 1, 6, 8, 40});
+    const int first = graph.conv(x, 8, ops::ConvAttributes::same(3, 3), "first");
+    const int narrow = graph.conv(first, 8, ops::ConvAttributes::same(3, 3), "narrow");
+    const int wide = graph.conv(narrow, 16, ops::ConvAttributes::same(3, 3), "wide");
+    graph.set_output(wide);
+    const Executor executor(graph);
+    EXPECT_EQ(executor.implementation(x), "");
+    EXPECT_FALSE(executor.implementation(first).empty());
+    EXPECT_NE(executor.implementation(first), "rows:avx512");  // one input channel: oneDNN
+    EXPECT_NE(executor.implementation(wide), "rows:avx512");   // 16 outputs: oneDNN
+    EXPECT_FALSE(executor.implementation(wide).empty());
+    if (ops::row_convolution_available()) {
+        EXPECT_EQ(executor.implementation(narrow), "rows:avx512");
+    }
+}
 
 TEST_P(ExecutorOps, MatchesReferenceForwardAndBackward) {
     const OpCase& c = GetParam();
