@@ -57,6 +57,22 @@ cost::SimulationOptions measured_options(const graph::Graph& model, std::size_t 
     return options;
 }
 
+// The small U-Net on a 2×1 grid, one host thread, hand-made host: its predicted step from measured
+// layers, and the layers per core (every node but the input).
+struct TwoCoreUNet {
+    Shape input{1, 1, 32, 32};
+    graph::Graph model = small_unet(input);
+    partition::TilingPlan plan{model, partition::SpatialGrid::even(input, {2, 1})};
+    cost::CostModel host{hand_made_host()};
+    double layers_per_core() const { return static_cast<double>(model.nodes().size() - 1); }
+    double step(std::shared_ptr<cost::MeasuredLayers> layers) const {
+        cost::SimulationOptions options;
+        options.record_timeline = false;
+        options.measured_layers = std::move(layers);
+        return cost::predict_host_step(model, plan, 1, host, options).step_seconds;
+    }
+};
+
 }  // namespace
 
 TEST(LayerProfile, EveryComputingLayerOfEveryCoreIsTimed) {
@@ -98,44 +114,26 @@ TEST(LayerProfile, ACoresLayersAreTheMeanOverItsCopiesInEveryReplica) {
 
 TEST(HostStepPrediction, MeasuredLayerTimesAreAddedPhaseByPhase) {
     // One host thread, no barrier, no slowdown: every layer's measured time lands in the step once per core.
-    const Shape input{1, 1, 32, 32};
-    const graph::Graph model = small_unet(input);
-    const partition::TilingPlan plan(model, partition::SpatialGrid::even(input, {2, 1}));
-    const cost::CostModel host(hand_made_host());
-    cost::SimulationOptions options;
-    options.record_timeline = false;
-    auto with_layers = [&](double forward, double backward) {
-        options.measured_layers = uniform_layers(model, 2, forward, backward);
-        return cost::predict_host_step(model, plan, 1, host, options).step_seconds;
-    };
-    const double none = with_layers(0, 0), some = with_layers(1e-3, 2e-3);
-    const auto layers_per_core = static_cast<double>(model.nodes().size() - 1);
-    EXPECT_NEAR(some - none, 2 * layers_per_core * 3e-3, 1e-9);  // 2 cores × layers × (1 + 2) ms
+    const TwoCoreUNet unet;
+    const double none = unet.step(uniform_layers(unet.model, 2, 0, 0)), some = unet.step(uniform_layers(unet.model, 2, 1e-3, 2e-3));
+    EXPECT_NEAR(some - none, 2 * unet.layers_per_core() * 3e-3, 1e-9);  // 2 cores × layers × (1 + 2) ms
 
     // A table for the wrong number of cores is refused.
-    options.measured_layers = std::make_shared<cost::MeasuredLayers>(3, std::vector<cost::MeasuredLayer>(model.nodes().size()));
-    EXPECT_THROW(cost::predict_host_step(model, plan, 1, host, options), Error);
+    EXPECT_THROW(unet.step(std::make_shared<cost::MeasuredLayers>(3, std::vector<cost::MeasuredLayer>(unet.model.nodes().size()))),
+                 Error);
 }
 
 TEST(HostStepPrediction, MeasuredPhaseWallsReplaceTheMakespanOfTheirTasks) {
     // Layers at 1 ms forward and 2 ms backward per core: two cores on one thread make 3 ms a layer.
     // Walls of 5 ms and 7 ms, timed by a profile of every task, take their place: 12 ms a layer (a
     // batch norm's thirds and 0.6/0.4 split add up to the same).
-    const Shape input{1, 1, 32, 32};
-    const graph::Graph model = small_unet(input);
-    const partition::TilingPlan plan(model, partition::SpatialGrid::even(input, {2, 1}));
-    const cost::CostModel host(hand_made_host());
-    cost::SimulationOptions options;
-    options.record_timeline = false;
-    auto with_layers = [&](double forward, double backward, double forward_wall, double backward_wall) {
-        options.measured_layers = uniform_layers(model, 2, forward, backward, forward_wall, backward_wall);
-        return cost::predict_host_step(model, plan, 1, host, options).step_seconds;
-    };
-    const double none = with_layers(0, 0, 0, 0), makespans = with_layers(1e-3, 2e-3, 0, 0), walls = with_layers(1e-3, 2e-3, 5e-3, 7e-3);
-    const auto layers_per_core = static_cast<double>(model.nodes().size() - 1);
-    EXPECT_NEAR(makespans - none, layers_per_core * 2 * 3e-3, 1e-9);  // no walls: the tasks' makespan
+    const TwoCoreUNet unet;
+    const double none = unet.step(uniform_layers(unet.model, 2, 0, 0));
+    const double makespans = unet.step(uniform_layers(unet.model, 2, 1e-3, 2e-3));
+    const double walls = unet.step(uniform_layers(unet.model, 2, 1e-3, 2e-3, 5e-3, 7e-3));
+    EXPECT_NEAR(makespans - none, unet.layers_per_core() * 2 * 3e-3, 1e-9);  // no walls: the tasks' makespan
     // The global-average-pool's second (empty) phase and the halo copies are the model's either way.
-    EXPECT_NEAR(walls - none, layers_per_core * 12e-3, 1e-9);
+    EXPECT_NEAR(walls - none, unet.layers_per_core() * 12e-3, 1e-9);
 }
 
 TEST(LayerProfile, TimesEachLayersPhasesWholeWhenItRunsEveryTask) {
