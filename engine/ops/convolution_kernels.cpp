@@ -126,11 +126,15 @@ std::unique_ptr<Kernel> make_direct_conv_kernel(const ConvAttributes& a, const S
     const auto pad_l = to_dims(a.pad_begin);
     const auto pad_r = to_dims(a.pad_end);
     // Layers with fewer than 16 channels (a 3D U-Net's first level) run best channels-last: the blocked
-    // layouts oneDNN picks pad them to 16 and its backward-weights falls back to a slow gemm. A
-    // 1-channel input stays 'any' (channels-last there selects a reference kernel). Source and
-    // destination must agree: mixing a fixed layout with 'any' selects a reference kernel too.
+    // layouts oneDNN picks pad them to 16 and its backward-weights falls back to a slow gemm. Source and
+    // destination must both be fixed: a fixed layout beside 'any' selects oneDNN's reference kernel.
+    // A 1-channel input (the image) with fewer than 16 outputs runs channels-last on both sides too
+    // (oneDNN 2.6: brgconv:avx512_core; a plain source beside it selects the reference kernel): 'any'
+    // wrote 16-lane blocks, half of them padding, which the batch norm after it streamed and the next
+    // layer's input gradient was reordered into.
     const std::int64_t in_channels = input_shape[1], out_channels = output_shape[1];
-    const bool channels_last = in_channels > 1 && std::min(in_channels, out_channels) < 16;
+    const bool one_channel_image = in_channels == 1 && out_channels < 16 && a.groups == 1;
+    const bool channels_last = one_channel_image || (in_channels > 1 && std::min(in_channels, out_channels) < 16);
     auto activation = [&](const Shape& shape, memory::data_type type) {
         return channels_last ? channels_last_desc(shape, type) : any_desc(shape, type);
     };

@@ -140,6 +140,36 @@ TEST(Kernels, ConvolutionWithBiasMatchesTheReference) {
     EXPECT_LE(relative_difference(bias.gradient, expected.bias), tolerance);
 }
 
+// A 1-channel image into fewer than 16 channels (the U-Nets' first layer at base width 8): written
+// channels-last, as the narrow layers after it read best, and not by oneDNN's reference kernel (which
+// a plain source beside a channels-last destination selects). 2D and 3D, against the reference.
+TEST(Kernels, OneChannelImageIntoFewChannelsIsWrittenChannelsLast) {
+    for (const Shape& x_shape : {Shape{2, 1, 9, 7}, Shape{1, 1, 5, 6, 7}}) {
+        const int rank = static_cast<int>(x_shape.size()) - 2;
+        const ops::ConvAttributes attributes = ops::ConvAttributes::same(rank, 3);
+        const Tensor x = random_tensor(x_shape, 5);
+        Parameter weight = parameter("w", random_tensor(ops::conv_weight_shape(1, 8, attributes), 6));  // [8, 1, 3, 3(, 3)]
+        const Shape y_shape = ops::conv_output_shape(x_shape, 8, attributes);
+        const Tensor dy = random_tensor(y_shape, 7);
+        memory::desc written;
+        std::string implementation;
+        const Ran ran = run_kernel(
+            {x}, dy,
+            [&](const ops::KernelInputs& in) {
+                auto kernel = ops::make_conv_kernel(attributes, x_shape, y_shape, in, &weight, nullptr, memory::data_type::f32,
+                                                    memory::data_type::f32);
+                written = kernel->output_desc();
+                return kernel;
+            },
+            memory::format_tag::undef, /*inputs_need_gradient*/ false, &implementation);
+        EXPECT_TRUE(written == ops::channels_last_desc(y_shape)) << shape_to_string(x_shape) << " not written channels-last";
+        EXPECT_EQ(implementation.find("ref"), std::string::npos) << implementation;
+        EXPECT_LE(relative_difference(ran.output, reference::conv_forward(x, weight.value, nullptr, attributes)), tolerance);
+        const reference::ConvWeightGradients expected = reference::conv_backward_weights(x, dy, attributes, weight.value.shape());
+        EXPECT_LE(relative_difference(weight.gradient, expected.weights), tolerance);
+    }
+}
+
 // 3×3(×3) stride-1 layers with few channels in blocks of 8 run as row convolutions on AVX-512 CPUs
 // (ops/row_convolution.hpp): 2D and 3D, rows ending inside a vector, one-sided and no padding (a
 // halo-widened tile), bias, inputs plain, channels-last and channel-blocked, and a layer whose input
