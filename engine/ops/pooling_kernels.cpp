@@ -2,6 +2,10 @@
 #include "ops/kernels.hpp"
 #include "ops/tile_rows.hpp"
 
+#include <immintrin.h>
+
+#include <cstring>
+
 namespace tessera::ops {
 
 namespace {
@@ -64,6 +68,152 @@ private:
     memory m_workspace;
     Converted m_diff_dst;
     Staged m_diff_src;
+};
+
+// ---- 2×2(×2) max pooling at stride 2 in vectors of 8 lanes --------------------------------------
+//
+// The U-Nets' downsampling. oneDNN 2.6 runs it at a fraction of the memory's speed on the narrow
+// layers (bm_ops bm_max_pool3d_k2_c8_64: 2.3 ms forward, 5.2 ms with backward, for 8.4 MB read);
+// here each output pixel's 8 lanes are the max of the window's 4 (8) vectors, the window position of
+// the max kept per lane (first maximum on ties: positions in z, y, x order, replaced only by a greater
+// value), and backward writes every input element once — the output gradient where it was the max,
+// zero elsewhere. Layouts whose lanes come in eights (channels-last with C a multiple of 8, 8- or
+// 16-channel blocks), f32, AVX2; others go to PoolKernel.
+bool vector_pooling_available() {
+    static const bool available = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    return available;
+}
+
+// Lanes of a tile's rows (TileRows) when they come in vectors of 8; 0 otherwise.
+std::int64_t vector_lanes(const memory::desc& desc) {
+    if (desc.data_type() != memory::data_type::f32 || !is_tile_layout(desc)) return 0;
+    memory probe(desc, cpu_engine(), DNNL_MEMORY_NONE);
+    const TileBuffer layout = tile_buffer_of(probe);
+    const TileRows rows(layout);
+    return rows.lanes % 8 == 0 ? rows.lanes : 0;
+}
+
+struct PoolWindow {
+    int rank;                           // 2 or 3
+    std::int64_t lanes;                 // per pixel of a row
+    std::int64_t out_width;             // output pixels per row
+    std::array<std::int64_t, 8> taps;   // element offsets of the window's pixels from its first, z-y-x order
+    int tap_count;
+};
+
+__attribute__((target("avx2"))) void max_pool_row(const float* in, float* out, std::int32_t* argmax, const PoolWindow& w) {
+    for (std::int64_t x = 0; x < w.out_width; ++x) {
+        const float* window = in + 2 * x * w.lanes;
+        for (std::int64_t j = 0; j < w.lanes; j += 8) {
+            __m256 best = _mm256_loadu_ps(window + j);
+            __m256i position = _mm256_setzero_si256();
+            for (int k = 1; k < w.tap_count; ++k) {
+                const __m256 v = _mm256_loadu_ps(window + w.taps[static_cast<std::size_t>(k)] + j);
+                const __m256 greater = _mm256_cmp_ps(v, best, _CMP_GT_OQ);
+                best = _mm256_blendv_ps(best, v, greater);
+                position = _mm256_blendv_epi8(position, _mm256_set1_epi32(k), _mm256_castps_si256(greater));
+            }
+            _mm256_storeu_ps(out + x * w.lanes + j, best);
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(argmax + x * w.lanes + j), position);
+        }
+    }
+}
+
+__attribute__((target("avx2"))) void max_pool_gradient_row(const float* dy, const std::int32_t* argmax, float* dx, const PoolWindow& w) {
+    for (std::int64_t x = 0; x < w.out_width; ++x) {
+        float* window = dx + 2 * x * w.lanes;
+        for (std::int64_t j = 0; j < w.lanes; j += 8) {
+            const __m256 g = _mm256_loadu_ps(dy + x * w.lanes + j);
+            const __m256i position = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(argmax + x * w.lanes + j));
+            for (int k = 0; k < w.tap_count; ++k) {
+                const __m256 here = _mm256_castsi256_ps(_mm256_cmpeq_epi32(position, _mm256_set1_epi32(k)));
+                _mm256_storeu_ps(window + w.taps[static_cast<std::size_t>(k)] + j, _mm256_and_ps(g, here));
+            }
+        }
+    }
+}
+
+class VectorMaxPoolKernel final : public Kernel {
+public:
+    VectorMaxPoolKernel(const Shape& input_shape, const Shape& output_shape, const KernelInputs& in)
+        : Kernel(in), m_needs_diff_input(in.needs_gradient[0]), m_input_shape(input_shape), m_output_shape(output_shape) {
+        m_output_desc = same_layout_desc(in.descs[0], output_shape);
+        m_argmax.resize(static_cast<std::size_t>(m_output_desc.get_size() / sizeof(float)));
+        const int rank = static_cast<int>(input_shape.size()) - 2;
+        // An odd extent leaves the input's last row (column, plane) outside every window: its gradient is 0.
+        for (int axis = 0; axis < rank; ++axis) {
+            if (input_shape[static_cast<std::size_t>(axis) + 2] != 2 * output_shape[static_cast<std::size_t>(axis) + 2]) m_uncovered = true;
+        }
+    }
+
+    // Max pooling with a 2×2(×2) window at stride 2, unpadded, over a layout of 8-lane vectors.
+    static bool handles(const PoolAttributes& a, const KernelInputs& in) {
+        if (a.kind != PoolKind::Max || !vector_pooling_available() || vector_lanes(in.descs[0]) == 0) return false;
+        for (std::size_t axis = 0; axis < a.kernel.size(); ++axis) {
+            if (a.kernel[axis] != 2 || a.stride[axis] != 2 || a.pad_begin[axis] != 0 || a.pad_end[axis] != 0) return false;
+        }
+        return true;
+    }
+
+    std::string implementation() const override { return "rows:avx2"; }
+
+    void forward(const std::vector<memory>& inputs, const memory& output, Mode) override {
+        const TileBuffer x = tile_buffer_of(inputs[0]), y = tile_buffer_of(output);
+        const TileRows out_rows(y);
+        const PoolWindow window = window_of(x, out_rows);
+        const auto* from = static_cast<const float*>(x.data);
+        auto* to = static_cast<float*>(y.data);
+#pragma omp parallel for schedule(static)
+        for (std::int64_t r = 0; r < out_rows.count; ++r) {
+            const std::int64_t out_offset = out_rows.offset(r);
+            max_pool_row(from + window_origin(x, out_rows, r), to + out_offset, m_argmax.data() + out_offset, window);
+        }
+    }
+
+    void backward(const std::vector<memory>&, const memory&, const memory& diff_output,
+                  const std::vector<memory>& diff_inputs) override {
+        if (!m_needs_diff_input) return;
+        const TileBuffer dy = tile_buffer_of(diff_output), dx = tile_buffer_of(diff_inputs[0]);
+        if (m_uncovered) std::memset(dx.data, 0, diff_inputs[0].get_desc().get_size());
+        const TileRows out_rows(dy);
+        const PoolWindow window = window_of(dx, out_rows);
+        const auto* gradient = static_cast<const float*>(dy.data);
+        auto* to = static_cast<float*>(dx.data);
+#pragma omp parallel for schedule(static)
+        for (std::int64_t r = 0; r < out_rows.count; ++r) {
+            const std::int64_t out_offset = out_rows.offset(r);
+            max_pool_gradient_row(gradient + out_offset, m_argmax.data() + out_offset, to + window_origin(dx, out_rows, r), window);
+        }
+    }
+
+    std::int64_t bytes() const override { return static_cast<std::int64_t>(m_argmax.size() * sizeof(std::int32_t)); }
+
+private:
+    // The window of output row r starts at input (n, group, 2·z, 2·y, 0).
+    static std::int64_t window_origin(const TileBuffer& input, const TileRows& out_rows, std::int64_t r) {
+        return input.offset(out_rows.batch(r), out_rows.first_channel(r), 2 * (r / out_rows.height % out_rows.depth),
+                            2 * (r % out_rows.height), 0);
+    }
+
+    static PoolWindow window_of(const TileBuffer& input, const TileRows& out_rows) {
+        PoolWindow w{};
+        w.rank = input.spatial_rank();
+        w.lanes = out_rows.lanes;
+        w.out_width = out_rows.width;
+        w.tap_count = 0;
+        const std::int64_t z_stride = input.spatial_stride[0], y_stride = input.spatial_stride[1], x_stride = input.spatial_stride[2];
+        for (int dz = 0; dz < (w.rank == 3 ? 2 : 1); ++dz) {
+            for (int dy = 0; dy < 2; ++dy) {
+                for (int dx = 0; dx < 2; ++dx) w.taps[static_cast<std::size_t>(w.tap_count++)] = dz * z_stride + dy * y_stride + dx * x_stride;
+            }
+        }
+        return w;
+    }
+
+    bool m_needs_diff_input;
+    Shape m_input_shape, m_output_shape;
+    bool m_uncovered = false;
+    std::vector<std::int32_t> m_argmax;  // per output element (the output's layout): the window position of its max
 };
 
 // ---- global average pooling -----------------------------------------------------------------
@@ -217,6 +367,9 @@ private:
 }  // namespace
 
 std::unique_ptr<Kernel> make_pool_kernel(const PoolAttributes& attributes, const Shape& output_shape, const KernelInputs& in) {
+    if (row_kernels_enabled() && VectorMaxPoolKernel::handles(attributes, in)) {
+        return std::make_unique<VectorMaxPoolKernel>(to_shape(in.descs[0].dims()), output_shape, in);
+    }
     return std::make_unique<PoolKernel>(attributes, output_shape, in);
 }
 

@@ -1,7 +1,15 @@
 // Kernel memories seen as tile buffers, and layouts of halo buffers.
 #include "ops/tile_rows.hpp"
 
+#include <cstdlib>
+#include <string_view>
+
 namespace tessera::ops {
+
+bool row_kernels_enabled() {
+    const char* setting = std::getenv("TESSERA_ROW_KERNELS");
+    return !(setting != nullptr && std::string_view(setting) == "0");
+}
 
 TileBuffer tile_buffer_of(const memory& m) {
     const memory::desc desc = m.get_desc();
@@ -20,12 +28,26 @@ TileBuffer tile_buffer_of(const memory& m) {
     return b;
 }
 
-memory::desc same_layout_desc(const memory::desc& like, const Shape& shape) {
+namespace {
+
+std::vector<memory::format_tag> tile_layout_tags(std::size_t rank) {
     using tag = memory::format_tag;
-    const std::vector<tag> candidates = shape.size() == 5
-                                            ? std::vector<tag>{tag::ncdhw, tag::ndhwc, tag::nCdhw16c, tag::nCdhw8c, tag::nCdhw4c}
-                                            : std::vector<tag>{tag::nchw, tag::nhwc, tag::nChw16c, tag::nChw8c, tag::nChw4c};
-    for (tag candidate : candidates) {
+    return rank == 5 ? std::vector<tag>{tag::ncdhw, tag::ndhwc, tag::nCdhw16c, tag::nCdhw8c, tag::nCdhw4c}
+                     : std::vector<tag>{tag::nchw, tag::nhwc, tag::nChw16c, tag::nChw8c, tag::nChw4c};
+}
+
+}  // namespace
+
+bool is_tile_layout(const memory::desc& desc) {
+    if (desc.data.ndims != 4 && desc.data.ndims != 5) return false;
+    for (memory::format_tag candidate : tile_layout_tags(static_cast<std::size_t>(desc.data.ndims))) {
+        if (memory::desc(desc.dims(), desc.data_type(), candidate) == desc) return true;
+    }
+    return false;
+}
+
+memory::desc same_layout_desc(const memory::desc& like, const Shape& shape) {
+    for (memory::format_tag candidate : tile_layout_tags(shape.size())) {
         if (memory::desc(like.dims(), like.data_type(), candidate) == like) {
             return memory::desc(to_dims(shape), like.data_type(), candidate);
         }

@@ -9,39 +9,53 @@
 
 namespace tessera::ops {
 
+// Whether the memory-bound kernels written here (max pooling's vector rows) run rather than oneDNN's:
+// on unless TESSERA_ROW_KERNELS=0 (to compare the two).
+bool row_kernels_enabled();
+
 // The buffer behind a kernel's memory (f32 or bf16; plain, channels-last or channel-blocked).
 TileBuffer tile_buffer_of(const memory& m);
+// Whether a desc is a dense tile layout: plain, channels-last, or channel-blocked by 16, 8 or 4.
+bool is_tile_layout(const memory::desc& desc);
 // A desc of `shape` in the same layout family as `like` (nChw16c stays nChw16c at another size).
 memory::desc same_layout_desc(const memory::desc& like, const Shape& shape);
 
-// Calls fn(row, first channel, lanes, pixels, n) for every row of pixels along W of every channel
-// group, element (pixel p, lane j) at row[p · lanes + j]: a channel block in blocked layouts (padded
-// lanes included; they hold zeros), every channel in channels-last, one channel in plain layouts.
-// Rows are walked in memory order, so large tiles stream once.
+// The rows of a tile: runs of pixels along W of one channel group, element (pixel p, lane j) at
+// row[p · lanes + j]. A group is a channel block in blocked layouts (padded lanes included; they hold
+// zeros), every channel in channels-last, one channel in plain layouts. Rows are numbered in memory
+// order (n, group, z, y), so a loop over them streams a large tile once and can be split across threads.
+struct TileRows {
+    explicit TileRows(const TileBuffer& b)
+        : buffer(&b), lanes(b.block == 1 && b.block_stride == 1 && b.channels() > 1 ? b.channels() : b.block),
+          groups((b.channels() + lanes - 1) / lanes), depth(b.spatial_rank() == 3 ? b.shape[2] : 1),
+          height(b.shape[static_cast<std::size_t>(b.spatial_rank())]),
+          width(b.shape[static_cast<std::size_t>(b.spatial_rank()) + 1]), count(b.shape[0] * groups * depth * height) {
+        TESSERA_ASSERT(b.spatial_stride[2] == lanes, "rows of a tile are contiguous along W");
+    }
+    std::int64_t batch(std::int64_t row) const { return row / (groups * depth * height); }
+    std::int64_t first_channel(std::int64_t row) const { return row / (depth * height) % groups * lanes; }
+    // Offset (elements) of the row's first element.
+    std::int64_t offset(std::int64_t row) const {
+        return buffer->offset(batch(row), first_channel(row), row / height % depth, row % height, 0);
+    }
+
+    const TileBuffer* buffer;
+    std::int64_t lanes, groups, depth, height, width;
+    std::int64_t count;  // rows in the tile
+};
+
+// Calls fn(row, first channel, lanes, pixels, n) for every row (TileRows), in memory order.
 template <class Element, class Fn>
 void for_each_row(const TileBuffer& b, Fn&& fn) {
-    const std::int64_t channels = b.channels();
-    const bool channels_last = b.block == 1 && b.block_stride == 1 && channels > 1;
-    const std::int64_t lanes = channels_last ? channels : b.block;
-    const std::int64_t groups = (channels + lanes - 1) / lanes;
-    TESSERA_ASSERT(b.spatial_stride[2] == lanes, "rows of a tile are contiguous along W");
-    const int rank = b.spatial_rank();
-    const std::int64_t depth = rank == 3 ? b.shape[2] : 1, height = b.shape[rank], width = b.shape[rank + 1];
+    const TileRows rows(b);
     auto* base = static_cast<Element*>(b.data);
-    for (std::int64_t n = 0; n < b.shape[0]; ++n) {
-        for (std::int64_t g = 0; g < groups; ++g) {
-            for (std::int64_t z = 0; z < depth; ++z) {
-                for (std::int64_t y = 0; y < height; ++y) fn(base + b.offset(n, g * lanes, z, y, 0), g * lanes, lanes, width, n);
-            }
-        }
-    }
+    for (std::int64_t r = 0; r < rows.count; ++r) fn(base + rows.offset(r), rows.first_channel(r), rows.lanes, rows.width, rows.batch(r));
 }
 
 // Channels a row walk can touch: rounded up to whole channel groups (blocked layouts pad to the block).
 inline std::int64_t padded_channels(const TileBuffer& b) {
-    const bool channels_last = b.block == 1 && b.block_stride == 1 && b.channels() > 1;
-    const std::int64_t lanes = channels_last ? b.channels() : b.block;
-    return (b.channels() + lanes - 1) / lanes * lanes;
+    const TileRows rows(b);
+    return rows.groups * rows.lanes;
 }
 
 inline float as_float(float v) { return v; }

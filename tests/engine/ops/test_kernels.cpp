@@ -438,26 +438,39 @@ TEST(Kernels, ConcatOfBlockedInputsRoutesGradientsWhereverTheBlocksFall) {
 }
 
 // 2×2 (2×2×2) max pooling at stride 2 on the layouts convolutions hand it — channel-blocked (nChw16c, 20
-// channels: a padded block) and channels-last (3 channels), 2D and 3D; ties (ReLU's zeros) go to the first
-// maximum in the window, as in the reference. Exact.
+// channels: a padded block) and channels-last (3, 5, 8 and 16 channels; odd extents leave a last row and
+// column outside every window), 2D and 3D; ties (ReLU's zeros) go to the first maximum in the window, as
+// in the reference. Layouts of 8-lane vectors run the vector rows (on AVX2 CPUs), the others oneDNN's
+// kernel; TESSERA_ROW_KERNELS=0 sends all of them to oneDNN. Exact on both.
 TEST(Kernels, MaxPoolingMatchesTheReferenceOnBlockedAndChannelsLastInputs) {
     using tag = memory::format_tag;
     const std::vector<std::pair<Shape, tag>> cases = {
-        {{2, 20, 8, 6}, tag::nChw16c}, {{2, 3, 8, 6}, tag::nhwc}, {{1, 20, 4, 6, 8}, tag::nCdhw16c}, {{2, 5, 4, 2, 6}, tag::ndhwc}};
-    for (const auto& [shape, layout] : cases) {
-        Tensor x = random_tensor(shape, 41);
-        float* values = x.data<float>();
-        for (std::int64_t i = 0; i < x.num_elements(); i += 3) values[i] = 0.0f;  // ties within windows
-        for (std::int64_t i = 0; i < x.num_elements(); i += 2) values[i] = std::max(values[i], 0.0f);
-        const int rank = static_cast<int>(shape.size()) - 2;
-        const ops::PoolAttributes pool = ops::PoolAttributes::max_down(rank, 2);
-        const Shape pooled = ops::pool_output_shape(shape, pool);
-        const Tensor dy = random_tensor(pooled, 42);
-        const Ran ran = run_kernel(
-            {x}, dy, [&](const ops::KernelInputs& in) { return ops::make_pool_kernel(pool, pooled, in); }, layout);
-        EXPECT_EQ(relative_difference(ran.output, reference::pool_forward(x, pool)), 0.0) << shape_to_string(shape);
-        EXPECT_EQ(relative_difference(ran.input_gradients[0], reference::pool_backward(dy, x, pool)), 0.0) << shape_to_string(shape);
+        {{2, 20, 8, 6}, tag::nChw16c}, {{2, 3, 8, 6}, tag::nhwc},         {{1, 20, 4, 6, 8}, tag::nCdhw16c},
+        {{2, 5, 4, 2, 6}, tag::ndhwc}, {{2, 8, 7, 9}, tag::nhwc},         {{1, 16, 5, 4, 6}, tag::ndhwc},
+        {{1, 8, 6, 6, 6}, tag::ndhwc}};
+    const bool vectors = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    for (const bool row_kernels : {true, false}) {
+        if (!row_kernels) ::setenv("TESSERA_ROW_KERNELS", "0", 1);
+        for (const auto& [shape, layout] : cases) {
+            Tensor x = random_tensor(shape, 41);
+            float* values = x.data<float>();
+            for (std::int64_t i = 0; i < x.num_elements(); i += 3) values[i] = 0.0f;  // ties within windows
+            for (std::int64_t i = 0; i < x.num_elements(); i += 2) values[i] = std::max(values[i], 0.0f);
+            const int rank = static_cast<int>(shape.size()) - 2;
+            const ops::PoolAttributes pool = ops::PoolAttributes::max_down(rank, 2);
+            const Shape pooled = ops::pool_output_shape(shape, pool);
+            const Tensor dy = random_tensor(pooled, 42);
+            std::string implementation;
+            const Ran ran = run_kernel(
+                {x}, dy, [&](const ops::KernelInputs& in) { return ops::make_pool_kernel(pool, pooled, in); }, layout, true,
+                &implementation);
+            const std::int64_t lanes = layout == tag::nChw16c || layout == tag::nCdhw16c ? 16 : shape[1];
+            EXPECT_EQ(implementation == "rows:avx2", row_kernels && vectors && lanes % 8 == 0) << shape_to_string(shape) << " " << implementation;
+            EXPECT_EQ(relative_difference(ran.output, reference::pool_forward(x, pool)), 0.0) << shape_to_string(shape);
+            EXPECT_EQ(relative_difference(ran.input_gradients[0], reference::pool_backward(dy, x, pool)), 0.0) << shape_to_string(shape);
+        }
     }
+    ::unsetenv("TESSERA_ROW_KERNELS");
 }
 
 TEST(Kernels, GlobalPoolingAndDenseMatchTheReference) {
