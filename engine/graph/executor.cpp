@@ -304,6 +304,11 @@ Executor::Executor(const Graph& graph, ExecutorOptions options) : m_impl(std::ma
                              impl.options.distributed_reductions, compute, output_type);
         const auto id = static_cast<std::size_t>(node.id);
         impl.outputs[id] = memory(kernel->output_desc(), cpu_engine());
+        // A halo buffer's outer rows are written by the core mesh from the neighbours' tiles, never by a
+        // node: start them at zero (the image border's value) rather than at whatever the allocation held
+        // — on an executor without a mesh that was garbage (1e30 gradients after other allocations were
+        // freed) and denormals that slowed convolutions 100×.
+        if (node.kind == OpKind::Halo) std::memset(impl.outputs[id].get_data_handle(), 0, kernel->output_desc().get_size());
         impl.accumulate[id] = dnnl::binary(impl.scratchpad.fit(dnnl::binary::primitive_desc(
             dnnl::binary::desc(dnnl::algorithm::binary_add, kernel->output_desc(), kernel->output_desc(),
                                kernel->output_desc()),

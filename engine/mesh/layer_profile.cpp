@@ -40,14 +40,7 @@ struct LayerProfiler::Impl {
             const graph::Graph& core_graph = core_graphs.graphs[task_core[static_cast<std::size_t>(task)]];
             auto executor = std::make_unique<graph::Executor>(core_graph, executor_options);
             executor->initialize_parameters(1);
-            // The mesh writes a halo buffer's outer rows from the neighbours' tiles; the profile has no
-            // neighbours, so they would hold whatever the allocation held — denormals and NaNs among it,
-            // which made single convolutions 100× slower in some passes. Zeros, as at the image's border.
-            for (const graph::Node& node : core_graph.nodes()) {
-                if (node.kind != graph::OpKind::Halo) continue;
-                const ops::TileBuffer halo = executor->value_buffer(node.id);
-                ops::zero_box(halo, ops::Box(halo.shape.size() - 2, 0), ops::Box(halo.shape.begin() + 2, halo.shape.end()));
-            }
+            // Its halo buffers' outer rows start at zero (the Executor's doing): the profile has no neighbours.
             executors[static_cast<std::size_t>(task)] = std::move(executor);
         });
         for (std::size_t core : task_core) {

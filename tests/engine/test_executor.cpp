@@ -630,6 +630,38 @@ TEST(Executor, ABackwardInTwoPartsGivesTheBitsOfOneCall) {
     }
 }
 
+// A halo buffer's outer rows belong to the core mesh; on an executor alone they start at zero, as at the
+// image border, whatever the memory held before (here: freed buffers of 1e30, which the allocator may
+// hand back).
+TEST(Executor, HaloBuffersOuterRowsStartAtZero) {
+    for (int round = 0; round < 4; ++round) {
+        {
+            std::vector<float> freed(1 << 16, 1e30f);
+            volatile float kept = freed[static_cast<std::size_t>(round)];  // the fill is not optimised away
+            (void)kept;
+        }
+        Graph graph("ring");
+        const int x = graph.input({1, 2, 5, 6});
+        const int c = graph.conv(x, 16, ops::ConvAttributes::same(2, 3), "c");
+        const int halo = graph.halo(c, {7, 8}, {.interior_offset = {1, 1}, .interior_extent = {5, 6}}, "ring");
+        graph.set_output(graph.conv(halo, 4, ops::ConvAttributes::valid(2, 3), "after"));
+        Executor executor(graph);
+        executor.initialize_parameters(3);
+        executor.forward(reference::random_uniform({1, 2, 5, 6}, 5), Mode::Train);
+        const Tensor widened = executor.activation(halo), tile = executor.activation(c);
+        for (std::int64_t ch = 0; ch < 16; ++ch) {
+            for (std::int64_t y = 0; y < 7; ++y) {
+                for (std::int64_t x_ = 0; x_ < 8; ++x_) {
+                    const float value = widened.data<float>()[(ch * 7 + y) * 8 + x_];
+                    const bool inside = y >= 1 && y < 6 && x_ >= 1 && x_ < 7;
+                    const float expected = inside ? tile.data<float>()[(ch * 5 + y - 1) * 6 + x_ - 1] : 0.0f;
+                    ASSERT_EQ(value, expected) << "channel " << ch << " row " << y << " column " << x_;
+                }
+            }
+        }
+    }
+}
+
 TEST(Executor, RejectsWrongInputsWithClearMessages) {
     Graph graph("checked");
     const int x = graph.input({1, 2, 8, 8});
