@@ -1,6 +1,7 @@
 // Convolutions and transposed convolutions: oneDNN primitives for forward, backward-data and
 // backward-weights, f32 master weights reordered into each primitive's layout.
 #include "ops/kernels.hpp"
+#include "ops/narrow_pointwise.hpp"
 #include "ops/row_convolution.hpp"
 
 #include <cstdint>
@@ -548,6 +549,8 @@ std::unique_ptr<Kernel> make_conv_kernel(const ConvAttributes& attributes, const
                                          memory::data_type compute, memory::data_type output_type) {
     if (runs_as_row_convolution(attributes, input_shape, output_shape, in, compute, output_type))
         return std::make_unique<RowConvKernel>(attributes, input_shape, output_shape, in, weight, bias);
+    if (runs_as_narrow_pointwise(attributes, input_shape, output_shape, in, compute, output_type))
+        return make_narrow_pointwise_kernel(input_shape, output_shape, in, weight, bias);
     return make_direct_conv_kernel(attributes, input_shape, output_shape, in, weight, bias, compute, output_type);
 }
 

@@ -170,6 +170,82 @@ TEST(Kernels, OneChannelImageIntoFewChannelsIsWrittenChannelsLast) {
     }
 }
 
+// 1×1 convolutions into at most 4 channels over 8 or 16 channels side by side (a segmentation head)
+// run in register transposes on AVX2 CPUs (ops/narrow_pointwise.hpp), written plain: 2D and 3D,
+// channels-last and one 16-lane block, rows of whole 8-pixel runs and with a tail, with and without
+// bias; the weights' gradient has the same bits on one thread and two. Other heads stay with oneDNN.
+TEST(Kernels, NarrowPointwiseHeadsMatchTheReference) {
+    using tag = memory::format_tag;
+    struct Case {
+        Shape input;
+        tag layout;
+        std::int64_t outputs;
+        bool bias;
+    };
+    const std::vector<Case> cases = {{{2, 16, 5, 11}, tag::nChw16c, 2, true},
+                                     {{2, 8, 3, 9}, tag::nhwc, 3, false},
+                                     {{1, 8, 3, 4, 16}, tag::ndhwc, 2, true},
+                                     {{1, 16, 2, 13}, tag::nhwc, 4, true},
+                                     {{1, 16, 2, 3, 8}, tag::nCdhw16c, 1, false}};
+    const bool vectors = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    const int threads = ops::num_threads();
+    for (const Case& c : cases) {
+        const int rank = static_cast<int>(c.input.size()) - 2;
+        ops::ConvAttributes attributes = ops::ConvAttributes::same(rank, 1);
+        attributes.has_bias = c.bias;
+        const Tensor x = random_tensor(c.input, 51);
+        const Shape y_shape = ops::conv_output_shape(c.input, c.outputs, attributes);
+        const Tensor dy = random_tensor(y_shape, 52);
+        std::vector<Tensor> weight_gradients;
+        for (int count : {1, 2}) {
+            ops::set_num_threads(count);
+            Parameter weight = parameter("w", random_tensor(ops::conv_weight_shape(c.input[1], c.outputs, attributes), 53));
+            Parameter bias = parameter("b", random_tensor({c.outputs}, 54));
+            std::string implementation;
+            const Ran ran = run_kernel(
+                {x}, dy,
+                [&](const ops::KernelInputs& in) {
+                    return ops::make_conv_kernel(attributes, c.input, y_shape, in, &weight, c.bias ? &bias : nullptr,
+                                                 memory::data_type::f32, memory::data_type::f32);
+                },
+                c.layout, true, &implementation);
+            const std::string name = shape_to_string(c.input) + " → " + std::to_string(c.outputs);
+            EXPECT_EQ(implementation == "rows:avx2", vectors) << name << ": " << implementation;
+            EXPECT_LE(relative_difference(ran.output, reference::conv_forward(x, weight.value, c.bias ? &bias.value : nullptr, attributes)),
+                      tolerance)
+                << name;
+            EXPECT_LE(relative_difference(ran.input_gradients[0], reference::conv_backward_data(dy, weight.value, c.input, attributes)),
+                      tolerance)
+                << name;
+            const reference::ConvWeightGradients expected = reference::conv_backward_weights(x, dy, attributes, weight.value.shape());
+            EXPECT_LE(relative_difference(weight.gradient, expected.weights), tolerance) << name;
+            if (c.bias) {
+                EXPECT_LE(relative_difference(bias.gradient, expected.bias), tolerance) << name;
+            }
+            weight_gradients.push_back(weight.gradient.clone());
+        }
+        EXPECT_EQ(std::memcmp(weight_gradients[0].raw_data(), weight_gradients[1].raw_data(), weight_gradients[0].num_bytes()), 0)
+            << shape_to_string(c.input);
+    }
+    ops::set_num_threads(threads);
+    // Five outputs, a plain input and a 3×3 window are not heads of this kind.
+    const auto implementation_of = [](const Shape& x, tag layout, std::int64_t outputs, std::int64_t kernel) {
+        ops::Scratchpad scratchpad;
+        const ops::KernelInputs in{.descs = {memory::desc(memory::dims(x.begin(), x.end()), memory::data_type::f32, layout)},
+                                   .needs_gradient = {true},
+                                   .scratchpad = &scratchpad};
+        const ops::ConvAttributes attributes = ops::ConvAttributes::same(2, kernel);
+        Parameter weight = parameter("w", Tensor::zeros(ops::conv_weight_shape(x[1], outputs, attributes), DType::F32));
+        return ops::make_conv_kernel(attributes, x, ops::conv_output_shape(x, outputs, attributes), in, &weight, nullptr,
+                                     memory::data_type::f32, memory::data_type::f32)
+            ->implementation();
+    };
+    EXPECT_NE(implementation_of({1, 16, 8, 8}, tag::nhwc, 5, 1), "rows:avx2");
+    EXPECT_NE(implementation_of({1, 16, 8, 8}, tag::nchw, 2, 1), "rows:avx2");
+    EXPECT_NE(implementation_of({1, 16, 8, 8}, tag::nhwc, 2, 3), "rows:avx2");
+    EXPECT_NE(implementation_of({1, 32, 8, 8}, tag::nChw16c, 2, 1), "rows:avx2");  // two blocks
+}
+
 // 3×3(×3) stride-1 layers with few channels in blocks of 8 run as row convolutions on AVX-512 CPUs
 // (ops/row_convolution.hpp): 2D and 3D, rows ending inside a vector, one-sided and no padding (a
 // halo-widened tile), bias, inputs plain, channels-last and channel-blocked, and a layer whose input
