@@ -9,8 +9,8 @@
 
 namespace tessera::ops {
 
-// Whether the memory-bound kernels written here (max pooling's vector rows) run rather than oneDNN's:
-// on unless TESSERA_ROW_KERNELS=0 (to compare the two).
+// Whether Tessera's own vector kernels for max pooling and narrow pointwise heads run rather than
+// oneDNN's: on unless TESSERA_ROW_KERNELS=0 (to compare the two).
 bool row_kernels_enabled();
 
 // The buffer behind a kernel's memory (f32 or bf16; plain, channels-last or channel-blocked).
