@@ -13,11 +13,6 @@ namespace {
 constexpr std::int64_t k_max_outputs = 4;
 constexpr std::int64_t k_max_lanes = 16;
 
-bool vector_rows_available() {
-    static const bool available = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    return available;
-}
-
 __attribute__((target("avx2,fma"))) inline float lane_sum(__m256 v) {
     alignas(32) float lanes[8];
     _mm256_store_ps(lanes, v);
@@ -120,15 +115,6 @@ __attribute__((target("avx2,fma"))) void weights_gradient_row(const float* x, st
     }
 }
 
-// The lanes of a desc's rows when they are all of its channels (one group of 8 or 16), else 0.
-std::int64_t side_by_side_lanes(const memory::desc& desc) {
-    if (desc.data_type() != memory::data_type::f32 || !is_tile_layout(desc)) return 0;
-    memory probe(desc, cpu_engine(), DNNL_MEMORY_NONE);
-    const TileBuffer layout = tile_buffer_of(probe);
-    const TileRows rows(layout);
-    return rows.groups == 1 && (rows.lanes == 8 || rows.lanes == 16) ? rows.lanes : 0;
-}
-
 class NarrowPointwiseKernel final : public Kernel {
 public:
     NarrowPointwiseKernel(const Shape& input_shape, const Shape& output_shape, const KernelInputs& in, Parameter* weight,
@@ -137,9 +123,7 @@ public:
           m_outputs(output_shape[1]) {
         m_output_desc = plain_desc(output_shape);
         m_plane = num_elements_of(output_shape) / (output_shape[0] * m_outputs);
-        memory probe(in.descs[0], cpu_engine(), DNNL_MEMORY_NONE);
-        const TileBuffer layout = tile_buffer_of(probe);
-        m_row_sums.resize(static_cast<std::size_t>(TileRows(layout).count * sums_per_row()));
+        m_row_sums.resize(static_cast<std::size_t>(f32_row_shape(in.descs[0])->count * sums_per_row()));
     }
 
     std::string implementation() const override { return "rows:avx2"; }
@@ -217,13 +201,15 @@ private:
 
 bool runs_as_narrow_pointwise(const ConvAttributes& a, const Shape& input_shape, const Shape& output_shape, const KernelInputs& in,
                               memory::data_type compute, memory::data_type output_type) {
-    if (!row_kernels_enabled() || !vector_rows_available()) return false;
+    if (!vector_row_kernels_enabled()) return false;
     if (compute != memory::data_type::f32 || output_type != memory::data_type::f32 || a.groups != 1) return false;
     for (std::size_t axis = 0; axis < a.kernel.size(); ++axis) {
         if (a.kernel[axis] != 1 || a.stride[axis] != 1 || a.dilation[axis] != 1 || a.pad_begin[axis] != 0 || a.pad_end[axis] != 0) return false;
     }
     if (output_shape[1] > k_max_outputs) return false;
-    return side_by_side_lanes(in.descs[0]) == input_shape[1];
+    // Every channel side by side in one row group of 8 or 16 lanes.
+    const std::optional<RowShape> rows = f32_row_shape(in.descs[0]);
+    return rows && rows->groups == 1 && rows->lanes == input_shape[1] && (rows->lanes == 8 || rows->lanes == 16);
 }
 
 std::unique_ptr<Kernel> make_narrow_pointwise_kernel(const Shape& input_shape, const Shape& output_shape, const KernelInputs& in,

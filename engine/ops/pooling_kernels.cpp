@@ -79,25 +79,10 @@ private:
 // value), and backward writes every input element once — the output gradient where it was the max,
 // zero elsewhere. Layouts whose lanes come in eights (channels-last with C a multiple of 8, 8- or
 // 16-channel blocks), f32, AVX2; others go to PoolKernel.
-bool vector_pooling_available() {
-    static const bool available = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    return available;
-}
-
-// Lanes of a tile's rows (TileRows) when they come in vectors of 8; 0 otherwise.
-std::int64_t vector_lanes(const memory::desc& desc) {
-    if (desc.data_type() != memory::data_type::f32 || !is_tile_layout(desc)) return 0;
-    memory probe(desc, cpu_engine(), DNNL_MEMORY_NONE);
-    const TileBuffer layout = tile_buffer_of(probe);
-    const TileRows rows(layout);
-    return rows.lanes % 8 == 0 ? rows.lanes : 0;
-}
-
 struct PoolWindow {
-    int rank;                           // 2 or 3
-    std::int64_t lanes;                 // per pixel of a row
-    std::int64_t out_width;             // output pixels per row
-    std::array<std::int64_t, 8> taps;   // element offsets of the window's pixels from its first, z-y-x order
+    std::int64_t lanes;                // per pixel of a row
+    std::int64_t out_width;            // output pixels per row
+    std::array<std::int64_t, 8> taps;  // element offsets of the window's pixels from its first, z-y-x order
     int tap_count;
 };
 
@@ -136,7 +121,7 @@ __attribute__((target("avx2"))) void max_pool_gradient_row(const float* dy, cons
 class VectorMaxPoolKernel final : public Kernel {
 public:
     VectorMaxPoolKernel(const Shape& input_shape, const Shape& output_shape, const KernelInputs& in)
-        : Kernel(in), m_needs_diff_input(in.needs_gradient[0]), m_input_shape(input_shape), m_output_shape(output_shape) {
+        : Kernel(in), m_needs_diff_input(in.needs_gradient[0]) {
         m_output_desc = same_layout_desc(in.descs[0], output_shape);
         m_argmax.resize(static_cast<std::size_t>(m_output_desc.get_size() / sizeof(float)));
         const int rank = static_cast<int>(input_shape.size()) - 2;
@@ -148,7 +133,8 @@ public:
 
     // Max pooling with a 2×2(×2) window at stride 2, unpadded, over a layout of 8-lane vectors.
     static bool handles(const PoolAttributes& a, const KernelInputs& in) {
-        if (a.kind != PoolKind::Max || !vector_pooling_available() || vector_lanes(in.descs[0]) == 0) return false;
+        const std::optional<RowShape> rows = f32_row_shape(in.descs[0]);
+        if (a.kind != PoolKind::Max || !vector_row_kernels_enabled() || !rows || rows->lanes % 8 != 0) return false;
         for (std::size_t axis = 0; axis < a.kernel.size(); ++axis) {
             if (a.kernel[axis] != 2 || a.stride[axis] != 2 || a.pad_begin[axis] != 0 || a.pad_end[axis] != 0) return false;
         }
@@ -197,12 +183,11 @@ private:
 
     static PoolWindow window_of(const TileBuffer& input, const TileRows& out_rows) {
         PoolWindow w{};
-        w.rank = input.spatial_rank();
         w.lanes = out_rows.lanes;
         w.out_width = out_rows.width;
         w.tap_count = 0;
         const std::int64_t z_stride = input.spatial_stride[0], y_stride = input.spatial_stride[1], x_stride = input.spatial_stride[2];
-        for (int dz = 0; dz < (w.rank == 3 ? 2 : 1); ++dz) {
+        for (int dz = 0; dz < (input.spatial_rank() == 3 ? 2 : 1); ++dz) {
             for (int dy = 0; dy < 2; ++dy) {
                 for (int dx = 0; dx < 2; ++dx) w.taps[static_cast<std::size_t>(w.tap_count++)] = dz * z_stride + dy * y_stride + dx * x_stride;
             }
@@ -211,7 +196,6 @@ private:
     }
 
     bool m_needs_diff_input;
-    Shape m_input_shape, m_output_shape;
     bool m_uncovered = false;
     std::vector<std::int32_t> m_argmax;  // per output element (the output's layout): the window position of its max
 };
@@ -367,7 +351,7 @@ private:
 }  // namespace
 
 std::unique_ptr<Kernel> make_pool_kernel(const PoolAttributes& attributes, const Shape& output_shape, const KernelInputs& in) {
-    if (row_kernels_enabled() && VectorMaxPoolKernel::handles(attributes, in)) {
+    if (VectorMaxPoolKernel::handles(attributes, in)) {
         return std::make_unique<VectorMaxPoolKernel>(to_shape(in.descs[0].dims()), output_shape, in);
     }
     return std::make_unique<PoolKernel>(attributes, output_shape, in);

@@ -6,9 +6,10 @@
 
 namespace tessera::ops {
 
-bool row_kernels_enabled() {
+bool vector_row_kernels_enabled() {
+    static const bool available = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     const char* setting = std::getenv("TESSERA_ROW_KERNELS");
-    return !(setting != nullptr && std::string_view(setting) == "0");
+    return available && !(setting != nullptr && std::string_view(setting) == "0");
 }
 
 TileBuffer tile_buffer_of(const memory& m) {
@@ -37,6 +38,13 @@ std::vector<memory::format_tag> tile_layout_tags(std::size_t rank) {
 }
 
 }  // namespace
+
+std::optional<RowShape> f32_row_shape(const memory::desc& desc) {
+    if (desc.data_type() != memory::data_type::f32 || !is_tile_layout(desc)) return std::nullopt;
+    const TileBuffer layout = tile_buffer_of(memory(desc, cpu_engine(), DNNL_MEMORY_NONE));
+    const TileRows rows(layout);
+    return RowShape{rows.lanes, rows.groups, rows.count};
+}
 
 bool is_tile_layout(const memory::desc& desc) {
     if (desc.data.ndims != 4 && desc.data.ndims != 5) return false;

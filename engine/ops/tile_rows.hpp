@@ -7,11 +7,13 @@
 #include "ops/tile_buffer.hpp"
 #include "tensor/dtype.hpp"
 
+#include <optional>
+
 namespace tessera::ops {
 
 // Whether Tessera's own vector kernels for max pooling and narrow pointwise heads run rather than
-// oneDNN's: on unless TESSERA_ROW_KERNELS=0 (to compare the two).
-bool row_kernels_enabled();
+// oneDNN's: on a CPU with AVX2 and FMA, unless TESSERA_ROW_KERNELS=0 (to compare the two).
+bool vector_row_kernels_enabled();
 
 // The buffer behind a kernel's memory (f32 or bf16; plain, channels-last or channel-blocked).
 TileBuffer tile_buffer_of(const memory& m);
@@ -51,6 +53,13 @@ void for_each_row(const TileBuffer& b, Fn&& fn) {
     auto* base = static_cast<Element*>(b.data);
     for (std::int64_t r = 0; r < rows.count; ++r) fn(base + rows.offset(r), rows.first_channel(r), rows.lanes, rows.width, rows.batch(r));
 }
+
+// The rows of an f32 tile layout (TileRows' lanes, groups and count), without a buffer; none for another
+// type or layout. Kernels decide from it whether their vector loops fit the layout an input arrives in.
+struct RowShape {
+    std::int64_t lanes = 0, groups = 0, count = 0;
+};
+std::optional<RowShape> f32_row_shape(const memory::desc& desc);
 
 // Channels a row walk can touch: rounded up to whole channel groups (blocked layouts pad to the block).
 inline std::int64_t padded_channels(const TileBuffer& b) {
