@@ -1,6 +1,7 @@
 #include "cost/cost_model.hpp"
 
 #include "core/error.hpp"
+#include "ops/dnnl_support.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -37,7 +38,10 @@ std::int64_t product(const std::vector<std::int64_t>& values) {
 
 std::int64_t activation_bytes(graph::Precision precision) { return precision == graph::Precision::F32 ? 4 : 2; }
 
-std::int64_t host_activation_bytes(graph::Precision precision) { return precision == graph::Precision::BF16 ? 2 : 4; }
+// Emulated bf16 (a CPU without bf16 dot products) keeps its rounded values in f32.
+std::int64_t host_activation_bytes(graph::Precision precision) {
+    return precision == graph::Precision::BF16 && ops::has_native_bf16() ? 2 : 4;
+}
 
 std::string_view fusion_name(ElementwiseFusion fusion) {
     switch (fusion) {

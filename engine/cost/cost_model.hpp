@@ -123,7 +123,8 @@ std::string host_conv_key(int rank, std::int64_t kernel, bool first_layer, std::
 // Bytes one element of an activation takes on a device when convolutions compute in `precision`:
 // 2 for bf16 and f16 (mixed precision keeps activations in half width), 4 for f32.
 std::int64_t activation_bytes(graph::Precision precision);
-// What the simulated cores move per element: they round f16 through half but keep it in f32.
+// What the simulated cores move per element: they round f16 through half but keep it in f32, and bf16
+// too on a CPU without bf16 dot products (emulated: ops::has_native_bf16).
 std::int64_t host_activation_bytes(graph::Precision precision);
 
 class CostModel {

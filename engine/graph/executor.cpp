@@ -290,7 +290,7 @@ Executor::Executor(const Graph& graph, ExecutorOptions options) : m_impl(std::ma
         const bool narrow = std::min(input_shapes[0].size() > 1 ? input_shapes[0][1] : 0,
                                      node.output_shape.size() > 1 ? node.output_shape[1] : 0) < 16;
         const bool bf16_compute = impl.options.precision == Precision::BF16 && !reads_graph_input && !narrow;
-        // Without bf16 kernels (a CPU without AVX-512) the same nodes run in f32 and are rounded to bf16.
+        // Without bf16 dot products (ops::has_native_bf16) the same nodes run in f32 and are rounded to bf16.
         const memory::data_type compute = bf16_compute && native_bf16 ? memory::data_type::bf16 : memory::data_type::f32;
         if (emulated_bf16) {
             const bool convolution = node.kind == OpKind::Conv || node.kind == OpKind::ConvTranspose;

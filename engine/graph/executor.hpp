@@ -47,7 +47,7 @@ struct ExecutorOptions {
     // at a time instead of every layer's.
     bool keep_activation_gradients = false;
     // BF16 on f32 kernels with every would-be bf16 value and gradient rounded to bf16 (what a CPU without
-    // oneDNN bf16 kernels, such as one without AVX-512, always gets): set to test that path anywhere.
+    // bf16 dot products always gets, ops::has_native_bf16): set to test that path anywhere.
     bool emulate_bf16 = false;
 };
 

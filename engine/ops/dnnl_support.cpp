@@ -134,20 +134,11 @@ void round_to_bf16(float* values, std::int64_t count) {
 }
 
 bool has_native_bf16() {
+    // The ISA values are bit sets: AVX512-BF16's includes AVX-512 and VNNI, AMX's includes AVX512-BF16.
     static const bool native = [] {
-        try {
-            using tag = dnnl::memory::format_tag;
-            const dnnl::memory::desc source({1, 16, 8, 8}, dnnl::memory::data_type::bf16, tag::any);
-            const dnnl::memory::desc weights({16, 16, 3, 3}, dnnl::memory::data_type::bf16, tag::any);
-            const dnnl::memory::desc destination({1, 16, 8, 8}, dnnl::memory::data_type::bf16, tag::any);
-            const dnnl::convolution_forward::primitive_desc probe(
-                dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, source, weights,
-                                                destination, {1, 1}, {1, 1}, {1, 1}),
-                cpu_engine());
-            return true;
-        } catch (const dnnl::error&) {
-            return false;
-        }
+        const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+        const auto bf16 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_bf16);
+        return (isa & bf16) == bf16;
     }();
     return native;
 }

@@ -37,8 +37,10 @@ void round_to_half(float* values, std::int64_t count);
 // Rounds every value to the nearest bfloat16 (ties to even) and back, in place: bf16 storage emulated where
 // oneDNN has no bf16 kernels.
 void round_to_bf16(float* values, std::int64_t count);
-// Whether this CPU runs oneDNN's bf16 convolutions (oneDNN 2.6 needs AVX-512: avx512_core); asked once, by
-// creating one. Without them the executor emulates BF16 mode (f32 kernels, values rounded to bf16).
+// Whether this CPU has bf16 dot products (AVX512-BF16, or AMX) as oneDNN sees it (ONEDNN_MAX_CPU_ISA
+// lowers it). Without them oneDNN's bf16 kernels either do not exist (AVX2) or convert every value in
+// software (AVX-512 without BF16: slower than its f32 kernels), so the executor emulates BF16 mode
+// there: f32 kernels, values rounded to bf16.
 bool has_native_bf16();
 
 // Sets the threads oneDNN (OpenMP) uses; 0 leaves the default.

@@ -10,6 +10,7 @@
 #include "cost/device.hpp"
 #include "cost/step_simulation.hpp"
 #include "mesh/layer_profile.hpp"
+#include "ops/dnnl_support.hpp"
 #include "data/phantom.hpp"
 #include "data/prefetcher.hpp"
 #include "data/sliding_window.hpp"
@@ -241,6 +242,13 @@ void check_fits_host(const experiment::Experiment& e) {
                            << e.partition.num_cores() << " core(s)), more than the " << format_gib(budget)
                            << " a run may use here. Train a smaller input (input.size) or batch, plan it instead (tessera-cli plan), "
                               "or raise TESSERA_HOST_MEMORY on a machine with more memory.");
+}
+
+std::optional<std::string> emulated_bf16_note(graph::Precision precision) {
+    if (precision != graph::Precision::BF16 || ops::has_native_bf16()) return std::nullopt;
+    return std::string("this CPU has no bf16 dot products (AVX512-BF16 or AMX): the bf16 layers run on f32 kernels with their values and "
+                       "gradients rounded to bfloat16 — a bf16 run's numerics, a little slower than f32 for the rounding (oneDNN's bf16 "
+                       "kernels would convert every value in software here, slower still); set \"precision\": \"f32\" to train faster on this host");
 }
 
 std::optional<std::string> host_bf16_note(const cost::Device& host, graph::Precision precision, int spatial_rank) {
@@ -811,6 +819,7 @@ TrainingRun::TrainingRun(experiment::Experiment e, RunOptions options) : m_impl(
     impl.model_dir = std::make_unique<ModelDir>(impl.options.model_dir.value_or(default_model_dir(x)), impl.options.model_dir_access,
                                                 impl.options.command);
     impl.notes = impl.model_dir->notes();
+    if (const auto bf16 = emulated_bf16_note(x.precision)) impl.notes.push_back(*bf16);
 }
 
 TrainingRun::~TrainingRun() {

@@ -62,6 +62,9 @@ std::int64_t estimate_host_bytes(const experiment::Experiment& experiment);
 // Throws a bad-input error when that estimate passes host_memory_budget_bytes() (TESSERA_HOST_MEMORY).
 void check_fits_host(const experiment::Experiment& experiment);
 
+// A run in bf16 on a CPU without bf16 dot products (AVX512-BF16 or AMX): the executor emulates bf16
+// on f32 kernels (ops::has_native_bf16), which the run says at its start. None otherwise.
+std::optional<std::string> emulated_bf16_note(graph::Precision precision);
 // A run in bf16 on a host whose preset measured bf16 convolutions slower than f32 ones (the preset's
 // conv<rank>d.bf16_ratio.fwd, f32 time over bf16 time, under 0.95): what to tell the user, who keeps bf16's
 // numerics and device prediction but trains slower here. None otherwise (f32, no such key, bf16 as fast).

@@ -6,6 +6,7 @@
 // Tolerance: oneDNN accumulates in f32 (and may reorder sums), the reference in double; errors are
 // measured relative to the largest magnitude of the reference tensor: ≤ 2e-5.
 #include "graph/executor.hpp"
+#include "ops/dnnl_support.hpp"
 #include "ops/row_convolution.hpp"
 #include "reference/gradient_check.hpp"
 #include "reference/reference_ops.hpp"
@@ -13,6 +14,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cpuid.h>
+#include <cstdlib>
 #include <functional>
 #include <tuple>
 
@@ -697,8 +700,22 @@ namespace {
 constexpr double bf16_tolerance = 3e-2;
 constexpr double bf16_gradient_tolerance = 0.15;
 
+// bf16 kernels only where the CPU has bf16 dot products, read here from CPUID itself: AVX512-BF16 (leaf 7,
+// subleaf 1, EAX bit 5) or AMX-BF16 (leaf 7, subleaf 0, EDX bit 22), on an AVX-512 CPU. Elsewhere oneDNN's
+// bf16 kernels convert in software (AVX-512 without BF16) or are missing (AVX2), and BF16 is emulated.
+TEST(ExecutorBf16, NativeKernelsOnlyWhereTheCpuHasBf16DotProducts) {
+    if (std::getenv("ONEDNN_MAX_CPU_ISA")) GTEST_SKIP() << "ONEDNN_MAX_CPU_ISA caps what oneDNN uses";
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    bool avx512_bf16 = false, amx_bf16 = false;
+    if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) amx_bf16 = (edx >> 22) & 1u;
+    if (__get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx)) avx512_bf16 = (eax >> 5) & 1u;
+    const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+    EXPECT_EQ(ops::has_native_bf16(), avx512 && (avx512_bf16 || amx_bf16))
+        << "AVX512-BF16 " << avx512_bf16 << ", AMX-BF16 " << amx_bf16 << ", AVX-512 " << avx512;
+}
+
 TEST(ExecutorBf16, MatchesTheF32RunWithinBf16Precision) {
-    // Native bf16 kernels where oneDNN has them (AVX-512), emulated everywhere else; both checked below.
+    // Native bf16 kernels where the CPU has bf16 dot products, emulated everywhere else; both checked below.
     for (const bool emulated : {false, true})
     for (const Shape& input_shape : {Shape{2, 1, 32, 32}, Shape{1, 1, 16, 16, 16}}) {
         Graph graph("bf16");

@@ -8,6 +8,7 @@
 #include "io/safetensors.hpp"
 #include "io/tensorboard_events.hpp"
 #include "io/volume_io.hpp"
+#include "ops/dnnl_support.hpp"
 #include "run/detections_file.hpp"
 #include "run/metrics_log.hpp"
 #include "run_test_support.hpp"
@@ -70,6 +71,16 @@ TEST(TrainingRun, ABf16RunOnAHostWhereBf16IsSlowerSaysSo) {
     EXPECT_FALSE(run::host_bf16_note(host, graph::Precision::BF16, 3));  // faster: nothing to say
     EXPECT_FALSE(run::host_bf16_note(host, graph::Precision::F32, 2));   // not a bf16 run
     EXPECT_FALSE(run::host_bf16_note(cost::Device{}, graph::Precision::BF16, 2));  // a preset from before the ratio
+}
+
+TEST(TrainingRun, ABf16RunOnACpuWithoutBf16DotProductsSaysItIsEmulated) {
+    const std::optional<std::string> note = run::emulated_bf16_note(graph::Precision::BF16);
+    EXPECT_EQ(note.has_value(), !ops::has_native_bf16());
+    if (note) {
+        EXPECT_NE(note->find("AVX512-BF16"), std::string::npos) << *note;
+    }
+    EXPECT_FALSE(run::emulated_bf16_note(graph::Precision::F32));
+    EXPECT_FALSE(run::emulated_bf16_note(graph::Precision::F16));
 }
 
 TEST(TrainingRun, WritesMetricsCheckpointsAndPredictions) {
