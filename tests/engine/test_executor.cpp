@@ -78,7 +78,7 @@ TEST(Executor, SaysWhichCodeRunsEachConvolution) {
     EXPECT_NE(executor.implementation(first), "rows:avx512");  // one input channel: oneDNN
     EXPECT_NE(executor.implementation(wide), "rows:avx512");   // 16 outputs: oneDNN
     EXPECT_FALSE(executor.implementation(wide).empty());
-    if (ops::row_convolution_available()) {
+    if (ops::row_convolutions_enabled()) {
         EXPECT_EQ(executor.implementation(narrow), "rows:avx512");
     }
 }

@@ -251,7 +251,7 @@ TEST(Kernels, NarrowPointwiseHeadsMatchTheReference) {
 // halo-widened tile), bias, inputs plain, channels-last and channel-blocked, and a layer whose input
 // needs no gradient.
 TEST(Kernels, FewChannelConvolutionsRunAsRowsAndMatchTheReference) {
-    if (!ops::row_convolution_available()) GTEST_SKIP() << "row convolutions need AVX-512F; this CPU runs oneDNN's kernels";
+    if (!ops::row_convolutions_enabled()) GTEST_SKIP() << "row convolutions need AVX-512F (and not TESSERA_ROW_CONVOLUTIONS=0); oneDNN runs these layers";
     struct Case {
         Shape x;
         std::int64_t out_channels;
@@ -329,7 +329,7 @@ TEST(Kernels, WideOrStridedConvolutionsStayWithOneDnn) {
 
 // The weights' gradient sums fixed groups of rows in a fixed order: the same bits on one thread or two.
 TEST(Kernels, RowConvolutionGradientsHaveTheSameBitsOnAnyThreadCount) {
-    if (!ops::row_convolution_available()) GTEST_SKIP() << "row convolutions need AVX-512F";
+    if (!ops::row_convolutions_enabled()) GTEST_SKIP() << "row convolutions need AVX-512F and not TESSERA_ROW_CONVOLUTIONS=0";
     const ops::ConvAttributes attributes = ops::ConvAttributes::same(3, 3);
     const Tensor x = random_tensor({1, 8, 12, 10, 24}, 31);
     const Shape y_shape = ops::conv_output_shape(x.shape(), 8, attributes);
