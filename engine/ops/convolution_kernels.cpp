@@ -328,46 +328,48 @@ std::unique_ptr<Kernel> make_deconvolution_kernel(const ConvTransposeAttributes&
 
 
 // Rearranges between the 1×1 convolution's output [N, C·K, (D,) H, W] (any layout; K taps per kernel,
-// channel c·K + tap, taps in (kD,) kH, kW order) and the plain upsampled tensor [N, C, (D·kD,) H·kH, W·kW].
-// A hand loop: oneDNN's reorder between such strided views takes a reference path hundreds of times slower.
+// channel c·K + tap, taps in (kD,) kH, kW order) and the upsampled tensor [N, C, (D·kD,) H·kH, W·kW] in
+// a plain or channel-blocked layout. A hand loop: oneDNN's reorder between such strided views takes a
+// reference path hundreds of times slower.
 template <class Element>
-void rearrange_depth_space(Element* wide, const ChannelAddressing& at, Element* plain, const Shape& input_shape,
-                           std::int64_t channels, const Extents& factor, bool to_plain) {
+void rearrange_depth_space(Element* wide, const ChannelAddressing& wide_at, Element* upsampled, const ChannelAddressing& up_at,
+                           const Shape& input_shape, std::int64_t channels, const Extents& factor, bool to_upsampled) {
     const bool is_3d = factor.size() == 3;
     const std::int64_t batch = input_shape[0];
     const std::int64_t depth = is_3d ? input_shape[2] : 1, height = input_shape[is_3d ? 3 : 2],
                        width = input_shape[is_3d ? 4 : 3];
     const std::int64_t fz = is_3d ? factor[0] : 1, fy = factor[is_3d ? 1 : 0], fx = factor[is_3d ? 2 : 1];
     const std::int64_t taps = fz * fy * fx;
-    const std::int64_t out_height = height * fy, out_width = width * fx;
-    const std::int64_t out_plane = depth * fz * out_height * out_width;  // elements per output channel
     const std::int64_t wide_channels = channels * taps;
-    const std::int64_t block = at.block, num_blocks = (wide_channels + block - 1) / block;
-    // Walk the wide tensor in its own order (contiguous lanes of a channel block) and look each lane's
-    // partner up in the plain tensor through a per-lane offset table.
-    std::vector<std::int64_t> lane_offset(static_cast<std::size_t>(num_blocks * block), -1);
+    const std::int64_t block = wide_at.block, num_blocks = (wide_channels + block - 1) / block;
+    const auto& up_stride = up_at.spatial_stride;  // (D,) H, W of the upsampled tensor
+    // Each wide channel's element of an input pixel, as an offset from the first upsampled element that
+    // pixel covers.
+    std::vector<std::int64_t> lane_offset(static_cast<std::size_t>(num_blocks * block), 0);
     for (std::int64_t wide_channel = 0; wide_channel < wide_channels; ++wide_channel) {
         const std::int64_t c = wide_channel / taps, tap = wide_channel % taps;
         const std::int64_t kz = tap / (fy * fx), ky = (tap / fx) % fy, kx = tap % fx;
-        lane_offset[static_cast<std::size_t>(wide_channel)] = c * out_plane + (kz * out_height + ky) * out_width + kx;
+        lane_offset[static_cast<std::size_t>(wide_channel)] =
+            up_at.channel_offset(c) + kz * up_stride[0] + ky * up_stride[1] + kx * up_stride[2];
     }
+    // Pixel by pixel, every channel block of it: the upsampled pixels it covers are written whole while
+    // they are in the cache (block by block, a blocked output's lines would be written once per block).
 #pragma omp parallel for collapse(3) schedule(static)
     for (std::int64_t n = 0; n < batch; ++n) {
-        for (std::int64_t b = 0; b < num_blocks; ++b) {
-            for (std::int64_t z = 0; z < depth; ++z) {
-                const std::int64_t lanes = std::min(block, wide_channels - b * block);
-                const std::int64_t* offsets = lane_offset.data() + b * block;
-                for (std::int64_t y = 0; y < height; ++y) {
-                    Element* wide_row = wide + n * at.batch_stride + b * at.block_stride + z * at.spatial_stride[0] +
-                                        y * at.spatial_stride[1];
-                    Element* plain_row = plain + n * channels * out_plane + (z * fz * out_height + y * fy) * out_width;
-                    for (std::int64_t x = 0; x < width; ++x) {
-                        Element* wide_pixel = wide_row + x * at.spatial_stride[2];
-                        Element* plain_pixel = plain_row + x * fx;
-                        if (to_plain) {
-                            for (std::int64_t lane = 0; lane < lanes; ++lane) plain_pixel[offsets[lane]] = wide_pixel[lane];
+        for (std::int64_t z = 0; z < depth; ++z) {
+            for (std::int64_t y = 0; y < height; ++y) {
+                Element* wide_row = wide + n * wide_at.batch_stride + z * wide_at.spatial_stride[0] + y * wide_at.spatial_stride[1];
+                Element* up_row = upsampled + n * up_at.batch_stride + z * fz * up_stride[0] + y * fy * up_stride[1];
+                for (std::int64_t x = 0; x < width; ++x) {
+                    Element* up_pixel = up_row + x * fx * up_stride[2];
+                    for (std::int64_t b = 0; b < num_blocks; ++b) {
+                        Element* wide_pixel = wide_row + x * wide_at.spatial_stride[2] + b * wide_at.block_stride;
+                        const std::int64_t lanes = std::min(block, wide_channels - b * block);
+                        const std::int64_t* offsets = lane_offset.data() + b * block;
+                        if (to_upsampled) {
+                            for (std::int64_t lane = 0; lane < lanes; ++lane) up_pixel[offsets[lane]] = wide_pixel[lane];
                         } else {
-                            for (std::int64_t lane = 0; lane < lanes; ++lane) wide_pixel[lane] = plain_pixel[offsets[lane]];
+                            for (std::int64_t lane = 0; lane < lanes; ++lane) wide_pixel[lane] = up_pixel[offsets[lane]];
                         }
                     }
                 }
@@ -376,17 +378,26 @@ void rearrange_depth_space(Element* wide, const ChannelAddressing& at, Element* 
     }
 }
 
-void rearrange_depth_space(const memory& wide, const memory& plain, const Shape& input_shape, std::int64_t channels,
-                           const Extents& factor, bool to_plain) {
-    TESSERA_ASSERT(wide.get_desc().data_type() == plain.get_desc().data_type(), "depth-to-space needs one type");
-    const ChannelAddressing at(wide.get_desc());
+void rearrange_depth_space(const memory& wide, const memory& upsampled, const Shape& input_shape, std::int64_t channels,
+                           const Extents& factor, bool to_upsampled) {
+    TESSERA_ASSERT(wide.get_desc().data_type() == upsampled.get_desc().data_type(), "depth-to-space needs one type");
+    const ChannelAddressing wide_at(wide.get_desc()), up_at(upsampled.get_desc());
     if (wide.get_desc().data_type() == memory::data_type::f32) {
-        rearrange_depth_space(static_cast<float*>(wide.get_data_handle()), at, static_cast<float*>(plain.get_data_handle()),
-                              input_shape, channels, factor, to_plain);
+        rearrange_depth_space(static_cast<float*>(wide.get_data_handle()), wide_at, static_cast<float*>(upsampled.get_data_handle()),
+                              up_at, input_shape, channels, factor, to_upsampled);
     } else {  // bf16: moved as 16-bit patterns
-        rearrange_depth_space(static_cast<std::uint16_t*>(wide.get_data_handle()), at,
-                              static_cast<std::uint16_t*>(plain.get_data_handle()), input_shape, channels, factor, to_plain);
+        rearrange_depth_space(static_cast<std::uint16_t*>(wide.get_data_handle()), wide_at,
+                              static_cast<std::uint16_t*>(upsampled.get_data_handle()), up_at, input_shape, channels, factor,
+                              to_upsampled);
     }
+}
+
+// The upsampled output's layout: 16-channel blocks where its channels fill them (what the convolution
+// after the concatenation reads, so the concatenation joins blocks to blocks: oneDNN's copy kernel,
+// where a plain input beside a blocked one took its reference kernel), plain otherwise.
+memory::desc upsampled_desc(const Shape& shape, memory::data_type type) {
+    if (shape[1] % 16 != 0) return plain_desc(shape, type);
+    return memory::desc(to_dims(shape), type, shape.size() == 5 ? memory::format_tag::nCdhw16c : memory::format_tag::nChw16c);
 }
 
 // With kernel = stride the output blocks do not overlap, so the transposed convolution is a 1×1
@@ -431,15 +442,15 @@ public:
         m_wide = m_scratchpad.call_buffer(wide_desc);  // forward only
         m_src = Converted(m_scratchpad, in.descs[0], m_forward_pd.src_desc(), Lifetime::Kept);  // backward reads it
         m_forward_weights = Converted(m_scratchpad, m_weights_plain, m_forward_pd.weights_desc(), Lifetime::Call);
-        m_output_desc = plain_desc(output_shape, output_type);
+        m_output_desc = upsampled_desc(output_shape, output_type);
 
         m_input_shape = input_shape;
         m_factor = factor;
         m_out_channels = out_channels;
         // Rearranged in the compute type; an output layer's f32 result is converted after.
-        const memory::desc plain_compute = plain_desc(output_shape, compute);
-        m_to_output = Staged(m_scratchpad, plain_compute, m_output_desc);
-        m_plain_gradient = Converted(m_scratchpad, m_output_desc, plain_compute, Lifetime::Call);
+        const memory::desc upsampled_compute = upsampled_desc(output_shape, compute);
+        m_to_output = Staged(m_scratchpad, upsampled_compute, m_output_desc);
+        m_upsampled_gradient = Converted(m_scratchpad, m_output_desc, upsampled_compute, Lifetime::Call);
         m_diff_wide = m_scratchpad.call_buffer(wide_desc);  // backward only
 
         if (m_needs_diff_input) {
@@ -482,7 +493,7 @@ public:
 
     void backward(const std::vector<memory>&, const memory&, const memory& diff_output,
                   const std::vector<memory>& diff_inputs) override {
-        rearrange_depth_space(m_diff_wide, m_plain_gradient(diff_output), m_input_shape, m_out_channels, m_factor, false);
+        rearrange_depth_space(m_diff_wide, m_upsampled_gradient(diff_output), m_input_shape, m_out_channels, m_factor, false);
 
         const memory weight_gradient = weights(m_weight->gradient);
         std::unordered_map<int, memory> args{{DNNL_ARG_SRC, m_backward_weights_src(m_last_src)},
@@ -529,7 +540,7 @@ private:
     Extents m_factor;
     std::int64_t m_out_channels = 0;
     Staged m_to_output;
-    Converted m_plain_gradient;
+    Converted m_upsampled_gradient;
     dnnl::convolution_forward::primitive_desc m_forward_pd;
     dnnl::convolution_forward m_forward;
     dnnl::convolution_backward_data::primitive_desc m_backward_data_pd;
