@@ -392,12 +392,15 @@ void rearrange_depth_space(const memory& wide, const memory& upsampled, const Sh
     }
 }
 
-// The upsampled output's layout: 16-channel blocks where its channels fill them (what the convolution
-// after the concatenation reads, so the concatenation joins blocks to blocks: oneDNN's copy kernel,
-// where a plain input beside a blocked one took its reference kernel), plain otherwise.
+// The upsampled output's layout, as the convolutions hand the skip connection beside it to the
+// concatenation, so that it joins runs of channels (ChannelRuns in elementwise_kernels.cpp) where oneDNN
+// took its reference kernel for a plain input beside the other: 16-channel blocks where the channels
+// fill them, channels-last below 16 (the row convolutions' layout), plain otherwise.
 memory::desc upsampled_desc(const Shape& shape, memory::data_type type) {
-    if (shape[1] % 16 != 0) return plain_desc(shape, type);
-    return memory::desc(to_dims(shape), type, shape.size() == 5 ? memory::format_tag::nCdhw16c : memory::format_tag::nChw16c);
+    if (shape[1] % 16 == 0)
+        return memory::desc(to_dims(shape), type, shape.size() == 5 ? memory::format_tag::nCdhw16c : memory::format_tag::nChw16c);
+    if (shape[1] < 16) return channels_last_desc(shape, type);
+    return plain_desc(shape, type);
 }
 
 // With kernel = stride the output blocks do not overlap, so the transposed convolution is a 1×1

@@ -1,6 +1,8 @@
 // ReLU, addition and channel concatenation.
 #include "ops/kernels.hpp"
 
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 namespace tessera::ops {
@@ -92,87 +94,139 @@ private:
 
 // ---- concatenation --------------------------------------------------------------------------
 
-// Channel blocks side by side: where every input and the output are dense 16-channel-blocked tensors of
-// one type (what the convolutions around a U-Net's concatenation use), one batch item's channels of
-// one input are one contiguous run in both, so joining and splitting are plain memory copies. oneDNN's
-// own concat ("simple:any") and its reorder of a channel range ran such copies at 3-4 GB/s on a
-// 2-vCPU Xeon (model 207): 9.6 ms for the 2D U-Net's 4×32×256×256 join.
-class BlockRuns {
+// Channels side by side. Where every input is in one dense layout of one type — 16-channel blocks with
+// whole blocks (what the convolutions around a U-Net's concatenation use at 16 channels and more), or
+// channels-last (the row convolutions and up-convolutions below 16) — the output takes that layout and
+// joining and splitting are copies of runs of channels: one run per batch item and input for blocks, one
+// per pixel and input channels-last. oneDNN's own concat ("simple:any" on blocks, "ref:any" beside
+// a plain input) and its reorders of a channel range ran at 3-4 GB/s on a 2-vCPU Xeon (model 207):
+// 9.6 ms for the 2D U-Net's 4×32×256×256 join, 4.9 ms for the 3D one's 8 + 8 channels at 64³.
+class ChannelRuns {
 public:
     static constexpr std::int64_t k_block = 16;
 
-    BlockRuns() = default;
-    // Empty (applies() false) unless every input is in a dense 16-channel-blocked layout of one type; the
-    // output is then the same layout (output_desc).
-    BlockRuns(const std::vector<memory::desc>& inputs, const std::vector<Shape>& input_shapes, const Shape& output_shape) {
-        if (inputs.empty()) return;
+    ChannelRuns() = default;
+    // Empty (applies() false) unless every input is in one such layout; the output is then in it too
+    // (output_desc).
+    ChannelRuns(const std::vector<memory::desc>& inputs, const std::vector<Shape>& input_shapes, const Shape& output_shape) {
+        if (inputs.empty() || output_shape.size() < 3) return;
         const memory::data_type type = inputs[0].data_type();
+        if (type != memory::data_type::f32 && type != memory::data_type::bf16) return;
         const auto blocked_desc = [&](const Shape& shape) {
             const auto tag = shape.size() == 5 ? memory::format_tag::nCdhw16c
                                                : shape.size() == 4 ? memory::format_tag::nChw16c : memory::format_tag::nCw16c;
             return memory::desc(to_dims(shape), type, tag);
         };
-        if (output_shape.size() < 3) return;
-        for (std::size_t i = 0; i < inputs.size(); ++i)
-            if (input_shapes[i][1] % k_block != 0 || inputs[i] != blocked_desc(input_shapes[i])) return;
-        m_output_desc = blocked_desc(output_shape);
-        const std::int64_t element = static_cast<std::int64_t>(memory::data_type_size(type));
-        const std::int64_t pixels = num_elements_of(output_shape) / (output_shape[0] * output_shape[1]);  // per channel
-        const std::int64_t batch = output_shape[0], output_item = output_shape[1] * pixels * element;
-        std::int64_t channel_offset = 0;
-        for (std::size_t i = 0; i < input_shapes.size(); ++i) {
-            const std::int64_t run = input_shapes[i][1] * pixels * element;
-            for (std::int64_t n = 0; n < batch; ++n) {
-                m_runs.push_back({i, n * run, n * output_item + channel_offset * pixels * element, run});
+        const auto all = [&](const auto& layout_of, bool whole_blocks) {
+            for (std::size_t i = 0; i < inputs.size(); ++i) {
+                if (whole_blocks && input_shapes[i][1] % k_block != 0) return false;
+                if (inputs[i] != layout_of(input_shapes[i])) return false;
             }
-            channel_offset += input_shapes[i][1];
+            return true;
+        };
+        m_element = static_cast<std::int64_t>(memory::data_type_size(type));
+        const std::int64_t pixels = num_elements_of(output_shape) / (output_shape[0] * output_shape[1]);  // per batch item
+        const std::int64_t channels = output_shape[1];
+        if (all(blocked_desc, true)) {
+            m_output_desc = blocked_desc(output_shape);
+            m_count = output_shape[0];  // batch items; a run is an input's channels of one
+            m_whole_stride = channels * pixels;
+            for (const Shape& shape : input_shapes) m_parts.push_back({shape[1] * pixels, 0});
+        } else if (all([&](const Shape& shape) { return channels_last_desc(shape, type); }, false)) {
+            m_output_desc = channels_last_desc(output_shape, type);
+            m_count = output_shape[0] * pixels;  // pixels; a run is an input's channels of one
+            m_per_pixel = true;
+            m_whole_stride = channels;
+            for (const Shape& shape : input_shapes) m_parts.push_back({shape[1], 0});
+        } else {
+            return;
+        }
+        std::int64_t offset = 0;
+        for (Part& part : m_parts) {
+            part.whole_offset = offset;
+            offset += part.run;
         }
     }
-    bool applies() const { return !m_runs.empty(); }
+    bool applies() const { return !m_parts.empty(); }
     const memory::desc& output_desc() const { return m_output_desc; }
 
-    // Forward: each input's runs into the output; backward: out of the gradient into each input's
-    // gradient (those with one). Split into pieces so both threads copy.
-    void join(const std::vector<memory>& inputs, const memory& output) const {
-        copy(inputs, output, true);
-    }
+    // Forward: each input's runs into the output; backward: out of the gradient into the inputs'
+    // gradients (the non-empty ones).
+    void join(const std::vector<memory>& inputs, const memory& output) const { copy(inputs, output, true); }
     void split(const memory& gradient, const std::vector<memory>& gradients) const { copy(gradients, gradient, false); }
 
 private:
-    struct Run {
-        std::size_t input;
-        std::int64_t input_offset, output_offset, bytes;
+    struct Part {
+        std::int64_t run;           // elements
+        std::int64_t whole_offset;  // of the run in the whole's (item or pixel)
     };
     void copy(const std::vector<memory>& parts, const memory& whole, bool into_whole) const {
-        constexpr std::int64_t k_piece = 256 * 1024;
-        std::vector<Run> pieces;
-        for (const Run& run : m_runs) {
-            if (!parts[run.input]) continue;  // no gradient wanted
-            for (std::int64_t start = 0; start < run.bytes; start += k_piece)
-                pieces.push_back({run.input, run.input_offset + start, run.output_offset + start, std::min(k_piece, run.bytes - start)});
-        }
-        auto* whole_bytes = static_cast<char*>(whole.get_data_handle());
-#pragma omp parallel for schedule(static)
-        for (std::size_t p = 0; p < pieces.size(); ++p) {
-            const Run& piece = pieces[p];
-            auto* part_bytes = static_cast<char*>(parts[piece.input].get_data_handle());
-            if (into_whole) {
-                std::memcpy(whole_bytes + piece.output_offset, part_bytes + piece.input_offset, static_cast<std::size_t>(piece.bytes));
-            } else {
-                std::memcpy(part_bytes + piece.input_offset, whole_bytes + piece.output_offset, static_cast<std::size_t>(piece.bytes));
-            }
+        if (m_element == 2) {
+            copy_elements<std::uint16_t>(parts, whole, into_whole);
+        } else {
+            copy_elements<float>(parts, whole, into_whole);
         }
     }
-    std::vector<Run> m_runs;
+    template <class Element>
+    void copy_elements(const std::vector<memory>& parts, const memory& whole, bool into_whole) const {
+        auto* whole_data = static_cast<Element*>(whole.get_data_handle());
+        std::vector<Element*> part_data;
+        for (const memory& part : parts) part_data.push_back(part ? static_cast<Element*>(part.get_data_handle()) : nullptr);
+        const auto copy_run = [&](std::size_t i, std::int64_t k, std::int64_t begin, std::int64_t length) {
+            Element* in_whole = whole_data + k * m_whole_stride + m_parts[i].whole_offset + begin;
+            Element* in_part = part_data[i] + k * m_parts[i].run + begin;
+            if (into_whole) {
+                std::copy_n(in_part, length, in_whole);
+            } else {
+                std::copy_n(in_whole, length, in_part);
+            }
+        };
+        if (m_per_pixel) {  // pixel by pixel, every input: each output pixel's lines written once
+#pragma omp parallel for schedule(static)
+            for (std::int64_t k = 0; k < m_count; ++k) {
+                for (std::size_t i = 0; i < m_parts.size(); ++i) {
+                    if (!part_data[i]) continue;
+                    // Runs of 8 and 16 channels (the U-Nets' own) as fixed-size copies the compiler inlines:
+                    // a library call per pixel cost more than the copy.
+                    const std::int64_t run = m_parts[i].run;
+                    Element* in_whole = whole_data + k * m_whole_stride + m_parts[i].whole_offset;
+                    Element* in_part = part_data[i] + k * run;
+                    Element* to = into_whole ? in_whole : in_part;
+                    const Element* from = into_whole ? in_part : in_whole;
+                    if (run == 8) {
+                        std::memcpy(to, from, 8 * sizeof(Element));
+                    } else if (run == 16) {
+                        std::memcpy(to, from, 16 * sizeof(Element));
+                    } else {
+                        copy_run(i, k, 0, run);
+                    }
+                }
+            }
+            return;
+        }
+        // A batch item's blocks are one long run: in pieces, so that every thread copies.
+        constexpr std::int64_t k_piece_bytes = 256 * 1024;
+        const std::int64_t piece = std::max<std::int64_t>(1, k_piece_bytes / m_element);
+        for (std::size_t i = 0; i < m_parts.size(); ++i) {
+            if (!part_data[i]) continue;  // no gradient wanted
+            const std::int64_t run = m_parts[i].run, pieces = (run + piece - 1) / piece;
+#pragma omp parallel for collapse(2) schedule(static)
+            for (std::int64_t k = 0; k < m_count; ++k)
+                for (std::int64_t p = 0; p < pieces; ++p) copy_run(i, k, p * piece, std::min(piece, run - p * piece));
+        }
+    }
+    std::vector<Part> m_parts;
+    std::int64_t m_count = 0, m_whole_stride = 0, m_element = 4;
+    bool m_per_pixel = false;
     memory::desc m_output_desc;
 };
 
 class ConcatKernel final : public Kernel {
 public:
     ConcatKernel(const std::vector<Shape>& input_shapes, const Shape& output_shape, const KernelInputs& in)
-        : Kernel(in), m_needs_gradient(in.needs_gradient), m_block_runs(in.descs, input_shapes, output_shape) {
-        if (m_block_runs.applies()) {
-            m_output_desc = m_block_runs.output_desc();
+        : Kernel(in), m_needs_gradient(in.needs_gradient), m_channel_runs(in.descs, input_shapes, output_shape) {
+        if (m_channel_runs.applies()) {
+            m_output_desc = m_channel_runs.output_desc();
             return;
         }
         // oneDNN joins inputs of one type: any other is converted to the first input's.
@@ -208,8 +262,8 @@ public:
     }
 
     void forward(const std::vector<memory>& inputs, const memory& output, Mode) override {
-        if (m_block_runs.applies()) {
-            m_block_runs.join(inputs, output);
+        if (m_channel_runs.applies()) {
+            m_channel_runs.join(inputs, output);
             return;
         }
         std::unordered_map<int, memory> args{{DNNL_ARG_DST, output}};
@@ -221,11 +275,11 @@ public:
 
     void backward(const std::vector<memory>&, const memory&, const memory& diff_output,
                   const std::vector<memory>& diff_inputs) override {
-        if (m_block_runs.applies()) {
+        if (m_channel_runs.applies()) {
             std::vector<memory> wanted(diff_inputs.size());
             for (std::size_t i = 0; i < diff_inputs.size(); ++i)
                 if (m_needs_gradient[i]) wanted[i] = diff_inputs[i];
-            m_block_runs.split(diff_output, wanted);
+            m_channel_runs.split(diff_output, wanted);
             return;
         }
         const memory whole = m_parts_in_place ? diff_output : m_diff_plain(diff_output);
@@ -237,7 +291,7 @@ public:
     }
 
     std::int64_t bytes() const override { return m_diff_plain.bytes(); }
-    std::string implementation() const override { return m_block_runs.applies() ? "runs:blocked" : std::string(); }
+    std::string implementation() const override { return m_channel_runs.applies() ? "channel runs" : std::string(); }
 
 private:
     // Whether every input's channel range is a sub-view of `desc` (starts on a channel block): oneDNN's
@@ -260,7 +314,7 @@ private:
 
     bool m_parts_in_place = false;
     std::vector<bool> m_needs_gradient;
-    BlockRuns m_block_runs;
+    ChannelRuns m_channel_runs;
     std::vector<Converted> m_sources;
     dnnl::concat m_concat;
     Converted m_diff_plain;

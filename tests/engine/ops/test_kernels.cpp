@@ -430,9 +430,9 @@ TEST(Kernels, TransposedConvolutionMatchesTheReferenceOnBothPaths) {
     }
 }
 
-// An up-convolution (kernel = stride) writes 16-channel blocks when its channels fill them, so that the
-// concatenation after it joins blocks to blocks; plain otherwise. Both against the reference, 2D and 3D,
-// with inputs arriving blocked or plain.
+// An up-convolution (kernel = stride) writes 16-channel blocks when its channels fill them and channels-last
+// below 16 (as the convolutions write the skip connection beside it), so that the concatenation after it
+// joins runs of channels; plain otherwise. Against the reference, 2D and 3D, inputs blocked or plain.
 TEST(Kernels, UpConvolutionsWriteChannelBlocksWhereTheirChannelsFillThem) {
     struct Case {
         Shape x;
@@ -443,8 +443,9 @@ TEST(Kernels, UpConvolutionsWriteChannelBlocksWhereTheirChannelsFillThem) {
         {{2, 32, 5, 7}, 16, memory::format_tag::nChw16c, memory::format_tag::nChw16c},
         {{1, 64, 3, 4}, 32, memory::format_tag::nchw, memory::format_tag::nChw16c},
         {{1, 32, 3, 4, 5}, 16, memory::format_tag::nCdhw16c, memory::format_tag::nCdhw16c},
-        {{1, 16, 3, 4, 5}, 8, memory::format_tag::nCdhw16c, memory::format_tag::ncdhw},
-        {{2, 24, 4, 3}, 12, memory::format_tag::nchw, memory::format_tag::nchw},
+        {{1, 16, 3, 4, 5}, 8, memory::format_tag::nCdhw16c, memory::format_tag::ndhwc},
+        {{2, 24, 4, 3}, 12, memory::format_tag::nchw, memory::format_tag::nhwc},
+        {{1, 48, 3, 4}, 24, memory::format_tag::nChw16c, memory::format_tag::nchw},
     };
     for (const Case& c : cases) {
         SCOPED_TRACE(shape_to_string(c.x) + " → " + std::to_string(c.out_channels));
@@ -556,10 +557,10 @@ TEST(Kernels, ConcatOfBlockedInputsRoutesGradientsWhereverTheBlocksFall) {
     }
 }
 
-// Inputs of whole 16-channel blocks, in a dense blocked layout as the output: each batch item's channels
-// of one input are one run in both, copied as such ("runs:blocked"), 2D and 3D, two and three inputs,
-// and with no input gradient wanted. Exact; layouts the runs do not cover keep oneDNN's concat.
-TEST(Kernels, ConcatOfWholeChannelBlocksIsCopiedRunByRun) {
+// Inputs all in one dense layout — 16-channel blocks of whole blocks, or channels-last — are joined as
+// runs of channels ("channel runs"; a batch item's blocks, or a pixel's channels), 2D and 3D, two and
+// three inputs, and with no input gradient wanted. Exact; other layouts keep oneDNN's concat.
+TEST(Kernels, ConcatOfOneDenseLayoutIsCopiedRunByRun) {
     using tag = memory::format_tag;
     struct Case {
         std::vector<Shape> parts;
@@ -569,8 +570,10 @@ TEST(Kernels, ConcatOfWholeChannelBlocksIsCopiedRunByRun) {
     const Case cases[] = {
         {{{2, 16, 5, 7}, {2, 32, 5, 7}}, tag::nChw16c, true},
         {{{1, 16, 3, 4, 5}, {1, 16, 3, 4, 5}, {1, 32, 3, 4, 5}}, tag::nCdhw16c, true},
+        {{{1, 8, 3, 4, 5}, {1, 8, 3, 4, 5}}, tag::ndhwc, true},
+        {{{2, 3, 5, 7}, {2, 16, 5, 7}, {2, 5, 5, 7}}, tag::nhwc, true},
         {{{2, 16, 5, 7}, {2, 8, 5, 7}}, tag::nChw16c, false},  // a part block
-        {{{2, 16, 5, 7}, {2, 16, 5, 7}}, tag::nhwc, false},
+        {{{2, 16, 5, 7}, {2, 16, 5, 7}}, tag::nchw, false},
     };
     for (const Case& c : cases) {
         std::vector<Tensor> parts;
@@ -589,7 +592,7 @@ TEST(Kernels, ConcatOfWholeChannelBlocksIsCopiedRunByRun) {
             const Ran ran = run_kernel(
                 parts, dz, [&](const ops::KernelInputs& in) { return ops::make_concat_kernel(c.parts, joined, in); }, c.layout, gradients,
                 &implementation);
-            EXPECT_EQ(implementation == "runs:blocked", c.runs) << implementation;
+            EXPECT_EQ(implementation == "channel runs", c.runs) << implementation;
             EXPECT_EQ(relative_difference(ran.output, reference::concat_channels(parts)), 0.0);
             if (!gradients) continue;
             const std::vector<Tensor> expected = reference::concat_channels_backward(dz, channels);
