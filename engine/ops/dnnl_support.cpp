@@ -1,6 +1,8 @@
 #include "ops/dnnl_support.hpp"
 
 #include <cpuid.h>
+#include <cstdlib>
+#include <string_view>
 #include <immintrin.h>
 #include <omp.h>
 #include <cstring>
@@ -137,8 +139,14 @@ bool has_native_bf16() {
     // The ISA values are bit sets: AVX512-BF16's includes AVX-512 and VNNI, AMX's includes AVX512-BF16.
     static const bool native = [] {
         const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
-        const auto bf16 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_bf16);
-        return (isa & bf16) == bf16;
+        const auto bits = [](dnnl::cpu_isa required) { return static_cast<unsigned>(required); };
+        const char* setting = std::getenv("TESSERA_BF16_KERNELS");
+        const std::string_view chosen = setting ? setting : "";
+        // oneDNN's bf16 kernels run on any AVX-512 CPU (converting in software without BF16): to test
+        // the bf16-typed path on such a CPU.
+        if (chosen == "onednn") return (isa & bits(dnnl::cpu_isa::avx512_core)) == bits(dnnl::cpu_isa::avx512_core);
+        if (chosen == "emulated") return false;
+        return (isa & bits(dnnl::cpu_isa::avx512_core_bf16)) == bits(dnnl::cpu_isa::avx512_core_bf16);
     }();
     return native;
 }

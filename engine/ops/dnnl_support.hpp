@@ -40,7 +40,8 @@ void round_to_bf16(float* values, std::int64_t count);
 // Whether this CPU has bf16 dot products (AVX512-BF16, or AMX) as oneDNN sees it (ONEDNN_MAX_CPU_ISA
 // lowers it). Without them oneDNN's bf16 kernels either do not exist (AVX2) or convert every value in
 // software (AVX-512 without BF16: slower than its f32 kernels), so the executor emulates BF16 mode
-// there: f32 kernels, values rounded to bf16.
+// there: f32 kernels, values rounded to bf16. TESSERA_BF16_KERNELS=onednn takes oneDNN's kernels on any
+// AVX-512 CPU (to test that path where they convert in software), =emulated emulates everywhere.
 bool has_native_bf16();
 
 // Sets the threads oneDNN (OpenMP) uses; 0 leaves the default.
