@@ -403,6 +403,21 @@ TEST(Kernels, GroupedConvolutionsMatchTheReference) {
     }
 }
 
+namespace {
+
+// A transposed convolution's output and gradients (weights and bias too) against the reference.
+void expect_transposed_convolution(const Ran& ran, const Tensor& x, const Tensor& dy, const Parameter& weight, const Parameter& bias,
+                                   const ops::ConvTransposeAttributes& attributes) {
+    EXPECT_LE(relative_difference(ran.output, reference::conv_transpose_forward(x, weight.value, &bias.value, attributes)), tolerance);
+    EXPECT_LE(relative_difference(ran.input_gradients[0], reference::conv_transpose_backward_data(dy, weight.value, x.shape(), attributes)),
+              tolerance);
+    const reference::ConvWeightGradients expected = reference::conv_transpose_backward_weights(x, dy, attributes, weight.value.shape());
+    EXPECT_LE(relative_difference(weight.gradient, expected.weights), tolerance);
+    EXPECT_LE(relative_difference(bias.gradient, expected.bias), tolerance);
+}
+
+}  // namespace
+
 // Kernel = stride runs as a 1×1 convolution and a depth-to-space rearrangement; kernel ≠ stride as
 // oneDNN's deconvolution. Both are the same transposed convolution.
 TEST(Kernels, TransposedConvolutionMatchesTheReferenceOnBothPaths) {
@@ -418,15 +433,7 @@ TEST(Kernels, TransposedConvolutionMatchesTheReferenceOnBothPaths) {
             return ops::make_conv_transpose_kernel(attributes, x.shape(), y_shape, in, &weight, &bias,
                                                    memory::data_type::f32, memory::data_type::f32);
         });
-        EXPECT_LE(relative_difference(ran.output, reference::conv_transpose_forward(x, weight.value, &bias.value, attributes)),
-                  tolerance);
-        EXPECT_LE(relative_difference(ran.input_gradients[0],
-                                      reference::conv_transpose_backward_data(dy, weight.value, x.shape(), attributes)),
-                  tolerance);
-        const reference::ConvWeightGradients expected =
-            reference::conv_transpose_backward_weights(x, dy, attributes, weight.value.shape());
-        EXPECT_LE(relative_difference(weight.gradient, expected.weights), tolerance);
-        EXPECT_LE(relative_difference(bias.gradient, expected.bias), tolerance);
+        expect_transposed_convolution(ran, x, dy, weight, bias, attributes);
     }
 }
 
@@ -465,12 +472,7 @@ TEST(Kernels, UpConvolutionsWriteChannelBlocksWhereTheirChannelsFillThem) {
             return kernel;
         }, c.input_layout);
         EXPECT_TRUE(written == memory::desc(memory::dims(y_shape.begin(), y_shape.end()), memory::data_type::f32, c.expected_output));
-        EXPECT_LE(relative_difference(ran.output, reference::conv_transpose_forward(x, weight.value, &bias.value, attributes)), tolerance);
-        EXPECT_LE(relative_difference(ran.input_gradients[0], reference::conv_transpose_backward_data(dy, weight.value, x.shape(), attributes)),
-                  tolerance);
-        const reference::ConvWeightGradients expected = reference::conv_transpose_backward_weights(x, dy, attributes, weight.value.shape());
-        EXPECT_LE(relative_difference(weight.gradient, expected.weights), tolerance);
-        EXPECT_LE(relative_difference(bias.gradient, expected.bias), tolerance);
+        expect_transposed_convolution(ran, x, dy, weight, bias, attributes);
     }
 }
 
