@@ -46,6 +46,75 @@ class tst_TrainingStudio : public QObject {
 private slots:
     void init() { QSettings().clear(); }
 
+    // A run resumed past a corrupt checkpoint says so in the Run dock (what the CLI prints at its start):
+    // the checkpoint it skipped and the one it resumed from; the notes stay with the run when it is opened
+    // again, and a run without any shows none.
+    void saysWhatARunSaidAtItsStart() {
+        QTemporaryDir scratch;
+        const QString experiment = scratch.filePath(QStringLiteral("notes_run.json"));
+        {
+            QFile file(experiment);
+            QVERIFY(file.open(QIODevice::WriteOnly));
+            file.write(R"({"version": 1, "name": "notes",
+                "model": {"kind": "unet", "depth": 3, "base_width": 8, "num_classes": 2, "batch_norm": true},
+                "input": {"channels": 1, "size": [64, 64]}, "global_batch": 2, "num_cores_per_replica": 2, "num_replicas": 1,
+                "input_partition_dims": [[1, 2, 1, 1], null], "device": "tpu_v3", "precision": "f32", "optimizer": {"kind": "adam"},
+                "data": {"source": "synthetic_em", "image_size": [64, 64], "num_train_images": 2, "num_eval_images": 1,
+                         "normalization": "zscore"},
+                "schedule": {"kind": "constant", "learning_rate": 0.002}, "steps": 2, "steps_per_checkpoint": 1, "seed": 3})");
+        }
+        const QString model_dir = scratch.filePath(QStringLiteral("notes_dir"));
+        MainWindow window;
+        window.resize(1500, 950);
+        window.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&window));
+        QVERIFY(window.openExperiment(experiment));
+        RunPanel* panel = window.runPanel();
+        RunController* controller = window.runController();
+        panel->modelDirEdit()->setText(model_dir);
+        QSignalSpy finished(controller, &RunController::finished);
+        QSignalSpy failed(controller, &RunController::failed);
+        QTest::mouseClick(panel->startButton(), Qt::LeftButton);
+        QVERIFY(finished.wait(120000));
+        QVERIFY2(failed.isEmpty(), failed.isEmpty() ? "" : qPrintable(failed.front().front().toString()));
+        QTRY_VERIFY_WITH_TIMEOUT(!controller->isRunning(), 60000);
+        QVERIFY2(panel->notesLabel()->isHidden(), qPrintable(panel->notesLabel()->text()));  // nothing to say
+
+        // Step 2's checkpoint damaged: two more steps resume from step 1's.
+        const QString newest = QDir(model_dir).filePath(QStringLiteral("model.ckpt-000002.safetensors"));
+        {
+            QFile file(newest);
+            QVERIFY2(file.open(QIODevice::ReadWrite), qPrintable(newest));
+            file.seek(file.size() / 2);
+            char byte = 0;
+            QVERIFY(file.getChar(&byte));
+            file.seek(file.size() / 2);
+            QVERIFY(file.putChar(static_cast<char>(byte ^ 0x5a)));
+        }
+        panel->stepsBox()->setValue(4);
+        finished.clear();
+        QTest::mouseClick(panel->startButton(), Qt::LeftButton);
+        QVERIFY(finished.wait(120000));
+        QVERIFY2(failed.isEmpty(), failed.isEmpty() ? "" : qPrintable(failed.front().front().toString()));
+        QTRY_VERIFY_WITH_TIMEOUT(!controller->isRunning(), 60000);
+        const QString notes = panel->notesLabel()->text();
+        QVERIFY(!panel->notesLabel()->isHidden());
+        QVERIFY2(notes.contains(QStringLiteral("skipped the checkpoint of")), qPrintable(notes));
+        QVERIFY2(notes.contains(QStringLiteral("resumed from the checkpoint of step 1")), qPrintable(notes));
+        if (const QByteArray keep = qgetenv("TESSERA_SCREENSHOT_DIR"); !keep.isEmpty())
+            window.grab().save(QString::fromLocal8Bit(keep) + QStringLiteral("/run_notes.png"));
+
+        // Opened in another window: its last session's notes, from the model_dir's metrics.
+        MainWindow other;
+        other.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&other));
+        QVERIFY(other.runPanel()->notesLabel()->isHidden());
+        QVERIFY(other.openRun(model_dir.toStdString()));
+        QVERIFY(!other.runPanel()->notesLabel()->isHidden());
+        QVERIFY2(other.runPanel()->notesLabel()->text().contains(QStringLiteral("resumed from the checkpoint of step 1")),
+                 qPrintable(other.runPanel()->notesLabel()->text()));
+    }
+
     void trainsOnMpiRanksFromTheRunDock() {
         // A small experiment saved to a file: every rank reads it from there.
         QTemporaryDir scratch;

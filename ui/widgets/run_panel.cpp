@@ -123,6 +123,11 @@ RunPanel::RunPanel(PartitionDesign* design, RunController* controller, ViewerMod
     m_status->setWordWrap(true);
     m_status->setTextInteractionFlags(Qt::TextSelectableByMouse);
     layout->addWidget(m_status);
+    m_notes = new QLabel(this);
+    m_notes->setWordWrap(true);
+    m_notes->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    m_notes->hide();
+    layout->addWidget(m_notes);
 
     m_overlay_row = new QWidget(this);
     auto* overlay_row = new QHBoxLayout(m_overlay_row);
@@ -281,6 +286,7 @@ void RunPanel::startRun() {
     m_start->setEnabled(false);
     m_stop->setEnabled(true);
     m_status->setText(tr("Building the simulated cores…"));
+    showNotes({});
     m_progress->setRange(0, 0);  // busy until the first report
     emit runStarted(runName(m_running_dir), m_running_dir);
 }
@@ -319,6 +325,7 @@ void RunPanel::onStarted(const tessera::run::RunStart& start) {
                           .arg(QString::fromStdString(start.device))
                           .arg(host)
                           .arg(start.resumed ? tr(" · resumed after step %1").arg(start.first_step) : QString()));
+    showNotes(start.notes);
     m_timeline_timer->start();
 }
 
@@ -527,6 +534,16 @@ void RunPanel::addOpenedRun(const std::filesystem::path& model_dir, const tesser
         message += tr(", last evaluated at step %1").arg(history.evals.back().step);
     }
     m_status->setText(message + QStringLiteral("."));
+    showNotes(history.starts.empty() ? std::vector<std::string>{} : history.starts.back().notes);  // its last session's
+}
+
+void RunPanel::showNotes(const std::vector<std::string>& notes) {
+    QStringList lines;
+    for (const std::string& note : notes) lines << QStringLiteral("• ") + QString::fromStdString(note);
+    m_notes->setText(lines.join(QLatin1Char('\n')));
+    // The whole text on hover too: a long path can run past the dock's edge.
+    m_notes->setToolTip(lines.isEmpty() ? QString() : lines.join(QLatin1Char('\n')));
+    m_notes->setVisible(!lines.isEmpty());
 }
 
 void RunPanel::setRunStatus(const std::filesystem::path& model_dir, const QString& status, const QString& message) {

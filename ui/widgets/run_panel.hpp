@@ -61,6 +61,9 @@ public:
     std::vector<std::int64_t> keptSteps() const;
     static constexpr std::size_t max_kept_steps = 500;
     QLabel* statusLabel() const { return m_status; }
+    // What the running run said at its start beside its figures (bf16 emulated on this CPU, the
+    // checkpoint it resumed from or skipped, no host prediction, nothing held out); hidden when nothing.
+    QLabel* notesLabel() const { return m_notes; }
     // The run's name in charts and lists: its model_dir's folder name.
     static QString runName(const std::filesystem::path& model_dir);
 
@@ -104,6 +107,7 @@ private slots:
     void chooseModelDir();
 
 private:
+    void showNotes(const std::vector<std::string>& notes);
     QTreeWidgetItem* itemFor(const std::filesystem::path& model_dir);
 
     PartitionDesign* m_design;
@@ -119,6 +123,7 @@ private:
     MpiLauncher* m_launcher;
     QProgressBar* m_progress;
     QLabel* m_status;
+    QLabel* m_notes;
     QTreeWidget* m_runs;
     QTableWidget* m_classes;
     PrecisionRecallChart* m_precision_recall;
