@@ -397,8 +397,7 @@ void rearrange_depth_space(const memory& wide, const memory& upsampled, const Sh
 // took its reference kernel for a plain input beside the other: 16-channel blocks where the channels
 // fill them, channels-last below 16 (the row convolutions' layout), plain otherwise.
 memory::desc upsampled_desc(const Shape& shape, memory::data_type type) {
-    if (shape[1] % 16 == 0)
-        return memory::desc(to_dims(shape), type, shape.size() == 5 ? memory::format_tag::nCdhw16c : memory::format_tag::nChw16c);
+    if (shape[1] % 16 == 0) return channel_blocked_desc(shape, type);
     if (shape[1] < 16) return channels_last_desc(shape, type);
     return plain_desc(shape, type);
 }

@@ -52,6 +52,13 @@ dnnl::memory::desc channels_last_desc(const Shape& shape, dnnl::memory::data_typ
     return dnnl::memory::desc(to_dims(shape), type, shape.size() == 4 ? tag::acdb : tag::acdeb);
 }
 
+dnnl::memory::desc channel_blocked_desc(const Shape& shape, dnnl::memory::data_type type) {
+    using tag = dnnl::memory::format_tag;
+    TESSERA_CHECK(shape.size() == 4 || shape.size() == 5,
+                  "16-channel blocks need [N, C, H, W] or [N, C, D, H, W], got " << shape_to_string(shape));
+    return dnnl::memory::desc(to_dims(shape), type, shape.size() == 4 ? tag::nChw16c : tag::nCdhw16c);
+}
+
 dnnl::memory::data_type to_dnnl(DType dtype) {
     switch (dtype) {
         case DType::F32: return dnnl::memory::data_type::f32;

@@ -23,6 +23,8 @@ dnnl::memory::desc plain_desc(const Shape& shape, dnnl::memory::data_type type =
 dnnl::memory::desc any_desc(const Shape& shape, dnnl::memory::data_type type = dnnl::memory::data_type::f32);
 // [N, C, (D,) H, W] stored with channels innermost (nhwc / ndhwc).
 dnnl::memory::desc channels_last_desc(const Shape& shape, dnnl::memory::data_type type = dnnl::memory::data_type::f32);
+// [N, C, (D,) H, W] in dense 16-channel blocks (nChw16c / nCdhw16c), as oneDNN's AVX-512 kernels write it.
+dnnl::memory::desc channel_blocked_desc(const Shape& shape, dnnl::memory::data_type type = dnnl::memory::data_type::f32);
 dnnl::memory::data_type to_dnnl(DType dtype);
 
 // A oneDNN memory over the tensor's storage (which must be contiguous); no copy.

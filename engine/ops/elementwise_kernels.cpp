@@ -109,14 +109,10 @@ public:
     // Empty (applies() false) unless every input is in one such layout; the output is then in it too
     // (output_desc).
     ChannelRuns(const std::vector<memory::desc>& inputs, const std::vector<Shape>& input_shapes, const Shape& output_shape) {
-        if (inputs.empty() || output_shape.size() < 3) return;
+        if (inputs.empty() || (output_shape.size() != 4 && output_shape.size() != 5)) return;
         const memory::data_type type = inputs[0].data_type();
         if (type != memory::data_type::f32 && type != memory::data_type::bf16) return;
-        const auto blocked_desc = [&](const Shape& shape) {
-            const auto tag = shape.size() == 5 ? memory::format_tag::nCdhw16c
-                                               : shape.size() == 4 ? memory::format_tag::nChw16c : memory::format_tag::nCw16c;
-            return memory::desc(to_dims(shape), type, tag);
-        };
+        const auto blocked_desc = [&](const Shape& shape) { return channel_blocked_desc(shape, type); };
         const auto all = [&](const auto& layout_of, bool whole_blocks) {
             for (std::size_t i = 0; i < inputs.size(); ++i) {
                 if (whole_blocks && input_shapes[i][1] % k_block != 0) return false;

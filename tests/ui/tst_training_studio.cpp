@@ -41,6 +41,25 @@
 using namespace tessera;
 using namespace tessera::ui;
 
+namespace {
+
+// An experiment written to a file in `scratch` (MPI ranks read it from there); empty if it could not be.
+QString saveExperiment(const QTemporaryDir& scratch, const QString& name, const char* json) {
+    const QString path = scratch.filePath(name);
+    QFile file(path);
+    if (!file.open(QIODevice::WriteOnly) || file.write(json) < 0) return {};
+    return path;
+}
+
+// The studio's window at a size its docks fit, shown, with `experiment` open.
+bool showWithExperiment(MainWindow& window, const QString& experiment) {
+    window.resize(1500, 950);
+    window.show();
+    return QTest::qWaitForWindowExposed(&window) && window.openExperiment(experiment);
+}
+
+}  // namespace
+
 class tst_TrainingStudio : public QObject {
     Q_OBJECT
 private slots:
@@ -51,24 +70,17 @@ private slots:
     // again, and a run without any shows none.
     void saysWhatARunSaidAtItsStart() {
         QTemporaryDir scratch;
-        const QString experiment = scratch.filePath(QStringLiteral("notes_run.json"));
-        {
-            QFile file(experiment);
-            QVERIFY(file.open(QIODevice::WriteOnly));
-            file.write(R"({"version": 1, "name": "notes",
+        const QString experiment = saveExperiment(scratch, QStringLiteral("notes_run.json"), R"({"version": 1, "name": "notes",
                 "model": {"kind": "unet", "depth": 3, "base_width": 8, "num_classes": 2, "batch_norm": true},
                 "input": {"channels": 1, "size": [64, 64]}, "global_batch": 2, "num_cores_per_replica": 2, "num_replicas": 1,
                 "input_partition_dims": [[1, 2, 1, 1], null], "device": "tpu_v3", "precision": "f32", "optimizer": {"kind": "adam"},
                 "data": {"source": "synthetic_em", "image_size": [64, 64], "num_train_images": 2, "num_eval_images": 1,
                          "normalization": "zscore"},
                 "schedule": {"kind": "constant", "learning_rate": 0.002}, "steps": 2, "steps_per_checkpoint": 1, "seed": 3})");
-        }
+        QVERIFY(!experiment.isEmpty());
         const QString model_dir = scratch.filePath(QStringLiteral("notes_dir"));
         MainWindow window;
-        window.resize(1500, 950);
-        window.show();
-        QVERIFY(QTest::qWaitForWindowExposed(&window));
-        QVERIFY(window.openExperiment(experiment));
+        QVERIFY(showWithExperiment(window, experiment));
         RunPanel* panel = window.runPanel();
         RunController* controller = window.runController();
         panel->modelDirEdit()->setText(model_dir);
@@ -118,24 +130,17 @@ private slots:
     void trainsOnMpiRanksFromTheRunDock() {
         // A small experiment saved to a file: every rank reads it from there.
         QTemporaryDir scratch;
-        const QString experiment = scratch.filePath(QStringLiteral("mpi_run.json"));
-        {
-            QFile file(experiment);
-            QVERIFY(file.open(QIODevice::WriteOnly));
-            file.write(R"({"version": 1, "name": "2D U-Net on 2 MPI ranks",
+        const QString experiment = saveExperiment(scratch, QStringLiteral("mpi_run.json"), R"({"version": 1, "name": "2D U-Net on 2 MPI ranks",
                 "model": {"kind": "unet", "depth": 3, "base_width": 8, "num_classes": 2, "batch_norm": true},
                 "input": {"channels": 1, "size": [96, 96]}, "global_batch": 2, "num_cores_per_replica": 4, "num_replicas": 1,
                 "input_partition_dims": [[1, 2, 2, 1], null], "device": "tpu_v3", "precision": "f32", "optimizer": {"kind": "adam"},
                 "data": {"source": "synthetic_em", "image_size": [128, 128], "num_train_images": 4, "num_eval_images": 1,
                          "normalization": "zscore"},
                 "schedule": {"kind": "constant", "learning_rate": 0.002}, "steps": 6, "steps_per_checkpoint": 1, "seed": 2})");
-        }
+        QVERIFY(!experiment.isEmpty());
         const QString model_dir = scratch.filePath(QStringLiteral("mpi_run_dir"));
         MainWindow window;
-        window.resize(1500, 950);
-        window.show();
-        QVERIFY(QTest::qWaitForWindowExposed(&window));
-        QVERIFY(window.openExperiment(experiment));
+        QVERIFY(showWithExperiment(window, experiment));
         RunPanel* panel = window.runPanel();
         panel->modelDirEdit()->setText(model_dir);
         panel->ranksBox()->setValue(2);

@@ -576,6 +576,7 @@ TEST(Kernels, ConcatOfOneDenseLayoutIsCopiedRunByRun) {
         {{{2, 3, 5, 7}, {2, 16, 5, 7}, {2, 5, 5, 7}}, tag::nhwc, true},
         {{{2, 16, 5, 7}, {2, 8, 5, 7}}, tag::nChw16c, false},  // a part block
         {{{2, 16, 5, 7}, {2, 16, 5, 7}}, tag::nchw, false},
+        {{{2, 3, 7}, {2, 5, 7}}, tag::ncw, false},  // a 1D map: oneDNN's
     };
     for (const Case& c : cases) {
         std::vector<Tensor> parts;
