@@ -41,7 +41,11 @@ struct PaddedRows {
     std::int64_t width = 0;                       // padded width: the values and the zeros either side
     std::int64_t lead = 0;                        // zeros before column 0 of each row
 
-    std::int64_t elements() const { return batch * channels * depth * height * row; }
+    // Floats a forward pass's vector loads may read past the last row (lanes it computes and drops).
+    static constexpr std::int64_t k_tail = 64;
+
+    // What the buffer must hold: the rows and the tail.
+    std::int64_t elements() const { return batch * channels * depth * height * row + k_tail; }
     // Column 0 of a padded row.
     float* at(std::int64_t n, std::int64_t c, std::int64_t z, std::int64_t y) const {
         return data + (((n * channels + c) * depth + z) * height + y) * row + lead;
@@ -49,10 +53,11 @@ struct PaddedRows {
 };
 
 // The padded input of a 3-tap (per spatial axis) stride-1 convolution whose output is `out_extent`
-// ((D,) H, W): extents out + 2 on each axis (out + 0 for D in 2D), rows wide enough for the vector loads
-// of every output and for the weights' gradient, column `aligned_column` on a vector boundary (the
-// weights' gradient reads the output's gradient from its margin on, 16 at a time: loads that straddle
-// two cache lines cost two). `data` is left null: the caller places it.
+// ((D,) H, W): extents out + 2 on each axis (out + 0 for D in 2D), column `aligned_column` on a vector
+// boundary (the weights' gradient reads the output's gradient from its margin on, 16 at a time: loads
+// that straddle two cache lines cost two). Rows are as short as the weights' gradient allows: its
+// 16-wide reads stay inside a row and see zeros past the values. The forward pass's loads may run into
+// the next row (or the tail) for lanes it drops. `data` is left null: the caller places it.
 PaddedRows padded_rows_for(std::int64_t batch, std::int64_t channels, const std::vector<std::int64_t>& out_extent,
                            std::int64_t aligned_column = 0);
 
