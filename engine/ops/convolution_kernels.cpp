@@ -3,8 +3,12 @@
 #include "ops/kernels.hpp"
 #include "ops/narrow_pointwise.hpp"
 #include "ops/row_convolution.hpp"
+#include "ops/upconvolution.hpp"
 
 #include <cstdint>
+#include <cstdlib>
+#include <optional>
+#include <string_view>
 
 namespace tessera::ops {
 
@@ -555,6 +559,61 @@ private:
     Tensor m_wide_bias, m_wide_bias_gradient;
 };
 
+// An up-convolution as one product per input pixel written into the upsampled layout
+// (ops/upconvolution.hpp): f32 where both layouts have runs of 16 floats; UpsampleConvKernel otherwise.
+class UpconvKernel final : public Kernel {
+public:
+    UpconvKernel(UpconvPlan plan, const KernelInputs& in, const memory::desc& output_desc, Parameter* weight, Parameter* bias)
+        : Kernel(in), m_plan(std::move(plan)), m_weight(weight), m_bias(bias), m_needs_diff_input(in.needs_gradient[0]) {
+        m_output_desc = output_desc;
+    }
+
+    void forward(const std::vector<memory>& inputs, const memory& output, Mode) override {
+        m_plan.forward(static_cast<const float*>(inputs[0].get_data_handle()), m_weight->value.data<float>(),
+                       m_bias ? m_bias->value.data<float>() : nullptr, static_cast<float*>(output.get_data_handle()));
+    }
+
+    void backward(const std::vector<memory>& inputs, const memory&, const memory& diff_output,
+                  const std::vector<memory>& diff_inputs) override {
+        m_plan.backward(static_cast<const float*>(inputs[0].get_data_handle()), static_cast<const float*>(diff_output.get_data_handle()),
+                        m_weight->value.data<float>(), m_needs_diff_input ? static_cast<float*>(diff_inputs[0].get_data_handle()) : nullptr,
+                        m_weight->gradient.data<float>(), m_bias ? m_bias->gradient.data<float>() : nullptr);
+    }
+
+    std::string implementation() const override { return "upconv:avx512"; }
+
+private:
+    UpconvPlan m_plan;
+    Parameter* m_weight;
+    Parameter* m_bias;
+    bool m_needs_diff_input;
+};
+
+// Whether TESSERA_UPCONVOLUTIONS=0 asks for the 1×1 route (to compare, or to rule the direct kernel out).
+bool upconvolutions_enabled() {
+    const char* setting = std::getenv("TESSERA_UPCONVOLUTIONS");
+    return !(setting != nullptr && std::string_view(setting) == "0");
+}
+
+// The direct up-convolution's plan for these shapes and layouts, if it applies.
+std::optional<UpconvPlan> upconv_plan(const Shape& input_shape, const Shape& output_shape, const KernelInputs& in, const Extents& factor,
+                                      memory::data_type compute, memory::data_type output_type) {
+    if (!upconvolutions_enabled() || compute != memory::data_type::f32 || output_type != memory::data_type::f32) return std::nullopt;
+    const memory::desc& input = in.descs[0];
+    const auto& blocking = input.data.format_desc.blocking;
+    if (input.data_type() != memory::data_type::f32 || input.data.format_kind != dnnl_blocked || blocking.inner_nblks > 1 ||
+        (blocking.inner_nblks == 1 && blocking.inner_idxs[0] != 1))
+        return std::nullopt;
+    const bool volume = factor.size() == 3;
+    UpconvGeometry geometry;
+    geometry.batch = input_shape[0];
+    geometry.in_channels = input_shape[1];
+    geometry.out_channels = output_shape[1];
+    geometry.in_extent = {volume ? input_shape[2] : 1, input_shape[input_shape.size() - 2], input_shape.back()};
+    geometry.factor = {volume ? factor[0] : 1, factor[factor.size() - 2], factor.back()};
+    return UpconvPlan::make(geometry, ChannelAddressing(input), ChannelAddressing(upsampled_desc(output_shape, output_type)));
+}
+
 }  // namespace
 
 std::unique_ptr<Kernel> make_conv_kernel(const ConvAttributes& attributes, const Shape& input_shape, const Shape& output_shape,
@@ -571,6 +630,8 @@ std::unique_ptr<Kernel> make_conv_transpose_kernel(const ConvTransposeAttributes
                                                    const Shape& output_shape, const KernelInputs& in, Parameter* weight,
                                                    Parameter* bias, memory::data_type compute, memory::data_type output_type) {
     if (attributes.kernel == attributes.stride) {
+        if (auto plan = upconv_plan(input_shape, output_shape, in, attributes.kernel, compute, output_type))
+            return std::make_unique<UpconvKernel>(std::move(*plan), in, upsampled_desc(output_shape, output_type), weight, bias);
         return std::make_unique<UpsampleConvKernel>(attributes, input_shape, output_shape, in, weight, bias, compute, output_type);
     }
     return make_deconvolution_kernel(attributes, input_shape, output_shape, in, weight, bias, compute, output_type);

@@ -476,6 +476,74 @@ TEST(Kernels, UpConvolutionsWriteChannelBlocksWhereTheirChannelsFillThem) {
     }
 }
 
+// Up-convolutions whose layouts have runs of 16 floats (16-channel blocks, or two neighbouring pixels of 8
+// channels-last channels; inputs in 16-channel runs) run as one product per input pixel
+// (ops/upconvolution.hpp): rows of 6 pixels and a remainder, output runs in groups of 4, 2 and 1, input
+// channels in groups of 6 down to 1, batch > 1, with and without bias and input gradient, 2D and 3D.
+// Others, and with TESSERA_UPCONVOLUTIONS=0, take the 1×1 route. Against the reference.
+TEST(Kernels, UpConvolutionsRunAsOneProductPerPixelWhereTheLayoutsAllow) {
+    struct Case {
+        Shape x;
+        std::int64_t out_channels;
+        memory::format_tag input_layout;
+        bool bias, input_gradient;
+        const char* implementation;
+    };
+    const char* direct = "upconv:avx512";
+    const Case cases[] = {
+        {{2, 32, 3, 13}, 16, memory::format_tag::nChw16c, true, true, direct},
+        {{1, 64, 4, 7}, 48, memory::format_tag::nChw16c, false, true, direct},  // 12 runs: 4 + 4 + 4
+        {{1, 16, 2, 5}, 8, memory::format_tag::nhwc, true, false, direct},      // runs of two 8-channel pixels; 2 runs
+        {{1, 16, 3, 4, 9}, 8, memory::format_tag::nCdhw16c, true, true, direct},
+        {{2, 48, 2, 3, 7}, 16, memory::format_tag::ndhwc, false, true, direct},
+        {{1, 32, 3, 5}, 16, memory::format_tag::nchw, true, true, ""},          // plain input: channels not side by side
+        {{1, 24, 3, 5}, 12, memory::format_tag::nhwc, true, true, ""},          // 24 input channels
+    };
+    for (const Case& c : cases) {
+        SCOPED_TRACE(shape_to_string(c.x) + " → " + std::to_string(c.out_channels));
+        const int rank = static_cast<int>(c.x.size()) - 2;
+        ops::ConvTransposeAttributes attributes = ops::ConvTransposeAttributes::upsample(rank);
+        attributes.has_bias = c.bias;
+        const Tensor x = random_tensor(c.x, 31);
+        Parameter weight = parameter("w", random_tensor(ops::conv_transpose_weight_shape(c.x[1], c.out_channels, attributes), 32));
+        Parameter bias = parameter("b", random_tensor({c.out_channels}, 33));
+        const Shape y_shape = ops::conv_transpose_output_shape(x.shape(), c.out_channels, attributes);
+        const Tensor dy = random_tensor(y_shape, 34);
+        std::string implementation;
+        const Ran ran = run_kernel({x}, dy, [&](const ops::KernelInputs& in) {
+            return ops::make_conv_transpose_kernel(attributes, x.shape(), y_shape, in, &weight, c.bias ? &bias : nullptr,
+                                                   memory::data_type::f32, memory::data_type::f32);
+        }, c.input_layout, c.input_gradient, &implementation);
+        if (ops::row_convolution_available()) {
+            EXPECT_EQ(implementation, c.implementation);
+        }
+        EXPECT_LE(relative_difference(ran.output, reference::conv_transpose_forward(x, weight.value, c.bias ? &bias.value : nullptr, attributes)),
+                  tolerance);
+        if (c.input_gradient) {
+            EXPECT_LE(relative_difference(ran.input_gradients[0], reference::conv_transpose_backward_data(dy, weight.value, x.shape(), attributes)),
+                      tolerance);
+        }
+        const reference::ConvWeightGradients expected = reference::conv_transpose_backward_weights(x, dy, attributes, weight.value.shape());
+        EXPECT_LE(relative_difference(weight.gradient, expected.weights), tolerance);
+        if (c.bias) {
+            EXPECT_LE(relative_difference(bias.gradient, expected.bias), tolerance);
+        }
+    }
+    // Switched off: the 1×1 route, the same values.
+    ::setenv("TESSERA_UPCONVOLUTIONS", "0", 1);
+    ops::Scratchpad scratchpad;
+    const Shape x_shape{1, 32, 3, 5};
+    const ops::KernelInputs in{.descs = {memory::desc(memory::dims(x_shape.begin(), x_shape.end()), memory::data_type::f32, memory::format_tag::nChw16c)},
+                               .needs_gradient = {true}, .scratchpad = &scratchpad};
+    const ops::ConvTransposeAttributes attributes = ops::ConvTransposeAttributes::upsample(2);
+    Parameter weight = parameter("w", Tensor::zeros(ops::conv_transpose_weight_shape(32, 16, attributes), DType::F32));
+    const std::string switched_off = ops::make_conv_transpose_kernel(attributes, x_shape, ops::conv_transpose_output_shape(x_shape, 16, attributes),
+                                                                     in, &weight, nullptr, memory::data_type::f32, memory::data_type::f32)
+                                         ->implementation();
+    ::unsetenv("TESSERA_UPCONVOLUTIONS");
+    EXPECT_NE(switched_off, "upconv:avx512");
+}
+
 TEST(Kernels, MaxPoolingAndNearestUpsamplingMatchTheReference) {
     const Tensor x = random_tensor({2, 3, 8, 6}, 12);
     const ops::PoolAttributes pool = ops::PoolAttributes::max_down(2, 2);
