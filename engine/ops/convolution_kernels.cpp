@@ -133,13 +133,18 @@ std::unique_ptr<Kernel> make_direct_conv_kernel(const ConvAttributes& a, const S
     // Layers with fewer than 16 channels (a 3D U-Net's first level) run best channels-last: the blocked
     // layouts oneDNN picks pad them to 16 and its backward-weights falls back to a slow gemm. Source and
     // destination must both be fixed: a fixed layout beside 'any' selects oneDNN's reference kernel.
-    // A 1-channel input (the image) with fewer than 16 outputs runs channels-last on both sides too
+    // A 1-channel input (the image) with up to 16 outputs runs channels-last on both sides too
     // (oneDNN 2.6: brgconv:avx512_core; a plain source beside it selects the reference kernel): 'any'
     // wrote 16-lane blocks, half of them padding, which the batch norm after it streamed and the next
     // layer's input gradient was reordered into.
+    // 16 outputs from at most 32 inputs (a base-16 U-Net's first level) run channels-last too: oneDNN's
+    // brgconv there against its blocked kernels, forward and both backward passes at 256², batch 4 (Xeon
+    // model 207): 16 → 16 19.2–19.6 against 22.4–22.9 ms, 32 → 16 31–35 against 40.5–41.5, 1 → 16 the same;
+    // at 32³ the same time either way.
     const std::int64_t in_channels = input_shape[1], out_channels = output_shape[1];
-    const bool one_channel_image = in_channels == 1 && out_channels < 16 && a.groups == 1;
-    const bool channels_last = one_channel_image || (in_channels > 1 && std::min(in_channels, out_channels) < 16);
+    const bool one_channel_image = in_channels == 1 && out_channels <= 16 && a.groups == 1;
+    const bool first_level = out_channels == 16 && in_channels <= 32;
+    const bool channels_last = one_channel_image || (in_channels > 1 && (std::min(in_channels, out_channels) < 16 || first_level));
     auto activation = [&](const Shape& shape, memory::data_type type) {
         return channels_last ? channels_last_desc(shape, type) : any_desc(shape, type);
     };
@@ -398,11 +403,12 @@ void rearrange_depth_space(const memory& wide, const memory& upsampled, const Sh
 
 // The upsampled output's layout, as the convolutions hand the skip connection beside it to the
 // concatenation, so that it joins runs of channels (ChannelRuns in elementwise_kernels.cpp) where oneDNN
-// took its reference kernel for a plain input beside the other: 16-channel blocks where the channels
-// fill them, channels-last below 16 (the row convolutions' layout), plain otherwise.
+// took its reference kernel for a plain input beside the other: channels-last up to 16 channels (the row
+// convolutions' layout, and the first level's of a base-16 U-Net), 16-channel blocks above where the
+// channels fill them, plain otherwise.
 memory::desc upsampled_desc(const Shape& shape, memory::data_type type) {
+    if (shape[1] <= 16) return channels_last_desc(shape, type);
     if (shape[1] % 16 == 0) return channel_blocked_desc(shape, type);
-    if (shape[1] < 16) return channels_last_desc(shape, type);
     return plain_desc(shape, type);
 }
 
@@ -600,10 +606,7 @@ std::optional<UpconvPlan> upconv_plan(const Shape& input_shape, const Shape& out
                                       memory::data_type compute, memory::data_type output_type) {
     if (!upconvolutions_enabled() || compute != memory::data_type::f32 || output_type != memory::data_type::f32) return std::nullopt;
     const memory::desc& input = in.descs[0];
-    const auto& blocking = input.data.format_desc.blocking;
-    if (input.data_type() != memory::data_type::f32 || input.data.format_kind != dnnl_blocked || blocking.inner_nblks > 1 ||
-        (blocking.inner_nblks == 1 && blocking.inner_idxs[0] != 1))
-        return std::nullopt;
+    if (input.data_type() != memory::data_type::f32 || !ChannelAddressing::describes(input)) return std::nullopt;
     const bool volume = factor.size() == 3;
     UpconvGeometry geometry;
     geometry.batch = input_shape[0];

@@ -124,18 +124,27 @@ inline dnnl::reorder make_reorder(Scratchpad& scratchpad, const memory::desc& fr
         dnnl::reorder::primitive_desc(cpu_engine(), from, cpu_engine(), to, Scratchpad::attributes())));
 }
 
-// Brings a value into the layout a primitive wants; a no-op (the same memory back) when they agree.
+// Whether two layouts place every element at the same offset — 16 channels channels-last and one 16-channel
+// block, say — so that a value in one is the other without a copy (defined below).
+bool same_placement(const memory::desc& a, const memory::desc& b);
+
+// The same bytes under another layout's name.
+inline memory viewed_as(const memory& value, const memory::desc& desc) {
+    return value.get_desc() == desc ? value : memory(desc, cpu_engine(), value.get_data_handle());
+}
+
+// Brings a value into the layout a primitive wants; no copy when they agree (or place every element alike).
 class Converted {
 public:
     Converted() = default;
     Converted(Scratchpad& scratchpad, const memory::desc& from, const memory::desc& to, Lifetime lifetime)
-        : m_scratchpad(&scratchpad), m_needed(from != to), m_kept(lifetime == Lifetime::Kept) {
+        : m_scratchpad(&scratchpad), m_needed(!same_placement(from, to)), m_kept(lifetime == Lifetime::Kept), m_to(to) {
         if (!m_needed) return;
         m_target = m_kept ? memory(to, cpu_engine()) : scratchpad.call_buffer(to);
         m_reorder = make_reorder(scratchpad, from, to);
     }
     memory operator()(const memory& source) {
-        if (!m_needed) return source;
+        if (!m_needed) return viewed_as(source, m_to);
         m_scratchpad->execute(m_reorder, {{DNNL_ARG_FROM, source}, {DNNL_ARG_TO, m_target}});
         return m_target;
     }
@@ -146,6 +155,7 @@ private:
     Scratchpad* m_scratchpad = nullptr;
     bool m_needed = false;
     bool m_kept = true;
+    memory::desc m_to;
     memory m_target;
     dnnl::reorder m_reorder;
 };
@@ -158,12 +168,12 @@ class Staged {
 public:
     Staged() = default;
     Staged(Scratchpad& scratchpad, const memory::desc& produced, const memory::desc& target)
-        : m_scratchpad(&scratchpad), m_direct(produced == target) {
+        : m_scratchpad(&scratchpad), m_direct(same_placement(produced, target)), m_produced(produced) {
         if (m_direct) return;
         m_scratch = scratchpad.call_buffer(produced);
         m_reorder = make_reorder(scratchpad, produced, target);
     }
-    memory destination(const memory& target) const { return m_direct ? target : m_scratch; }
+    memory destination(const memory& target) const { return m_direct ? viewed_as(target, m_produced) : m_scratch; }
     void finish(const memory& target) {
         if (!m_direct) m_scratchpad->execute(m_reorder, {{DNNL_ARG_FROM, m_scratch}, {DNNL_ARG_TO, target}});
     }
@@ -172,6 +182,7 @@ public:
 private:
     Scratchpad* m_scratchpad = nullptr;
     bool m_direct = true;
+    memory::desc m_produced;
     memory m_scratch;
     dnnl::reorder m_reorder;
 };
@@ -255,6 +266,23 @@ struct ChannelAddressing {
         for (int axis = 0; axis < spatial; ++axis) spatial_stride[static_cast<std::size_t>(3 - spatial + axis)] = blocking.strides[axis + 2];
     }
     std::int64_t channel_offset(std::int64_t channel) const { return (channel / block) * block_stride + channel % block; }
+    // Whether ChannelAddressing describes this layout.
+    static bool describes(const memory::desc& desc) {
+        const auto& blocking = desc.data.format_desc.blocking;
+        return desc.data.format_kind == dnnl_blocked && desc.data.ndims >= 3 && desc.data.ndims <= 5 && blocking.inner_nblks <= 1 &&
+               (blocking.inner_nblks == 0 || blocking.inner_idxs[0] == 1);
+    }
 };
+
+inline bool same_placement(const memory::desc& a, const memory::desc& b) {
+    if (a == b) return true;
+    if (a.data_type() != b.data_type() || a.dims() != b.dims() || a.get_size() != b.get_size()) return false;
+    if (!ChannelAddressing::describes(a) || !ChannelAddressing::describes(b)) return false;
+    const ChannelAddressing at_a(a), at_b(b);
+    if (at_a.batch_stride != at_b.batch_stride || at_a.spatial_stride != at_b.spatial_stride) return false;
+    for (memory::dim channel = 0; channel < a.dims()[1]; ++channel)
+        if (at_a.channel_offset(channel) != at_b.channel_offset(channel)) return false;
+    return true;
+}
 
 }  // namespace tessera::ops

@@ -437,9 +437,10 @@ TEST(Kernels, TransposedConvolutionMatchesTheReferenceOnBothPaths) {
     }
 }
 
-// An up-convolution (kernel = stride) writes 16-channel blocks when its channels fill them and channels-last
-// below 16 (as the convolutions write the skip connection beside it), so that the concatenation after it
-// joins runs of channels; plain otherwise. Against the reference, 2D and 3D, inputs blocked or plain.
+// An up-convolution (kernel = stride) writes channels-last up to 16 channels and 16-channel blocks above
+// where its channels fill them (as the convolutions write the skip connection beside it), so that the
+// concatenation after it joins runs of channels; plain otherwise. Against the reference, 2D and 3D,
+// inputs blocked or plain.
 TEST(Kernels, UpConvolutionsWriteChannelBlocksWhereTheirChannelsFillThem) {
     struct Case {
         Shape x;
@@ -447,9 +448,10 @@ TEST(Kernels, UpConvolutionsWriteChannelBlocksWhereTheirChannelsFillThem) {
         memory::format_tag input_layout, expected_output;
     };
     const Case cases[] = {
-        {{2, 32, 5, 7}, 16, memory::format_tag::nChw16c, memory::format_tag::nChw16c},
+        {{2, 32, 5, 7}, 16, memory::format_tag::nChw16c, memory::format_tag::nhwc},
         {{1, 64, 3, 4}, 32, memory::format_tag::nchw, memory::format_tag::nChw16c},
-        {{1, 32, 3, 4, 5}, 16, memory::format_tag::nCdhw16c, memory::format_tag::nCdhw16c},
+        {{1, 64, 3, 4, 5}, 32, memory::format_tag::nCdhw16c, memory::format_tag::nCdhw16c},
+        {{1, 32, 3, 4, 5}, 16, memory::format_tag::nCdhw16c, memory::format_tag::ndhwc},
         {{1, 16, 3, 4, 5}, 8, memory::format_tag::nCdhw16c, memory::format_tag::ndhwc},
         {{2, 24, 4, 3}, 12, memory::format_tag::nchw, memory::format_tag::nhwc},
         {{1, 48, 3, 4}, 24, memory::format_tag::nChw16c, memory::format_tag::nchw},
