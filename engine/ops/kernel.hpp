@@ -276,7 +276,8 @@ struct ChannelAddressing {
 
 inline bool same_placement(const memory::desc& a, const memory::desc& b) {
     if (a == b) return true;
-    if (a.data_type() != b.data_type() || a.dims() != b.dims() || a.get_size() != b.get_size()) return false;
+    if (a.data_type() != b.data_type() || a.dims() != b.dims() || a.get_size() != b.get_size() || a.data.offset0 != b.data.offset0)
+        return false;
     if (!ChannelAddressing::describes(a) || !ChannelAddressing::describes(b)) return false;
     const ChannelAddressing at_a(a), at_b(b);
     if (at_a.batch_stride != at_b.batch_stride || at_a.spatial_stride != at_b.spatial_stride) return false;

@@ -588,6 +588,49 @@ TEST(Kernels, BatchNormWithFusedReluMatchesTheReferenceAndUpdatesTheRunningStati
     EXPECT_LE(relative_difference(beta.gradient, gradients.beta), tolerance);
 }
 
+// 16 channels channels-last and one 16-channel block are the same bytes: kernels pass such values on
+// without a copy, and batch norm runs a channels-last 16-channel input as the block while handing its
+// output on in the input's own layout. Padded blocks, other channel counts, plain layouts and views at
+// another offset are not alike.
+TEST(Kernels, LayoutsThatPlaceEveryElementAlikePassWithoutACopy) {
+    for (const Shape& shape : {Shape{2, 16, 5, 7}, Shape{1, 16, 3, 4, 5}}) {
+        EXPECT_TRUE(ops::same_placement(ops::channels_last_desc(shape), ops::channel_blocked_desc(shape))) << shape_to_string(shape);
+    }
+    EXPECT_FALSE(ops::same_placement(ops::channels_last_desc({2, 8, 5, 7}), ops::channel_blocked_desc({2, 8, 5, 7})));    // padded to 16
+    EXPECT_FALSE(ops::same_placement(ops::channels_last_desc({2, 32, 5, 7}), ops::channel_blocked_desc({2, 32, 5, 7})));  // two blocks
+    EXPECT_FALSE(ops::same_placement(ops::plain_desc({2, 16, 5, 7}), ops::channels_last_desc({2, 16, 5, 7})));
+    EXPECT_FALSE(ops::same_placement(ops::channels_last_desc({2, 16, 5, 7}), ops::channel_blocked_desc({2, 16, 7, 5})));
+    const memory::desc whole = ops::channel_blocked_desc({1, 32, 4, 4});
+    const memory::desc second_block = whole.submemory_desc({1, 16, 4, 4}, {0, 16, 0, 0});
+    EXPECT_FALSE(ops::same_placement(second_block, ops::channel_blocked_desc({1, 16, 4, 4})));
+
+    const ops::BatchNormAttributes attributes{.epsilon = 1e-5, .momentum = 0.9, .fuse_relu = true};
+    for (const Shape& shape : {Shape{2, 16, 5, 7}, Shape{1, 16, 3, 4, 5}}) {
+        SCOPED_TRACE(shape_to_string(shape));
+        const Tensor x = random_tensor(shape, 41);
+        Parameter gamma = parameter("gamma", random_tensor({16}, 42));
+        Parameter beta = parameter("beta", random_tensor({16}, 43));
+        Tensor running_mean = Tensor::zeros({16}, DType::F32);
+        Tensor running_variance = Tensor::full<float>({16}, 1.0f);
+        const Tensor mean_before = running_mean.clone(), variance_before = running_variance.clone();
+        const Tensor dy = random_tensor(shape, 44);
+        memory::desc written;
+        const Ran ran = run_kernel({x}, dy, [&](const ops::KernelInputs& in) {
+            auto kernel = ops::make_batch_norm_kernel(attributes, shape, in, &gamma, &beta, &running_mean, &running_variance, false);
+            written = kernel->output_desc();
+            return kernel;
+        }, shape.size() == 4 ? memory::format_tag::nhwc : memory::format_tag::ndhwc);
+        EXPECT_TRUE(written == ops::channels_last_desc(shape));
+        const reference::BatchNormTrainingResult expected =
+            reference::batch_norm_forward_training(x, gamma.value, beta.value, mean_before, variance_before, attributes);
+        EXPECT_LE(relative_difference(ran.output, expected.y), tolerance);
+        const reference::BatchNormGradients gradients =
+            reference::batch_norm_backward(dy, x, gamma.value, beta.value, expected.mean, expected.variance, attributes);
+        EXPECT_LE(relative_difference(ran.input_gradients[0], gradients.x), tolerance);
+        EXPECT_LE(relative_difference(gamma.gradient, gradients.gamma), tolerance);
+    }
+}
+
 TEST(Kernels, ReluAddAndConcatMatchTheReference) {
     const Tensor a = random_tensor({2, 3, 4, 5}, 19), b = random_tensor({2, 3, 4, 5}, 20), c = random_tensor({2, 5, 4, 5}, 21);
     const Tensor dy = random_tensor(a.shape(), 22);
