@@ -38,7 +38,7 @@ namespace {
 
 using test::make_batch;
 
-enum class Model { UNet2D, UNet2DNoBN, UNet2DStrided, UNet3D, UNet3DStrided, ResNet18, ResNeXt50, RetinaNet18 };
+enum class Model { UNet2D, UNet2DNoBN, UNet2DWide, UNet2DStrided, UNet3D, UNet3DStrided, ResNet18, ResNeXt50, RetinaNet18 };
 
 struct Case {
     const char* name = "";
@@ -61,6 +61,8 @@ graph::Graph make_model(Model kind, const Shape& input) {
     switch (kind) {
         case Model::UNet2D: return networks::make_unet({.depth = 3, .base_width = 8, .num_classes = 3}, input);
         case Model::UNet2DNoBN: return networks::make_unet({.depth = 3, .base_width = 8, .num_classes = 3, .batch_norm = false}, input);
+        // 32 channels from the first level: layers large enough for oneDNN's Winograd kernels, on one core and on tiles.
+        case Model::UNet2DWide: return networks::make_unet({.depth = 2, .base_width = 32, .num_classes = 3}, input);
         case Model::UNet3D: return networks::make_unet({.depth = 3, .base_width = 4, .num_classes = 2}, input);
         // nnU-Net's and MLPerf's variant: stride-2 first convolutions instead of pools; in 3D with NVIDIA's 3×3×3 head.
         case Model::UNet2DStrided:
@@ -127,6 +129,9 @@ const Case kCases[] = {
     layout("unet2d_w8", Model::UNet2D, {2, 1, 64, 64}, {1, 8}),
     layout("unet2d_2x4", Model::UNet2D, {2, 1, 64, 64}, {2, 4}),
     layout("unet2d_nobn_2x2", Model::UNet2DNoBN, {2, 1, 64, 64}, {2, 2}),
+    // Winograd convolutions (32 → 32 channels on 64×64 tiles, ops::make_conv_kernel): forward and weights'
+    // gradient with the one-sided padding of every tile of a 2×2 layout, the input gradient direct there.
+    layout("unet2d_wide_2x2", Model::UNet2DWide, {1, 1, 128, 128}, {2, 2}),
     // Uneven: explicit boundaries, and extents that the cores cannot share evenly.
     uneven("unet2d_uneven_h", Model::UNet2D, {2, 1, 64, 64}, {{0, 24, 64}, {0, 64}}),
     uneven("unet2d_uneven_2x3", Model::UNet2D, {1, 1, 48, 60}, {{0, 20, 48}, {0, 12, 32, 60}}),

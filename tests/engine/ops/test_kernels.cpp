@@ -140,6 +140,55 @@ TEST(Kernels, ConvolutionWithBiasMatchesTheReference) {
     EXPECT_LE(relative_difference(bias.gradient, expected.bias), tolerance);
 }
 
+// 2D 3×3 stride-1 layers with 32 or more channels on both sides and 4096 or more output pixels run oneDNN's
+// Winograd kernels where it has them (AVX-512): every padding a tile of a partitioned image gets — both
+// sides, none (between two tiles), one side (at an edge) — on either axis, bias, batch 2, rows not a
+// multiple of the 4×4 output tiles; a layer of 1024 pixels keeps the direct kernel. With
+// one-sided padding the input gradient is the direct kernel's: oneDNN 2.6's Winograd one got it wrong.
+// Tolerance 2e-4: the transforms round differently from the direct product.
+TEST(Kernels, WinogradConvolutionsMatchTheReference) {
+    struct Case {
+        Shape x;
+        std::int64_t out_channels;
+        ops::ConvAttributes attributes;
+        bool winograd = true;
+    };
+    std::vector<Case> cases{{{2, 32, 64, 37}, 32, ops::ConvAttributes::same(2, 3)}, {{1, 64, 66, 70}, 48, ops::ConvAttributes::valid(2, 3)}};
+    const std::pair<std::int64_t, std::int64_t> paddings[] = {{1, 1}, {0, 0}, {1, 0}, {0, 1}};
+    for (const auto& [top, bottom] : paddings) {
+        for (const auto& [left, right] : paddings) {
+            ops::ConvAttributes attributes = ops::ConvAttributes::valid(2, 3);
+            attributes.pad_begin = {top, left};
+            attributes.pad_end = {bottom, right};
+            cases.push_back({{1, 32, 67, 66}, 32, attributes});
+        }
+    }
+    cases.push_back({{1, 32, 32, 32}, 32, ops::ConvAttributes::same(2, 3), false});
+    for (const Case& c : cases) {
+        ops::ConvAttributes attributes = c.attributes;
+        attributes.has_bias = true;
+        SCOPED_TRACE(shape_to_string(c.x) + " -> " + std::to_string(c.out_channels) + ", " + ops::describe(attributes));
+        const Tensor x = random_tensor(c.x, 51);
+        Parameter weight = parameter("w", random_tensor(ops::conv_weight_shape(c.x[1], c.out_channels, attributes), 52));
+        Parameter bias = parameter("b", random_tensor({c.out_channels}, 53));
+        const Shape y_shape = ops::conv_output_shape(c.x, c.out_channels, attributes);
+        const Tensor dy = random_tensor(y_shape, 54);
+        std::string implementation;
+        const Ran ran = run_kernel({x}, dy, [&](const ops::KernelInputs& in) {
+            return ops::make_conv_kernel(attributes, c.x, y_shape, in, &weight, &bias, memory::data_type::f32, memory::data_type::f32);
+        }, memory::format_tag::nChw16c, true, &implementation);
+        // oneDNN's Winograd kernels need AVX-512 (avx512_core; every AVX-512 Xeon has it).
+        EXPECT_EQ(implementation.rfind("jit_wino", 0) == 0, c.winograd && ops::row_convolution_available()) << implementation;
+        constexpr double winograd_tolerance = 2e-4;
+        EXPECT_LE(relative_difference(ran.output, reference::conv_forward(x, weight.value, &bias.value, attributes)), winograd_tolerance);
+        EXPECT_LE(relative_difference(ran.input_gradients[0], reference::conv_backward_data(dy, weight.value, c.x, attributes)),
+                  winograd_tolerance);
+        const reference::ConvWeightGradients expected = reference::conv_backward_weights(x, dy, attributes, weight.value.shape());
+        EXPECT_LE(relative_difference(weight.gradient, expected.weights), winograd_tolerance);
+        EXPECT_LE(relative_difference(bias.gradient, expected.bias), winograd_tolerance);
+    }
+}
+
 // A 1-channel image into fewer than 16 channels (the U-Nets' first layer at base width 8): written
 // channels-last, as the narrow layers after it read best, and not by oneDNN's reference kernel (which
 // a plain source beside a channels-last destination selects). 2D and 3D, against the reference.
