@@ -119,6 +119,15 @@ __attribute__((target("avx512f"))) void gradient_item(const PaddedRows& input, c
     for (std::int64_t block = 0; block < blocks; ++block) {
         for (std::int64_t i = 0; i < in_channels; ++i) {
             for (int kz = 0; kz < taps_z; ++kz) {
+                // The next (channel, plane)'s input rows on their way while this one's products run: 3–15 %
+                // faster at 64³ in one harness, 2–7 % in another (8 and 16 input channels, interleaved, Xeon model 207).
+                if (kz + 1 < taps_z || i + 1 < in_channels) {
+                    const std::int64_t next_i = kz + 1 < taps_z ? i : i + 1, next_kz = kz + 1 < taps_z ? kz + 1 : 0;
+                    for (std::int64_t y = y_begin; y < y_end + 2; ++y) {
+                        const char* row = reinterpret_cast<const char*>(input.at(n, next_i, z + next_kz, y));
+                        for (std::int64_t byte = 0; byte < (chunks * k_lanes + 2) * 4; byte += 64) _mm_prefetch(row + byte, _MM_HINT_T1);
+                    }
+                }
                 for (int ky = 0; ky < 3; ++ky) {
                     float* sums = partial + ((((block * in_channels + i) * taps_z + kz) * 3 + ky) * k_block * 3) * k_lanes;
                     __m512 acc[k_block][3];
