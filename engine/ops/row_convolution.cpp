@@ -1,6 +1,7 @@
 #include "ops/row_convolution.hpp"
 
 #include "core/error.hpp"
+#include "ops/fixed_sums.hpp"
 #include "ops/vector_transpose.hpp"
 
 #include <immintrin.h>
@@ -17,7 +18,6 @@ namespace {
 constexpr std::int64_t k_lanes = 16;        // floats in an AVX-512 vector
 constexpr std::int64_t k_block = 8;         // output channels a pass accumulates together
 constexpr std::int64_t k_gradient_rows = 8; // output rows a weights-gradient item covers (8: ~5 % faster than 4)
-constexpr std::int64_t k_groups = 8;        // fixed partial sums of the weights' gradient: same bits on any thread count
 
 std::int64_t round_up(std::int64_t value, std::int64_t multiple) { return (value + multiple - 1) / multiple * multiple; }
 
@@ -315,16 +315,11 @@ void row_conv_weights_gradient(const PaddedRows& input, const PaddedRows& gradie
     const std::int64_t row_blocks = (out_height + k_gradient_rows - 1) / k_gradient_rows;
     const std::int64_t items = input.batch * out_depth * row_blocks;
     const std::int64_t partial_size = out_channels * in_channels * taps_z * 3 * 3 * k_lanes;
-    std::vector<float> partials(static_cast<std::size_t>(k_groups * partial_size), 0.0f);
-#pragma omp parallel for schedule(static)
-    for (std::int64_t group = 0; group < k_groups; ++group) {
-        float* partial = partials.data() + group * partial_size;
-        for (std::int64_t item = group * items / k_groups; item < (group + 1) * items / k_groups; ++item) {
-            const std::int64_t row_block = item % row_blocks, z = (item / row_blocks) % out_depth, n = item / (row_blocks * out_depth);
-            const std::int64_t y_begin = row_block * k_gradient_rows, y_end = std::min(out_height, y_begin + k_gradient_rows);
-            gradient_item(input, gradient, offset, taps_z, n, z, y_begin, y_end, chunks, partial);
-        }
-    }
+    const std::vector<float> partials = fixed_group_partials(items, partial_size, [&](float* partial, std::int64_t item) {
+        const std::int64_t row_block = item % row_blocks, z = (item / row_blocks) % out_depth, n = item / (row_blocks * out_depth);
+        const std::int64_t y_begin = row_block * k_gradient_rows, y_end = std::min(out_height, y_begin + k_gradient_rows);
+        gradient_item(input, gradient, offset, taps_z, n, z, y_begin, y_end, chunks, partial);
+    });
     // Partial vector (block, i, kz, ky, j, kx) → weight (o = block·8 + j, i, kz, ky, kx); groups summed in order.
     const std::int64_t taps = taps_of(rank);
 #pragma omp parallel for collapse(2) schedule(static)
@@ -334,7 +329,7 @@ void row_conv_weights_gradient(const PaddedRows& input, const PaddedRows& gradie
                 const std::int64_t kx = t % 3, ky = (t / 3) % 3, kz = t / 9;
                 const std::int64_t vector =
                     ((((o / k_block) * in_channels + i) * taps_z + kz) * 3 + ky) * k_block * 3 + (o % k_block) * 3 + kx;
-                weights_gradient[(o * in_channels + i) * taps + t] = lane_sum(partials.data() + vector * k_lanes, partial_size, k_groups);
+                weights_gradient[(o * in_channels + i) * taps + t] = lane_sum(partials.data() + vector * k_lanes, partial_size, k_fixed_groups);
             }
         }
     }

@@ -1,5 +1,6 @@
 #include "ops/upconvolution.hpp"
 
+#include "ops/fixed_sums.hpp"
 #include "ops/row_convolution.hpp"
 
 #include <immintrin.h>
@@ -12,7 +13,6 @@ namespace tessera::ops {
 namespace {
 
 constexpr std::int64_t k_lanes = 16;  // floats in an AVX-512 vector
-constexpr std::int64_t k_groups = 8;  // fixed partial sums of the weights' gradient: same bits on any thread count
 
 // P input pixels × G output runs of the forward product: acc[p][g] = bias + Σ_ci x[p, ci] · w[g][ci].
 template <int P, int G>
@@ -248,40 +248,35 @@ void UpconvPlan::backward(const float* x, const float* dy, const float* weights,
     const std::int64_t depth = m_geometry.in_extent[0], height = m_geometry.in_extent[1], width = m_geometry.in_extent[2];
     const std::int64_t items = m_geometry.batch * depth * height;  // input rows
     const std::int64_t weights_size = runs * in_channels * k_lanes, partial_size = weights_size + runs * k_lanes;  // + the bias's
-    std::vector<float> partials(static_cast<std::size_t>(k_groups * partial_size), 0.0f);
-#pragma omp parallel for schedule(static)
-    for (std::int64_t group = 0; group < k_groups; ++group) {
-        float* partial = partials.data() + group * partial_size;
-        for (std::int64_t item = group * items / k_groups; item < (group + 1) * items / k_groups; ++item) {
-            const std::int64_t row = item % height, z = (item / height) % depth, n = item / (height * depth);
-            const float* x_row = x + input_row(n, z, row);
-            const float* dy_row = dy + output_row(n, z, row);
-            // Both products of the row while its output gradient is in the cache.
-            if (input_gradient != nullptr) data_row(dy_row, relaid.data(), channel_runs, input_gradient + input_row(n, z, row));
-            in_pieces(runs, {4, 2, 1}, [&](std::int64_t run, int run_count) {
-                in_pieces(in_channels, {6, 4, 2, 1}, [&](std::int64_t ci, int channel_count) {
-                    float* sums = partial + (run * in_channels + ci) * k_lanes;
-                    const std::int64_t* channels = m_channel_offset.data() + ci;
-                    const std::int64_t* offsets = m_run_offset.data() + run;
-                    const auto call = [&]<int C, int G>() {
-                        weights_block<C, G>(x_row, m_input_step, channels, dy_row, m_output_step, offsets, width, sums, in_channels);
-                    };
-                    const auto with_runs = [&]<int C>() {
-                        if (run_count == 4) call.template operator()<C, 4>();
-                        else if (run_count == 2) call.template operator()<C, 2>();
-                        else call.template operator()<C, 1>();
-                    };
-                    switch (channel_count) {
-                    case 6: with_runs.template operator()<6>(); break;
-                    case 4: with_runs.template operator()<4>(); break;
-                    case 2: with_runs.template operator()<2>(); break;
-                    default: with_runs.template operator()<1>(); break;
-                    }
-                });
+    const std::vector<float> partials = fixed_group_partials(items, partial_size, [&](float* partial, std::int64_t item) {
+        const std::int64_t row = item % height, z = (item / height) % depth, n = item / (height * depth);
+        const float* x_row = x + input_row(n, z, row);
+        const float* dy_row = dy + output_row(n, z, row);
+        // Both products of the row while its output gradient is in the cache.
+        if (input_gradient != nullptr) data_row(dy_row, relaid.data(), channel_runs, input_gradient + input_row(n, z, row));
+        in_pieces(runs, {4, 2, 1}, [&](std::int64_t run, int run_count) {
+            in_pieces(in_channels, {6, 4, 2, 1}, [&](std::int64_t ci, int channel_count) {
+                float* sums = partial + (run * in_channels + ci) * k_lanes;
+                const std::int64_t* channels = m_channel_offset.data() + ci;
+                const std::int64_t* offsets = m_run_offset.data() + run;
+                const auto call = [&]<int C, int G>() {
+                    weights_block<C, G>(x_row, m_input_step, channels, dy_row, m_output_step, offsets, width, sums, in_channels);
+                };
+                const auto with_runs = [&]<int C>() {
+                    if (run_count == 4) call.template operator()<C, 4>();
+                    else if (run_count == 2) call.template operator()<C, 2>();
+                    else call.template operator()<C, 1>();
+                };
+                switch (channel_count) {
+                case 6: with_runs.template operator()<6>(); break;
+                case 4: with_runs.template operator()<4>(); break;
+                case 2: with_runs.template operator()<2>(); break;
+                default: with_runs.template operator()<1>(); break;
+                }
             });
-            if (bias_gradient != nullptr) add_runs(dy_row, m_output_step, m_run_offset.data(), runs, width, partial + weights_size);
-        }
-    }
+        });
+        if (bias_gradient != nullptr) add_runs(dy_row, m_output_step, m_run_offset.data(), runs, width, partial + weights_size);
+    });
     // Partial (run, ci, lane) → weight (ci, element of the lane); groups summed in order.
     const std::int64_t row = m_geometry.out_channels * m_geometry.taps();
 #pragma omp parallel for schedule(static)
@@ -289,7 +284,7 @@ void UpconvPlan::backward(const float* x, const float* dy, const float* weights,
         for (std::int64_t lane = 0; lane < runs * k_lanes; ++lane) {
             const std::int64_t run = lane / k_lanes, entry = (run * in_channels + ci) * k_lanes + lane % k_lanes;
             float sum = 0;
-            for (std::int64_t group = 0; group < k_groups; ++group) sum += partials[static_cast<std::size_t>(group * partial_size + entry)];
+            for (std::int64_t group = 0; group < k_fixed_groups; ++group) sum += partials[static_cast<std::size_t>(group * partial_size + entry)];
             weights_gradient[ci * row + m_lane_weight[static_cast<std::size_t>(lane)]] = sum;
         }
     }
@@ -297,7 +292,7 @@ void UpconvPlan::backward(const float* x, const float* dy, const float* weights,
     const std::int64_t taps = m_geometry.taps();
     std::vector<double> bias_sums(static_cast<std::size_t>(m_geometry.out_channels), 0.0);
     for (std::int64_t lane = 0; lane < runs * k_lanes; ++lane)
-        for (std::int64_t group = 0; group < k_groups; ++group)
+        for (std::int64_t group = 0; group < k_fixed_groups; ++group)
             bias_sums[static_cast<std::size_t>(m_lane_weight[static_cast<std::size_t>(lane)] / taps)] +=
                 partials[static_cast<std::size_t>(group * partial_size + weights_size + lane)];
     for (std::int64_t co = 0; co < m_geometry.out_channels; ++co) bias_gradient[co] = static_cast<float>(bias_sums[static_cast<std::size_t>(co)]);

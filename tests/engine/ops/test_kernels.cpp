@@ -454,15 +454,48 @@ TEST(Kernels, GroupedConvolutionsMatchTheReference) {
 
 namespace {
 
-// A transposed convolution's output and gradients (weights and bias too) against the reference.
-void expect_transposed_convolution(const Ran& ran, const Tensor& x, const Tensor& dy, const Parameter& weight, const Parameter& bias,
-                                   const ops::ConvTransposeAttributes& attributes) {
-    EXPECT_LE(relative_difference(ran.output, reference::conv_transpose_forward(x, weight.value, &bias.value, attributes)), tolerance);
-    EXPECT_LE(relative_difference(ran.input_gradients[0], reference::conv_transpose_backward_data(dy, weight.value, x.shape(), attributes)),
+// A transposed convolution's output and gradients (weights, and bias and input where it has them) against
+// the reference.
+void expect_transposed_convolution(const Ran& ran, const Tensor& x, const Tensor& dy, const Parameter& weight, const Parameter* bias,
+                                   const ops::ConvTransposeAttributes& attributes, bool input_gradient = true) {
+    EXPECT_LE(relative_difference(ran.output, reference::conv_transpose_forward(x, weight.value, bias ? &bias->value : nullptr, attributes)),
               tolerance);
+    if (input_gradient) {
+        EXPECT_LE(relative_difference(ran.input_gradients[0], reference::conv_transpose_backward_data(dy, weight.value, x.shape(), attributes)),
+                  tolerance);
+    }
     const reference::ConvWeightGradients expected = reference::conv_transpose_backward_weights(x, dy, attributes, weight.value.shape());
     EXPECT_LE(relative_difference(weight.gradient, expected.weights), tolerance);
-    EXPECT_LE(relative_difference(bias.gradient, expected.bias), tolerance);
+    if (bias) {
+        EXPECT_LE(relative_difference(bias->gradient, expected.bias), tolerance);
+    }
+}
+
+// An up-convolution (kernel = stride 2) of a random input in `layout` to `out_channels`, run and checked
+// against the reference; returns its kernel's implementation and output layout.
+struct UpConvolution {
+    std::string implementation;
+    memory::desc written;
+};
+UpConvolution check_up_convolution(const Shape& x_shape, std::int64_t out_channels, memory::format_tag layout, bool with_bias = true,
+                                   bool input_gradient = true) {
+    const int rank = static_cast<int>(x_shape.size()) - 2;
+    ops::ConvTransposeAttributes attributes = ops::ConvTransposeAttributes::upsample(rank);
+    attributes.has_bias = with_bias;
+    const Tensor x = random_tensor(x_shape, 21);
+    Parameter weight = parameter("w", random_tensor(ops::conv_transpose_weight_shape(x_shape[1], out_channels, attributes), 22));
+    Parameter bias = parameter("b", random_tensor({out_channels}, 23));
+    const Shape y_shape = ops::conv_transpose_output_shape(x_shape, out_channels, attributes);
+    const Tensor dy = random_tensor(y_shape, 24);
+    UpConvolution result;
+    const Ran ran = run_kernel({x}, dy, [&](const ops::KernelInputs& in) {
+        auto kernel = ops::make_conv_transpose_kernel(attributes, x_shape, y_shape, in, &weight, with_bias ? &bias : nullptr,
+                                                      memory::data_type::f32, memory::data_type::f32);
+        result.written = kernel->output_desc();
+        return kernel;
+    }, layout, input_gradient, &result.implementation);
+    expect_transposed_convolution(ran, x, dy, weight, with_bias ? &bias : nullptr, attributes, input_gradient);
+    return result;
 }
 
 }  // namespace
@@ -482,7 +515,7 @@ TEST(Kernels, TransposedConvolutionMatchesTheReferenceOnBothPaths) {
             return ops::make_conv_transpose_kernel(attributes, x.shape(), y_shape, in, &weight, &bias,
                                                    memory::data_type::f32, memory::data_type::f32);
         });
-        expect_transposed_convolution(ran, x, dy, weight, bias, attributes);
+        expect_transposed_convolution(ran, x, dy, weight, &bias, attributes);
     }
 }
 
@@ -507,23 +540,9 @@ TEST(Kernels, UpConvolutionsWriteChannelBlocksWhereTheirChannelsFillThem) {
     };
     for (const Case& c : cases) {
         SCOPED_TRACE(shape_to_string(c.x) + " → " + std::to_string(c.out_channels));
-        const int rank = static_cast<int>(c.x.size()) - 2;
-        ops::ConvTransposeAttributes attributes = ops::ConvTransposeAttributes::upsample(rank);
-        attributes.has_bias = true;
-        const Tensor x = random_tensor(c.x, 21);
-        Parameter weight = parameter("w", random_tensor(ops::conv_transpose_weight_shape(c.x[1], c.out_channels, attributes), 22));
-        Parameter bias = parameter("b", random_tensor({c.out_channels}, 23));
-        const Shape y_shape = ops::conv_transpose_output_shape(x.shape(), c.out_channels, attributes);
-        const Tensor dy = random_tensor(y_shape, 24);
-        memory::desc written;
-        const Ran ran = run_kernel({x}, dy, [&](const ops::KernelInputs& in) {
-            auto kernel = ops::make_conv_transpose_kernel(attributes, x.shape(), y_shape, in, &weight, &bias, memory::data_type::f32,
-                                                          memory::data_type::f32);
-            written = kernel->output_desc();
-            return kernel;
-        }, c.input_layout);
-        EXPECT_TRUE(written == memory::desc(memory::dims(y_shape.begin(), y_shape.end()), memory::data_type::f32, c.expected_output));
-        expect_transposed_convolution(ran, x, dy, weight, bias, attributes);
+        const UpConvolution ran = check_up_convolution(c.x, c.out_channels, c.input_layout);
+        EXPECT_TRUE(ran.written ==
+                    memory::desc(memory::dims(ran.written.dims()), memory::data_type::f32, c.expected_output));
     }
 }
 
@@ -552,32 +571,9 @@ TEST(Kernels, UpConvolutionsRunAsOneProductPerPixelWhereTheLayoutsAllow) {
     };
     for (const Case& c : cases) {
         SCOPED_TRACE(shape_to_string(c.x) + " → " + std::to_string(c.out_channels));
-        const int rank = static_cast<int>(c.x.size()) - 2;
-        ops::ConvTransposeAttributes attributes = ops::ConvTransposeAttributes::upsample(rank);
-        attributes.has_bias = c.bias;
-        const Tensor x = random_tensor(c.x, 31);
-        Parameter weight = parameter("w", random_tensor(ops::conv_transpose_weight_shape(c.x[1], c.out_channels, attributes), 32));
-        Parameter bias = parameter("b", random_tensor({c.out_channels}, 33));
-        const Shape y_shape = ops::conv_transpose_output_shape(x.shape(), c.out_channels, attributes);
-        const Tensor dy = random_tensor(y_shape, 34);
-        std::string implementation;
-        const Ran ran = run_kernel({x}, dy, [&](const ops::KernelInputs& in) {
-            return ops::make_conv_transpose_kernel(attributes, x.shape(), y_shape, in, &weight, c.bias ? &bias : nullptr,
-                                                   memory::data_type::f32, memory::data_type::f32);
-        }, c.input_layout, c.input_gradient, &implementation);
+        const UpConvolution ran = check_up_convolution(c.x, c.out_channels, c.input_layout, c.bias, c.input_gradient);
         if (ops::row_convolution_available()) {
-            EXPECT_EQ(implementation, c.implementation);
-        }
-        EXPECT_LE(relative_difference(ran.output, reference::conv_transpose_forward(x, weight.value, c.bias ? &bias.value : nullptr, attributes)),
-                  tolerance);
-        if (c.input_gradient) {
-            EXPECT_LE(relative_difference(ran.input_gradients[0], reference::conv_transpose_backward_data(dy, weight.value, x.shape(), attributes)),
-                      tolerance);
-        }
-        const reference::ConvWeightGradients expected = reference::conv_transpose_backward_weights(x, dy, attributes, weight.value.shape());
-        EXPECT_LE(relative_difference(weight.gradient, expected.weights), tolerance);
-        if (c.bias) {
-            EXPECT_LE(relative_difference(bias.gradient, expected.bias), tolerance);
+            EXPECT_EQ(ran.implementation, c.implementation);
         }
     }
     // Switched off: the 1×1 route, the same values.
