@@ -134,15 +134,17 @@ bool winograd_enabled() {
 // layer of the 2D U-Net (batch 4, Xeon model 207: 128 → 128 at 32² 6.7 against 15.9 ms, 64 → 32 at 128²
 // 14.0 against 25.2); at 16 channels it was slower (16 → 16 at 256² 22.0 against 14.5) or the same.
 // The values differ from the direct product by rounding (the transforms add and scale f32 values).
-// Layers with fewer than 4096 output pixels (batch × H × W) keep the direct kernels: at 512 pixels
-// Winograd was slower (32 → 32 at 16², batch 2: 0.17 against 0.12 ms), at 1024 the same, and its
-// workspace is 7–16 MB whatever the layer (oneDNN 2.6), which a small tile's memory budget would feel.
+// Layers with fewer than 1024 output pixels (batch × H × W) keep the direct kernels: at 512 pixels and
+// below Winograd was slower (32 → 32 at 16², batch 2: 0.17 against 0.12 ms; 128 → 128 at 8², batch 4: 1.33
+// against 0.80), at 1024 the same or faster (32 → 32 at 32²: 0.28 against 0.26 ms; 128 → 128 at 16², batch
+// 4: 2.51 against 3.72), and its workspace is 7–16 MB whatever the layer (oneDNN 2.6), which a small tile's
+// memory budget would feel.
 bool runs_as_winograd(const ConvAttributes& a, const Shape& output_shape, std::int64_t in_channels, memory::data_type compute,
                       memory::data_type output_type) {
     if (!winograd_enabled() || compute != memory::data_type::f32 || output_type != memory::data_type::f32) return false;
     const std::int64_t out_channels = output_shape[1];
     if (a.spatial_rank() != 2 || a.groups != 1 || in_channels < 32 || out_channels < 32) return false;
-    if (output_shape[0] * output_shape[2] * output_shape[3] < 4096) return false;
+    if (output_shape[0] * output_shape[2] * output_shape[3] < 1024) return false;
     for (std::size_t axis = 0; axis < 2; ++axis)
         if (a.kernel[axis] != 3 || a.stride[axis] != 1 || a.dilation[axis] != 1) return false;
     return true;
