@@ -6,9 +6,7 @@
 #include "ops/upconvolution.hpp"
 
 #include <cstdint>
-#include <cstdlib>
 #include <optional>
-#include <string_view>
 
 namespace tessera::ops {
 
@@ -122,12 +120,6 @@ using ConvKernel = WeightedWindowKernel<dnnl::convolution_forward, dnnl::convolu
 using ConvTransposeKernel = WeightedWindowKernel<dnnl::deconvolution_forward, dnnl::deconvolution_backward_data,
                                                  dnnl::deconvolution_backward_weights>;
 
-// Whether TESSERA_WINOGRAD=0 asks for direct convolutions everywhere (to compare, or to rule Winograd out).
-bool winograd_enabled() {
-    const char* setting = std::getenv("TESSERA_WINOGRAD");
-    return !(setting != nullptr && std::string_view(setting) == "0");
-}
-
 // 2D 3×3 stride-1 f32 convolutions with 32 or more channels on both sides run oneDNN's Winograd kernels
 // (F(4×4, 3×3), jit_wino_4x3 on AVX-512) where it has them: 2.25× fewer multiplications, and forward
 // and both backward passes together measured 1.5–2.4× faster than its direct kernels for every such
@@ -141,7 +133,7 @@ bool winograd_enabled() {
 // memory budget would feel.
 bool runs_as_winograd(const ConvAttributes& a, const Shape& output_shape, std::int64_t in_channels, memory::data_type compute,
                       memory::data_type output_type) {
-    if (!winograd_enabled() || compute != memory::data_type::f32 || output_type != memory::data_type::f32) return false;
+    if (switched_off("TESSERA_WINOGRAD") || compute != memory::data_type::f32 || output_type != memory::data_type::f32) return false;
     const std::int64_t out_channels = output_shape[1];
     if (a.spatial_rank() != 2 || a.groups != 1 || in_channels < 32 || out_channels < 32) return false;
     if (output_shape[0] * output_shape[2] * output_shape[3] < 1024) return false;
@@ -642,16 +634,10 @@ private:
     bool m_needs_diff_input;
 };
 
-// Whether TESSERA_UPCONVOLUTIONS=0 asks for the 1×1 route (to compare, or to rule the direct kernel out).
-bool upconvolutions_enabled() {
-    const char* setting = std::getenv("TESSERA_UPCONVOLUTIONS");
-    return !(setting != nullptr && std::string_view(setting) == "0");
-}
-
 // The direct up-convolution's plan for these shapes and layouts, if it applies.
 std::optional<UpconvPlan> upconv_plan(const Shape& input_shape, const Shape& output_shape, const KernelInputs& in, const Extents& factor,
                                       memory::data_type compute, memory::data_type output_type) {
-    if (!upconvolutions_enabled() || compute != memory::data_type::f32 || output_type != memory::data_type::f32) return std::nullopt;
+    if (switched_off("TESSERA_UPCONVOLUTIONS") || compute != memory::data_type::f32 || output_type != memory::data_type::f32) return std::nullopt;
     const memory::desc& input = in.descs[0];
     if (input.data_type() != memory::data_type::f32 || !ChannelAddressing::describes(input)) return std::nullopt;
     const bool volume = factor.size() == 3;

@@ -130,6 +130,11 @@ void round_to_half(float* values, std::int64_t count) {
     for (std::int64_t i = 0; i < count; ++i) values[i] = to_float(to_float16(values[i]));
 }
 
+bool switched_off(const char* name) {
+    const char* setting = std::getenv(name);
+    return setting != nullptr && std::string_view(setting) == "0";
+}
+
 void round_to_bf16(float* values, std::int64_t count) {
 #pragma omp parallel for schedule(static)
     for (std::int64_t i = 0; i < count; ++i) {

@@ -46,6 +46,11 @@ void round_to_bf16(float* values, std::int64_t count);
 // AVX-512 CPU (to test that path where they convert in software), =emulated emulates everywhere.
 bool has_native_bf16();
 
+// Whether environment variable `name` is "0": how a kernel path is turned off to compare it with the one
+// it replaced, or to rule it out when a result looks wrong (TESSERA_WINOGRAD=0, TESSERA_ROW_KERNELS=0...).
+// Read when a kernel is built.
+bool switched_off(const char* name);
+
 // Sets the threads oneDNN (OpenMP) uses; 0 leaves the default.
 void set_num_threads(int num_threads);
 int num_threads();

@@ -1,15 +1,14 @@
 #include "ops/row_convolution.hpp"
 
 #include "core/error.hpp"
+#include "ops/dnnl_support.hpp"
 #include "ops/fixed_sums.hpp"
 #include "ops/vector_transpose.hpp"
 
 #include <immintrin.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
-#include <string_view>
 
 namespace tessera::ops {
 
@@ -184,8 +183,7 @@ bool row_convolution_available() {
 }
 
 bool row_convolutions_enabled() {
-    const char* setting = std::getenv("TESSERA_ROW_CONVOLUTIONS");
-    return row_convolution_available() && !(setting != nullptr && std::string_view(setting) == "0");
+    return row_convolution_available() && !switched_off("TESSERA_ROW_CONVOLUTIONS");
 }
 
 PaddedRows padded_rows_for(std::int64_t batch, std::int64_t channels, const std::vector<std::int64_t>& out_extent,

@@ -1,15 +1,12 @@
 // Kernel memories seen as tile buffers, and layouts of halo buffers.
 #include "ops/tile_rows.hpp"
 
-#include <cstdlib>
-#include <string_view>
 
 namespace tessera::ops {
 
 bool vector_row_kernels_enabled() {
     static const bool available = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    const char* setting = std::getenv("TESSERA_ROW_KERNELS");
-    return available && !(setting != nullptr && std::string_view(setting) == "0");
+    return available && !switched_off("TESSERA_ROW_KERNELS");
 }
 
 TileBuffer tile_buffer_of(const memory& m) {
