@@ -35,62 +35,67 @@ struct OutputRows {
     std::int64_t position_stride = 1, channel_stride = 1;
 };
 
-// One output row (n, z, y) of 8 channels, 32 positions at a time: 16 accumulators, two shifted loads of
-// each input row per tap, one broadcast weight per channel and tap.
-__attribute__((target("avx512f"))) void forward_row(const PaddedRows& input, const float* relaid_block, const float* bias_block,
-                                                    int taps_z, std::int64_t n, std::int64_t z, std::int64_t y,
-                                                    std::int64_t out_width, const OutputRows& out) {
+// Positions x0 … x0 + 16·Vectors − 1 of one output row (n, z, y) of 8 channels: 8·Vectors accumulators,
+// Vectors shifted loads of each input row per tap, one broadcast weight per channel and tap.
+template <int Vectors>
+__attribute__((target("avx512f"))) inline void forward_chunk(const PaddedRows& input, const float* relaid_block, const float* bias_block,
+                                                             int taps_z, std::int64_t n, std::int64_t z, std::int64_t y, std::int64_t x0,
+                                                             std::int64_t out_width, const OutputRows& out) {
     const std::int64_t in_channels = input.channels;
-    for (std::int64_t x0 = 0; x0 < out_width; x0 += 2 * k_lanes) {
-        __m512 acc[k_block][2];
+    __m512 acc[k_block][Vectors];
 #pragma GCC unroll 8
-        for (std::int64_t j = 0; j < k_block; ++j) {
-            const __m512 start = bias_block ? _mm512_set1_ps(bias_block[j]) : _mm512_setzero_ps();
-            acc[j][0] = start;
-            acc[j][1] = start;
-        }
-        for (std::int64_t i = 0; i < in_channels; ++i) {
-            for (int kz = 0; kz < taps_z; ++kz) {
-                for (int ky = 0; ky < 3; ++ky) {
-                    const float* row = input.at(n, i, z + kz, y + ky) + x0;
-                    const float* w = relaid_block + ((i * taps_z + kz) * 3 + ky) * 3 * k_block;
+    for (std::int64_t j = 0; j < k_block; ++j) {
+        const __m512 start = bias_block ? _mm512_set1_ps(bias_block[j]) : _mm512_setzero_ps();
+        for (int v = 0; v < Vectors; ++v) acc[j][v] = start;
+    }
+    for (std::int64_t i = 0; i < in_channels; ++i) {
+        for (int kz = 0; kz < taps_z; ++kz) {
+            for (int ky = 0; ky < 3; ++ky) {
+                const float* row = input.at(n, i, z + kz, y + ky) + x0;
+                const float* w = relaid_block + ((i * taps_z + kz) * 3 + ky) * 3 * k_block;
 #pragma GCC unroll 3
-                    for (int kx = 0; kx < 3; ++kx) {
-                        const __m512 low = _mm512_loadu_ps(row + kx), high = _mm512_loadu_ps(row + kx + k_lanes);
+                for (int kx = 0; kx < 3; ++kx) {
+                    __m512 loaded[Vectors];
+                    for (int v = 0; v < Vectors; ++v) loaded[v] = _mm512_loadu_ps(row + kx + v * k_lanes);
 #pragma GCC unroll 8
-                        for (std::int64_t j = 0; j < k_block; ++j) {
-                            const __m512 weight = _mm512_set1_ps(w[kx * k_block + j]);
-                            acc[j][0] = _mm512_fmadd_ps(weight, low, acc[j][0]);
-                            acc[j][1] = _mm512_fmadd_ps(weight, high, acc[j][1]);
-                        }
+                    for (std::int64_t j = 0; j < k_block; ++j) {
+                        const __m512 weight = _mm512_set1_ps(w[kx * k_block + j]);
+                        for (int v = 0; v < Vectors; ++v) acc[j][v] = _mm512_fmadd_ps(weight, loaded[v], acc[j][v]);
                     }
                 }
             }
         }
-        if (out.position_stride == 1) {
-            const __mmask16 low_lanes = lanes_before(x0, out_width), high_lanes = lanes_before(x0 + k_lanes, out_width);
-#pragma GCC unroll 8
-            for (std::int64_t j = 0; j < k_block; ++j) {
-                float* row = out.base + j * out.channel_stride + x0;
-                _mm512_mask_storeu_ps(row, low_lanes, acc[j][0]);
-                _mm512_mask_storeu_ps(row + k_lanes, high_lanes, acc[j][1]);
-            }
-            continue;
-        }
-        // Channels-last: each position's 8 channels side by side, 8 positions at a time.
-        alignas(64) float staged[k_block][2 * k_lanes];
-        for (std::int64_t j = 0; j < k_block; ++j) {
-            _mm512_store_ps(staged[j], acc[j][0]);
-            _mm512_store_ps(staged[j] + k_lanes, acc[j][1]);
-        }
-        for (std::int64_t first = 0; first < 2 * k_lanes && x0 + first < out_width; first += 8) {
-            __m256 columns[8];
-            for (std::int64_t j = 0; j < k_block; ++j) columns[j] = _mm256_load_ps(staged[j] + first);
-            transpose8(columns);
-            const std::int64_t count = std::min<std::int64_t>(8, out_width - x0 - first);
-            for (std::int64_t k = 0; k < count; ++k) _mm256_storeu_ps(out.base + (x0 + first + k) * out.position_stride, columns[k]);
-        }
     }
+    if (out.position_stride == 1) {
+#pragma GCC unroll 8
+        for (std::int64_t j = 0; j < k_block; ++j) {
+            float* row = out.base + j * out.channel_stride + x0;
+            for (int v = 0; v < Vectors; ++v) _mm512_mask_storeu_ps(row + v * k_lanes, lanes_before(x0 + v * k_lanes, out_width), acc[j][v]);
+        }
+        return;
+    }
+    // Channels-last: each position's 8 channels side by side, 8 positions at a time.
+    alignas(64) float staged[k_block][Vectors * k_lanes];
+    for (std::int64_t j = 0; j < k_block; ++j)
+        for (int v = 0; v < Vectors; ++v) _mm512_store_ps(staged[j] + v * k_lanes, acc[j][v]);
+    for (std::int64_t first = 0; first < Vectors * k_lanes && x0 + first < out_width; first += 8) {
+        __m256 columns[8];
+        for (std::int64_t j = 0; j < k_block; ++j) columns[j] = _mm256_load_ps(staged[j] + first);
+        transpose8(columns);
+        const std::int64_t count = std::min<std::int64_t>(8, out_width - x0 - first);
+        for (std::int64_t k = 0; k < count; ++k) _mm256_storeu_ps(out.base + (x0 + first + k) * out.position_stride, columns[k]);
+    }
+}
+
+// One output row (n, z, y) of 8 channels, 32 positions at a time and a last 16 where no more remain: a
+// tile's input gradient is its widened width, 33 or 34 positions, which pairs of vectors computed as 64.
+__attribute__((target("avx512f"))) void forward_row(const PaddedRows& input, const float* relaid_block, const float* bias_block,
+                                                    int taps_z, std::int64_t n, std::int64_t z, std::int64_t y,
+                                                    std::int64_t out_width, const OutputRows& out) {
+    std::int64_t x0 = 0;
+    for (; x0 + k_lanes < out_width; x0 += 2 * k_lanes)
+        forward_chunk<2>(input, relaid_block, bias_block, taps_z, n, z, y, x0, out_width, out);
+    if (x0 < out_width) forward_chunk<1>(input, relaid_block, bias_block, taps_z, n, z, y, x0, out_width, out);
 }
 
 // 8 channels of one source row, each position's 8 side by side (channels-last, or inside a channel

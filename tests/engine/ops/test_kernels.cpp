@@ -303,7 +303,7 @@ TEST(Kernels, NarrowPointwiseHeadsMatchTheReference) {
 }
 
 // 3×3(×3) stride-1 layers with few channels in blocks of 8 run as row convolutions on AVX-512 CPUs
-// (ops/row_convolution.hpp): 2D and 3D, rows ending inside a vector, one-sided and no padding (a
+// (ops/row_convolution.hpp): 2D and 3D, rows ending inside a vector or shorter than one, one-sided and no padding (a
 // halo-widened tile), bias, inputs plain, channels-last and channel-blocked, and a layer whose input
 // needs no gradient.
 TEST(Kernels, FewChannelConvolutionsRunAsRowsAndMatchTheReference) {
@@ -325,6 +325,9 @@ TEST(Kernels, FewChannelConvolutionsRunAsRowsAndMatchTheReference) {
         {{1, 16, 5, 6, 19}, 8, ops::ConvAttributes::same(3, 3), true, memory::format_tag::nCdhw16c, true},
         {{2, 8, 4, 5, 34}, 8, ops::ConvAttributes::valid(3, 3), false, memory::format_tag::ndhwc, true},
         {{1, 8, 6, 7, 18}, 8, ops::ConvAttributes::same(3, 3), true, memory::format_tag::undef, false},
+        // Rows of one vector or less (the last 16 positions computed alone): channels-last and plain.
+        {{1, 8, 9, 14}, 8, ops::ConvAttributes::same(2, 3), true, memory::format_tag::nhwc, true},
+        {{1, 16, 4, 5, 10}, 8, ops::ConvAttributes::same(3, 3), false, memory::format_tag::undef, true},
     };
     for (const Case& c : cases) {
         ops::ConvAttributes attributes = c.attributes;
