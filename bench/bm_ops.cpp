@@ -353,6 +353,22 @@ OpCase conv_case(const Net& net, std::int64_t in, std::int64_t out, std::int64_t
     return c;
 }
 
+// A 3×3(×3) convolution as one simulated core computes it at the edge of a partitioned input: the tile
+// widened by a halo of 1 on one side of its first `split_axes` spatial axes and padded only on the
+// other (the image's edge), so its output is `extent` along every axis.
+OpCase edge_tile_conv_case(const Net& net, std::int64_t in, std::int64_t out, std::int64_t extent, int split_axes) {
+    OpCase c = conv_case(net, in, out, extent);
+    c.name += cat({"_edge_tile", std::to_string(split_axes)});
+    for (int axis = 0; axis < split_axes; ++axis) c.input[static_cast<std::size_t>(axis) + 2] += 1;
+    const int rank = net.rank;
+    c.add_op = [rank, out, split_axes](Graph& graph, const std::vector<int>& inputs) {
+        ops::ConvAttributes attributes = ops::ConvAttributes::same(rank, 3);
+        for (int axis = 0; axis < split_axes; ++axis) attributes.pad_end[static_cast<std::size_t>(axis)] = 0;
+        return graph.conv(inputs[0], out, attributes, "op");
+    };
+    return c;
+}
+
 OpCase conv_transpose_case(const Net& net, std::int64_t in, std::int64_t out, std::int64_t extent) {
     OpCase c;
     c.name = cat({"conv_transpose", net.dims, "_k2s2_", channels_name(in, out), "_", std::to_string(extent)});
@@ -453,6 +469,10 @@ std::vector<OpCase> op_cases() {
     cases.push_back(conv_case(net2d, 64, 32, 128));
     cases.push_back(conv_case(net2d, 32, 16, 256));
     cases.push_back(conv_case(net2d, 16, 2, 256, 1, false, /*bias*/ true));  // head
+    // A tile at the edge of an H split, as the first and last cores of bench/bm_partition's 4-way split
+    // hold (theirs are 4× wider than tall; these square, at the levels' extents).
+    cases.push_back(edge_tile_conv_case(net2d, 64, 32, 128, 1));
+    cases.push_back(edge_tile_conv_case(net2d, 128, 64, 64, 1));
     cases.push_back(conv_transpose_case(net2d, 128, 64, 32));
     cases.push_back(conv_transpose_case(net2d, 64, 32, 64));
     cases.push_back(conv_transpose_case(net2d, 32, 16, 128));
@@ -481,6 +501,9 @@ std::vector<OpCase> op_cases() {
     cases.push_back(conv_case(net3d, 32, 16, 32));  // decoder: after the concat
     cases.push_back(conv_case(net3d, 16, 8, 64));
     cases.push_back(conv_case(net3d, 8, 2, 64, 1, false, /*bias*/ true));  // head
+    // One core's tile of the 2×2×2 split (bench/bm_partition): 32³ outputs from 33³ inputs.
+    cases.push_back(edge_tile_conv_case(net3d, 8, 8, 32, 3));
+    cases.push_back(edge_tile_conv_case(net3d, 16, 8, 32, 3));
     cases.push_back(conv_transpose_case(net3d, 32, 16, 16));
     cases.push_back(conv_transpose_case(net3d, 16, 8, 32));
     cases.push_back(batch_norm_case(net3d, 8, 64));

@@ -2,7 +2,7 @@
 // kernel calls and reductions cost (the simulated cores run on the same 2 host threads as the
 // unpartitioned step's oneDNN kernels). Cases are the peer benchmark's U-Nets.
 //
-// Usage: bm_partition [--rounds R] [--steps S] [--case unet2d|unet3d]
+// Usage: bm_partition [--rounds R] [--steps S] [--case unet2d|unet3d] [--threads T (2)] [--profile 1]
 // Rounds alternate unpartitioned and partitioned steps (the machine's speed drifts; only interleaved
 // figures compare); the overhead is the median over rounds of partitioned / unpartitioned. Prints per-round medians, bytes exchanged against the tiling plan's halo volume,
 // per-core memory, and ends with one line per case:
@@ -46,7 +46,7 @@ double time_ms(Step&& step) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    int rounds = 7, steps = 3;
+    int rounds = 7, steps = 3, threads = 2;
     bool profile = false;
     std::string only;
     for (int i = 1; i + 1 < argc; i += 2) {
@@ -54,12 +54,13 @@ int main(int argc, char** argv) {
         else if (!std::strcmp(argv[i], "--steps")) steps = std::atoi(argv[i + 1]);
         else if (!std::strcmp(argv[i], "--case")) only = argv[i + 1];
         else if (!std::strcmp(argv[i], "--profile")) profile = std::atoi(argv[i + 1]) != 0;
+        else if (!std::strcmp(argv[i], "--threads")) threads = std::atoi(argv[i + 1]);
     }
     const std::vector<BenchCase> cases = {
         {"unet2d_4way", {.depth = 4, .base_width = 16, .num_classes = 2}, {4, 1, 256, 256}, {4, 1}},
         {"unet3d_8way", {.depth = 3, .base_width = 8, .num_classes = 2}, {1, 1, 64, 64, 64}, {2, 2, 2}},
     };
-    ops::set_num_threads(2);
+    ops::set_num_threads(threads);
     std::vector<std::string> summary_lines;
     for (const BenchCase& c : cases) {
         if (!only.empty() && c.name.rfind(only, 0) != 0) continue;
@@ -78,7 +79,7 @@ int main(int argc, char** argv) {
         train::Trainer unpartitioned(model, config);
         mesh::MeshConfig mesh;
         mesh.grid = partition::SpatialGrid::even(c.input, c.pieces);
-        mesh.host_threads = 2;
+        mesh.host_threads = threads;
         mesh::CoreMesh partitioned(model, mesh, config);
         std::printf("%s: input %s, %lld cores, halo layers %zu\n", c.name.c_str(), shape_to_string(c.input).c_str(),
                     static_cast<long long>(partitioned.num_cores()), partitioned.core_graphs().halos.size());
@@ -149,6 +150,19 @@ int main(int argc, char** argv) {
             std::printf("  phases (ms): unpartitioned forward+loss %.1f backward %.1f update %.1f | partitioned %.1f %.1f %.1f\n",
                         u.forward_seconds * 1e3, u.backward_seconds * 1e3, u.update_seconds * 1e3, p.forward_seconds * 1e3,
                         p.backward_seconds * 1e3, p.update_seconds * 1e3);
+            // That step's events by phase and kind, summed over cores / host threads: where the partitioned
+            // step's time goes beyond its layers (waits at the barriers, the loss, halo and reduction copies).
+            double by[3][4] = {}, loss_and_update[3] = {};
+            for (const mesh::CoreEvent& event : partitioned.events()) {
+                const double ms = (event.end_seconds - event.start_seconds) * 1e3 / mesh.host_threads;
+                by[static_cast<int>(event.phase)][static_cast<int>(event.kind)] += ms;
+                if (event.layer < 0 && event.kind == mesh::EventKind::Compute) loss_and_update[static_cast<int>(event.phase)] += ms;
+            }
+            for (int phase = 0; phase < 3; ++phase) {
+                std::printf("  partitioned %-8s events / threads (ms): compute %.1f (loss or update %.1f), halo %.1f, all-reduce %.1f, wait %.1f\n",
+                            std::string(mesh::step_phase_name(static_cast<mesh::StepPhase>(phase))).c_str(), by[phase][0],
+                            loss_and_update[phase], by[phase][1], by[phase][2], by[phase][3]);
+            }
 
         }
         // The overhead is the median of the rounds' ratios: each ratio compares steps run side by side.
