@@ -4,10 +4,128 @@
 #include "ops/tile_rows.hpp"
 
 #include <cmath>
+#include <immintrin.h>
+#include <type_traits>
 
 namespace tessera::ops {
 
 namespace {
+
+// The row loop below works on W adjacent lanes of a row of `stride` lanes per pixel, W fixed so that the
+// compiler keeps the lanes in registers; for_lane_chunks runs it over a whole row: as one chunk of 16,
+// 8 or 4 lanes, or lane by lane for another count (channels-last with 24 channels). bf16 tiles and
+// CPUs without AVX2 take it.
+template <class Chunk>
+void for_lane_chunks(std::int64_t lanes, Chunk&& chunk) {
+    switch (lanes) {
+        case 16: chunk.template operator()<16>(0); return;
+        case 8: chunk.template operator()<8>(0); return;
+        case 4: chunk.template operator()<4>(0); return;
+        default:
+            for (std::int64_t j = 0; j < lanes; ++j) chunk.template operator()<1>(j);
+            return;
+    }
+}
+
+// A row's per-lane mean and Σ(x − mean)² (two loops over a row that stays in cache), merged into running
+// per-lane moments by Chan's pairwise update: one pass over the tile gives what Σx and then Σ(x − mean)²
+// gave in two, as exactly. `count` is the values merged so far per lane (every row has `pixels`).
+template <int W, class Element>
+void add_row_moments(const Element* row, std::int64_t stride, std::int64_t pixels, std::int64_t count, double* mean, double* m2) {
+    float sum[W] = {}, centre[W], square[W] = {};
+    for (std::int64_t p = 0; p < pixels; ++p)
+        for (int j = 0; j < W; ++j) sum[j] += as_float(row[p * stride + j]);
+    for (int j = 0; j < W; ++j) centre[j] = sum[j] / static_cast<float>(pixels);
+    for (std::int64_t p = 0; p < pixels; ++p) {
+        for (int j = 0; j < W; ++j) {
+            const float d = as_float(row[p * stride + j]) - centre[j];
+            square[j] += d * d;
+        }
+    }
+    const double total = static_cast<double>(count + pixels);
+    for (int j = 0; j < W; ++j) {
+        const double delta = static_cast<double>(centre[j]) - mean[j];
+        mean[j] += delta * static_cast<double>(pixels) / total;
+        m2[j] += static_cast<double>(square[j]) + delta * delta * static_cast<double>(count) * static_cast<double>(pixels) / total;
+    }
+}
+
+// The same for f32 rows with AVX2. A
+// row of `lanes` channels per pixel (1, 2, 4, 8, 16 or 32) is one flat run of floats whose channels
+// repeat every 32 floats: float f holds channel f % lanes. It is walked 32 floats (4 vectors) at a time
+// with 4 independent accumulators, each vector slot with its own per-channel constants; then whole
+// vectors, then a scalar tail. (Outside the AVX2 region: callers on any CPU ask it.)
+inline bool flat_rows_fit(std::int64_t lanes) { return lanes > 0 && lanes <= 32 && 32 % lanes == 0; }
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")  // the lambdas below too: an attribute would not reach them
+
+constexpr int k_slots = 4;
+
+// Per-channel values as the vector in slot `slot` sees them.
+inline __m256 slot_constants(const float* values, std::int64_t lanes, int slot) {
+    alignas(32) float repeated[8];
+    for (int k = 0; k < 8; ++k) repeated[k] = values[(slot * 8 + k) % lanes];
+    return _mm256_load_ps(repeated);
+}
+
+// Adds the slot's 8 lanes into per-channel sums.
+inline void fold_slot(__m256 v, std::int64_t lanes, int slot, double* sums) {
+    alignas(32) float lane[8];
+    _mm256_store_ps(lane, v);
+    for (int k = 0; k < 8; ++k) sums[(slot * 8 + k) % lanes] += lane[k];
+}
+
+// Σ over the row of f(x) per channel, f given on vectors and on scalars (the tail).
+template <class Vector, class Scalar>
+inline void flat_row_sums(std::int64_t floats, std::int64_t lanes, double* sums, Vector&& vector,
+                                                              Scalar&& scalar) {
+    __m256 acc[k_slots];
+    for (int slot = 0; slot < k_slots; ++slot) acc[slot] = _mm256_setzero_ps();
+    std::int64_t i = 0;
+    for (; i + 8 * k_slots <= floats; i += 8 * k_slots)
+        for (int slot = 0; slot < k_slots; ++slot) acc[slot] = _mm256_add_ps(acc[slot], vector(i + slot * 8, slot));
+    for (int slot = 0; i + 8 <= floats; i += 8, ++slot) acc[slot] = _mm256_add_ps(acc[slot], vector(i, slot));
+    for (int slot = 0; slot < k_slots; ++slot) fold_slot(acc[slot], lanes, slot, sums);
+    for (; i < floats; ++i) sums[i % lanes] += scalar(i);
+}
+
+void add_row_moments_avx2(const float* row, std::int64_t lanes, std::int64_t pixels, std::int64_t count,
+                                                              double* mean, double* m2) {
+    const std::int64_t floats = lanes * pixels;
+    double sums[32] = {}, squares[32] = {};
+    flat_row_sums(floats, lanes, sums, [&](std::int64_t i, int) { return _mm256_loadu_ps(row + i); }, [&](std::int64_t i) { return row[i]; });
+    float centre[32];
+    for (std::int64_t c = 0; c < lanes; ++c) centre[c] = static_cast<float>(sums[c] / static_cast<double>(pixels));
+    __m256 centres[k_slots];
+    for (int slot = 0; slot < k_slots; ++slot) centres[slot] = slot_constants(centre, lanes, slot);
+    flat_row_sums(
+        floats, lanes, squares,
+        [&](std::int64_t i, int slot) {
+            const __m256 d = _mm256_sub_ps(_mm256_loadu_ps(row + i), centres[slot]);
+            return _mm256_mul_ps(d, d);
+        },
+        [&](std::int64_t i) {
+            const float d = row[i] - centre[i % lanes];
+            return d * d;
+        });
+    const double total = static_cast<double>(count + pixels);
+    for (std::int64_t c = 0; c < lanes; ++c) {
+        const double delta = static_cast<double>(centre[c]) - mean[c];
+        mean[c] += delta * static_cast<double>(pixels) / total;
+        m2[c] += squares[c] + delta * delta * static_cast<double>(count) * static_cast<double>(pixels) / total;
+    }
+}
+
+
+#pragma GCC pop_options
+
+// Whether a tile's rows take the AVX2 loops: f32, 1 to 32 lanes dividing 32, an AVX2 CPU (and
+// TESSERA_ROW_KERNELS not 0).
+template <class Element>
+bool vector_rows(std::int64_t lanes) {
+    return std::is_same_v<Element, float> && flat_rows_fit(lanes) && vector_row_kernels_enabled();
+}
 
 // running = momentum · running + (1 − momentum) · batch, with the unbiased batch variance (M values per channel).
 void update_running_statistics(const float* mean, const float* variance, std::int64_t values_per_channel,
@@ -26,11 +144,14 @@ void update_running_statistics(const float* mean, const float* variance, std::in
 // Batch normalisation. On one executor oneDNN computes the batch statistics and the whole backward pass.
 //
 // Distributed (a simulated core's tile of a replica): forward (training), Σx then Σ(x − mean)² are
-// reduced over the replica's cores (two passes, as oneDNN's own kernel computes them), then oneDNN
-// normalises with those statistics. Backward: oneDNN with the statistics held fixed gives γ/σ·g' and
-// this core's Σg'·x̂ and Σg' (g' the gradient after the fused ReLU's mask); once those are summed over
-// the replica, the terms the statistics contribute are subtracted by hand:
-// dx = γ/σ·(g' − (Σg' + x̂·Σg'x̂) / M).
+// reduced over the replica's cores, then oneDNN normalises with those statistics. One pass over the
+// tile gives both: its own mean and Σ(x − its mean)² (row by row, Chan's update), from which
+// Σ(x − mean)² about the replica's mean follows without reading the tile again. Backward: oneDNN with
+// the statistics held fixed gives γ/σ·g' and this core's Σg'·x̂ and Σg' (g' the gradient after the
+// fused ReLU's mask); once those are summed over the replica, the terms the statistics contribute are
+// subtracted by hand: dx = γ/σ·(g' − (Σg' + x̂·Σg'x̂) / M). (Tried: the sums and dx in two hand-written
+// AVX2 passes — slower than oneDNN's AVX-512 pass and the correction together, 34.8–35.6 against
+// 26.9–29.7 ms of the 2D 4-way step.)
 // The layout batch norm runs in: an input of 16 channels channels-last as the one 16-channel block it
 // is byte for byte — oneDNN's blocked kernel (what the first level of a base-16 U-Net ran in before its
 // convolutions went channels-last) where its channels-last one took ~1.2 ms more per layer at 256², batch 4.
@@ -95,20 +216,21 @@ public:
             }
             return sums;
         }
-        // Phase 0: Σx and the element count; phase 1: Σ(x − mean)².
-        const TileBuffer x = tile_buffer_of(inputs[0]);
-        const std::int64_t padded = padded_channels(x);
-        std::vector<double> sums(static_cast<std::size_t>(padded), 0.0);
-        std::vector<float> centre(static_cast<std::size_t>(padded), 0.0f);
-        for (std::int64_t c = 0; c < channels; ++c) centre[static_cast<std::size_t>(c)] = m_mean.data<float>()[c];
-        with_element_type(x.dtype, [&](auto element) {
-            using Element = decltype(element);
-            for_each_row<Element>(x, [&](Element* row, std::int64_t first, std::int64_t lanes, std::int64_t pixels, std::int64_t) {
-                add_row_sums(row, lanes, pixels, phase == 0 ? nullptr : centre.data() + first, sums.data() + first);
-            });
-        });
-        sums.resize(static_cast<std::size_t>(channels));
-        if (phase == 0) sums.push_back(static_cast<double>(m_tile_count));
+        // Phase 0: Σx and the element count, from this tile's moments (one pass over it); phase 1:
+        // Σ(x − mean)² about the replica's mean, from the same moments: M2 + n·(tile mean − mean)².
+        std::vector<double> sums(static_cast<std::size_t>(channels));
+        const auto count = static_cast<double>(m_tile_count);
+        if (phase == 0) {
+            tile_moments(inputs[0]);
+            for (std::int64_t c = 0; c < channels; ++c) sums[static_cast<std::size_t>(c)] = m_tile_mean[static_cast<std::size_t>(c)] * count;
+            sums.push_back(count);
+            return sums;
+        }
+        for (std::int64_t c = 0; c < channels; ++c) {
+            const auto i = static_cast<std::size_t>(c);
+            const double offset = m_tile_mean[i] - m_replica_mean[i];
+            sums[i] = m_tile_m2[i] + count * offset * offset;
+        }
         return sums;
     }
 
@@ -121,8 +243,10 @@ public:
         }
         if (phase == 0) {
             m_count = static_cast<std::int64_t>(sums[static_cast<std::size_t>(channels)]);
+            m_replica_mean.resize(static_cast<std::size_t>(channels));
             for (std::int64_t c = 0; c < channels; ++c) {
-                m_mean.data<float>()[c] = static_cast<float>(sums[static_cast<std::size_t>(c)] / static_cast<double>(m_count));
+                m_replica_mean[static_cast<std::size_t>(c)] = sums[static_cast<std::size_t>(c)] / static_cast<double>(m_count);
+                m_mean.data<float>()[c] = static_cast<float>(m_replica_mean[static_cast<std::size_t>(c)]);
             }
         } else {
             for (std::int64_t c = 0; c < channels; ++c) {
@@ -194,6 +318,33 @@ public:
     }
 
 private:
+    // This tile's per-channel mean and Σ(x − that mean)², in one pass.
+    void tile_moments(const memory& input) {
+        const TileBuffer x = tile_buffer_of(input);
+        const auto padded = static_cast<std::size_t>(padded_channels(x));
+        m_tile_mean.assign(padded, 0.0);
+        m_tile_m2.assign(padded, 0.0);
+        std::vector<std::int64_t> merged(padded, 0);  // values merged so far, per channel group (at its first lane)
+        const DenormalsFlushed flushed;
+        with_element_type(x.dtype, [&](auto element) {
+            using Element = decltype(element);
+            for_each_row<Element>(x, [&](Element* row, std::int64_t first, std::int64_t lanes, std::int64_t pixels, std::int64_t) {
+                auto& count = merged[static_cast<std::size_t>(first)];
+                if constexpr (std::is_same_v<Element, float>) {
+                    if (vector_rows<Element>(lanes)) {
+                        add_row_moments_avx2(row, lanes, pixels, count, m_tile_mean.data() + first, m_tile_m2.data() + first);
+                        count += pixels;
+                        return;
+                    }
+                }
+                for_lane_chunks(lanes, [&]<int W>(std::int64_t j) {
+                    add_row_moments<W>(row + j, lanes, pixels, count, m_tile_mean.data() + first + j, m_tile_m2.data() + first + j);
+                });
+                count += pixels;
+            });
+        });
+    }
+
     void run_backward(const memory& src, const memory& diff_output, const std::vector<memory>& diff_inputs) {
         const memory target = m_needs_diff_input ? diff_inputs[0] : m_discarded;
         std::unordered_map<int, memory> args{{DNNL_ARG_SRC, viewed_as(src, m_layout)},
@@ -222,6 +373,8 @@ private:
     Tensor m_mean, m_variance;      // [C] f32: the batch's (or, distributed, the replica's) statistics
     memory::desc m_layout;          // the primitives' (batch_norm_layout)
     std::vector<double> m_sum_gradient, m_sum_gradient_xhat;
+    std::vector<double> m_tile_mean, m_tile_m2;  // this tile's moments per channel (padded to whole groups)
+    std::vector<double> m_replica_mean;          // the replica's mean, before rounding to f32
     dnnl::batch_normalization_forward::primitive_desc m_training_pd;
     dnnl::batch_normalization_forward m_training;
     dnnl::batch_normalization_forward m_inference;
