@@ -87,15 +87,50 @@ __attribute__((target("avx512f"))) inline void forward_chunk(const PaddedRows& i
     }
 }
 
-// One output row (n, z, y) of 8 channels, 32 positions at a time and a last 16 where no more remain: a
-// tile's input gradient is its widened width, 33 or 34 positions, which pairs of vectors computed as 64.
+// One output position (n, z, y, x) of 8 channels, the channels in one vector: a broadcast input value
+// times the 8 channels' weights (side by side in the re-laid block) per input channel and tap. A 16-wide
+// chunk costs as many instructions as 16 such positions, so a row's last few positions take this.
+__attribute__((target("avx512f,fma"))) void forward_position(const PaddedRows& input, const float* relaid_block, const float* bias_block,
+                                                         int taps_z, std::int64_t n, std::int64_t z, std::int64_t y, std::int64_t x,
+                                                         const OutputRows& out) {
+    __m256 acc[2] = {bias_block ? _mm256_loadu_ps(bias_block) : _mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (std::int64_t i = 0; i < input.channels; ++i) {
+        for (int kz = 0; kz < taps_z; ++kz) {
+            for (int ky = 0; ky < 3; ++ky) {
+                const float* row = input.at(n, i, z + kz, y + ky) + x;
+                const float* w = relaid_block + ((i * taps_z + kz) * 3 + ky) * 3 * k_block;
+                // Two accumulators: the taps' products do not wait on each other.
+                acc[0] = _mm256_fmadd_ps(_mm256_set1_ps(row[0]), _mm256_loadu_ps(w), acc[0]);
+                acc[1] = _mm256_fmadd_ps(_mm256_set1_ps(row[1]), _mm256_loadu_ps(w + k_block), acc[1]);
+                acc[0] = _mm256_fmadd_ps(_mm256_set1_ps(row[2]), _mm256_loadu_ps(w + 2 * k_block), acc[0]);
+            }
+        }
+    }
+    const __m256 sum = _mm256_add_ps(acc[0], acc[1]);
+    if (out.channel_stride == 1) {
+        _mm256_storeu_ps(out.base + x * out.position_stride, sum);
+        return;
+    }
+    alignas(32) float channels[k_block];
+    _mm256_store_ps(channels, sum);
+    for (std::int64_t j = 0; j < k_block; ++j) out.base[j * out.channel_stride + x * out.position_stride] = channels[j];
+}
+
+// One output row (n, z, y) of 8 channels, 32 positions at a time; a last 5 to 16 as one more vector,
+// a last 1 to 4 position by position. A tile's input gradient is its widened width (33 or 34
+// positions): pairs of vectors computed it as 64, now as 32 and one or two positions.
 __attribute__((target("avx512f"))) void forward_row(const PaddedRows& input, const float* relaid_block, const float* bias_block,
                                                     int taps_z, std::int64_t n, std::int64_t z, std::int64_t y,
                                                     std::int64_t out_width, const OutputRows& out) {
+    constexpr std::int64_t k_positions_alone = 4;
     std::int64_t x0 = 0;
     for (; x0 + k_lanes < out_width; x0 += 2 * k_lanes)
         forward_chunk<2>(input, relaid_block, bias_block, taps_z, n, z, y, x0, out_width, out);
-    if (x0 < out_width) forward_chunk<1>(input, relaid_block, bias_block, taps_z, n, z, y, x0, out_width, out);
+    if (out_width - x0 > k_positions_alone) {
+        forward_chunk<1>(input, relaid_block, bias_block, taps_z, n, z, y, x0, out_width, out);
+        return;
+    }
+    for (; x0 < out_width; ++x0) forward_position(input, relaid_block, bias_block, taps_z, n, z, y, x0, out);
 }
 
 // 8 channels of one source row, each position's 8 side by side (channels-last, or inside a channel

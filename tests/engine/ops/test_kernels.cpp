@@ -303,9 +303,9 @@ TEST(Kernels, NarrowPointwiseHeadsMatchTheReference) {
 }
 
 // 3×3(×3) stride-1 layers with few channels in blocks of 8 run as row convolutions on AVX-512 CPUs
-// (ops/row_convolution.hpp): 2D and 3D, rows ending inside a vector or shorter than one, one-sided and no padding (a
-// halo-widened tile), bias, inputs plain, channels-last and channel-blocked, and a layer whose input
-// needs no gradient.
+// (ops/row_convolution.hpp): 2D and 3D, rows ending inside a vector, shorter than one or a few
+// positions past whole vectors, one-sided and no padding (a halo-widened tile), bias, inputs plain,
+// channels-last and channel-blocked, and a layer whose input needs no gradient.
 TEST(Kernels, FewChannelConvolutionsRunAsRowsAndMatchTheReference) {
     if (!ops::row_convolutions_enabled()) GTEST_SKIP() << "row convolutions need AVX-512F (and not TESSERA_ROW_CONVOLUTIONS=0); oneDNN runs these layers";
     struct Case {
@@ -328,6 +328,8 @@ TEST(Kernels, FewChannelConvolutionsRunAsRowsAndMatchTheReference) {
         // Rows of one vector or less (the last 16 positions computed alone): channels-last and plain.
         {{1, 8, 9, 14}, 8, ops::ConvAttributes::same(2, 3), true, memory::format_tag::nhwc, true},
         {{1, 16, 4, 5, 10}, 8, ops::ConvAttributes::same(3, 3), false, memory::format_tag::undef, true},
+        // 3 positions past the last pair of vectors (computed position by position), written plain.
+        {{1, 8, 6, 35}, 8, ops::ConvAttributes::same(2, 3), true, memory::format_tag::undef, true},
     };
     for (const Case& c : cases) {
         ops::ConvAttributes attributes = c.attributes;
