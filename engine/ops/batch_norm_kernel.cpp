@@ -328,20 +328,43 @@ private:
         const DenormalsFlushed flushed;
         with_element_type(x.dtype, [&](auto element) {
             using Element = decltype(element);
-            for_each_row<Element>(x, [&](Element* row, std::int64_t first, std::int64_t lanes, std::int64_t pixels, std::int64_t) {
-                auto& count = merged[static_cast<std::size_t>(first)];
+            // Rows that follow each other in memory (one channel group's rows of a dense tile) are taken
+            // together, up to k_run_floats: a 3D tile's rows of 32 positions × 8 channels spent more time
+            // merging per-row moments than summing (0.27–0.34 ms for a 32³ tile, in cache).
+            constexpr std::int64_t k_run_floats = 16384;  // 64 KB of f32: the second loop reads it from L2
+            const Element* run = nullptr;
+            std::int64_t run_first = 0, run_lanes = 0, run_pixels = 0;
+            const auto merge_run = [&] {
+                if (run_pixels == 0) return;
+                auto& count = merged[static_cast<std::size_t>(run_first)];
+                bool done = false;
                 if constexpr (std::is_same_v<Element, float>) {
-                    if (vector_rows<Element>(lanes)) {
-                        add_row_moments_avx2(row, lanes, pixels, count, m_tile_mean.data() + first, m_tile_m2.data() + first);
-                        count += pixels;
-                        return;
+                    if (vector_rows<Element>(run_lanes)) {
+                        add_row_moments_avx2(run, run_lanes, run_pixels, count, m_tile_mean.data() + run_first, m_tile_m2.data() + run_first);
+                        done = true;
                     }
                 }
-                for_lane_chunks(lanes, [&]<int W>(std::int64_t j) {
-                    add_row_moments<W>(row + j, lanes, pixels, count, m_tile_mean.data() + first + j, m_tile_m2.data() + first + j);
-                });
-                count += pixels;
+                if (!done) {
+                    for_lane_chunks(run_lanes, [&]<int W>(std::int64_t j) {
+                        add_row_moments<W>(run + j, run_lanes, run_pixels, count, m_tile_mean.data() + run_first + j,
+                                           m_tile_m2.data() + run_first + j);
+                    });
+                }
+                count += run_pixels;
+                run_pixels = 0;
+            };
+            for_each_row<Element>(x, [&](Element* row, std::int64_t first, std::int64_t lanes, std::int64_t pixels, std::int64_t) {
+                if (run_pixels > 0 && first == run_first && row == run + run_pixels * lanes && (run_pixels + pixels) * lanes <= k_run_floats) {
+                    run_pixels += pixels;
+                    return;
+                }
+                merge_run();
+                run = row;
+                run_first = first;
+                run_lanes = lanes;
+                run_pixels = pixels;
             });
+            merge_run();
         });
     }
 
