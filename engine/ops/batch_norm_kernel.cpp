@@ -27,9 +27,18 @@ void for_lane_chunks(std::int64_t lanes, Chunk&& chunk) {
     }
 }
 
-// A row's per-lane mean and Σ(x − mean)² (two loops over a row that stays in cache), merged into running
-// per-lane moments by Chan's pairwise update: one pass over the tile gives what Σx and then Σ(x − mean)²
-// gave in two, as exactly. `count` is the values merged so far per lane (every row has `pixels`).
+// Chan's pairwise update: running moments (mean, Σ(x − mean)²) of `count` values take in a run's
+// (centre, Σ(x − centre)²) of `pixels` values.
+inline void merge_moments(double centre, double square, std::int64_t pixels, std::int64_t count, double& mean, double& m2) {
+    const double total = static_cast<double>(count + pixels);
+    const double delta = centre - mean;
+    mean += delta * static_cast<double>(pixels) / total;
+    m2 += square + delta * delta * static_cast<double>(count) * static_cast<double>(pixels) / total;
+}
+
+// A run's per-lane mean and Σ(x − mean)² (two loops over a run that stays in cache), merged into running
+// per-lane moments: one pass over the tile gives what Σx and then Σ(x − mean)² gave in two, as exactly.
+// `count` is the values merged so far per lane.
 template <int W, class Element>
 void add_row_moments(const Element* row, std::int64_t stride, std::int64_t pixels, std::int64_t count, double* mean, double* m2) {
     float sum[W] = {}, centre[W], square[W] = {};
@@ -42,17 +51,11 @@ void add_row_moments(const Element* row, std::int64_t stride, std::int64_t pixel
             square[j] += d * d;
         }
     }
-    const double total = static_cast<double>(count + pixels);
-    for (int j = 0; j < W; ++j) {
-        const double delta = static_cast<double>(centre[j]) - mean[j];
-        mean[j] += delta * static_cast<double>(pixels) / total;
-        m2[j] += static_cast<double>(square[j]) + delta * delta * static_cast<double>(count) * static_cast<double>(pixels) / total;
-    }
+    for (int j = 0; j < W; ++j) merge_moments(centre[j], square[j], pixels, count, mean[j], m2[j]);
 }
 
-// The same for f32 rows with AVX2. A
-// row of `lanes` channels per pixel (1, 2, 4, 8, 16 or 32) is one flat run of floats whose channels
-// repeat every 32 floats: float f holds channel f % lanes. It is walked 32 floats (4 vectors) at a time
+// The same for f32 runs with AVX2. A run of `lanes` channels per pixel (1, 2, 4, 8, 16 or 32) is one
+// flat array of floats whose channels repeat every 32 floats: float f holds channel f % lanes. It is walked 32 floats (4 vectors) at a time
 // with 4 independent accumulators, each vector slot with its own per-channel constants; then whole
 // vectors, then a scalar tail. (Outside the AVX2 region: callers on any CPU ask it.)
 inline bool flat_rows_fit(std::int64_t lanes) { return lanes > 0 && lanes <= 32 && 32 % lanes == 0; }
@@ -78,8 +81,7 @@ inline void fold_slot(__m256 v, std::int64_t lanes, int slot, double* sums) {
 
 // Σ over the row of f(x) per channel, f given on vectors and on scalars (the tail).
 template <class Vector, class Scalar>
-inline void flat_row_sums(std::int64_t floats, std::int64_t lanes, double* sums, Vector&& vector,
-                                                              Scalar&& scalar) {
+inline void flat_row_sums(std::int64_t floats, std::int64_t lanes, double* sums, Vector&& vector, Scalar&& scalar) {
     __m256 acc[k_slots];
     for (int slot = 0; slot < k_slots; ++slot) acc[slot] = _mm256_setzero_ps();
     std::int64_t i = 0;
@@ -90,8 +92,7 @@ inline void flat_row_sums(std::int64_t floats, std::int64_t lanes, double* sums,
     for (; i < floats; ++i) sums[i % lanes] += scalar(i);
 }
 
-void add_row_moments_avx2(const float* row, std::int64_t lanes, std::int64_t pixels, std::int64_t count,
-                                                              double* mean, double* m2) {
+void add_row_moments_avx2(const float* row, std::int64_t lanes, std::int64_t pixels, std::int64_t count, double* mean, double* m2) {
     const std::int64_t floats = lanes * pixels;
     double sums[32] = {}, squares[32] = {};
     flat_row_sums(floats, lanes, sums, [&](std::int64_t i, int) { return _mm256_loadu_ps(row + i); }, [&](std::int64_t i) { return row[i]; });
@@ -109,12 +110,7 @@ void add_row_moments_avx2(const float* row, std::int64_t lanes, std::int64_t pix
             const float d = row[i] - centre[i % lanes];
             return d * d;
         });
-    const double total = static_cast<double>(count + pixels);
-    for (std::int64_t c = 0; c < lanes; ++c) {
-        const double delta = static_cast<double>(centre[c]) - mean[c];
-        mean[c] += delta * static_cast<double>(pixels) / total;
-        m2[c] += squares[c] + delta * delta * static_cast<double>(count) * static_cast<double>(pixels) / total;
-    }
+    for (std::int64_t c = 0; c < lanes; ++c) merge_moments(centre[c], squares[c], pixels, count, mean[c], m2[c]);
 }
 
 
