@@ -125,7 +125,7 @@ int main(int argc, char** argv) {
                         static_cast<double>(ledger.activation_gradients + ledger.weight_gradients) / 1048576.0,
                         static_cast<double>(ledger.weights) / 1048576.0, static_cast<double>(ledger.workspace) / 1048576.0);
         }
-        if (profile) {  // per layer: the unpartitioned node's time against the cores' summed time / 2 threads
+        if (profile) {  // per layer: the unpartitioned node's time against the cores' summed time / host threads
             const auto& graphs = partitioned.core_graphs();
             const auto reference = unpartitioned.executor().timings();
             double total_reference = 0, total_cores = 0;
@@ -139,12 +139,12 @@ int main(int argc, char** argv) {
                 const double ref_forward = model_node >= 0 ? reference[static_cast<std::size_t>(model_node)].forward_seconds : 0;
                 const double ref_backward = model_node >= 0 ? reference[static_cast<std::size_t>(model_node)].backward_seconds : 0;
                 total_reference += ref_forward + ref_backward;
-                total_cores += (forward + backward) / 2;
-                std::printf("  %-22s %-15s unpartitioned fwd %6.2f bwd %6.2f ms | cores/2 fwd %6.2f bwd %6.2f ms\n", node.name.c_str(),
+                total_cores += (forward + backward) / threads;
+                std::printf("  %-22s %-15s unpartitioned fwd %6.2f bwd %6.2f ms | cores/threads fwd %6.2f bwd %6.2f ms\n", node.name.c_str(),
                             std::string(graph::op_name(node.kind)).c_str(), ref_forward * 1e3, ref_backward * 1e3,
-                            forward / 2 * 1e3, backward / 2 * 1e3);
+                            forward / threads * 1e3, backward / threads * 1e3);
             }
-            std::printf("  total: unpartitioned %.1f ms, cores/2 %.1f ms\n", total_reference * 1e3, total_cores * 1e3);
+            std::printf("  total: unpartitioned %.1f ms, cores/threads %.1f ms\n", total_reference * 1e3, total_cores * 1e3);
             const train::StepResult u = unpartitioned.train_step(images, labels);
             const train::StepResult p = partitioned.train_step(images, labels);
             std::printf("  phases (ms): unpartitioned forward+loss %.1f backward %.1f update %.1f | partitioned %.1f %.1f %.1f\n",
