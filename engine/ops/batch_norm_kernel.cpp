@@ -55,66 +55,64 @@ void add_row_moments(const Element* row, std::int64_t stride, std::int64_t pixel
 }
 
 // The same for f32 runs with AVX2. A run of `lanes` channels per pixel (1, 2, 4, 8, 16 or 32) is one
-// flat array of floats whose channels repeat every 32 floats: float f holds channel f % lanes. It is walked 32 floats (4 vectors) at a time
-// with 4 independent accumulators, each vector slot with its own per-channel constants; then whole
-// vectors, then a scalar tail. (Outside the AVX2 region: callers on any CPU ask it.)
+// flat array of floats whose channels repeat every 32 floats: float f holds channel f % lanes. It is
+// walked 32 floats (4 vectors) at a time with 4 independent accumulators, each vector slot with its own
+// per-channel constants; then whole vectors, then a scalar tail. No lambdas: a target attribute does not
+// reach them, and clang (which builds the fuzzers) ignores GCC's target pragma.
 inline bool flat_rows_fit(std::int64_t lanes) { return lanes > 0 && lanes <= 32 && 32 % lanes == 0; }
-
-#pragma GCC push_options
-#pragma GCC target("avx2,fma")  // the lambdas below too: an attribute would not reach them
 
 constexpr int k_slots = 4;
 
 // Per-channel values as the vector in slot `slot` sees them.
-inline __m256 slot_constants(const float* values, std::int64_t lanes, int slot) {
+__attribute__((target("avx2,fma"))) inline __m256 slot_constants(const float* values, std::int64_t lanes, int slot) {
     alignas(32) float repeated[8];
     for (int k = 0; k < 8; ++k) repeated[k] = values[(slot * 8 + k) % lanes];
     return _mm256_load_ps(repeated);
 }
 
 // Adds the slot's 8 lanes into per-channel sums.
-inline void fold_slot(__m256 v, std::int64_t lanes, int slot, double* sums) {
+__attribute__((target("avx2,fma"))) inline void fold_slot(__m256 v, std::int64_t lanes, int slot, double* sums) {
     alignas(32) float lane[8];
     _mm256_store_ps(lane, v);
     for (int k = 0; k < 8; ++k) sums[(slot * 8 + k) % lanes] += lane[k];
 }
 
-// Σ over the row of f(x) per channel, f given on vectors and on scalars (the tail).
-template <class Vector, class Scalar>
-inline void flat_row_sums(std::int64_t floats, std::int64_t lanes, double* sums, Vector&& vector, Scalar&& scalar) {
-    __m256 acc[k_slots];
-    for (int slot = 0; slot < k_slots; ++slot) acc[slot] = _mm256_setzero_ps();
-    std::int64_t i = 0;
-    for (; i + 8 * k_slots <= floats; i += 8 * k_slots)
-        for (int slot = 0; slot < k_slots; ++slot) acc[slot] = _mm256_add_ps(acc[slot], vector(i + slot * 8, slot));
-    for (int slot = 0; i + 8 <= floats; i += 8, ++slot) acc[slot] = _mm256_add_ps(acc[slot], vector(i, slot));
-    for (int slot = 0; slot < k_slots; ++slot) fold_slot(acc[slot], lanes, slot, sums);
-    for (; i < floats; ++i) sums[i % lanes] += scalar(i);
+// acc + x, or acc + (x − shift)² when centred.
+__attribute__((target("avx2,fma"))) inline __m256 accumulate(__m256 acc, __m256 x, __m256 shift, bool centred) {
+    if (!centred) return _mm256_add_ps(acc, x);
+    const __m256 d = _mm256_sub_ps(x, shift);
+    return _mm256_fmadd_ps(d, d, acc);
 }
 
-void add_row_moments_avx2(const float* row, std::int64_t lanes, std::int64_t pixels, std::int64_t count, double* mean, double* m2) {
+// Σ over a run of floats of x, or of (x − centre)² where `centre` is given, per channel.
+__attribute__((target("avx2,fma"))) void add_run_sums(const float* run, std::int64_t lanes, std::int64_t floats, const float* centre, double* sums) {
+    const bool centred = centre != nullptr;
+    __m256 acc[k_slots], shift[k_slots];
+    for (int slot = 0; slot < k_slots; ++slot) {
+        acc[slot] = _mm256_setzero_ps();
+        shift[slot] = centred ? slot_constants(centre, lanes, slot) : _mm256_setzero_ps();
+    }
+    std::int64_t i = 0;
+    for (; i + 8 * k_slots <= floats; i += 8 * k_slots)
+        for (int slot = 0; slot < k_slots; ++slot) acc[slot] = accumulate(acc[slot], _mm256_loadu_ps(run + i + slot * 8), shift[slot], centred);
+    for (int slot = 0; i + 8 <= floats; i += 8, ++slot) acc[slot] = accumulate(acc[slot], _mm256_loadu_ps(run + i), shift[slot], centred);
+    for (int slot = 0; slot < k_slots; ++slot) fold_slot(acc[slot], lanes, slot, sums);
+    for (; i < floats; ++i) {
+        const float d = run[i] - (centred ? centre[i % lanes] : 0.0f);
+        sums[i % lanes] += centred ? d * d : d;
+    }
+}
+
+__attribute__((target("avx2,fma"))) void add_row_moments_avx2(const float* row, std::int64_t lanes, std::int64_t pixels, std::int64_t count, double* mean, double* m2) {
     const std::int64_t floats = lanes * pixels;
     double sums[32] = {}, squares[32] = {};
-    flat_row_sums(floats, lanes, sums, [&](std::int64_t i, int) { return _mm256_loadu_ps(row + i); }, [&](std::int64_t i) { return row[i]; });
+    add_run_sums(row, lanes, floats, nullptr, sums);
     float centre[32];
     for (std::int64_t c = 0; c < lanes; ++c) centre[c] = static_cast<float>(sums[c] / static_cast<double>(pixels));
-    __m256 centres[k_slots];
-    for (int slot = 0; slot < k_slots; ++slot) centres[slot] = slot_constants(centre, lanes, slot);
-    flat_row_sums(
-        floats, lanes, squares,
-        [&](std::int64_t i, int slot) {
-            const __m256 d = _mm256_sub_ps(_mm256_loadu_ps(row + i), centres[slot]);
-            return _mm256_mul_ps(d, d);
-        },
-        [&](std::int64_t i) {
-            const float d = row[i] - centre[i % lanes];
-            return d * d;
-        });
+    add_run_sums(row, lanes, floats, centre, squares);
     for (std::int64_t c = 0; c < lanes; ++c) merge_moments(centre[c], squares[c], pixels, count, mean[c], m2[c]);
 }
 
-
-#pragma GCC pop_options
 
 // Whether a tile's rows take the AVX2 loops: f32, 1 to 32 lanes dividing 32, an AVX2 CPU (and
 // TESSERA_ROW_KERNELS not 0).
