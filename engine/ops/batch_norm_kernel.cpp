@@ -3,29 +3,15 @@
 #include "ops/kernels.hpp"
 #include "ops/tile_rows.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <optional>
 #include <immintrin.h>
 #include <type_traits>
 
 namespace tessera::ops {
 
 namespace {
-
-// The row loop below works on W adjacent lanes of a row of `stride` lanes per pixel, W fixed so that the
-// compiler keeps the lanes in registers; for_lane_chunks runs it over a whole row: as one chunk of 16,
-// 8 or 4 lanes, or lane by lane for another count (channels-last with 24 channels). bf16 tiles and
-// CPUs without AVX2 take it.
-template <class Chunk>
-void for_lane_chunks(std::int64_t lanes, Chunk&& chunk) {
-    switch (lanes) {
-        case 16: chunk.template operator()<16>(0); return;
-        case 8: chunk.template operator()<8>(0); return;
-        case 4: chunk.template operator()<4>(0); return;
-        default:
-            for (std::int64_t j = 0; j < lanes; ++j) chunk.template operator()<1>(j);
-            return;
-    }
-}
 
 // Chan's pairwise update: running moments (mean, Σ(x − mean)²) of `count` values take in a run's
 // (centre, Σ(x − centre)²) of `pixels` values.
@@ -36,29 +22,12 @@ inline void merge_moments(double centre, double square, std::int64_t pixels, std
     m2 += square + delta * delta * static_cast<double>(count) * static_cast<double>(pixels) / total;
 }
 
-// A run's per-lane mean and Σ(x − mean)² (two loops over a run that stays in cache), merged into running
-// per-lane moments: one pass over the tile gives what Σx and then Σ(x − mean)² gave in two, as exactly.
-// `count` is the values merged so far per lane.
-template <int W, class Element>
-void add_row_moments(const Element* row, std::int64_t stride, std::int64_t pixels, std::int64_t count, double* mean, double* m2) {
-    float sum[W] = {}, centre[W], square[W] = {};
-    for (std::int64_t p = 0; p < pixels; ++p)
-        for (int j = 0; j < W; ++j) sum[j] += as_float(row[p * stride + j]);
-    for (int j = 0; j < W; ++j) centre[j] = sum[j] / static_cast<float>(pixels);
-    for (std::int64_t p = 0; p < pixels; ++p) {
-        for (int j = 0; j < W; ++j) {
-            const float d = as_float(row[p * stride + j]) - centre[j];
-            square[j] += d * d;
-        }
-    }
-    for (int j = 0; j < W; ++j) merge_moments(centre[j], square[j], pixels, count, mean[j], m2[j]);
-}
-
-// The same for f32 runs with AVX2. A run of `lanes` channels per pixel (1, 2, 4, 8, 16 or 32) is one
-// flat array of floats whose channels repeat every 32 floats: float f holds channel f % lanes. It is
-// walked 32 floats (4 vectors) at a time with 4 independent accumulators, each vector slot with its own
-// per-channel constants; then whole vectors, then a scalar tail. No lambdas: a target attribute does not
-// reach them, and clang (which builds the fuzzers) ignores GCC's target pragma.
+// add_row_sums (tile_rows.hpp) for f32 runs with AVX2. A run of `lanes` channels per pixel (1, 2, 4, 8, 16
+// or 32) is one flat array of floats whose channels repeat every 32 floats: float f holds channel
+// f % lanes. It is walked 32 floats (4 vectors) at a time with 4 independent accumulators, each vector
+// slot with its own per-channel constants; then whole vectors, then a scalar tail. Rows that follow each
+// other in memory can be one run (see tile_moments). No lambdas: a target attribute does not reach them,
+// and clang (which builds the fuzzers) ignores GCC's target pragma.
 inline bool flat_rows_fit(std::int64_t lanes) { return lanes > 0 && lanes <= 32 && 32 % lanes == 0; }
 
 constexpr int k_slots = 4;
@@ -103,22 +72,38 @@ __attribute__((target("avx2,fma"))) void add_run_sums(const float* run, std::int
     }
 }
 
-__attribute__((target("avx2,fma"))) void add_row_moments_avx2(const float* row, std::int64_t lanes, std::int64_t pixels, std::int64_t count, double* mean, double* m2) {
-    const std::int64_t floats = lanes * pixels;
-    double sums[32] = {}, squares[32] = {};
-    add_run_sums(row, lanes, floats, nullptr, sums);
-    float centre[32];
-    for (std::int64_t c = 0; c < lanes; ++c) centre[c] = static_cast<float>(sums[c] / static_cast<double>(pixels));
-    add_run_sums(row, lanes, floats, centre, squares);
-    for (std::int64_t c = 0; c < lanes; ++c) merge_moments(centre[c], squares[c], pixels, count, mean[c], m2[c]);
+// Whether tiles of this layout take the AVX2 loops: f32 rows of 1 to 32 lanes dividing 32, an AVX2 CPU
+// (and TESSERA_ROW_KERNELS not 0). Asked when the kernel is built.
+bool vector_moments(const memory::desc& layout) {
+    const std::optional<RowShape> rows = f32_row_shape(layout);
+    return rows && flat_rows_fit(rows->lanes) && vector_row_kernels_enabled();
 }
 
-
-// Whether a tile's rows take the AVX2 loops: f32, 1 to 32 lanes dividing 32, an AVX2 CPU (and
-// TESSERA_ROW_KERNELS not 0).
+// Per-lane Σx (centre null) or Σ(x − centre)² over `pixels` pixels of `lanes` channels, added into sums;
+// `vectors`: the layout takes the AVX2 loop (vector_moments).
 template <class Element>
-bool vector_rows(std::int64_t lanes) {
-    return std::is_same_v<Element, float> && flat_rows_fit(lanes) && vector_row_kernels_enabled();
+void add_sums(const Element* run, std::int64_t lanes, std::int64_t pixels, const float* centre, double* sums, bool vectors) {
+    if constexpr (std::is_same_v<Element, float>) {
+        if (vectors) {
+            add_run_sums(run, lanes, lanes * pixels, centre, sums);
+            return;
+        }
+    }
+    add_row_sums(run, lanes, pixels, centre, sums);
+}
+
+// A run's per-lane mean and Σ(x − that mean)² (two passes over a run in cache), merged into the running
+// moments of `count` values per lane: one pass over the tile gives what Σx and then Σ(x − mean)² gave in
+// two. `sums`, `squares` and `centre` are scratch of `lanes` entries.
+template <class Element>
+void add_run_moments(const Element* run, std::int64_t lanes, std::int64_t pixels, std::int64_t count, double* mean, double* m2,
+                     double* sums, double* squares, float* centre, bool vectors) {
+    std::fill(sums, sums + lanes, 0.0);
+    std::fill(squares, squares + lanes, 0.0);
+    add_sums(run, lanes, pixels, nullptr, sums, vectors);
+    for (std::int64_t c = 0; c < lanes; ++c) centre[c] = static_cast<float>(sums[c] / static_cast<double>(pixels));
+    add_sums(run, lanes, pixels, centre, squares, vectors);
+    for (std::int64_t c = 0; c < lanes; ++c) merge_moments(centre[c], squares[c], pixels, count, mean[c], m2[c]);
 }
 
 // running = momentum · running + (1 − momentum) · batch, with the unbiased batch variance (M values per channel).
@@ -189,6 +174,7 @@ public:
         m_diff_src = Staged(m_scratchpad, m_backward_pd.diff_src_desc(), in.descs[0]);
         if (!m_needs_diff_input) m_discarded = m_scratchpad.call_buffer(m_backward_pd.diff_src_desc());
         m_tile_count = num_elements_of(output_shape) / channels;
+        m_vector_moments = vector_moments(in.descs[0]);
         m_count = m_tile_count;
     }
 
@@ -320,35 +306,28 @@ private:
         m_tile_m2.assign(padded, 0.0);
         std::vector<std::int64_t> merged(padded, 0);  // values merged so far, per channel group (at its first lane)
         const DenormalsFlushed flushed;
+        std::vector<double> sums(padded), squares(padded);  // scratch for one run
+        std::vector<float> centre(padded);
         with_element_type(x.dtype, [&](auto element) {
             using Element = decltype(element);
-            // Rows that follow each other in memory (one channel group's rows of a dense tile) are taken
-            // together, up to k_run_floats: a 3D tile's rows of 32 positions × 8 channels spent more time
-            // merging per-row moments than summing (0.27–0.34 ms for a 32³ tile, in cache).
-            constexpr std::int64_t k_run_floats = 16384;  // 64 KB of f32: the second loop reads it from L2
+            // Rows that follow each other in memory (one channel group's rows of a dense tile) are one run,
+            // up to k_run_floats, where the AVX2 loop takes them: a 3D tile's rows of 32 positions × 8
+            // channels spent more time merging per-row moments than summing (0.27–0.34 ms for a 32³ tile,
+            // in cache). The lane loop keeps rows: its single float accumulator per lane suits a row's length.
+            constexpr std::int64_t k_run_floats = 16384;  // 64 KB of f32: the second pass reads it from L2
             const Element* run = nullptr;
             std::int64_t run_first = 0, run_lanes = 0, run_pixels = 0;
             const auto merge_run = [&] {
                 if (run_pixels == 0) return;
                 auto& count = merged[static_cast<std::size_t>(run_first)];
-                bool done = false;
-                if constexpr (std::is_same_v<Element, float>) {
-                    if (vector_rows<Element>(run_lanes)) {
-                        add_row_moments_avx2(run, run_lanes, run_pixels, count, m_tile_mean.data() + run_first, m_tile_m2.data() + run_first);
-                        done = true;
-                    }
-                }
-                if (!done) {
-                    for_lane_chunks(run_lanes, [&]<int W>(std::int64_t j) {
-                        add_row_moments<W>(run + j, run_lanes, run_pixels, count, m_tile_mean.data() + run_first + j,
-                                           m_tile_m2.data() + run_first + j);
-                    });
-                }
+                add_run_moments(run, run_lanes, run_pixels, count, m_tile_mean.data() + run_first, m_tile_m2.data() + run_first,
+                                sums.data(), squares.data(), centre.data(), m_vector_moments);
                 count += run_pixels;
                 run_pixels = 0;
             };
             for_each_row<Element>(x, [&](Element* row, std::int64_t first, std::int64_t lanes, std::int64_t pixels, std::int64_t) {
-                if (run_pixels > 0 && first == run_first && row == run + run_pixels * lanes && (run_pixels + pixels) * lanes <= k_run_floats) {
+                const bool follows = run_pixels > 0 && first == run_first && row == run + run_pixels * lanes;
+                if (follows && m_vector_moments && (run_pixels + pixels) * lanes <= k_run_floats) {
                     run_pixels += pixels;
                     return;
                 }
@@ -385,6 +364,7 @@ private:
     Tensor* m_running_variance;
     bool m_needs_diff_input;
     bool m_distributed;
+    bool m_vector_moments = false;  // tile_moments runs the AVX2 loop (vector_moments)
     std::int64_t m_tile_count = 1;  // elements per channel on this executor
     std::int64_t m_count = 1;       // ... in the statistics (distributed: on the whole replica)
     Tensor m_mean, m_variance;      // [C] f32: the batch's (or, distributed, the replica's) statistics

@@ -150,9 +150,9 @@ void subtract_affine_row(Element* row, const Element* x, std::int64_t lanes, std
 }
 
 // While alive, this thread's SSE/AVX arithmetic flushes denormal results and reads denormal inputs as
-// zero (MXCSR FTZ and DAZ): each denormal value costs a microcode assist, and gradients deep in a
-// backward pass hold values below 1e-38 (hand-written batch-norm gradient loops ran 4–11× slower on a
-// tile of 1e-37 values, and took 3× oneDNN's time inside the 2D U-Net's step, until flushed).
+// zero (MXCSR FTZ and DAZ), as oneDNN's kernels run: each denormal value costs a microcode assist (a
+// batch-norm loop over a tile of 1e-37 values ran 4–11× slower unflushed), and gradients deep in a
+// backward pass hold values below 1e-38.
 class DenormalsFlushed {
 public:
     DenormalsFlushed() : m_saved(_mm_getcsr()) { _mm_setcsr(m_saved | k_flush_to_zero | k_denormals_are_zero); }
