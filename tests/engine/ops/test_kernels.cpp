@@ -319,6 +319,9 @@ TEST(Kernels, FewChannelConvolutionsRunAsRowsAndMatchTheReference) {
     ops::ConvAttributes one_sided = ops::ConvAttributes::valid(2, 3);
     one_sided.pad_begin = {2, 0};
     one_sided.pad_end = {0, 1};
+    // A corner tile of a 2×2×2 split: image padding before, one halo plane after (input 33 wide, output 32).
+    ops::ConvAttributes corner = ops::ConvAttributes::valid(3, 3);
+    corner.pad_begin = {1, 1, 1};
     const std::vector<Case> cases{
         {{2, 8, 13, 45}, 8, ops::ConvAttributes::same(2, 3), true, memory::format_tag::nhwc, true},
         {{1, 16, 7, 21}, 8, one_sided, false, memory::format_tag::undef, true},
@@ -328,8 +331,12 @@ TEST(Kernels, FewChannelConvolutionsRunAsRowsAndMatchTheReference) {
         // Rows of one vector or less (the last 16 positions computed alone): channels-last and plain.
         {{1, 8, 9, 14}, 8, ops::ConvAttributes::same(2, 3), true, memory::format_tag::nhwc, true},
         {{1, 16, 4, 5, 10}, 8, ops::ConvAttributes::same(3, 3), false, memory::format_tag::undef, true},
-        // 3 positions past the last pair of vectors (computed position by position), written plain.
+        // 1 to 4 positions past the last pair of vectors, or a row of 4 (forward_positions): 3 and 4
+        // written plain, 4 channels-last, and 1 in a corner tile's input gradient (its 16 channels as 2 blocks).
         {{1, 8, 6, 35}, 8, ops::ConvAttributes::same(2, 3), true, memory::format_tag::undef, true},
+        {{1, 8, 5, 36}, 8, ops::ConvAttributes::same(2, 3), false, memory::format_tag::undef, true},
+        {{2, 8, 6, 4}, 8, ops::ConvAttributes::same(2, 3), true, memory::format_tag::nhwc, true},
+        {{1, 16, 4, 5, 33}, 8, corner, false, memory::format_tag::ndhwc, true},
     };
     for (const Case& c : cases) {
         ops::ConvAttributes attributes = c.attributes;
