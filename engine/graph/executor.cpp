@@ -64,6 +64,12 @@ struct Executor::Impl {
     // Nodes nothing consumes that are not outputs: no gradient arrives there, so backward starts
     // them at zero.
     std::vector<std::size_t> unconsumed;
+    // A concatenation read by a halo node alone writes its output into the halo buffer's interior and
+    // reads its gradient from there (ops' ConcatKernel, on views of the interior): the halo node copies
+    // nothing in or out. Per node: the halo node whose interior holds this node's output (−1: none);
+    // per halo node: whether its kernel is skipped.
+    std::vector<int> inside_halo_of;
+    std::vector<bool> halo_in_place;
 
     const std::vector<memory>& inputs_of(const Node& node) {
         node_inputs.clear();
@@ -92,10 +98,25 @@ struct Executor::Impl {
     std::vector<bool> gradient_in_arena;             // per node
     std::vector<std::vector<bool>> scratch_in_arena;  // per node and input slot, like diff_is_scratch
 
+    // The interior of a halo node's buffer (value or gradient) as memory of the tile's shape: the
+    // sub-memory's strides, its first element as the handle.
+    static memory interior_view(const memory& widened, const Node& halo, const Shape& tile_shape) {
+        memory::dims offsets(tile_shape.size(), 0);
+        for (std::size_t axis = 0; axis < halo.halo.interior_offset.size(); ++axis) offsets[axis + 2] = halo.halo.interior_offset[axis];
+        memory::desc view = widened.get_desc().submemory_desc(ops::to_dims(tile_shape), offsets);
+        const auto first = static_cast<std::size_t>(view.data.offset0);
+        view.data.offset0 = 0;
+        return memory(view, cpu_engine(), static_cast<char*>(widened.get_data_handle()) + first * memory::data_type_size(view.data_type()));
+    }
+
     void allocate_gradients() {
         const std::vector<Node>& nodes = graph.nodes();
         const std::size_t count = nodes.size();
-        const std::vector<BufferLifetime> node_lifetimes = gradient_lifetimes(graph);
+        std::vector<BufferLifetime> node_lifetimes = gradient_lifetimes(graph);
+        // A node inside a halo buffer reads its gradient there: the halo's gradient lives until then.
+        for (std::size_t n = 0; n < count; ++n) {
+            if (inside_halo_of[n] >= 0) node_lifetimes[static_cast<std::size_t>(inside_halo_of[n])].last_step = node_lifetimes[n].last_step;
+        }
         struct Slot {
             std::size_t node, input_slot;  // input_slot == npos: the node's own gradient
             memory::desc desc;
@@ -105,8 +126,10 @@ struct Executor::Impl {
         std::vector<BufferLifetime> lifetimes;
         for (std::size_t n = 0; n < count; ++n) {
             if (nodes[n].kind == OpKind::Input) continue;
-            slots.push_back({n, own, outputs[n].get_desc()});
-            lifetimes.push_back(node_lifetimes[n]);
+            if (inside_halo_of[n] < 0) {
+                slots.push_back({n, own, outputs[n].get_desc()});
+                lifetimes.push_back(node_lifetimes[n]);
+            }
             for (std::size_t slot = 0; slot < nodes[n].inputs.size(); ++slot) {
                 if (!diff_is_scratch[n][slot]) continue;
                 const auto producer = static_cast<std::size_t>(nodes[n].inputs[slot]);
@@ -143,6 +166,11 @@ struct Executor::Impl {
             } else {
                 diff_targets[slot.node][slot.input_slot] = buffer;
             }
+        }
+        for (std::size_t n = 0; n < count; ++n) {
+            if (inside_halo_of[n] < 0) continue;
+            const auto halo = static_cast<std::size_t>(inside_halo_of[n]);
+            gradients[n] = interior_view(gradients[halo], nodes[halo], nodes[n].output_shape);
         }
     }
 
@@ -315,6 +343,28 @@ Executor::Executor(const Graph& graph, ExecutorOptions options) : m_impl(std::ma
             Scratchpad::attributes(), cpu_engine())));
     }
 
+    // Concatenations into the halo buffers they alone feed (Impl::inside_halo_of). f32 only: the emulated
+    // bf16 and f16 modes round whole buffers in place.
+    impl.inside_halo_of.assign(count, -1);
+    impl.halo_in_place.assign(count, false);
+    if (impl.options.precision == Precision::F32 && !ops::switched_off("TESSERA_HALO_IN_PLACE")) {
+        for (const Node& node : nodes) {
+            if (node.kind != OpKind::Halo) continue;
+            const auto producer = static_cast<std::size_t>(node.inputs[0]);
+            const Node& tile = nodes[producer];
+            if (tile.kind != OpKind::Concat || consumers[producer].size() != 1 || is_output[producer]) continue;
+            if (impl.kernels[producer]->implementation() != "channel runs") continue;  // its own copies, not oneDNN's
+            bool covers = true;  // the halo node reads every row of the tile
+            for (std::size_t axis = 0; axis < node.halo.interior_extent.size(); ++axis)
+                covers = covers && node.halo.interior_offset[axis] >= 0 && node.halo.interior_extent[axis] == tile.output_shape[axis + 2];
+            if (!covers) continue;
+            const auto id = static_cast<std::size_t>(node.id);
+            impl.outputs[producer] = Impl::interior_view(impl.outputs[id], node, tile.output_shape);
+            impl.inside_halo_of[producer] = node.id;
+            impl.halo_in_place[id] = true;
+        }
+    }
+
     // Backward runs in reverse order: the last consumer of a node writes its gradient first (directly);
     // every later contribution lands in scratch and is added.
     std::vector<bool> written(count, false);
@@ -446,7 +496,7 @@ void Executor::forward_node(int id) {
     const auto n = static_cast<std::size_t>(id);
     // oneDNN's CPU stream runs each primitive to completion in this thread, so wall time per node is exact.
     const auto start = std::chrono::steady_clock::now();
-    impl.kernels[n]->forward(impl.inputs_of(node), impl.outputs[n], impl.mode);
+    if (!impl.halo_in_place[n]) impl.kernels[n]->forward(impl.inputs_of(node), impl.outputs[n], impl.mode);
     if (impl.options.precision == Precision::F16) impl.round_through_half(n, impl.outputs[n]);
     impl.round_through_bf16(n, impl.outputs[n]);
     impl.timings[n].forward_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -538,7 +588,9 @@ void Executor::backward_part(int id, bool inputs, bool weights) {
     const std::vector<Node>& nodes = impl.graph.nodes();
     const auto start = std::chrono::steady_clock::now();
     ops::Kernel& kernel = *impl.kernels[n];
-    if (inputs && weights) {
+    if (impl.halo_in_place[n]) {
+        // The tile's gradient is this buffer's interior: nothing to copy.
+    } else if (inputs && weights) {
         kernel.backward(impl.inputs_of(node), impl.outputs[n], impl.gradients[n], impl.diff_targets[n]);
     } else if (inputs) {
         kernel.backward_inputs(impl.inputs_of(node), impl.outputs[n], impl.gradients[n], impl.diff_targets[n]);
@@ -677,8 +729,11 @@ MemoryReport Executor::memory_report() const {
     report.activation_gradients = impl.gradient_arena_bytes;
     const auto& nodes = impl.graph.nodes();
     for (std::size_t n = 0; n < impl.outputs.size(); ++n) {
-        const auto value = static_cast<std::int64_t>(impl.outputs[n].get_desc().get_size());
-        const std::int64_t gradient = impl.gradients[n] ? static_cast<std::int64_t>(impl.gradients[n].get_desc().get_size()) : 0;
+        // A node inside a halo buffer owns no bytes: the halo node's buffers count them.
+        const bool inside_halo = impl.inside_halo_of[n] >= 0;
+        const auto value = inside_halo ? std::int64_t{0} : static_cast<std::int64_t>(impl.outputs[n].get_desc().get_size());
+        const std::int64_t gradient =
+            impl.gradients[n] && !inside_halo ? static_cast<std::int64_t>(impl.gradients[n].get_desc().get_size()) : 0;
         const std::int64_t own_gradient = impl.gradient_in_arena[n] ? 0 : gradient;
         if (nodes[n].kind == OpKind::Halo) {
             report.halo_buffers += value + own_gradient;

@@ -1,5 +1,6 @@
 // ReLU, addition and channel concatenation.
 #include "ops/kernels.hpp"
+#include "ops/tile_rows.hpp"
 
 #include <algorithm>
 #include <cstdint>
@@ -220,7 +221,7 @@ private:
 class ConcatKernel final : public Kernel {
 public:
     ConcatKernel(const std::vector<Shape>& input_shapes, const Shape& output_shape, const KernelInputs& in)
-        : Kernel(in), m_needs_gradient(in.needs_gradient), m_channel_runs(in.descs, input_shapes, output_shape) {
+        : Kernel(in), m_needs_gradient(in.needs_gradient), m_input_shapes(input_shapes), m_channel_runs(in.descs, input_shapes, output_shape) {
         if (m_channel_runs.applies()) {
             m_output_desc = m_channel_runs.output_desc();
             return;
@@ -258,6 +259,10 @@ public:
     }
 
     void forward(const std::vector<memory>& inputs, const memory& output, Mode) override {
+        if (m_channel_runs.applies() && output.get_desc() != m_output_desc) {
+            in_place(inputs, output, true);
+            return;
+        }
         if (m_channel_runs.applies()) {
             m_channel_runs.join(inputs, output);
             return;
@@ -271,6 +276,10 @@ public:
 
     void backward(const std::vector<memory>&, const memory&, const memory& diff_output,
                   const std::vector<memory>& diff_inputs) override {
+        if (m_channel_runs.applies() && diff_output.get_desc() != m_output_desc) {
+            in_place(diff_inputs, diff_output, false);
+            return;
+        }
         if (m_channel_runs.applies()) {
             std::vector<memory> wanted(diff_inputs.size());
             for (std::size_t i = 0; i < diff_inputs.size(); ++i)
@@ -290,6 +299,69 @@ public:
     std::string implementation() const override { return m_channel_runs.applies() ? "channel runs" : std::string(); }
 
 private:
+    // The output (or its gradient) inside a wider buffer — the interior of the halo buffer the output alone
+    // feeds (graph::Executor places it there): each input's channels copied row by row into (or out of)
+    // their place in it.
+    void in_place(const std::vector<memory>& parts, const memory& whole, bool into_whole) const {
+        const TileBuffer whole_buffer = tile_buffer_of(whole);
+        if (into_whole && whole_buffer.block == 1 && whole_buffer.dtype == DType::F32) {
+            join_pixels(parts, whole_buffer);
+            return;
+        }
+        std::int64_t first = 0;
+        for (std::size_t i = 0; i < parts.size(); ++i) {
+            const Shape& shape = m_input_shapes[i];
+            if (into_whole || m_needs_gradient[i]) {
+                const TileBuffer slice = channel_slice(whole_buffer, first, shape[1]);
+                const Box origin(shape.size() - 2, 0), extent(shape.begin() + 2, shape.end());
+                if (into_whole) {
+                    copy_box(tile_buffer_of(parts[i]), origin, slice, origin, extent);
+                } else {
+                    copy_box(slice, origin, tile_buffer_of(parts[i]), origin, extent);
+                }
+            }
+            first += shape[1];
+        }
+    }
+
+    // Channels-last, each output pixel's channels written together, input after input: input by input,
+    // every pixel's line was written twice in halves (5.1 against 3.0 ms for the 3D U-Net's 8 + 8
+    // channels on a 32³ tile, one thread).
+    void join_pixels(const std::vector<memory>& parts, const TileBuffer& whole) const {
+        std::vector<TileBuffer> part_buffers;
+        for (const memory& part : parts) part_buffers.push_back(tile_buffer_of(part));
+        const Shape& shape = m_input_shapes[0];
+        const bool volume = shape.size() == 5;
+        const std::int64_t batch = shape[0], depth = volume ? shape[2] : 1, height = shape[shape.size() - 2], width = shape.back();
+        const std::int64_t pixel_stride = whole.spatial_stride[2];
+#pragma omp parallel for collapse(3) schedule(static)
+        for (std::int64_t n = 0; n < batch; ++n) {
+            for (std::int64_t z = 0; z < depth; ++z) {
+                for (std::int64_t y = 0; y < height; ++y) {
+                    float* row = static_cast<float*>(whole.data) + whole.offset(n, 0, z, y, 0);
+                    std::int64_t first = 0;
+                    for (std::size_t i = 0; i < part_buffers.size(); ++i) {
+                        const TileBuffer& part = part_buffers[i];
+                        const std::int64_t channels = part.channels();
+                        const float* source = static_cast<const float*>(part.data) + part.offset(n, 0, z, y, 0);
+                        const std::int64_t source_stride = part.spatial_stride[2];
+                        float* target = row + first;
+                        // 8 and 16 channels (the U-Nets' own) as fixed-size copies the compiler inlines.
+                        if (channels == 8) {
+                            for (std::int64_t x = 0; x < width; ++x) std::memcpy(target + x * pixel_stride, source + x * source_stride, 8 * sizeof(float));
+                        } else if (channels == 16) {
+                            for (std::int64_t x = 0; x < width; ++x) std::memcpy(target + x * pixel_stride, source + x * source_stride, 16 * sizeof(float));
+                        } else {
+                            for (std::int64_t x = 0; x < width; ++x)
+                                std::memcpy(target + x * pixel_stride, source + x * source_stride, static_cast<std::size_t>(channels) * sizeof(float));
+                        }
+                        first += channels;
+                    }
+                }
+            }
+        }
+    }
+
     // Whether every input's channel range is a sub-view of `desc` (starts on a channel block): oneDNN's
     // submemory_desc refuses a range that cuts a block.
     static bool parts_fit(const memory::desc& desc, const std::vector<Shape>& input_shapes) {
@@ -310,6 +382,7 @@ private:
 
     bool m_parts_in_place = false;
     std::vector<bool> m_needs_gradient;
+    std::vector<Shape> m_input_shapes;
     ChannelRuns m_channel_runs;
     std::vector<Converted> m_sources;
     dnnl::concat m_concat;

@@ -10,14 +10,34 @@ namespace {
 
 // How a layout splits into contiguous rows along W: per (n, group, z, y) one run of `row_length(x)`
 // elements. Plain: a group per channel; blocked: per channel block (lanes included); channels-last:
-// one group holding every channel.
-enum class RowKind { Plain, Blocked, ChannelsLast, Other };
+// one group holding every channel. Channels-last with more channels between pixels than the buffer
+// has (a channel slice of a wider buffer): a run per pixel.
+enum class RowKind { Plain, Blocked, ChannelsLast, ChannelsLastSlice, Other };
 
 RowKind row_kind(const TileBuffer& b) {
     if (b.block > 1) return b.spatial_stride[2] == b.block ? RowKind::Blocked : RowKind::Other;
     if (b.spatial_stride[2] == 1) return RowKind::Plain;
     if (b.block_stride == 1 && b.spatial_stride[2] == b.channels()) return RowKind::ChannelsLast;
+    if (b.block_stride == 1 && b.spatial_stride[2] > b.channels()) return RowKind::ChannelsLastSlice;
     return RowKind::Other;
+}
+
+bool channels_last_like(RowKind kind) { return kind == RowKind::ChannelsLast || kind == RowKind::ChannelsLastSlice; }
+
+// Every pixel's channels, between channels-last buffers either of which is a channel slice: 8 and 16
+// channels (the U-Nets' own) as fixed-size copies the compiler inlines — a library call per pixel cost
+// more than the copy.
+template <class Element>
+void copy_pixels(const Element* source, std::int64_t source_stride, Element* target, std::int64_t target_stride,
+                 std::int64_t pixels, std::int64_t channels) {
+    const auto each = [&](auto fixed) {
+        constexpr std::int64_t count = decltype(fixed)::value;
+        for (std::int64_t x = 0; x < pixels; ++x) std::memcpy(target + x * target_stride, source + x * source_stride, count * sizeof(Element));
+    };
+    if (channels == 8) return each(std::integral_constant<std::int64_t, 8>{});
+    if (channels == 16) return each(std::integral_constant<std::int64_t, 16>{});
+    for (std::int64_t x = 0; x < pixels; ++x)
+        std::memcpy(target + x * target_stride, source + x * source_stride, static_cast<std::size_t>(channels) * sizeof(Element));
 }
 
 struct Walk {
@@ -66,10 +86,29 @@ void run_rows(const TileBuffer& from, const Box& from_origin, const TileBuffer& 
     const Walk b = make_walk(to, to_origin, extent);
     const std::int64_t batch = from.shape[0], channels = from.channels();
     const RowKind kind = row_kind(from);
-    const bool rows = kind != RowKind::Other && kind == row_kind(to) && from.block == to.block;
     const std::int64_t element = from.element_size();
     auto* source = static_cast<const char*>(from.data);
     auto* target = static_cast<char*>(to.data);
+    if (operation == Operation::Copy && channels_last_like(kind) && channels_last_like(row_kind(to)) &&
+        (kind == RowKind::ChannelsLastSlice || row_kind(to) == RowKind::ChannelsLastSlice)) {
+        for (std::int64_t n = 0; n < batch; ++n) {
+            for (std::int64_t z = 0; z < a.depth; ++z) {
+                for (std::int64_t y = 0; y < a.height; ++y) {
+                    const std::int64_t s = from.offset(n, 0, a.z0 + z, a.y0 + y, a.x0);
+                    const std::int64_t t = to.offset(n, 0, b.z0 + z, b.y0 + y, b.x0);
+                    if (from.dtype == DType::F32) {
+                        copy_pixels(reinterpret_cast<const float*>(source) + s, from.spatial_stride[2], reinterpret_cast<float*>(target) + t,
+                                    to.spatial_stride[2], a.width, channels);
+                    } else {
+                        copy_pixels(reinterpret_cast<const std::uint16_t*>(source) + s, from.spatial_stride[2],
+                                    reinterpret_cast<std::uint16_t*>(target) + t, to.spatial_stride[2], a.width, channels);
+                    }
+                }
+            }
+        }
+        return;
+    }
+    const bool rows = kind != RowKind::Other && kind != RowKind::ChannelsLastSlice && kind == row_kind(to) && from.block == to.block;
     if (rows) {
         std::int64_t groups = channels, lanes = a.width;
         if (kind == RowKind::Blocked) {
@@ -132,10 +171,21 @@ void add_box(const TileBuffer& from, const Box& from_origin, const TileBuffer& t
     run_rows(from, from_origin, to, to_origin, extent, Operation::Add);
 }
 
+TileBuffer channel_slice(const TileBuffer& buffer, std::int64_t first, std::int64_t count) {
+    TESSERA_ASSERT(first >= 0 && count > 0 && first + count <= buffer.channels(),
+                   "channels [" << first << ", " << first + count << ") of a buffer of " << buffer.channels());
+    TESSERA_ASSERT(first % buffer.block == 0, "a channel slice starts a block of " << buffer.block << ", not at channel " << first);
+    TileBuffer slice = buffer;
+    slice.data = static_cast<char*>(buffer.data) + buffer.offset(0, first, 0, 0, 0) * buffer.element_size();
+    slice.shape[1] = count;
+    return slice;
+}
+
 PackedLayout packed_layout(const TileBuffer& buffer) {
     switch (row_kind(buffer)) {
         case RowKind::Blocked: return {static_cast<std::int32_t>(buffer.block), 0};
-        case RowKind::ChannelsLast: return {1, 1};
+        case RowKind::ChannelsLast:
+        case RowKind::ChannelsLastSlice: return {1, 1};
         case RowKind::Plain:
         case RowKind::Other: break;  // without whole rows a buffer is copied element by element either way
     }

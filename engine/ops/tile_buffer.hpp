@@ -57,5 +57,8 @@ TileBuffer packed_buffer(DType dtype, std::int64_t batch, std::int64_t channels,
                          void* data);
 // Zeros a box of the buffer.
 void zero_box(const TileBuffer& buffer, const Box& origin, const Box& extent);
+// Channels [first, first + count) of a buffer, as a buffer of `count` channels (its rows strided as the
+// whole's): a concatenation's part inside its output. `first` starts a channel block.
+TileBuffer channel_slice(const TileBuffer& buffer, std::int64_t first, std::int64_t count);
 
 }  // namespace tessera::ops

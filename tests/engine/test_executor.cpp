@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cpuid.h>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <tuple>
 
@@ -663,6 +664,76 @@ TEST(Executor, HaloBuffersOuterRowsStartAtZero) {
             }
         }
     }
+}
+
+// A concatenation read by a halo node alone is written into the halo buffer's interior (and its gradient
+// read from there): the same values and gradients as with the halo node's copies (TESSERA_HALO_IN_PLACE=0),
+// its bytes counted once. Blocked 2D (16 + 16 channels, nChw16c where oneDNN picks it) and channels-last
+// 3D (8 + 8, the row convolutions' layout on AVX-512).
+TEST(Executor, ConcatenationIntoAHaloBufferMatchesTheCopies) {
+    struct Case {
+        Shape input, widened;
+        std::int64_t channels;
+        ops::Extents offset;
+    };
+    const std::vector<Case> cases{{{2, 3, 6, 7}, {8, 9}, 16, {1, 2}}, {{1, 2, 5, 6, 7}, {6, 8, 8}, 8, {0, 1, 1}}};
+    int in_place_cases = 0;
+    for (const Case& c : cases) {
+        const std::size_t rank = c.input.size() - 2;
+        const std::string name = shape_to_string(c.input);
+        Graph graph("join");
+        const int x = graph.input(c.input);
+        const int a = graph.conv(x, c.channels, ops::ConvAttributes::same(rank, 3), "a");
+        const int b = graph.conv(a, c.channels, ops::ConvAttributes::same(rank, 3), "b");
+        const int joined = graph.concat({a, b}, "joined");
+        const ops::Extents extent(c.input.begin() + 2, c.input.end());
+        const int halo = graph.halo(joined, ops::Extents(c.widened.begin(), c.widened.end()),
+                                    {.interior_offset = c.offset, .interior_extent = extent}, "widened");
+        graph.set_output(graph.conv(halo, 4, ops::ConvAttributes::valid(rank, 3), "after"));
+        const Tensor input = reference::random_uniform(c.input, 61);
+        struct Run {
+            Tensor output, joined_value, joined_gradient;
+            std::vector<Tensor> weight_gradients;
+            MemoryReport memory;
+            bool in_place = false;
+        };
+        const auto run = [&](bool in_place) {
+            if (!in_place) ::setenv("TESSERA_HALO_IN_PLACE", "0", 1);
+            Executor executor(graph, {.keep_activation_gradients = true});
+            ::unsetenv("TESSERA_HALO_IN_PLACE");
+            executor.initialize_parameters(7);
+            Run r;
+            r.output = executor.forward(input, Mode::Train);
+            executor.backward(reference::random_uniform(r.output.shape(), 62));
+            r.joined_value = executor.activation(joined);
+            r.joined_gradient = executor.activation_gradient(joined);
+            for (const Parameter& p : executor.parameters()) r.weight_gradients.push_back(p.gradient.clone());
+            r.memory = executor.memory_report();
+            // In place: the concatenation's first element is the halo buffer's at the interior's offset.
+            const ops::TileBuffer tile = executor.value_buffer(joined), widened = executor.value_buffer(halo);
+            const std::int64_t z = rank == 3 ? c.offset[0] : 0;
+            r.in_place = tile.data == static_cast<char*>(widened.data) +
+                                          widened.offset(0, 0, z, c.offset[rank - 2], c.offset[rank - 1]) * widened.element_size();
+            if (executor.implementation(joined) != "channel runs") EXPECT_FALSE(r.in_place) << name;
+            return r;
+        };
+        const Run copied = run(false), in_place = run(true);
+        const auto same_bits = [](const Tensor& first, const Tensor& second) {
+            return first.shape() == second.shape() && std::memcmp(first.raw_data(), second.raw_data(), first.num_bytes()) == 0;
+        };
+        EXPECT_FALSE(copied.in_place) << name;
+        if (!in_place.in_place) continue;  // oneDNN's concatenation (layouts other than 16-channel blocks or channels-last)
+        ++in_place_cases;
+        EXPECT_TRUE(same_bits(in_place.output, copied.output)) << name;
+        EXPECT_TRUE(same_bits(in_place.joined_value, copied.joined_value)) << name;
+        EXPECT_TRUE(same_bits(in_place.joined_gradient, copied.joined_gradient)) << name;
+        for (std::size_t p = 0; p < copied.weight_gradients.size(); ++p)
+            EXPECT_TRUE(same_bits(in_place.weight_gradients[p], copied.weight_gradients[p])) << name << " parameter " << p;
+        const std::int64_t joined_bytes = num_elements_of(graph.node(joined).output_shape) * 4;
+        EXPECT_EQ(copied.memory.activations - in_place.memory.activations, joined_bytes) << name;
+        EXPECT_EQ(copied.memory.halo_buffers, in_place.memory.halo_buffers) << name;
+    }
+    if (ops::row_convolution_available()) EXPECT_EQ(in_place_cases, 2) << "both layouts write in place on an AVX-512 CPU";
 }
 
 TEST(Executor, RejectsWrongInputsWithClearMessages) {
