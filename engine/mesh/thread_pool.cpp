@@ -9,8 +9,12 @@ namespace tessera::mesh {
 
 namespace {
 
-// How long a thread polls for the next phase (or the end of this one) before it sleeps.
-constexpr auto kSpin = std::chrono::microseconds(200);
+// How long a thread polls for the next phase (or the end of this one) before it sleeps. The gaps
+// between phases (the driver's reductions, halo bookkeeping) often exceed 200 µs, and a sleeping thread
+// woke late — under a hypervisor its idle vCPU must be rescheduled — while the caller took its tasks
+// alone: the 2D U-Net on 4 cores and 2 threads (10 steps, Xeon model 207 VM) lost 37 ms of thread time a
+// step to waiting with 200 µs, 4.8 ms with 2 ms (phases' wall time × 2 − their tasks' time).
+constexpr auto kSpin = std::chrono::microseconds(2000);
 
 template <class Ready>
 bool spin_until(Ready&& ready) {

@@ -3,8 +3,8 @@
 // run(count, task) calls task(i) for i in [0, count) spread over the pool's threads — the calling
 // thread is one of them — and returns when every call has finished: a barrier per phase, as the
 // cores of a device step together between exchanges. A step has a few hundred short phases, so
-// threads spin briefly for the next one before they sleep (waking a sleeping thread costs as much as
-// a small phase). Tasks run oneDNN single-threaded: the parallelism is across cores, and an OpenMP
+// threads spin for up to 2 ms for the next one before they sleep (waking a sleeping thread cost more
+// than a small phase). Tasks run oneDNN single-threaded: the parallelism is across cores, and an OpenMP
 // team per thread would only fight for the same host cores.
 //
 //   ThreadPool pool(2);
