@@ -3,6 +3,7 @@
 #include "core/error.hpp"
 #include "ops/dnnl_support.hpp"
 
+#include <algorithm>
 #include <chrono>
 
 namespace tessera::mesh {
@@ -40,9 +41,9 @@ private:
 
 }  // namespace
 
-ThreadPool::ThreadPool(int num_threads) {
+ThreadPool::ThreadPool(int num_threads) : m_cursors(static_cast<std::size_t>(std::max(num_threads, 1))) {
     TESSERA_CHECK(num_threads >= 1, "a thread pool needs at least one thread, got " << num_threads);
-    for (int i = 1; i < num_threads; ++i) m_workers.emplace_back([this] { work(); });
+    for (int i = 1; i < num_threads; ++i) m_workers.emplace_back([this, i] { work(i); });
 }
 
 ThreadPool::~ThreadPool() {
@@ -57,29 +58,35 @@ ThreadPool::~ThreadPool() {
 // The cursor's index while a new phase is being set up: no task can be taken.
 constexpr std::uint64_t kSettingUp = 0xffffffffu;
 
-void ThreadPool::run_tasks(std::uint64_t generation) {
-    while (true) {
-        std::uint64_t cursor = m_cursor.load(std::memory_order_acquire);
-        if ((cursor >> 32) != generation) return;  // a later phase began: not ours
-        const std::uint64_t index = cursor & 0xffffffffu;
-        if (index == kSettingUp) {
-            std::this_thread::yield();
-            continue;
-        }
-        // m_count belongs to this generation: the cursor was published after it was written, and the
-        // phase cannot end (so the next cannot begin) while an index below it is untaken.
-        if (static_cast<std::int64_t>(index) >= m_count.load(std::memory_order_relaxed)) return;
-        if (!m_cursor.compare_exchange_weak(cursor, cursor + 1, std::memory_order_acq_rel)) continue;
-        const std::int64_t count = m_count.load(std::memory_order_relaxed);  // stable until this task is counted
-        try {
-            (*m_task)(static_cast<std::int64_t>(index));
-        } catch (...) {
-            std::lock_guard lock(m_mutex);
-            if (!m_error) m_error = std::current_exception();
-        }
-        if (m_finished.fetch_add(1) + 1 == count) {
-            std::lock_guard lock(m_mutex);  // the caller may be about to sleep on m_done
-            m_done.notify_all();
+void ThreadPool::run_tasks(std::uint64_t generation, int thread) {
+    const auto threads = static_cast<std::int64_t>(m_cursors.size());
+    for (std::int64_t k = 0; k < threads; ++k) {  // its own list first, then the others'
+        const std::int64_t owner = (thread + k) % threads;
+        std::atomic<std::uint64_t>& cursor_of = m_cursors[static_cast<std::size_t>(owner)].value;
+        while (true) {
+            std::uint64_t cursor = cursor_of.load(std::memory_order_acquire);
+            if ((cursor >> 32) != generation) return;  // a later phase began: not ours
+            const std::uint64_t position = cursor & 0xffffffffu;
+            if (position == kSettingUp) {
+                std::this_thread::yield();
+                continue;
+            }
+            // m_count belongs to this generation: the cursor was published after it was written, and the
+            // phase cannot end (so the next cannot begin) while a task below it is untaken.
+            const std::int64_t index = owner + static_cast<std::int64_t>(position) * threads;
+            if (index >= m_count.load(std::memory_order_relaxed)) break;  // this list is taken
+            if (!cursor_of.compare_exchange_weak(cursor, cursor + 1, std::memory_order_acq_rel)) continue;
+            const std::int64_t count = m_count.load(std::memory_order_relaxed);  // stable until this task is counted
+            try {
+                (*m_task)(index);
+            } catch (...) {
+                std::lock_guard lock(m_mutex);
+                if (!m_error) m_error = std::current_exception();
+            }
+            if (m_finished.fetch_add(1) + 1 == count) {
+                std::lock_guard lock(m_mutex);  // the caller may be about to sleep on m_done
+                m_done.notify_all();
+            }
         }
     }
 }
@@ -91,18 +98,20 @@ void ThreadPool::run(std::int64_t count, const std::function<void(std::int64_t)>
     std::uint64_t generation = 0;
     {
         std::lock_guard lock(m_mutex);
-        // First close the previous phase's cursor: a thread that read it just before can no longer
-        // take an index (its compare-exchange fails), whatever m_count becomes next.
-        generation = ((m_cursor.load() >> 32) + 1) & 0xffffffffu;
-        m_cursor.store((generation << 32) | kSettingUp, std::memory_order_release);
+        // First close the previous phase's cursors: a thread that read one just before can no longer
+        // take a task (its compare-exchange fails), whatever m_count becomes next. Cursor 0, which
+        // announces the phase to the workers, last: a worker that sees it finds every other closed too.
+        generation = ((m_cursors[0].value.load() >> 32) + 1) & 0xffffffffu;
+        for (auto cursor = m_cursors.rbegin(); cursor != m_cursors.rend(); ++cursor)
+            cursor->value.store((generation << 32) | kSettingUp, std::memory_order_release);
         m_task = &task;
         m_count.store(count, std::memory_order_relaxed);
         m_error = nullptr;
         m_finished = 0;
-        m_cursor.store(generation << 32, std::memory_order_release);
+        for (Cursor& cursor : m_cursors) cursor.value.store(generation << 32, std::memory_order_release);
     }
     m_wake.notify_all();
-    run_tasks(generation);
+    run_tasks(generation, 0);
     if (!spin_until([&] { return m_finished.load() == count; })) {
         std::unique_lock lock(m_mutex);
         m_done.wait(lock, [&] { return m_finished.load() == count; });
@@ -116,18 +125,18 @@ void ThreadPool::run(std::int64_t count, const std::function<void(std::int64_t)>
     if (error) std::rethrow_exception(error);
 }
 
-void ThreadPool::work() {
+void ThreadPool::work(int thread) {
     ops::set_num_threads(1);  // this thread's OpenMP team: itself
     std::uint64_t seen = 0;
-    auto announced = [&] { return m_stop.load() || (m_cursor.load(std::memory_order_acquire) >> 32) != seen; };
+    auto announced = [&] { return m_stop.load() || (m_cursors[0].value.load(std::memory_order_acquire) >> 32) != seen; };
     while (true) {
         if (!spin_until(announced)) {
             std::unique_lock lock(m_mutex);
             m_wake.wait(lock, announced);
         }
         if (m_stop) return;
-        seen = m_cursor.load(std::memory_order_acquire) >> 32;
-        run_tasks(seen);
+        seen = m_cursors[0].value.load(std::memory_order_acquire) >> 32;
+        run_tasks(seen, thread);
     }
 }
 

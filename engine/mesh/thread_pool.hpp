@@ -1,7 +1,8 @@
 // ThreadPool: the host threads that run the simulated cores' work, one phase at a time.
 //
 // run(count, task) calls task(i) for i in [0, count) spread over the pool's threads — the calling
-// thread is one of them — and returns when every call has finished: a barrier per phase, as the
+// thread is one of them; task i on thread i mod T unless that thread is late, so a simulated core
+// stays on one host core from phase to phase — and returns when every call has finished: a barrier per phase, as the
 // cores of a device step together between exchanges. A step has a few hundred short phases, so
 // threads spin for up to 2 ms for the next one before they sleep (waking a sleeping thread cost more
 // than a small phase). Tasks run oneDNN single-threaded: the parallelism is across cores, and an OpenMP
@@ -34,8 +35,8 @@ public:
     void run(std::int64_t count, const std::function<void(std::int64_t)>& task);
 
 private:
-    void work();
-    void run_tasks(std::uint64_t generation);
+    void work(int thread);
+    void run_tasks(std::uint64_t generation, int thread);
 
     std::vector<std::thread> m_workers;
     std::mutex m_mutex;
@@ -43,9 +44,15 @@ private:
     // The phase's task and size, written before the cursor announces the phase.
     const std::function<void(std::int64_t)>* m_task = nullptr;
     std::atomic<std::int64_t> m_count{0};  // atomic: a thread leaving the last phase may still read it
-    // Phase generation (high 32 bits) and next task index (low 32) in one word: a thread still leaving
-    // the previous phase can never take an index of the next one.
-    std::atomic<std::uint64_t> m_cursor{0};
+    // One cursor per thread: thread t's tasks are t, t + T, t + 2T, … (T threads), taken through its
+    // cursor first and then, once those are gone, through the others' (so a late thread's tasks still
+    // run). The same core on the same thread phase after phase keeps its tiles in that host core's
+    // caches. Each cursor holds the phase generation (high 32 bits) and the next position in its list
+    // (low 32) in one word: a thread still leaving the previous phase can never take a task of the next.
+    struct alignas(64) Cursor {
+        std::atomic<std::uint64_t> value{0};
+    };
+    std::vector<Cursor> m_cursors;
     std::atomic<std::int64_t> m_finished{0};
     std::atomic<bool> m_stop{false};
     std::exception_ptr m_error;
