@@ -87,74 +87,97 @@ __attribute__((target("avx512f"))) inline void forward_chunk(const PaddedRows& i
     }
 }
 
-// The last Count (1–4) positions x … x + Count − 1 of an output row (n, z, y), 8 channels, the channels in
-// one vector: a broadcast input value times the 8 channels' weights (side by side in the re-laid block) per
-// input channel and tap. A 16-wide chunk costs as many instructions as 16 such positions, so a row's last
-// few positions take this. Each position sums its taps in 3 chains (one per kx), and 1 or 2 positions in
-// 9 (per ky too): position by position in two chains, the products waited on each other. One thread, a
-// 16 → 8 corner tile 33³ → 32³ (rows of 33), input gradient: 2.26–2.37 against 2.40–2.59 ms (fastest 4
-// of 10 interleaved runs; the whole layer's 32³ takes 1.85–1.98, 33³ holding 10 % more rows).
-template <int Count>
-__attribute__((target("avx512f,fma"))) void forward_positions(const PaddedRows& input, const float* relaid_block,
-                                                              const float* bias_block, int taps_z, std::int64_t n,
-                                                              std::int64_t z, std::int64_t y, std::int64_t x,
-                                                              const OutputRows& out) {
-    constexpr int k_row_chains = Count <= 2 ? 3 : 1;  // per ky, or one for all three
-    __m256 acc[Count][k_row_chains][3];
-    for (int p = 0; p < Count; ++p)
-        for (int r = 0; r < k_row_chains; ++r)
-            for (int kx = 0; kx < 3; ++kx) acc[p][r][kx] = _mm256_setzero_ps();
+// The last Count (1–4) positions x … x + Count − 1 of Rows (1–4) output rows (n, z, y0 …), 8 channels,
+// the channels in one vector: a broadcast input value times the 8 channels' weights (side by side in the
+// re-laid block) per input channel and tap. A 16-wide chunk costs as many instructions as 16 such
+// positions, so a row's last few positions take this. Rows together: each input row and plane's 9 weight
+// vectors are loaded once for all of them (one row at a time, the loads bound it); the products of a
+// position sum in up to 3 chains so that they need not wait on each other. One thread, a 16 → 8 corner
+// tile 33³ → 32³ (rows of 33), input gradient, fastest 4 of 10 interleaved runs: position by position in
+// two chains 2.40–2.59 ms against a row's positions together in 3–9 chains 2.26–2.37; in a later run,
+// that 2.06–2.23 against 4 rows together 2.01–2.13, the whole layer's 32³ 1.75–1.87 (33³ holds 10 % more).
+template <int Count, int Rows>
+__attribute__((target("avx512f,fma"))) void forward_tail(const PaddedRows& input, const float* relaid_block, const float* bias_block,
+                                                         int taps_z, std::int64_t n, std::int64_t z, std::int64_t y0, std::int64_t x,
+                                                         const OutputRows& out, std::int64_t row_stride) {
+    constexpr int k_chains = Count * Rows <= 2 ? 3 : (Count * Rows <= 4 ? 2 : 1);
+    __m256 acc[Rows][Count][k_chains];
+    for (int r = 0; r < Rows; ++r)
+        for (int p = 0; p < Count; ++p)
+            for (int c = 0; c < k_chains; ++c) acc[r][p][c] = _mm256_setzero_ps();
     for (std::int64_t i = 0; i < input.channels; ++i) {
         for (int kz = 0; kz < taps_z; ++kz) {
-#pragma GCC unroll 3
-            for (int ky = 0; ky < 3; ++ky) {
-                const float* row = input.at(n, i, z + kz, y + ky) + x;
-                const float* w = relaid_block + ((i * taps_z + kz) * 3 + ky) * 3 * k_block;
-                const __m256 weight[3] = {_mm256_loadu_ps(w), _mm256_loadu_ps(w + k_block), _mm256_loadu_ps(w + 2 * k_block)};
+            const float* w = relaid_block + (i * taps_z + kz) * 3 * 3 * k_block;  // [ky][kx][8 channels]
+            __m256 weight[3][3];
+            for (int ky = 0; ky < 3; ++ky)
+                for (int kx = 0; kx < 3; ++kx) weight[ky][kx] = _mm256_loadu_ps(w + (ky * 3 + kx) * k_block);
+#pragma GCC unroll 6
+            for (int yy = 0; yy < Rows + 2; ++yy) {  // input rows y0 … y0 + Rows + 1
+                const float* row = input.at(n, i, z + kz, y0 + yy) + x;
                 __m256 value[Count + 2];
                 for (int k = 0; k < Count + 2; ++k) value[k] = _mm256_set1_ps(row[k]);
-                const int r = k_row_chains == 3 ? ky : 0;
-                for (int p = 0; p < Count; ++p)
-                    for (int kx = 0; kx < 3; ++kx) acc[p][r][kx] = _mm256_fmadd_ps(value[p + kx], weight[kx], acc[p][r][kx]);
+#pragma GCC unroll 3
+                for (int ky = 0; ky < 3; ++ky) {
+                    const int r = yy - ky;  // the output row this input row feeds through tap ky
+                    if (r < 0 || r >= Rows) continue;
+                    const int c = ky % k_chains;
+                    for (int p = 0; p < Count; ++p)
+                        for (int kx = 0; kx < 3; ++kx) acc[r][p][c] = _mm256_fmadd_ps(value[p + kx], weight[ky][kx], acc[r][p][c]);
+                }
             }
         }
     }
     const __m256 bias = bias_block ? _mm256_loadu_ps(bias_block) : _mm256_setzero_ps();
-    for (int p = 0; p < Count; ++p) {
-        __m256 sum = bias;
-        for (int r = 0; r < k_row_chains; ++r)
-            sum = _mm256_add_ps(sum, _mm256_add_ps(_mm256_add_ps(acc[p][r][0], acc[p][r][1]), acc[p][r][2]));
-        if (out.channel_stride == 1) {
-            _mm256_storeu_ps(out.base + (x + p) * out.position_stride, sum);
-            continue;
+    for (int r = 0; r < Rows; ++r) {
+        float* base = out.base + r * row_stride;
+        for (int p = 0; p < Count; ++p) {
+            __m256 sum = bias;
+            for (int c = 0; c < k_chains; ++c) sum = _mm256_add_ps(sum, acc[r][p][c]);
+            if (out.channel_stride == 1) {
+                _mm256_storeu_ps(base + (x + p) * out.position_stride, sum);
+                continue;
+            }
+            alignas(32) float channels[k_block];
+            _mm256_store_ps(channels, sum);
+            for (std::int64_t j = 0; j < k_block; ++j) base[j * out.channel_stride + (x + p) * out.position_stride] = channels[j];
         }
-        alignas(32) float channels[k_block];
-        _mm256_store_ps(channels, sum);
-        for (std::int64_t j = 0; j < k_block; ++j) out.base[j * out.channel_stride + (x + p) * out.position_stride] = channels[j];
     }
 }
 
-// One output row (n, z, y) of 8 channels, 32 positions at a time; a last 5 to 16 as one more vector,
-// a last 1 to 4 together (forward_positions). A tile's input gradient is its widened width (33 or 34
-// positions): pairs of vectors computed it as 64, now as 32 and one or two positions.
+// The tail of `rows` (1–4) output rows: Count positions from x.
+template <int Count>
+void forward_tail_rows(const PaddedRows& input, const float* relaid_block, const float* bias_block, int taps_z, std::int64_t n,
+                       std::int64_t z, std::int64_t y0, std::int64_t rows, std::int64_t x, const OutputRows& out,
+                       std::int64_t row_stride) {
+    switch (rows) {
+        case 1: return forward_tail<Count, 1>(input, relaid_block, bias_block, taps_z, n, z, y0, x, out, row_stride);
+        case 2: return forward_tail<Count, 2>(input, relaid_block, bias_block, taps_z, n, z, y0, x, out, row_stride);
+        case 3: return forward_tail<Count, 3>(input, relaid_block, bias_block, taps_z, n, z, y0, x, out, row_stride);
+        default: return forward_tail<Count, 4>(input, relaid_block, bias_block, taps_z, n, z, y0, x, out, row_stride);
+    }
+}
+
+constexpr std::int64_t k_positions_alone = 4;  // a row's last 1–4 positions: forward_tail
+constexpr std::int64_t k_tail_rows = 4;        // rows forward_tail takes together
+
+// Where a row of out_width positions leaves its last 1–4 to forward_tail (out_width when it does not).
+std::int64_t tail_start(std::int64_t out_width) {
+    std::int64_t x0 = 0;
+    while (x0 + k_lanes < out_width) x0 += 2 * k_lanes;
+    const std::int64_t left = out_width - x0;  // past the pairs of vectors (the last pair may end past the row)
+    return left > 0 && left <= k_positions_alone ? x0 : out_width;
+}
+
+// One output row (n, z, y) of 8 channels, 32 positions at a time and a last 5 to 16 as one more vector;
+// a last 1 to 4 are left to forward_tail (row_conv_forward), a few rows at a time. A tile's input gradient
+// is its widened width (33 or 34 positions): pairs of vectors computed it as 64, now as 32 and one or two.
 __attribute__((target("avx512f"))) void forward_row(const PaddedRows& input, const float* relaid_block, const float* bias_block,
                                                     int taps_z, std::int64_t n, std::int64_t z, std::int64_t y,
                                                     std::int64_t out_width, const OutputRows& out) {
-    constexpr std::int64_t k_positions_alone = 4;
     std::int64_t x0 = 0;
     for (; x0 + k_lanes < out_width; x0 += 2 * k_lanes)
         forward_chunk<2>(input, relaid_block, bias_block, taps_z, n, z, y, x0, out_width, out);
-    if (out_width - x0 > k_positions_alone) {
-        forward_chunk<1>(input, relaid_block, bias_block, taps_z, n, z, y, x0, out_width, out);
-        return;
-    }
-    switch (out_width - x0) {
-        case 1: forward_positions<1>(input, relaid_block, bias_block, taps_z, n, z, y, x0, out); return;
-        case 2: forward_positions<2>(input, relaid_block, bias_block, taps_z, n, z, y, x0, out); return;
-        case 3: forward_positions<3>(input, relaid_block, bias_block, taps_z, n, z, y, x0, out); return;
-        case 4: forward_positions<4>(input, relaid_block, bias_block, taps_z, n, z, y, x0, out); return;
-        default: return;
-    }
+    if (out_width - x0 > k_positions_alone) forward_chunk<1>(input, relaid_block, bias_block, taps_z, n, z, y, x0, out_width, out);
 }
 
 // 8 channels of one source row, each position's 8 side by side (channels-last, or inside a channel
@@ -343,20 +366,42 @@ void row_conv_forward(const PaddedRows& input, const std::vector<float>& relaid,
     const std::int64_t blocks = out_channels / k_block;
     const std::int64_t block_weights = input.channels * taps_of(rank) * k_block;
     const std::int64_t plane = out_depth * out_height * out_width;  // positions of one channel
+    // Where output row (n, z, y) of a block of 8 channels starts.
+    const auto rows_of = [&](std::int64_t n, std::int64_t z, std::int64_t y, std::int64_t block) -> OutputRows {
+        const std::int64_t position = (z * out_height + y) * out_width;  // of the row's first output
+        if (channels_last) return {output + (n * plane + position) * out_channels + block * k_block, out_channels, 1};
+        return {output + (n * out_channels + block * k_block) * plane + position, 1, plane};
+    };
 #pragma omp parallel for collapse(3) schedule(static)
     for (std::int64_t n = 0; n < input.batch; ++n) {
         for (std::int64_t z = 0; z < out_depth; ++z) {
             for (std::int64_t y = 0; y < out_height; ++y) {
-                const std::int64_t position = (z * out_height + y) * out_width;  // of the row's first output
                 for (std::int64_t block = 0; block < blocks; ++block) {
-                    OutputRows rows;
-                    if (channels_last) {
-                        rows = {output + (n * plane + position) * out_channels + block * k_block, out_channels, 1};
-                    } else {
-                        rows = {output + (n * out_channels + block * k_block) * plane + position, 1, plane};
-                    }
                     forward_row(input, relaid.data() + block * block_weights, bias ? bias + block * k_block : nullptr, taps_z, n, z, y,
-                                out_width, rows);
+                                out_width, rows_of(n, z, y, block));
+                }
+            }
+        }
+    }
+    const std::int64_t x_tail = tail_start(out_width), tail = out_width - x_tail;
+    if (tail == 0) return;
+    const std::int64_t groups = (out_height + k_tail_rows - 1) / k_tail_rows;
+    const std::int64_t row_stride = out_width * (channels_last ? out_channels : 1);  // between output rows
+#pragma omp parallel for collapse(3) schedule(static)
+    for (std::int64_t n = 0; n < input.batch; ++n) {
+        for (std::int64_t z = 0; z < out_depth; ++z) {
+            for (std::int64_t group = 0; group < groups; ++group) {
+                const std::int64_t y0 = group * k_tail_rows, rows = std::min(k_tail_rows, out_height - y0);
+                for (std::int64_t block = 0; block < blocks; ++block) {
+                    const float* relaid_block = relaid.data() + block * block_weights;
+                    const float* bias_block = bias ? bias + block * k_block : nullptr;
+                    const OutputRows first = rows_of(n, z, y0, block);
+                    switch (tail) {
+                        case 1: forward_tail_rows<1>(input, relaid_block, bias_block, taps_z, n, z, y0, rows, x_tail, first, row_stride); break;
+                        case 2: forward_tail_rows<2>(input, relaid_block, bias_block, taps_z, n, z, y0, rows, x_tail, first, row_stride); break;
+                        case 3: forward_tail_rows<3>(input, relaid_block, bias_block, taps_z, n, z, y0, rows, x_tail, first, row_stride); break;
+                        default: forward_tail_rows<4>(input, relaid_block, bias_block, taps_z, n, z, y0, rows, x_tail, first, row_stride); break;
+                    }
                 }
             }
         }

@@ -331,7 +331,7 @@ TEST(Kernels, FewChannelConvolutionsRunAsRowsAndMatchTheReference) {
         // Rows of one vector or less (the last 16 positions computed alone): channels-last and plain.
         {{1, 8, 9, 14}, 8, ops::ConvAttributes::same(2, 3), true, memory::format_tag::nhwc, true},
         {{1, 16, 4, 5, 10}, 8, ops::ConvAttributes::same(3, 3), false, memory::format_tag::undef, true},
-        // 1 to 4 positions past the last pair of vectors, or a row of 4 (forward_positions): 3 and 4
+        // 1 to 4 positions past the last pair of vectors, or a row of 4 (forward_tail, up to 4 rows together): 3 and 4
         // written plain, 4 channels-last, and 1 in a corner tile's input gradient (its 16 channels as 2 blocks).
         {{1, 8, 6, 35}, 8, ops::ConvAttributes::same(2, 3), true, memory::format_tag::undef, true},
         {{1, 8, 5, 36}, 8, ops::ConvAttributes::same(2, 3), false, memory::format_tag::undef, true},
