@@ -714,7 +714,9 @@ TEST(Executor, ConcatenationIntoAHaloBufferMatchesTheCopies) {
             const std::int64_t z = rank == 3 ? c.offset[0] : 0;
             r.in_place = tile.data == static_cast<char*>(widened.data) +
                                           widened.offset(0, 0, z, c.offset[rank - 2], c.offset[rank - 1]) * widened.element_size();
-            if (executor.implementation(joined) != "channel runs") EXPECT_FALSE(r.in_place) << name;
+            if (executor.implementation(joined) != "channel runs") {
+                EXPECT_FALSE(r.in_place) << name;
+            }
             return r;
         };
         const Run copied = run(false), in_place = run(true);
@@ -733,7 +735,9 @@ TEST(Executor, ConcatenationIntoAHaloBufferMatchesTheCopies) {
         EXPECT_EQ(copied.memory.activations - in_place.memory.activations, joined_bytes) << name;
         EXPECT_EQ(copied.memory.halo_buffers, in_place.memory.halo_buffers) << name;
     }
-    if (ops::row_convolution_available()) EXPECT_EQ(in_place_cases, 2) << "both layouts write in place on an AVX-512 CPU";
+    if (ops::row_convolution_available()) {
+        EXPECT_EQ(in_place_cases, 2) << "both layouts write in place on an AVX-512 CPU";
+    }
 }
 
 TEST(Executor, RejectsWrongInputsWithClearMessages) {
