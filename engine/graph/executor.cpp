@@ -353,11 +353,7 @@ Executor::Executor(const Graph& graph, ExecutorOptions options) : m_impl(std::ma
             const auto producer = static_cast<std::size_t>(node.inputs[0]);
             const Node& tile = nodes[producer];
             if (tile.kind != OpKind::Concat || consumers[producer].size() != 1 || is_output[producer]) continue;
-            if (impl.kernels[producer]->implementation() != "channel runs") continue;  // its own copies, not oneDNN's
-            bool covers = true;  // the halo node reads every row of the tile
-            for (std::size_t axis = 0; axis < node.halo.interior_extent.size(); ++axis)
-                covers = covers && node.halo.interior_offset[axis] >= 0 && node.halo.interior_extent[axis] == tile.output_shape[axis + 2];
-            if (!covers) continue;
+            if (!impl.kernels[producer]->writes_into_views() || !ops::halo_covers_input(node.halo, tile.output_shape)) continue;
             const auto id = static_cast<std::size_t>(node.id);
             impl.outputs[producer] = Impl::interior_view(impl.outputs[id], node, tile.output_shape);
             impl.inside_halo_of[producer] = node.id;

@@ -157,4 +157,11 @@ std::string describe(const ConvAttributes& attributes) {
     return out.str();
 }
 
+bool halo_covers_input(const HaloAttributes& attributes, const Shape& input_shape) {
+    for (std::size_t axis = 0; axis < attributes.interior_extent.size(); ++axis) {
+        if (attributes.interior_extent[axis] != input_shape[axis + 2]) return false;
+    }
+    return true;
+}
+
 }  // namespace tessera::ops

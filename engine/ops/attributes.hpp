@@ -70,6 +70,8 @@ struct HaloAttributes {
     Extents interior_offset;  // per spatial axis: buffer row of the tile's first row
     Extents interior_extent;  // per spatial axis: rows of the tile that lie inside the buffer
 };
+// Whether the halo buffer holds every row of its input tile [N, C, (D,) H, W] (a strided layer's may not).
+bool halo_covers_input(const HaloAttributes& attributes, const Shape& input_shape);
 
 // Training uses batch statistics (and keeps what backward needs); evaluation the running ones.
 enum class Mode { Train, Eval };

@@ -11,11 +11,9 @@ namespace {
 class HaloKernel final : public Kernel {
 public:
     HaloKernel(const HaloAttributes& attributes, const Shape& input_shape, const Shape& output_shape, const KernelInputs& in)
-        : Kernel(in), m_attributes(attributes), m_needs_diff_input(in.needs_gradient[0]) {
+        : Kernel(in), m_attributes(attributes), m_needs_diff_input(in.needs_gradient[0]),
+          m_covers_input(halo_covers_input(attributes, input_shape)) {
         m_output_desc = same_layout_desc(in.descs[0], output_shape);
-        for (std::size_t axis = 0; axis + 2 < input_shape.size(); ++axis) {
-            m_covers_input = m_covers_input && m_attributes.interior_extent[axis] == input_shape[axis + 2];
-        }
     }
 
     void forward(const std::vector<memory>& inputs, const memory& output, Mode) override {
@@ -38,7 +36,7 @@ public:
 private:
     HaloAttributes m_attributes;
     bool m_needs_diff_input;
-    bool m_covers_input = true;
+    bool m_covers_input;
 };
 
 }  // namespace

@@ -232,6 +232,9 @@ public:
     // ("jit:avx512_core", "brgconv:avx512_core"), "rows:avx512" for row_convolution.hpp; empty where a
     // kernel does not say.
     virtual std::string implementation() const { return {}; }
+    // Whether forward may be handed an output — and backward its gradient — that is a view inside a wider
+    // buffer (the same layout, other strides): graph::Executor then places it in the halo buffer it feeds.
+    virtual bool writes_into_views() const { return false; }
     // Sums shared across executors (simulated cores) before forward / backward; none by default.
     virtual int reduction_phases(Pass, Mode) const { return 0; }
     virtual std::vector<double> partial(Pass, int, const std::vector<memory>&, const memory&, const memory&,

@@ -24,22 +24,6 @@ RowKind row_kind(const TileBuffer& b) {
 
 bool channels_last_like(RowKind kind) { return kind == RowKind::ChannelsLast || kind == RowKind::ChannelsLastSlice; }
 
-// Every pixel's channels, between channels-last buffers either of which is a channel slice: 8 and 16
-// channels (the U-Nets' own) as fixed-size copies the compiler inlines — a library call per pixel cost
-// more than the copy.
-template <class Element>
-void copy_pixels(const Element* source, std::int64_t source_stride, Element* target, std::int64_t target_stride,
-                 std::int64_t pixels, std::int64_t channels) {
-    const auto each = [&](auto fixed) {
-        constexpr std::int64_t count = decltype(fixed)::value;
-        for (std::int64_t x = 0; x < pixels; ++x) std::memcpy(target + x * target_stride, source + x * source_stride, count * sizeof(Element));
-    };
-    if (channels == 8) return each(std::integral_constant<std::int64_t, 8>{});
-    if (channels == 16) return each(std::integral_constant<std::int64_t, 16>{});
-    for (std::int64_t x = 0; x < pixels; ++x)
-        std::memcpy(target + x * target_stride, source + x * source_stride, static_cast<std::size_t>(channels) * sizeof(Element));
-}
-
 struct Walk {
     std::int64_t z0 = 0, y0 = 0, x0 = 0, depth = 1, height = 1, width = 1;
 };

@@ -12,6 +12,8 @@
 
 #include <array>
 #include <cstdint>
+#include <cstring>
+#include <type_traits>
 #include <vector>
 
 namespace tessera::ops {
@@ -57,6 +59,22 @@ TileBuffer packed_buffer(DType dtype, std::int64_t batch, std::int64_t channels,
                          void* data);
 // Zeros a box of the buffer.
 void zero_box(const TileBuffer& buffer, const Box& origin, const Box& extent);
+// `pixels` pixels of `channels` channels each, between channels-last rows whose pixels lie `source_stride`
+// and `target_stride` elements apart (a channel slice of a wider buffer has more than `channels`).
+template <class Element>
+void copy_pixels(const Element* source, std::int64_t source_stride, Element* target, std::int64_t target_stride,
+                 std::int64_t pixels, std::int64_t channels) {
+    // 8 and 16 channels (the U-Nets' own) as fixed-size copies the compiler inlines: a library call per
+    // pixel cost more than the copy.
+    const auto each = [&](auto fixed) {
+        constexpr std::int64_t count = decltype(fixed)::value;
+        for (std::int64_t x = 0; x < pixels; ++x) std::memcpy(target + x * target_stride, source + x * source_stride, count * sizeof(Element));
+    };
+    if (channels == 8) return each(std::integral_constant<std::int64_t, 8>{});
+    if (channels == 16) return each(std::integral_constant<std::int64_t, 16>{});
+    for (std::int64_t x = 0; x < pixels; ++x)
+        std::memcpy(target + x * target_stride, source + x * source_stride, static_cast<std::size_t>(channels) * sizeof(Element));
+}
 // Channels [first, first + count) of a buffer, as a buffer of `count` channels (its rows strided as the
 // whole's): a concatenation's part inside its output. `first` starts a channel block.
 TileBuffer channel_slice(const TileBuffer& buffer, std::int64_t first, std::int64_t count);

@@ -12,7 +12,9 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <algorithm>
 #include <cstring>
+#include <limits>
 #include <functional>
 
 using namespace tessera;
@@ -84,9 +86,22 @@ Ran run_kernel(const std::vector<Tensor>& inputs, const Tensor& output_gradient,
     memory diff_output(kernel->output_desc(), ops::cpu_engine());
     memory plain_gradient = ops::wrap(output_gradient);
     dnnl::reorder(plain_gradient, diff_output).execute(ops::cpu_stream(), plain_gradient, diff_output);
+    // The input gradients start as NaN: a kernel writes all of them (an executor's gradient memory is
+    // reused, never zeroed), rows its op never reads included.
     std::vector<memory> diff_inputs;
-    for (const memory::desc& desc : in.descs)
-        diff_inputs.push_back(inputs_need_gradient ? memory(desc, ops::cpu_engine()) : memory());
+    for (const memory::desc& desc : in.descs) {
+        if (!inputs_need_gradient) {
+            diff_inputs.emplace_back();
+            continue;
+        }
+        memory diff(desc, ops::cpu_engine());
+        if (desc.data_type() == memory::data_type::f32) {
+            std::fill_n(static_cast<float*>(diff.get_data_handle()), desc.get_size() / sizeof(float), std::numeric_limits<float>::quiet_NaN());
+        } else {
+            std::memset(diff.get_data_handle(), 0xff, desc.get_size());  // bf16 NaN
+        }
+        diff_inputs.push_back(diff);
+    }
     kernel->backward(input_memories, output, diff_output, diff_inputs);
     ops::cpu_stream().wait();
     if (inputs_need_gradient)
