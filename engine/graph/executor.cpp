@@ -64,9 +64,9 @@ struct Executor::Impl {
     // Nodes nothing consumes that are not outputs: no gradient arrives there, so backward starts
     // them at zero.
     std::vector<std::size_t> unconsumed;
-    // A concatenation read by a halo node alone writes its output into the halo buffer's interior and
-    // reads its gradient from there (ops' ConcatKernel, on views of the interior): the halo node copies
-    // nothing in or out. Per node: the halo node whose interior holds this node's output (−1: none);
+    // A node read by a halo node alone whose kernel writes into views (a concatenation, a distributed batch
+    // norm: Kernel::writes_into_views) writes its output into the halo buffer's interior and reads its
+    // gradient from there: the halo node copies nothing in or out. Per node: the halo node whose interior holds this node's output (−1: none);
     // per halo node: whether its kernel is skipped.
     std::vector<int> inside_halo_of;
     std::vector<bool> halo_in_place;
@@ -343,7 +343,7 @@ Executor::Executor(const Graph& graph, ExecutorOptions options) : m_impl(std::ma
             Scratchpad::attributes(), cpu_engine())));
     }
 
-    // Concatenations into the halo buffers they alone feed (Impl::inside_halo_of). f32 only: the emulated
+    // Nodes into the halo buffers they alone feed (Impl::inside_halo_of). f32 only: the emulated
     // bf16 and f16 modes round whole buffers in place.
     impl.inside_halo_of.assign(count, -1);
     impl.halo_in_place.assign(count, false);
@@ -352,7 +352,7 @@ Executor::Executor(const Graph& graph, ExecutorOptions options) : m_impl(std::ma
             if (node.kind != OpKind::Halo) continue;
             const auto producer = static_cast<std::size_t>(node.inputs[0]);
             const Node& tile = nodes[producer];
-            if (tile.kind != OpKind::Concat || consumers[producer].size() != 1 || is_output[producer]) continue;
+            if (!impl.kernels[producer] || consumers[producer].size() != 1 || is_output[producer]) continue;  // the input node has none
             if (!impl.kernels[producer]->writes_into_views() || !ops::halo_covers_input(node.halo, tile.output_shape)) continue;
             const auto id = static_cast<std::size_t>(node.id);
             impl.outputs[producer] = Impl::interior_view(impl.outputs[id], node, tile.output_shape);

@@ -740,6 +740,94 @@ TEST(Executor, ConcatenationIntoAHaloBufferMatchesTheCopies) {
     }
 }
 
+// A simulated core's batch norm read by a halo node alone normalises into the halo buffer's interior and
+// gathers its gradient from there (its ReLU's mask applied on the way): the values and gradients of the
+// halo node's copies (TESSERA_HALO_IN_PLACE=0) within rounding — the normalisation's multiply-add is
+// Tessera's, not oneDNN's, so bits may differ (values within 2e-6 relative; gradients, through the
+// replica's statistics, within 1e-4 of each tensor's largest value) — in training and in eval, its
+// bytes counted once. 2D with 16 and 32 channels (one and two channel blocks, or channels-last) and 3D
+// with 8 (channels-last, the row convolutions' layout); with and without the fused ReLU; with the AVX2
+// loops and with the plain ones (TESSERA_ROW_KERNELS=0, what a CPU without AVX2 runs).
+TEST(Executor, BatchNormIntoAHaloBufferMatchesTheCopies) {
+    struct Case {
+        Shape input, widened;
+        std::int64_t channels;
+        ops::Extents offset;
+        bool relu;
+    };
+    const std::vector<Case> cases{{{2, 3, 6, 7}, {8, 9}, 16, {1, 2}, true},
+                                  {{2, 3, 6, 7}, {7, 9}, 32, {1, 1}, false},
+                                  {{1, 2, 5, 6, 7}, {6, 8, 8}, 8, {0, 1, 1}, true}};
+    int in_place_cases = 0;
+    for (const bool vector_loops : {true, false})
+    for (const Case& c : cases) {
+        const std::size_t rank = c.input.size() - 2;
+        const std::string name = shape_to_string(c.input) + " x" + std::to_string(c.channels) + (vector_loops ? "" : " plain loops");
+        if (!vector_loops) ::setenv("TESSERA_ROW_KERNELS", "0", 1);
+        Graph graph("normalised");
+        const int x = graph.input(c.input);
+        const int a = graph.conv(x, c.channels, ops::ConvAttributes::same(rank, 3), "a");
+        const int normalised = graph.batch_norm(a, {.fuse_relu = c.relu}, "bn");
+        const ops::Extents extent(c.input.begin() + 2, c.input.end());
+        const int halo = graph.halo(normalised, ops::Extents(c.widened.begin(), c.widened.end()),
+                                    {.interior_offset = c.offset, .interior_extent = extent}, "widened");
+        graph.set_output(graph.conv(halo, 4, ops::ConvAttributes::valid(rank, 3), "after"));
+        const Tensor input = reference::random_uniform(c.input, 71);
+        struct Run {
+            Tensor output, value, gradient, eval_output;
+            std::vector<Tensor> weight_gradients;
+            MemoryReport memory;
+            bool in_place = false;
+        };
+        const auto run = [&](bool in_place) {
+            if (!in_place) ::setenv("TESSERA_HALO_IN_PLACE", "0", 1);
+            Executor executor(graph, {.distributed_reductions = true, .keep_activation_gradients = true});
+            ::unsetenv("TESSERA_HALO_IN_PLACE");
+            executor.initialize_parameters(9);
+            Run r;
+            r.output = executor.forward(input, Mode::Train);
+            executor.backward(reference::random_uniform(r.output.shape(), 72));
+            r.value = executor.activation(normalised);
+            r.gradient = executor.activation_gradient(normalised);
+            for (const Parameter& p : executor.parameters()) r.weight_gradients.push_back(p.gradient.clone());
+            r.memory = executor.memory_report();
+            r.eval_output = executor.forward(input, Mode::Eval);
+            const ops::TileBuffer tile = executor.value_buffer(normalised), widened = executor.value_buffer(halo);
+            const std::int64_t z = rank == 3 ? c.offset[0] : 0;
+            r.in_place = tile.data == static_cast<char*>(widened.data) +
+                                          widened.offset(0, 0, z, c.offset[rank - 2], c.offset[rank - 1]) * widened.element_size();
+            return r;
+        };
+        const Run copied = run(false), in_place = run(true);
+        ::unsetenv("TESSERA_ROW_KERNELS");
+        EXPECT_FALSE(copied.in_place) << name;
+        EXPECT_TRUE(in_place.in_place) << name;
+        if (!in_place.in_place) continue;
+        ++in_place_cases;
+        // Largest difference relative to the reference's largest magnitude.
+        const auto relative = [](const Tensor& got, const Tensor& expected) {
+            EXPECT_EQ(got.shape(), expected.shape());
+            double largest = 0, difference = 0;
+            for (std::int64_t i = 0; i < expected.num_elements(); ++i) {
+                largest = std::max(largest, std::abs(static_cast<double>(expected.data<float>()[i])));
+                difference = std::max(difference, std::abs(static_cast<double>(got.data<float>()[i]) - expected.data<float>()[i]));
+            }
+            return largest > 0 ? difference / largest : difference;
+        };
+        EXPECT_LE(relative(in_place.value, copied.value), 2e-6) << name;
+        EXPECT_LE(relative(in_place.output, copied.output), 2e-6) << name;
+        EXPECT_LE(relative(in_place.eval_output, copied.eval_output), 2e-6) << name;
+        EXPECT_LE(relative(in_place.gradient, copied.gradient), 1e-4) << name;
+        ASSERT_EQ(in_place.weight_gradients.size(), copied.weight_gradients.size());
+        for (std::size_t p = 0; p < copied.weight_gradients.size(); ++p)
+            EXPECT_LE(relative(in_place.weight_gradients[p], copied.weight_gradients[p]), 1e-4) << name << " parameter " << p;
+        const std::int64_t normalised_bytes = num_elements_of(graph.node(normalised).output_shape) * 4;
+        EXPECT_GE(copied.memory.activations - in_place.memory.activations, normalised_bytes) << name;
+        EXPECT_EQ(copied.memory.halo_buffers, in_place.memory.halo_buffers) << name;
+    }
+    EXPECT_EQ(in_place_cases, 6);
+}
+
 TEST(Executor, RejectsWrongInputsWithClearMessages) {
     Graph graph("checked");
     const int x = graph.input({1, 2, 8, 8});
