@@ -74,7 +74,7 @@ __attribute__((target("avx2,fma"))) void add_run_sums(const float* run, std::int
     }
 }
 
-// The view path's AVX2 loops (BatchNormKernel with writes_into_views) walk a row as add_run_sums does, with
+// The row loops' AVX2 code (BatchNormKernel on a simulated core) walks a row as add_run_sums does, with
 // per-channel constants given already repeated over 32 floats (value of channel k % lanes at float k, see
 // RepeatedConstants): a 3D tile's rows are 256 floats, and building the vectors per row cost as much as
 // the row.
@@ -180,7 +180,7 @@ __attribute__((target("avx2,fma"))) void input_gradient_run(const float* g, cons
     }
 }
 
-// Per-channel constants repeated for the view path's loops: group g's 32 floats hold channel
+// Per-channel constants repeated for the row loops: group g's 32 floats hold channel
 // g·lanes + k % lanes at float k (lanes dividing 32).
 std::vector<float> repeated_over_32(const std::vector<float>& per_channel, std::int64_t lanes) {
     const std::int64_t groups = static_cast<std::int64_t>(per_channel.size()) / lanes;
@@ -241,14 +241,16 @@ void update_running_statistics(const float* mean, const float* variance, std::in
 // Batch normalisation. On one executor oneDNN computes the batch statistics and the whole backward pass.
 //
 // Distributed (a simulated core's tile of a replica): forward (training), Σx then Σ(x − mean)² are
-// reduced over the replica's cores, then oneDNN normalises with those statistics. One pass over the
+// reduced over the replica's cores, then the tile is normalised with those statistics. One pass over the
 // tile gives both: its own mean and Σ(x − its mean)² (row by row, Chan's update), from which
-// Σ(x − mean)² about the replica's mean follows without reading the tile again. Backward: oneDNN with
-// the statistics held fixed gives γ/σ·g' and this core's Σg'·x̂ and Σg' (g' the gradient after the
-// fused ReLU's mask); once those are summed over the replica, the terms the statistics contribute are
-// subtracted by hand: dx = γ/σ·(g' − (Σg' + x̂·Σg'x̂) / M). (Tried: the sums and dx in two hand-written
-// AVX2 passes — slower than oneDNN's AVX-512 pass and the correction together, 34.8–35.6 against
-// 26.9–29.7 ms of the 2D 4-way step.)
+// Σ(x − mean)² about the replica's mean follows without reading the tile again. Backward: this core's
+// Σg'·x̂ and Σg' (g' the gradient after the fused ReLU's mask) are summed over the replica; then
+// dx = γ/σ·(g' − (Σg' + x̂·Σg'x̂) / M).
+// For f32 tiles both run in this kernel's own row loops (AVX2, non-temporal stores; see the constructor),
+// which also write into a view inside a halo buffer. Otherwise oneDNN, with the statistics held fixed,
+// normalises and gives γ/σ·g' with the two sums, and the statistics' terms are subtracted by hand. (Tried
+// before: hand-written AVX2 passes with plain stores — slower than oneDNN's AVX-512 pass and the
+// correction together, 34.8–35.6 against 26.9–29.7 ms of the 2D 4-way step.)
 // The layout batch norm runs in: an input of 16 channels channels-last as the one 16-channel block it
 // is byte for byte — oneDNN's blocked kernel (what the first level of a base-16 U-Net ran in before its
 // convolutions went channels-last) where its channels-last one took ~1.2 ms more per layer at 256², batch 4.
@@ -288,7 +290,6 @@ public:
         const std::int64_t channels = output_shape[1];
         m_mean = Tensor::zeros({channels}, DType::F32);
         m_variance = Tensor::zeros({channels}, DType::F32);
-        if (m_attributes.fuse_relu) m_workspace = memory(m_training_pd.workspace_desc(), cpu_engine());
         m_backward_pd = m_scratchpad.fit(dnnl::batch_normalization_backward::primitive_desc(
             dnnl::batch_normalization_backward::desc(dnnl::prop_kind::backward, m_training_pd.dst_desc(), m_layout, epsilon,
                                                      training),
@@ -299,22 +300,24 @@ public:
         m_tile_count = num_elements_of(output_shape) / channels;
         m_vector_moments = vector_moments(in.descs[0]);
         m_count = m_tile_count;
-        // On a simulated core the output may be a view inside the halo buffer it alone feeds
-        // (writes_into_views): f32 tiles whose input and output rows match. oneDNN's batch norm takes one
-        // layout for its source and destination (and for both gradients), so with a view this kernel runs
-        // row by row itself: forward normalises into the view and keeps the ReLU's mask (a bit per element,
-        // as oneDNN's workspace); backward reads the gradient in the view for its sums, then writes the
-        // input gradient with the replica's statistics' terms in one pass.
+        // On a simulated core, f32 tiles whose input and output rows match run this kernel's own row loops
+        // rather than oneDNN with the replica's statistics: forward normalises row by row and keeps the
+        // ReLU's mask (a bit per element, as oneDNN's workspace); backward reads the gradient for its sums,
+        // then writes the input gradient with the statistics' terms in one pass (oneDNN's backward and the
+        // correction took three over the gradient). oneDNN's batch norm takes one layout for its source and
+        // destination (and for both gradients); the row loops take any strides, so the output may be a
+        // view inside the halo buffer it alone feeds (writes_into_views), which then copies nothing.
         const std::optional<RowShape> input_rows = f32_row_shape(in.descs[0]), output_rows = f32_row_shape(m_output_desc);
-        m_views = m_distributed && input_rows && output_rows && input_rows->lanes == output_rows->lanes &&
-                  input_rows->count == output_rows->count;
-        if (m_views && m_attributes.fuse_relu) {
+        m_row_loops = m_distributed && input_rows && output_rows && input_rows->lanes == output_rows->lanes &&
+                      input_rows->count == output_rows->count;
+        if (m_row_loops && m_attributes.fuse_relu) {
             const std::int64_t mask_bytes_per_row = (input_rows->lanes * output_shape.back() + 7) / 8;
             m_relu_mask.assign(static_cast<std::size_t>(input_rows->count * mask_bytes_per_row), 0);
         }
+        if (m_attributes.fuse_relu && !m_row_loops) m_workspace = memory(m_training_pd.workspace_desc(), cpu_engine());
     }
 
-    bool writes_into_views() const override { return m_views; }
+    bool writes_into_views() const override { return m_row_loops; }
 
     int reduction_phases(Pass pass, Mode mode) const override {
         if (!m_distributed) return 0;
@@ -326,8 +329,8 @@ public:
                                 const memory& diff_output, const std::vector<memory>& diff_inputs) override {
         const std::int64_t channels = m_mean.num_elements();
         if (pass == Pass::Backward) {
-            if (from_view(diff_output)) {
-                view_gradient_sums(inputs[0], diff_output);
+            if (m_row_loops) {
+                gradient_sums(inputs[0], diff_output);
             } else {
                 run_backward(inputs[0], diff_output, diff_inputs);
             }
@@ -379,8 +382,8 @@ public:
     }
 
     void forward(const std::vector<memory>& inputs, const memory& output, Mode mode) override {
-        if (m_views && output.get_desc() != m_output_desc) {
-            normalize_into_view(inputs[0], output, mode);
+        if (m_row_loops) {
+            normalize_rows(inputs[0], output, mode);
             return;
         }
         std::unordered_map<int, memory> args{{DNNL_ARG_SRC, viewed_as(inputs[0], m_layout)},
@@ -409,13 +412,13 @@ public:
             run_backward(inputs[0], diff_output, diff_inputs);
             return;
         }
-        // Distributed: oneDNN ran in the reduction phase (or, from a view, the sums alone); what remains is
+        // Distributed: oneDNN ran in the reduction phase (or, with the row loops, the sums alone); what remains is
         // the statistics' terms.
         if (!m_needs_diff_input) return;
         const TileBuffer x = tile_buffer_of(inputs[0]);
         const StatisticsTerms terms = statistics_terms(padded_channels(x));
-        if (from_view(diff_output)) {
-            view_input_gradient(x, diff_output, diff_inputs[0], terms);
+        if (m_row_loops) {
+            input_gradient(x, diff_output, diff_inputs[0], terms);
             return;
         }
         const TileBuffer dx = tile_buffer_of(diff_inputs[0]);
@@ -483,16 +486,16 @@ private:
         });
     }
 
-    // y = γ·(x − mean)/σ + β (then the ReLU) written into a view of the output's shape, whatever its strides:
+    // y = γ·(x − mean)/σ + β (then the ReLU) written into the output, whatever its strides (a view too):
     // the batch's statistics in training (the replica's, from the reduction phases), the running ones in eval.
-    void normalize_into_view(const memory& input, const memory& output, Mode mode) {
+    void normalize_rows(const memory& input, const memory& output, Mode mode) {
         const bool training = mode == Mode::Train;
         const float* mean = training ? m_mean.data<float>() : m_running_mean->data<float>();
         const float* variance = training ? m_variance.data<float>() : m_running_variance->data<float>();
         const TileBuffer x = tile_buffer_of(input), y = tile_buffer_of(output);
         const TileRows x_rows(x), y_rows(y);
         TESSERA_ASSERT(x_rows.lanes == y_rows.lanes && x_rows.count == y_rows.count && x_rows.width == y_rows.width,
-                       "batch norm writes a view whose rows match its input's");
+                       "batch norm writes an output whose rows match its input's");
         // Padded lanes of a channel block get slope and offset 0: they stay zero.
         const std::int64_t channels = m_mean.num_elements();
         std::vector<float> slope(static_cast<std::size_t>(padded_channels(x)), 0.0f), offset(slope.size(), 0.0f);
@@ -537,34 +540,31 @@ private:
         }
     }
 
-    // Whether backward's gradient arrives in a view (the halo buffer's interior; writes_into_views).
-    bool from_view(const memory& diff_output) const { return m_views && diff_output.get_desc() != m_output_desc; }
-
-    // The rows of a view and of the dense input it mirrors.
+    // The rows of the output's gradient (perhaps a view) and of the input, in step.
     struct PairedRows {
-        TileBuffer view, dense;
-        TileRows view_rows, dense_rows;
-        PairedRows(const TileBuffer& v, const TileBuffer& d) : view(v), dense(d), view_rows(view), dense_rows(dense) {
-            TESSERA_ASSERT(view_rows.lanes == dense_rows.lanes && view_rows.count == dense_rows.count && view_rows.width == dense_rows.width,
-                           "batch norm's view has its input's rows");
+        TileBuffer gradient, input;
+        TileRows gradient_rows, input_rows;
+        PairedRows(const TileBuffer& g, const TileBuffer& x) : gradient(g), input(x), gradient_rows(gradient), input_rows(input) {
+            TESSERA_ASSERT(gradient_rows.lanes == input_rows.lanes && gradient_rows.count == input_rows.count && gradient_rows.width == input_rows.width,
+                           "batch norm's output gradient has its input's rows");
         }
-        std::int64_t floats() const { return dense_rows.lanes * dense_rows.width; }
-        const float* view_row(std::int64_t r) const { return static_cast<const float*>(view.data) + view_rows.offset(r); }
-        float* dense_row(const TileBuffer& like, std::int64_t r) const { return static_cast<float*>(like.data) + dense_rows.offset(r); }
+        std::int64_t floats() const { return input_rows.lanes * input_rows.width; }
+        const float* gradient_row(std::int64_t r) const { return static_cast<const float*>(gradient.data) + gradient_rows.offset(r); }
+        const float* input_row(std::int64_t r) const { return static_cast<const float*>(input.data) + input_rows.offset(r); }
     };
 
-    // The fused ReLU's mask bits of row r (normalize_into_view's), or none without the ReLU.
+    // The fused ReLU's mask bits of row r (normalize_rows's), or none without the ReLU.
     const std::uint8_t* mask_of_row(std::int64_t r, std::int64_t floats) const {
         if (!m_attributes.fuse_relu) return nullptr;
         return m_relu_mask.data() + r * ((floats + 7) / 8);
     }
 
-    // From a view, what oneDNN's backward gives this core: Σg'·x̂ and Σg' over the tile (the parameters'
+    // What oneDNN's backward gives this core: Σg'·x̂ and Σg' over the tile (the parameters'
     // gradients and the replica's sums), g' the gradient through the ReLU's mask.
-    void view_gradient_sums(const memory& input, const memory& diff_output) {
+    void gradient_sums(const memory& input, const memory& diff_output) {
         const PairedRows rows(tile_buffer_of(diff_output), tile_buffer_of(input));
-        const std::int64_t floats = rows.floats(), lanes = rows.dense_rows.lanes;
-        const auto padded = static_cast<std::size_t>(padded_channels(rows.dense));
+        const std::int64_t floats = rows.floats(), lanes = rows.input_rows.lanes;
+        const auto padded = static_cast<std::size_t>(padded_channels(rows.input));
         std::vector<float> centre(padded, 0.0f);
         const std::int64_t channels = m_mean.num_elements();
         for (std::int64_t c = 0; c < channels; ++c) centre[static_cast<std::size_t>(c)] = m_mean.data<float>()[c];
@@ -585,23 +585,23 @@ private:
                 accumulated_centred.fill(0.0f);
                 pending = 0;
             };
-            for (std::int64_t r = 0; r < rows.dense_rows.count; ++r) {
-                const std::int64_t row_group = rows.dense_rows.first_channel(r) / lanes;
+            for (std::int64_t r = 0; r < rows.input_rows.count; ++r) {
+                const std::int64_t row_group = rows.input_rows.first_channel(r) / lanes;
                 if (row_group != group || pending >= 4096) {
                     if (group >= 0) fold();
                     group = row_group;
                 }
-                gradient_run_sums(rows.view_row(r), rows.dense_row(rows.dense, r), mask_of_row(r, floats), floats,
+                gradient_run_sums(rows.gradient_row(r), rows.input_row(r), mask_of_row(r, floats), floats,
                                   centre32.data() + group * 32, accumulated_gradient.data(), accumulated_centred.data());
                 pending += floats;
             }
             if (group >= 0) fold();
         } else {
-            for (std::int64_t r = 0; r < rows.dense_rows.count; ++r) {
-                const float* g = rows.view_row(r);
-                const float* x = rows.dense_row(rows.dense, r);
+            for (std::int64_t r = 0; r < rows.input_rows.count; ++r) {
+                const float* g = rows.gradient_row(r);
+                const float* x = rows.input_row(r);
                 const std::uint8_t* mask = mask_of_row(r, floats);
-                const std::int64_t first = rows.dense_rows.first_channel(r);
+                const std::int64_t first = rows.input_rows.first_channel(r);
                 for (std::int64_t i = 0; i < floats; ++i) {
                     const auto channel = static_cast<std::size_t>(first + i % lanes);
                     const float v = mask_bit(mask, i) ? g[i] : 0.0f;
@@ -618,25 +618,25 @@ private:
         }
     }
 
-    // From a view, the input gradient in one pass: dx = γ/σ·g' − (offset + slope·x).
-    void view_input_gradient(const TileBuffer& x, const memory& diff_output, const memory& diff_input, const StatisticsTerms& terms) {
+    // The input gradient in one pass: dx = γ/σ·g' − (offset + slope·x).
+    void input_gradient(const TileBuffer& x, const memory& diff_output, const memory& diff_input, const StatisticsTerms& terms) {
         const PairedRows rows(tile_buffer_of(diff_output), x);
         const TileBuffer dx = tile_buffer_of(diff_input);
         const TileRows dx_rows(dx);
-        TESSERA_ASSERT(dx_rows.lanes == rows.dense_rows.lanes && dx_rows.count == rows.dense_rows.count, "batch norm's input gradient has its input's rows");
-        const std::int64_t floats = rows.floats(), lanes = rows.dense_rows.lanes;
+        TESSERA_ASSERT(dx_rows.lanes == rows.input_rows.lanes && dx_rows.count == rows.input_rows.count, "batch norm's input gradient has its input's rows");
+        const std::int64_t floats = rows.floats(), lanes = rows.input_rows.lanes;
         std::vector<float> gain32, offset32, slope32;
         if (m_vector_moments) {
             gain32 = repeated_over_32(terms.gain, lanes);
             offset32 = repeated_over_32(terms.offset, lanes);
             slope32 = repeated_over_32(terms.slope, lanes);
         }
-        for (std::int64_t r = 0; r < rows.dense_rows.count; ++r) {
-            const float* g = rows.view_row(r);
-            const float* x_row = rows.dense_row(x, r);
+        for (std::int64_t r = 0; r < rows.input_rows.count; ++r) {
+            const float* g = rows.gradient_row(r);
+            const float* x_row = rows.input_row(r);
             float* target = static_cast<float*>(dx.data) + dx_rows.offset(r);
             const std::uint8_t* mask = mask_of_row(r, floats);
-            const std::int64_t first = rows.dense_rows.first_channel(r);
+            const std::int64_t first = rows.input_rows.first_channel(r);
             if (m_vector_moments) {
                 const std::int64_t at = first / lanes * 32;
                 input_gradient_run(g, x_row, mask, target, floats, gain32.data() + at, offset32.data() + at, slope32.data() + at);
@@ -697,7 +697,7 @@ private:
     bool m_needs_diff_input;
     bool m_distributed;
     bool m_vector_moments = false;  // tile_moments runs the AVX2 loop (vector_moments)
-    bool m_views = false;           // writes_into_views
+    bool m_row_loops = false;       // distributed, with this kernel's own loops (and writes_into_views)
     std::int64_t m_tile_count = 1;  // elements per channel on this executor
     std::int64_t m_count = 1;       // ... in the statistics (distributed: on the whole replica)
     Tensor m_mean, m_variance;      // [C] f32: the batch's (or, distributed, the replica's) statistics
@@ -711,7 +711,7 @@ private:
     dnnl::batch_normalization_backward::primitive_desc m_backward_pd;
     dnnl::batch_normalization_backward m_backward;
     memory m_workspace, m_discarded;
-    std::vector<std::uint8_t> m_relu_mask;  // normalize_into_view's, per row of the tile (affine_run)
+    std::vector<std::uint8_t> m_relu_mask;  // normalize_rows's, per row of the tile (affine_run)
     Staged m_diff_src;
 };
 
