@@ -514,12 +514,14 @@ private:
         const std::vector<float> offset32 = m_vector_moments ? repeated_over_32(offset, x_rows.lanes) : std::vector<float>{};
         const auto* x_base = static_cast<const float*>(x.data);
         auto* y_base = static_cast<float*>(y.data);
+        const std::vector<TileRows::RowStart> x_starts = x_rows.starts(), y_starts = y_rows.starts();
         for (std::int64_t r = 0; r < x_rows.count; ++r) {
-            const float* from = x_base + x_rows.offset(r);
-            float* to = y_base + y_rows.offset(r);
+            const auto row = static_cast<std::size_t>(r);
+            const float* from = x_base + x_starts[row].offset;
+            float* to = y_base + y_starts[row].offset;
             // Eval's mask bits are never read: a row's scratch, leaving training's for its backward.
             std::uint8_t* mask = !relu ? nullptr : training ? m_relu_mask.data() + r * mask_bytes : eval_mask.data();
-            const std::int64_t first = x_rows.first_channel(r);
+            const std::int64_t first = x_starts[row].first_channel;
             if (m_vector_moments) {
                 const std::int64_t group = first / x_rows.lanes;
                 affine_run(from, to, floats, slope32.data() + group * 32, offset32.data() + group * 32, mask);
@@ -544,13 +546,19 @@ private:
     struct PairedRows {
         TileBuffer gradient, input;
         TileRows gradient_rows, input_rows;
-        PairedRows(const TileBuffer& g, const TileBuffer& x) : gradient(g), input(x), gradient_rows(gradient), input_rows(input) {
+        std::vector<TileRows::RowStart> gradient_starts, input_starts;
+        PairedRows(const TileBuffer& g, const TileBuffer& x)
+            : gradient(g), input(x), gradient_rows(gradient), input_rows(input), gradient_starts(gradient_rows.starts()),
+              input_starts(input_rows.starts()) {
             TESSERA_ASSERT(gradient_rows.lanes == input_rows.lanes && gradient_rows.count == input_rows.count && gradient_rows.width == input_rows.width,
                            "batch norm's output gradient has its input's rows");
         }
         std::int64_t floats() const { return input_rows.lanes * input_rows.width; }
-        const float* gradient_row(std::int64_t r) const { return static_cast<const float*>(gradient.data) + gradient_rows.offset(r); }
-        const float* input_row(std::int64_t r) const { return static_cast<const float*>(input.data) + input_rows.offset(r); }
+        const float* gradient_row(std::int64_t r) const {
+            return static_cast<const float*>(gradient.data) + gradient_starts[static_cast<std::size_t>(r)].offset;
+        }
+        const float* input_row(std::int64_t r) const { return static_cast<const float*>(input.data) + input_starts[static_cast<std::size_t>(r)].offset; }
+        std::int64_t first_channel(std::int64_t r) const { return input_starts[static_cast<std::size_t>(r)].first_channel; }
     };
 
     // The fused ReLU's mask bits of row r (normalize_rows's), or none without the ReLU.
@@ -586,7 +594,7 @@ private:
                 pending = 0;
             };
             for (std::int64_t r = 0; r < rows.input_rows.count; ++r) {
-                const std::int64_t row_group = rows.input_rows.first_channel(r) / lanes;
+                const std::int64_t row_group = rows.first_channel(r) / lanes;
                 if (row_group != group || pending >= 4096) {
                     if (group >= 0) fold();
                     group = row_group;
@@ -601,7 +609,7 @@ private:
                 const float* g = rows.gradient_row(r);
                 const float* x = rows.input_row(r);
                 const std::uint8_t* mask = mask_of_row(r, floats);
-                const std::int64_t first = rows.input_rows.first_channel(r);
+                const std::int64_t first = rows.first_channel(r);
                 for (std::int64_t i = 0; i < floats; ++i) {
                     const auto channel = static_cast<std::size_t>(first + i % lanes);
                     const float v = mask_bit(mask, i) ? g[i] : 0.0f;
@@ -623,6 +631,7 @@ private:
         const PairedRows rows(tile_buffer_of(diff_output), x);
         const TileBuffer dx = tile_buffer_of(diff_input);
         const TileRows dx_rows(dx);
+        const std::vector<TileRows::RowStart> dx_starts = dx_rows.starts();
         TESSERA_ASSERT(dx_rows.lanes == rows.input_rows.lanes && dx_rows.count == rows.input_rows.count, "batch norm's input gradient has its input's rows");
         const std::int64_t floats = rows.floats(), lanes = rows.input_rows.lanes;
         std::vector<float> gain32, offset32, slope32;
@@ -634,9 +643,9 @@ private:
         for (std::int64_t r = 0; r < rows.input_rows.count; ++r) {
             const float* g = rows.gradient_row(r);
             const float* x_row = rows.input_row(r);
-            float* target = static_cast<float*>(dx.data) + dx_rows.offset(r);
+            float* target = static_cast<float*>(dx.data) + dx_starts[static_cast<std::size_t>(r)].offset;
             const std::uint8_t* mask = mask_of_row(r, floats);
-            const std::int64_t first = rows.input_rows.first_channel(r);
+            const std::int64_t first = rows.first_channel(r);
             if (m_vector_moments) {
                 const std::int64_t at = first / lanes * 32;
                 input_gradient_run(g, x_row, mask, target, floats, gain32.data() + at, offset32.data() + at, slope32.data() + at);
