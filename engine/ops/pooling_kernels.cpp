@@ -142,6 +142,9 @@ public:
     }
 
     std::string implementation() const override { return "rows:avx2"; }
+    // Rows of any strides: the output may be a view inside the halo buffer it alone feeds (the next
+    // level's first convolution), the window positions kept densely, row by row.
+    bool writes_into_views() const override { return true; }
 
     void forward(const std::vector<memory>& inputs, const memory& output, Mode) override {
         const TileBuffer x = tile_buffer_of(inputs[0]), y = tile_buffer_of(output);
@@ -149,10 +152,10 @@ public:
         const PoolWindow window = window_of(x, out_rows);
         const auto* from = static_cast<const float*>(x.data);
         auto* to = static_cast<float*>(y.data);
+        const std::int64_t row_floats = out_rows.lanes * out_rows.width;
 #pragma omp parallel for schedule(static)
         for (std::int64_t r = 0; r < out_rows.count; ++r) {
-            const std::int64_t out_offset = out_rows.offset(r);
-            max_pool_row(from + window_origin(x, out_rows, r), to + out_offset, m_argmax.data() + out_offset, window);
+            max_pool_row(from + window_origin(x, out_rows, r), to + out_rows.offset(r), m_argmax.data() + r * row_floats, window);
         }
     }
 
@@ -165,10 +168,10 @@ public:
         const PoolWindow window = window_of(dx, out_rows);
         const auto* gradient = static_cast<const float*>(dy.data);
         auto* to = static_cast<float*>(dx.data);
+        const std::int64_t row_floats = out_rows.lanes * out_rows.width;
 #pragma omp parallel for schedule(static)
         for (std::int64_t r = 0; r < out_rows.count; ++r) {
-            const std::int64_t out_offset = out_rows.offset(r);
-            max_pool_gradient_row(gradient + out_offset, m_argmax.data() + out_offset, to + window_origin(dx, out_rows, r), window);
+            max_pool_gradient_row(gradient + out_rows.offset(r), m_argmax.data() + r * row_floats, to + window_origin(dx, out_rows, r), window);
         }
     }
 
@@ -197,7 +200,7 @@ private:
 
     bool m_needs_diff_input;
     bool m_uncovered = false;
-    std::vector<std::int32_t> m_argmax;  // per output element (the output's layout): the window position of its max
+    std::vector<std::int32_t> m_argmax;  // per output element, row after row (TileRows): the window position of its max
 };
 
 // ---- global average pooling -----------------------------------------------------------------

@@ -8,6 +8,7 @@
 #include "graph/executor.hpp"
 #include "ops/dnnl_support.hpp"
 #include "ops/row_convolution.hpp"
+#include "ops/tile_rows.hpp"
 #include "reference/gradient_check.hpp"
 #include "reference/reference_ops.hpp"
 
@@ -836,6 +837,80 @@ TEST(Executor, BatchNormIntoAHaloBufferMatchesTheCopies) {
         EXPECT_EQ(copied.memory.halo_buffers, in_place.memory.halo_buffers) << name;
     }
     EXPECT_EQ(in_place_cases, 6);
+}
+
+// Max pooling read by a halo node alone (each U-Net level's first convolution) writes into the halo
+// buffer's interior and reads its gradient from there: the same bits as with the halo node's copies,
+// its bytes counted once. 2D blocked (16 channels) and 3D channels-last (8), an odd extent (its last row
+// in no window) included.
+TEST(Executor, PoolingIntoAHaloBufferMatchesTheCopies) {
+    struct Case {
+        Shape input, widened;
+        std::int64_t channels;
+        ops::Extents offset;
+    };
+    const std::vector<Case> cases{{{2, 3, 12, 14}, {8, 9}, 16, {1, 2}}, {{1, 2, 10, 11, 12}, {6, 7, 7}, 8, {0, 1, 1}}};
+    int in_place_cases = 0;
+    for (const Case& c : cases) {
+        const std::size_t rank = c.input.size() - 2;
+        const std::string name = shape_to_string(c.input);
+        Graph graph("pooled");
+        const int x = graph.input(c.input);
+        const int a = graph.conv(x, c.channels, ops::ConvAttributes::same(rank, 3), "a");
+        const int pooled = graph.pool(a, ops::PoolAttributes::max_down(static_cast<int>(rank)), "pool");
+        const Shape pooled_shape = graph.node(pooled).output_shape;  // a copy: adding nodes moves them
+        const ops::Extents extent(pooled_shape.begin() + 2, pooled_shape.end());
+        const int halo = graph.halo(pooled, ops::Extents(c.widened.begin(), c.widened.end()),
+                                    {.interior_offset = c.offset, .interior_extent = extent}, "widened");
+        graph.set_output(graph.conv(halo, 4, ops::ConvAttributes::valid(rank, 3), "after"));
+        const Tensor input = reference::random_uniform(c.input, 81);
+        struct Run {
+            Tensor output, value, gradient, input_gradient;
+            std::vector<Tensor> weight_gradients;
+            MemoryReport memory;
+            bool in_place = false;
+        };
+        const auto run = [&](bool in_place) {
+            if (!in_place) ::setenv("TESSERA_HALO_IN_PLACE", "0", 1);
+            Executor executor(graph, {.keep_activation_gradients = true});
+            ::unsetenv("TESSERA_HALO_IN_PLACE");
+            executor.initialize_parameters(11);
+            Run r;
+            r.output = executor.forward(input, Mode::Train);
+            executor.backward(reference::random_uniform(r.output.shape(), 82));
+            r.value = executor.activation(pooled);
+            r.gradient = executor.activation_gradient(pooled);
+            r.input_gradient = executor.activation_gradient(a);
+            for (const Parameter& p : executor.parameters()) r.weight_gradients.push_back(p.gradient.clone());
+            r.memory = executor.memory_report();
+            const ops::TileBuffer tile = executor.value_buffer(pooled), widened = executor.value_buffer(halo);
+            const std::int64_t z = rank == 3 ? c.offset[0] : 0;
+            r.in_place = tile.data == static_cast<char*>(widened.data) +
+                                          widened.offset(0, 0, z, c.offset[rank - 2], c.offset[rank - 1]) * widened.element_size();
+            if (executor.implementation(pooled) != "rows:avx2") {
+                EXPECT_FALSE(r.in_place) << name;
+            }
+            return r;
+        };
+        const Run copied = run(false), in_place = run(true);
+        EXPECT_FALSE(copied.in_place) << name;
+        if (!in_place.in_place) continue;  // oneDNN's pooling (no AVX2, or a layout of other lanes)
+        ++in_place_cases;
+        const auto same_bits = [](const Tensor& first, const Tensor& second) {
+            return first.shape() == second.shape() && std::memcmp(first.raw_data(), second.raw_data(), first.num_bytes()) == 0;
+        };
+        EXPECT_TRUE(same_bits(in_place.output, copied.output)) << name;
+        EXPECT_TRUE(same_bits(in_place.value, copied.value)) << name;
+        EXPECT_TRUE(same_bits(in_place.gradient, copied.gradient)) << name;
+        EXPECT_TRUE(same_bits(in_place.input_gradient, copied.input_gradient)) << name;
+        for (std::size_t p = 0; p < copied.weight_gradients.size(); ++p)
+            EXPECT_TRUE(same_bits(in_place.weight_gradients[p], copied.weight_gradients[p])) << name << " parameter " << p;
+        EXPECT_EQ(copied.memory.activations - in_place.memory.activations, num_elements_of(pooled_shape) * 4) << name;
+        EXPECT_EQ(copied.memory.halo_buffers, in_place.memory.halo_buffers) << name;
+    }
+    if (ops::vector_row_kernels_enabled()) {
+        EXPECT_EQ(in_place_cases, 2) << "both layouts pool in place on an AVX2 CPU";
+    }
 }
 
 TEST(Executor, RejectsWrongInputsWithClearMessages) {
