@@ -1083,27 +1083,15 @@ struct CoreMesh::Impl {
     std::vector<std::int64_t> all_reduce_weight_gradients() {
         const std::size_t num_parameters = model.parameters().size();
         const double reduce_start = now();
-        std::vector<Tensor> totals = single_rank()                                ? in_order_gradient_sums()
-                                     : mesh.reduction == ReductionOrder::Fast ? fast_gradient_sums()
-                                                                              : segmented_gradient_sums();
         std::vector<std::int64_t> non_finite_core(num_parameters, -1);
         std::vector<std::int64_t> first_bad(num_parameters, std::numeric_limits<std::int64_t>::max());
         std::vector<char> total_is_bad(num_parameters, 0);
-        // Per parameter, on the pool: a non-finite total is traced to the first local core whose own
-        // gradient is not finite (before the total overwrites it), then the total goes to every core.
-        pool->run(static_cast<std::int64_t>(num_parameters), [&](std::int64_t parameter) {
-            const auto p = static_cast<std::size_t>(parameter);
-            if (!train::tensor_is_finite(totals[p])) {
-                total_is_bad[p] = 1;
-                for (const Core& core : local_cores()) {
-                    if (!train::tensor_is_finite(core.executor->parameters()[p].gradient)) {
-                        first_bad[p] = mesh_core(core.replica, core.index);
-                        break;
-                    }
-                }
-            }
-            for (Core& core : local_cores()) core.executor->parameters()[p].gradient.copy_from(totals[p]);
-        });
+        if (single_rank()) {
+            reduce_in_place(first_bad, total_is_bad);
+        } else {
+            distribute_totals(mesh.reduction == ReductionOrder::Fast ? fast_gradient_sums() : segmented_gradient_sums(), first_bad,
+                              total_is_bad);
+        }
         // The same on every rank (every rank holds the same totals), so all of them join the reduction.
         if (std::find(total_is_bad.begin(), total_is_bad.end(), 1) != total_is_bad.end()) {
             transport->all_reduce_min(first_bad);
@@ -1118,6 +1106,59 @@ struct CoreMesh::Impl {
                                                                 reduce_end, 0, ring_bytes(parameter_bytes, total_cores), -1});
         }
         return non_finite_core;
+    }
+
+    // One process (every core here): the parameters in parallel (no flat buffer: for ResNet-34's 22 M
+    // parameters clearing and copying one out on one thread cost more than the sum), each a chunk at a
+    // time while the chunk is in cache: the sum in core order (add_in_core_order over the chunk: the bits
+    // of summing whole tensors), its finiteness, the copy into every core. Each core's gradient is read
+    // and written once, where summing whole tensors, checking the totals and copying them out took five
+    // more passes over memory. A non-finite total is traced to the first core whose own values in that
+    // chunk are not finite (a non-finite value makes its element's total non-finite).
+    void reduce_in_place(std::vector<std::int64_t>& first_bad, std::vector<char>& total_is_bad) {
+        constexpr std::int64_t k_chunk = 4096;  // floats: each core's 16 KB stay in L1 or L2 between the passes
+        const auto& specs = model.parameters();
+        pool->run(static_cast<std::int64_t>(specs.size()), [&](std::int64_t parameter) {
+            const auto p = static_cast<std::size_t>(parameter);
+            const std::int64_t count = num_elements_of(specs[p].shape);
+            std::vector<float> sum(static_cast<std::size_t>(std::min(count, k_chunk)));
+            std::vector<float> replica_sum(mesh.num_replicas > 1 ? sum.size() : 0);
+            for (std::int64_t first = 0; first < count; first += k_chunk) {
+                const std::int64_t length = std::min(k_chunk, count - first);
+                add_in_core_order(
+                    p, first, length, [&](std::int64_t c, std::size_t q, std::int64_t at, std::int64_t) { return local_gradient(c, q, at); },
+                    replica_sum.data(), sum.data());
+                if (!train::all_finite(sum.data(), length)) {
+                    total_is_bad[p] = 1;
+                    for (const Core& core : local_cores()) {
+                        if (!train::all_finite(core.executor->parameters()[p].gradient.data<float>() + first, length)) {
+                            first_bad[p] = std::min(first_bad[p], mesh_core(core.replica, core.index));
+                            break;
+                        }
+                    }
+                }
+                for (Core& core : local_cores()) std::copy_n(sum.data(), length, core.executor->parameters()[p].gradient.data<float>() + first);
+            }
+        });
+    }
+
+    // Several ranks: a non-finite total is traced to the first local core whose own gradient is not finite
+    // (before the total overwrites it), then the total goes to every local core.
+    void distribute_totals(const std::vector<Tensor>& totals, std::vector<std::int64_t>& first_bad, std::vector<char>& total_is_bad) {
+        const std::size_t num_parameters = model.parameters().size();
+        pool->run(static_cast<std::int64_t>(num_parameters), [&](std::int64_t parameter) {
+            const auto p = static_cast<std::size_t>(parameter);
+            if (!train::tensor_is_finite(totals[p])) {
+                total_is_bad[p] = 1;
+                for (const Core& core : local_cores()) {
+                    if (!train::tensor_is_finite(core.executor->parameters()[p].gradient)) {
+                        first_bad[p] = mesh_core(core.replica, core.index);
+                        break;
+                    }
+                }
+            }
+            for (Core& core : local_cores()) core.executor->parameters()[p].gradient.copy_from(totals[p]);
+        });
     }
 
     // The sum in core order, every replica's cores summed in order and the replicas' sums added in order,
@@ -1152,25 +1193,6 @@ struct CoreMesh::Impl {
 
     const float* local_gradient(std::int64_t core, std::size_t p, std::int64_t first) const {
         return cores[static_cast<std::size_t>(core)].executor->parameters()[p].gradient.data<float>() + first;
-    }
-
-    // One process: every core is here; the parameters are summed in parallel, each straight into its own
-    // tensor (no flat buffer to clear and copy out on one thread: for ResNet-34's 22 M parameters those
-    // two passes cost more than the sum).
-    std::vector<Tensor> in_order_gradient_sums() {
-        const auto& specs = model.parameters();
-        std::vector<Tensor> totals(specs.size());
-        for (std::size_t p = 0; p < specs.size(); ++p) totals[p] = Tensor::empty(specs[p].shape, DType::F32);  // every element written below
-        pool->run(static_cast<std::int64_t>(specs.size()), [&](std::int64_t parameter) {
-            const auto p = static_cast<std::size_t>(parameter);
-            const std::int64_t count = totals[p].num_elements();
-            float* sum = totals[p].data<float>();
-            std::unique_ptr<float[]> replica_buffer(mesh.num_replicas > 1 ? new float[static_cast<std::size_t>(count)] : nullptr);
-            add_in_core_order(
-                p, 0, count, [&](std::int64_t c, std::size_t q, std::int64_t first, std::int64_t) { return local_gradient(c, q, first); },
-                replica_buffer.get(), sum);
-        });
-        return totals;
     }
 
     // Reproducible across ranks: the in-process sum, element for element, with no rank waiting on another's

@@ -29,23 +29,6 @@ void check_gradient(const Parameter& parameter, std::size_t index, std::string_v
                                                   << shape_to_string(gradient.strides()));
 }
 
-// An f32 is inf or NaN exactly when all its exponent bits are set. The inner loop has no early exit
-// so it vectorises; blocks bound the work done after the first non-finite value.
-bool all_finite(const float* data, std::int64_t count) {
-    constexpr std::int64_t block = 4096;
-    constexpr std::uint32_t exponent_mask = 0x7f800000u;
-    for (std::int64_t begin = 0; begin < count; begin += block) {
-        const std::int64_t end = std::min(count, begin + block);
-        std::uint32_t found = 0;
-        for (std::int64_t i = begin; i < end; ++i) {
-            found |=
-                static_cast<std::uint32_t>((std::bit_cast<std::uint32_t>(data[i]) & exponent_mask) == exponent_mask);
-        }
-        if (found != 0) return false;
-    }
-    return true;
-}
-
 void multiply(float* data, std::int64_t count, float factor) {
     for (std::int64_t i = 0; i < count; ++i) data[i] = data[i] * factor;
 }
@@ -83,6 +66,23 @@ const Parameter* LossScaler::first_non_finite_gradient(std::span<const Parameter
 
 const Parameter* LossScaler::first_non_finite_value(std::span<const Parameter> parameters, const ParallelFor& parallel) {
     return first_where(parameters, parallel, [](const Parameter& parameter) { return !tensor_is_finite(parameter.value); });
+}
+
+// An f32 is inf or NaN exactly when all its exponent bits are set. The inner loop has no early exit
+// so it vectorises; blocks bound the work done after the first non-finite value.
+bool all_finite(const float* data, std::int64_t count) {
+    constexpr std::int64_t block = 4096;
+    constexpr std::uint32_t exponent_mask = 0x7f800000u;
+    for (std::int64_t begin = 0; begin < count; begin += block) {
+        const std::int64_t end = std::min(count, begin + block);
+        std::uint32_t found = 0;
+        for (std::int64_t i = begin; i < end; ++i) {
+            found |=
+                static_cast<std::uint32_t>((std::bit_cast<std::uint32_t>(data[i]) & exponent_mask) == exponent_mask);
+        }
+        if (found != 0) return false;
+    }
+    return true;
 }
 
 bool tensor_is_finite(const Tensor& tensor) {

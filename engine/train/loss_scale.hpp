@@ -144,5 +144,7 @@ std::unique_ptr<LossScaler> make_loss_scaler(const LossScaleConfig& config);  //
 
 // True when no element of an f32 tensor (any strides) is inf or NaN; other dtypes are finite.
 bool tensor_is_finite(const Tensor& tensor);
+// True when none of `count` f32 values is inf or NaN.
+bool all_finite(const float* data, std::int64_t count);
 
 }  // namespace tessera::train
