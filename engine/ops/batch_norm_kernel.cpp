@@ -489,6 +489,7 @@ private:
     // y = γ·(x − mean)/σ + β (then the ReLU) written into the output, whatever its strides (a view too):
     // the batch's statistics in training (the replica's, from the reduction phases), the running ones in eval.
     void normalize_rows(const memory& input, const memory& output, Mode mode) {
+        const DenormalsFlushed flushed;  // as oneDNN's kernels run (see DenormalsFlushed)
         const bool training = mode == Mode::Train;
         const float* mean = training ? m_mean.data<float>() : m_running_mean->data<float>();
         const float* variance = training ? m_variance.data<float>() : m_running_variance->data<float>();
@@ -570,6 +571,7 @@ private:
     // What oneDNN's backward gives this core: Σg'·x̂ and Σg' over the tile (the parameters'
     // gradients and the replica's sums), g' the gradient through the ReLU's mask.
     void gradient_sums(const memory& input, const memory& diff_output) {
+        const DenormalsFlushed flushed;  // gradients deep in the backward pass hold values below 1e-38
         const PairedRows rows(tile_buffer_of(diff_output), tile_buffer_of(input));
         const std::int64_t floats = rows.floats(), lanes = rows.input_rows.lanes;
         const auto padded = static_cast<std::size_t>(padded_channels(rows.input));
@@ -628,6 +630,7 @@ private:
 
     // The input gradient in one pass: dx = γ/σ·g' − (offset + slope·x).
     void input_gradient(const TileBuffer& x, const memory& diff_output, const memory& diff_input, const StatisticsTerms& terms) {
+        const DenormalsFlushed flushed;
         const PairedRows rows(tile_buffer_of(diff_output), x);
         const TileBuffer dx = tile_buffer_of(diff_input);
         const TileRows dx_rows(dx);
