@@ -311,8 +311,7 @@ public:
         m_row_loops = m_distributed && input_rows && output_rows && input_rows->lanes == output_rows->lanes &&
                       input_rows->count == output_rows->count;
         if (m_row_loops && m_attributes.fuse_relu) {
-            const std::int64_t mask_bytes_per_row = (input_rows->lanes * output_shape.back() + 7) / 8;
-            m_relu_mask.assign(static_cast<std::size_t>(input_rows->count * mask_bytes_per_row), 0);
+            m_relu_mask.assign(static_cast<std::size_t>(input_rows->count * mask_bytes(input_rows->lanes * output_shape.back())), 0);
         }
         if (m_attributes.fuse_relu && !m_row_loops) m_workspace = memory(m_training_pd.workspace_desc(), cpu_engine());
     }
@@ -486,6 +485,10 @@ private:
         });
     }
 
+    double inverse_sigma(float variance) const { return 1.0 / std::sqrt(static_cast<double>(variance) + m_attributes.epsilon); }
+    // The ReLU mask's bytes for a row of `floats` values (a bit each).
+    static std::int64_t mask_bytes(std::int64_t floats) { return (floats + 7) / 8; }
+
     // y = γ·(x − mean)/σ + β (then the ReLU) written into the output, whatever its strides (a view too):
     // the batch's statistics in training (the replica's, from the reduction phases), the running ones in eval.
     void normalize_rows(const memory& input, const memory& output, Mode mode) {
@@ -502,15 +505,15 @@ private:
         std::vector<float> slope(static_cast<std::size_t>(padded_channels(x)), 0.0f), offset(slope.size(), 0.0f);
         for (std::int64_t c = 0; c < channels; ++c) {
             const auto i = static_cast<std::size_t>(c);
-            const double scale = m_scale->value.data<float>()[c] / std::sqrt(static_cast<double>(variance[c]) + m_attributes.epsilon);
+            const double scale = m_scale->value.data<float>()[c] * inverse_sigma(variance[c]);
             slope[i] = static_cast<float>(scale);
             offset[i] = static_cast<float>(m_shift->value.data<float>()[c] - scale * mean[c]);
         }
         const bool relu = m_attributes.fuse_relu;
-        const std::int64_t floats = x_rows.lanes * x_rows.width, mask_bytes = (floats + 7) / 8;
-        TESSERA_ASSERT(!relu || static_cast<std::int64_t>(m_relu_mask.size()) == x_rows.count * mask_bytes,
+        const std::int64_t floats = x_rows.lanes * x_rows.width, row_mask_bytes = mask_bytes(floats);
+        TESSERA_ASSERT(!relu || static_cast<std::int64_t>(m_relu_mask.size()) == x_rows.count * row_mask_bytes,
                        "batch norm's ReLU mask has a bit per element of its tile");
-        std::vector<std::uint8_t> eval_mask(training ? 0 : static_cast<std::size_t>(mask_bytes));
+        std::vector<std::uint8_t> eval_mask(training ? 0 : static_cast<std::size_t>(row_mask_bytes));
         const std::vector<float> slope32 = m_vector_moments ? repeated_over_32(slope, x_rows.lanes) : std::vector<float>{};
         const std::vector<float> offset32 = m_vector_moments ? repeated_over_32(offset, x_rows.lanes) : std::vector<float>{};
         const auto* x_base = static_cast<const float*>(x.data);
@@ -521,14 +524,14 @@ private:
             const float* from = x_base + x_starts[row].offset;
             float* to = y_base + y_starts[row].offset;
             // Eval's mask bits are never read: a row's scratch, leaving training's for its backward.
-            std::uint8_t* mask = !relu ? nullptr : training ? m_relu_mask.data() + r * mask_bytes : eval_mask.data();
+            std::uint8_t* mask = !relu ? nullptr : training ? m_relu_mask.data() + r * row_mask_bytes : eval_mask.data();
             const std::int64_t first = x_starts[row].first_channel;
             if (m_vector_moments) {
                 const std::int64_t group = first / x_rows.lanes;
                 affine_run(from, to, floats, slope32.data() + group * 32, offset32.data() + group * 32, mask);
                 continue;
             }
-            if (mask) std::memset(mask, 0, static_cast<std::size_t>(mask_bytes));
+            if (mask) std::memset(mask, 0, static_cast<std::size_t>(row_mask_bytes));
             for (std::int64_t i = 0; i < floats; ++i) {
                 const auto lane = static_cast<std::size_t>(first + i % x_rows.lanes);
                 const float v = slope[lane] * from[i] + offset[lane];
@@ -565,7 +568,7 @@ private:
     // The fused ReLU's mask bits of row r (normalize_rows's), or none without the ReLU.
     const std::uint8_t* mask_of_row(std::int64_t r, std::int64_t floats) const {
         if (!m_attributes.fuse_relu) return nullptr;
-        return m_relu_mask.data() + r * ((floats + 7) / 8);
+        return m_relu_mask.data() + r * mask_bytes(floats);
     }
 
     // What oneDNN's backward gives this core: Σg'·x̂ and Σg' over the tile (the parameters'
@@ -622,8 +625,8 @@ private:
         }
         for (std::int64_t c = 0; c < channels; ++c) {
             const auto i = static_cast<std::size_t>(c);
-            const double inverse_sigma = 1.0 / std::sqrt(static_cast<double>(m_variance.data<float>()[c]) + m_attributes.epsilon);
-            m_scale->gradient.data<float>()[c] = static_cast<float>(sum_centred[i] * inverse_sigma);
+            const double inverse = inverse_sigma(m_variance.data<float>()[c]);
+            m_scale->gradient.data<float>()[c] = static_cast<float>(sum_centred[i] * inverse);
             m_shift->gradient.data<float>()[c] = static_cast<float>(sum_gradient[i]);
         }
     }
@@ -674,10 +677,10 @@ private:
         const auto count = static_cast<double>(m_count);
         for (std::int64_t c = 0; c < channels; ++c) {
             const auto i = static_cast<std::size_t>(c);
-            const double inverse_sigma = 1.0 / std::sqrt(static_cast<double>(m_variance.data<float>()[c]) + m_attributes.epsilon);
-            const double gain = m_scale->value.data<float>()[c] * inverse_sigma;
+            const double inverse = inverse_sigma(m_variance.data<float>()[c]);
+            const double gain = m_scale->value.data<float>()[c] * inverse;
             const double k = gain / count;
-            const double per_xhat = k * m_sum_gradient_xhat[i] * inverse_sigma;
+            const double per_xhat = k * m_sum_gradient_xhat[i] * inverse;
             terms.gain[i] = static_cast<float>(gain);
             terms.slope[i] = static_cast<float>(per_xhat);
             terms.offset[i] = static_cast<float>(k * m_sum_gradient[i] - per_xhat * m_mean.data<float>()[c]);

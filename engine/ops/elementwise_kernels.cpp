@@ -98,13 +98,6 @@ private:
 
 // ---- concatenation --------------------------------------------------------------------------
 
-// Channels side by side. Where every input is in one dense layout of one type — 16-channel blocks with
-// whole blocks (what the convolutions around a U-Net's concatenation use at 16 channels and more), or
-// channels-last (the row convolutions and up-convolutions below 16) — the output takes that layout and
-// joining and splitting are copies of runs of channels: one run per batch item and input for blocks, one
-// per pixel and input channels-last. oneDNN's own concat ("simple:any" on blocks, "ref:any" beside
-// a plain input) and its reorders of a channel range ran at 3-4 GB/s on a 2-vCPU Xeon (model 207):
-// 9.6 ms for the 2D U-Net's 4×32×256×256 join, 4.9 ms for the 3D one's 8 + 8 channels at 64³.
 // A concatenation's parts written into a halo buffer's interior, one row: with non-temporal stores of
 // whole cache lines where they apply, as the halo buffer is not in cache — a part of 16 channels (a line
 // per pixel), or two parts of 8 joined into a line per pixel (the 3D U-Net's last join; 8 channels a part
@@ -125,6 +118,13 @@ bool streams_lines(const float* target, std::int64_t target_stride) {
     return avx512 && reinterpret_cast<std::uintptr_t>(target) % 64 == 0 && target_stride % 16 == 0;
 }
 
+// Channels side by side. Where every input is in one dense layout of one type — 16-channel blocks with
+// whole blocks (what the convolutions around a U-Net's concatenation use at 16 channels and more), or
+// channels-last (the row convolutions and up-convolutions below 16) — the output takes that layout and
+// joining and splitting are copies of runs of channels: one run per batch item and input for blocks, one
+// per pixel and input channels-last. oneDNN's own concat ("simple:any" on blocks, "ref:any" beside
+// a plain input) and its reorders of a channel range ran at 3-4 GB/s on a 2-vCPU Xeon (model 207):
+// 9.6 ms for the 2D U-Net's 4×32×256×256 join, 4.9 ms for the 3D one's 8 + 8 channels at 64³.
 class ChannelRuns {
 public:
     static constexpr std::int64_t k_block = 16;
