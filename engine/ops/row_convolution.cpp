@@ -53,7 +53,9 @@ __attribute__((target("avx512f"))) inline void forward_chunk(const PaddedRows& i
             for (int ky = 0; ky < 3; ++ky) {
                 const float* row = input.at(n, i, z + kz, y + ky) + x0;
                 const float* w = relaid_block + ((i * taps_z + kz) * 3 + ky) * 3 * k_block;
-#pragma GCC unroll 3
+                // Not unrolled: GCC 12 interleaved the three taps and spilled 16 accumulators to the stack
+                // (one thread, 8 → 8 channels, rows of 64, in cache: 158 against 180 µs, 12 % faster).
+#pragma GCC unroll 1
                 for (int kx = 0; kx < 3; ++kx) {
                     __m512 loaded[Vectors];
                     for (int v = 0; v < Vectors; ++v) loaded[v] = _mm512_loadu_ps(row + kx + v * k_lanes);
