@@ -17,6 +17,7 @@
 // Exit codes (cli_run.hpp): 0 success, 2 bad input (a file, an argument, an experiment that cannot run),
 // 1 a failure after the work started, 130 a training run stopped by Ctrl-C after its checkpoint.
 #include "cli_run.hpp"
+#include "core/allocator_policy.hpp"
 #include "core/error.hpp"
 #include "core/units.hpp"
 #include "mesh/fidelity.hpp"
@@ -669,6 +670,7 @@ int run(int argc, char** argv) {
 
 // Every exception ends here: bad input is exit 2, anything else exit 1 with what to report.
 int main(int argc, char** argv) {
+    tessera::retain_freed_memory();
     std::string context = "tessera-cli";
     for (int index = 1; index < argc; ++index) context.append(" ").append(argv[index]);
     try {

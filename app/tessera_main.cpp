@@ -1,5 +1,6 @@
 // tessera: the desktop studio. With no arguments it opens the example head MRI with its skull-strip
 // mask (Debian's insighttoolkit5-examples), or a synthetic CT phantom when that package is missing.
+#include "core/allocator_policy.hpp"
 #include "core/error.hpp"
 #include "data/examples.hpp"
 #include "widgets/main_window.hpp"
@@ -203,6 +204,7 @@ int run_studio(int argc, char** argv) {
 // Exceptions inside the event loop are shown by StudioApplication::notify; one escaping the set-up
 // (before the window exists) ends here, with a message instead of an abort.
 int main(int argc, char** argv) {
+    tessera::retain_freed_memory();
     try {
         return run_studio(argc, argv);
     } catch (const tessera::Error& error) {

@@ -8,6 +8,7 @@
 // per-core memory, and ends with one line per case:
 //   case=<name> unpartitioned_ms=<median> partitioned_ms=<median> overhead=<ratio>
 #include "mesh/core_mesh.hpp"
+#include "core/allocator_policy.hpp"
 #include "core/random.hpp"
 #include "networks/models.hpp"
 #include "ops/dnnl_support.hpp"
@@ -46,6 +47,7 @@ double time_ms(Step&& step) {
 }  // namespace
 
 int main(int argc, char** argv) {
+    tessera::retain_freed_memory();  // as the studio and tessera-cli run
     int rounds = 7, steps = 3, threads = 2;
     bool profile = false;
     std::string only;

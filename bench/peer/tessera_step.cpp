@@ -14,6 +14,7 @@
 // retinanet50 (f32 only): RetinaNet ResNet-50 FPN in torchvision's layout (no BN after the FPN nor in the
 // heads: 34,047,374 parameters, torchvision's count for 90 classes), 1 image of 640² with the fixed boxes
 // of retinanet_objects (pytorch_step.py has the same list), the detector's focal + box loss, SGD momentum.
+#include "core/allocator_policy.hpp"
 #include "core/random.hpp"
 #include "detection/anchor_labeler.hpp"
 #include "networks/models.hpp"
@@ -43,6 +44,7 @@ std::vector<std::vector<detection::LabeledBox>> retinanet_objects() {
 }  // namespace
 
 int main(int argc, char** argv) {
+    tessera::retain_freed_memory();  // as the studio and tessera-cli run
     std::string case_name;
     int steps = 10, warmup = 3, threads = 2;
     bool profile = false, precision_map = false;
