@@ -17,7 +17,7 @@ constexpr std::int64_t k_fixed_groups = 8;
 template <class AddItem>
 std::vector<float> fixed_group_partials(std::int64_t items, std::int64_t partial_size, AddItem&& add_item) {
     std::vector<float> partials(static_cast<std::size_t>(k_fixed_groups * partial_size), 0.0f);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(dynamic, 1)
     for (std::int64_t group = 0; group < k_fixed_groups; ++group) {
         float* partial = partials.data() + group * partial_size;
         for (std::int64_t item = group * items / k_fixed_groups; item < (group + 1) * items / k_fixed_groups; ++item) add_item(partial, item);

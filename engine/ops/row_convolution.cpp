@@ -374,7 +374,7 @@ void row_conv_forward(const PaddedRows& input, const std::vector<float>& relaid,
         if (channels_last) return {output + (n * plane + position) * out_channels + block * k_block, out_channels, 1};
         return {output + (n * out_channels + block * k_block) * plane + position, 1, plane};
     };
-#pragma omp parallel for collapse(3) schedule(static)
+#pragma omp parallel for collapse(3) schedule(dynamic, 16)
     for (std::int64_t n = 0; n < input.batch; ++n) {
         for (std::int64_t z = 0; z < out_depth; ++z) {
             for (std::int64_t y = 0; y < out_height; ++y) {
