@@ -202,7 +202,7 @@ private:
             }
         };
         if (m_per_pixel) {  // pixel by pixel, every input: each output pixel's lines written once
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(dynamic, 2048)
             for (std::int64_t k = 0; k < m_count; ++k) {
                 for (std::size_t i = 0; i < m_parts.size(); ++i) {
                     if (!part_data[i]) continue;

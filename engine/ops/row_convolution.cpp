@@ -310,7 +310,7 @@ void fill_padded(const PaddedRows& padded, const SourceLayout& source, const std
     const bool side_by_side = (source.block == 1 && source.block_stride == 1) || (source.block % 8 == 0 && source.block > 1);
     const std::int64_t group = side_by_side && padded.channels % 8 == 0 && row_convolution_available() ? 8 : 1;
     const std::int64_t groups = padded.channels / group;
-#pragma omp parallel for collapse(3) schedule(static)
+#pragma omp parallel for collapse(3) schedule(dynamic, 1)
     for (std::int64_t n = 0; n < padded.batch; ++n) {
         for (std::int64_t g = 0; g < groups; ++g) {
             for (std::int64_t z = 0; z < padded.depth; ++z) {
