@@ -708,6 +708,17 @@ TEST(LossErrors, BadLabelsNameLabelPositionAndClassCount) {
     options.ignore_label = -1;
     EXPECT_NO_THROW(softmax_cross_entropy(logits, labels, options));
 
+    // Large enough for the labels to be counted in parallel runs: of two bad labels, in different runs,
+    // the message names the first in memory whichever thread found which.
+    const Tensor wide_logits = random_f32({1, 2, 300, 300}, 914);
+    Tensor wide_labels = random_labels({1, 300, 300}, 2, 915);
+    wide_labels.at<std::int32_t>({0, 250, 7}) = 9;
+    wide_labels.at<std::int32_t>({0, 40, 3}) = 5;
+    const int saved_threads = omp_get_max_threads();
+    omp_set_num_threads(2);
+    expect_error_containing([&] { softmax_cross_entropy(wide_logits, wide_labels); }, {"got 5 at labels[0, 40, 3]"});
+    omp_set_num_threads(saved_threads);
+
     const Tensor x = random_f32({3, 2}, 912);
     Tensor t = random_binary({3, 2}, 913);
     t.at<float>({2, 1}) = 0.5f;
