@@ -3,10 +3,13 @@
 // unpartitioned step's oneDNN kernels). Cases are the peer benchmark's U-Nets.
 //
 // Usage: bm_partition [--rounds R] [--steps S] [--case unet2d|unet3d] [--threads T (2)] [--profile 1]
-// Rounds alternate unpartitioned and partitioned steps (the machine's speed drifts; only interleaved
-// figures compare); the overhead is the median over rounds of partitioned / unpartitioned. Prints per-round medians, bytes exchanged against the tiling plan's halo volume,
-// per-core memory, and ends with one line per case:
-//   case=<name> unpartitioned_ms=<median> partitioned_ms=<median> overhead=<ratio>
+// Steps alternate unpartitioned and partitioned, in pairs (the machine's speed drifts; only interleaved
+// figures compare); the overhead is the median over rounds of partitioned / unpartitioned (each round's
+// medians), the paired overhead the median of every pair's ratio with its quartiles. Prints per-round
+// medians, bytes exchanged against the tiling plan's halo volume, per-core memory, and ends with one line
+// per case:
+//   case=<name> unpartitioned_ms=<median> partitioned_ms=<median> overhead=<ratio> paired_overhead=<ratio>
+//   paired_q1=<ratio> paired_q3=<ratio> pairs=<count>
 #include "mesh/core_mesh.hpp"
 #include "core/allocator_policy.hpp"
 #include "core/random.hpp"
@@ -89,11 +92,24 @@ int main(int argc, char** argv) {
         unpartitioned.train_step(images, labels);
         partitioned.train_step(images, labels);
 
-        std::vector<double> round_unpartitioned, round_partitioned, round_ratio;
+        std::vector<double> round_unpartitioned, round_partitioned, round_ratio, pair_ratio;
         for (int round = 0; round < rounds; ++round) {
             std::vector<double> a, b;
-            for (int s = 0; s < steps; ++s) a.push_back(time_ms([&] { unpartitioned.train_step(images, labels); }));
-            for (int s = 0; s < steps; ++s) b.push_back(time_ms([&] { partitioned.train_step(images, labels); }));
+            // Step by step, in pairs ordered AB, BA, AB, …: the machine's speed drifts within seconds
+            // (on the Xeon model 207 VM, 1.6× between neighbouring seconds), so each pair's ratio compares
+            // steps run less than a second apart, and the order cancels a drift across the pair.
+            for (int s = 0; s < steps; ++s) {
+                const auto run_unpartitioned = [&] { a.push_back(time_ms([&] { unpartitioned.train_step(images, labels); })); };
+                const auto run_partitioned = [&] { b.push_back(time_ms([&] { partitioned.train_step(images, labels); })); };
+                if (s % 2 == 0) {
+                    run_unpartitioned();
+                    run_partitioned();
+                } else {
+                    run_partitioned();
+                    run_unpartitioned();
+                }
+                pair_ratio.push_back(b.back() / a.back());
+            }
             round_unpartitioned.push_back(median(a));
             round_partitioned.push_back(median(b));
             round_ratio.push_back(median(b) / median(a));
@@ -170,8 +186,11 @@ int main(int argc, char** argv) {
         // The overhead is the median of the rounds' ratios: each ratio compares steps run side by side.
         const double u = median(round_unpartitioned), p = median(round_partitioned);
         char line[256];
-        std::snprintf(line, sizeof line, "case=%s unpartitioned_ms=%.1f partitioned_ms=%.1f overhead=%.3f", c.name.c_str(), u, p,
-                      median(round_ratio));
+        std::sort(pair_ratio.begin(), pair_ratio.end());
+        const auto quantile = [&](double q) { return pair_ratio[static_cast<std::size_t>(q * static_cast<double>(pair_ratio.size() - 1) + 0.5)]; };
+        std::snprintf(line, sizeof line,
+                      "case=%s unpartitioned_ms=%.1f partitioned_ms=%.1f overhead=%.3f paired_overhead=%.3f paired_q1=%.3f paired_q3=%.3f pairs=%zu",
+                      c.name.c_str(), u, p, median(round_ratio), median(pair_ratio), quantile(0.25), quantile(0.75), pair_ratio.size());
         summary_lines.push_back(line);
     }
     for (const std::string& line : summary_lines) std::printf("%s\n", line.c_str());
