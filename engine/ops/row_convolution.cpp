@@ -374,37 +374,36 @@ void row_conv_forward(const PaddedRows& input, const std::vector<float>& relaid,
         if (channels_last) return {output + (n * plane + position) * out_channels + block * k_block, out_channels, 1};
         return {output + (n * out_channels + block * k_block) * plane + position, 1, plane};
     };
-#pragma omp parallel for collapse(3) schedule(dynamic, 16)
-    for (std::int64_t n = 0; n < input.batch; ++n) {
-        for (std::int64_t z = 0; z < out_depth; ++z) {
-            for (std::int64_t y = 0; y < out_height; ++y) {
-                for (std::int64_t block = 0; block < blocks; ++block) {
-                    forward_row(input, relaid.data() + block * block_weights, bias ? bias + block * k_block : nullptr, taps_z, n, z, y,
-                                out_width, rows_of(n, z, y, block));
-                }
-            }
-        }
-    }
     const std::int64_t x_tail = tail_start(out_width), tail = out_width - x_tail;
-    if (tail == 0) return;
-    const std::int64_t groups = (out_height + k_tail_rows - 1) / k_tail_rows;
     const std::int64_t row_stride = out_width * (channels_last ? out_channels : 1);  // between output rows
-#pragma omp parallel for collapse(3) schedule(static)
+    const auto tail_of = [&](std::int64_t n, std::int64_t z, std::int64_t y0, std::int64_t rows, std::int64_t block) {
+        const float* relaid_block = relaid.data() + block * block_weights;
+        const float* bias_block = bias ? bias + block * k_block : nullptr;
+        const OutputRows first = rows_of(n, z, y0, block);
+        switch (tail) {
+            case 1: forward_tail_rows<1>(input, relaid_block, bias_block, taps_z, n, z, y0, rows, x_tail, first, row_stride); break;
+            case 2: forward_tail_rows<2>(input, relaid_block, bias_block, taps_z, n, z, y0, rows, x_tail, first, row_stride); break;
+            case 3: forward_tail_rows<3>(input, relaid_block, bias_block, taps_z, n, z, y0, rows, x_tail, first, row_stride); break;
+            default: forward_tail_rows<4>(input, relaid_block, bias_block, taps_z, n, z, y0, rows, x_tail, first, row_stride); break;
+        }
+    };
+    // Groups of k_tail_rows rows to whichever host thread is free (outputs are per row: the same values),
+    // each group's tail right after its vectors while their input rows are in cache (in a pass of its own
+    // it read them from memory again: one thread, a corner tile's 33³ input gradient 1–4 % slower).
+    const std::int64_t groups = (out_height + k_tail_rows - 1) / k_tail_rows;
+#pragma omp parallel for collapse(3) schedule(dynamic, 4)
     for (std::int64_t n = 0; n < input.batch; ++n) {
         for (std::int64_t z = 0; z < out_depth; ++z) {
             for (std::int64_t group = 0; group < groups; ++group) {
                 const std::int64_t y0 = group * k_tail_rows, rows = std::min(k_tail_rows, out_height - y0);
-                for (std::int64_t block = 0; block < blocks; ++block) {
-                    const float* relaid_block = relaid.data() + block * block_weights;
-                    const float* bias_block = bias ? bias + block * k_block : nullptr;
-                    const OutputRows first = rows_of(n, z, y0, block);
-                    switch (tail) {
-                        case 1: forward_tail_rows<1>(input, relaid_block, bias_block, taps_z, n, z, y0, rows, x_tail, first, row_stride); break;
-                        case 2: forward_tail_rows<2>(input, relaid_block, bias_block, taps_z, n, z, y0, rows, x_tail, first, row_stride); break;
-                        case 3: forward_tail_rows<3>(input, relaid_block, bias_block, taps_z, n, z, y0, rows, x_tail, first, row_stride); break;
-                        default: forward_tail_rows<4>(input, relaid_block, bias_block, taps_z, n, z, y0, rows, x_tail, first, row_stride); break;
+                for (std::int64_t y = y0; y < y0 + rows; ++y) {
+                    for (std::int64_t block = 0; block < blocks; ++block) {
+                        forward_row(input, relaid.data() + block * block_weights, bias ? bias + block * k_block : nullptr, taps_z, n, z,
+                                    y, out_width, rows_of(n, z, y, block));
                     }
                 }
+                if (tail == 0) continue;
+                for (std::int64_t block = 0; block < blocks; ++block) tail_of(n, z, y0, rows, block);
             }
         }
     }
