@@ -6,6 +6,7 @@
 //   for (group = 0; group < k_fixed_groups; ++group) total += partials[group * partial_size + entry];
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -23,6 +24,30 @@ std::vector<float> fixed_group_partials(std::int64_t items, std::int64_t partial
         for (std::int64_t item = group * items / k_fixed_groups; item < (group + 1) * items / k_fixed_groups; ++item) add_item(partial, item);
     }
     return partials;
+}
+
+// As fixed_group_partials, for items whose terms are wide (vectors per weight, say) but whose group
+// sums are narrow: each host thread accumulates a group in its own partial (partial_size floats, zeroed
+// per group, reused from group to group so it stays in cache), then reduce_group(partial, result) writes
+// the group's result_size floats. Returns the groups' results, [k_fixed_groups][result_size], for the
+// caller to add in group order. A buffer of every group's partial (1.8 MB for a 16 → 8 3D layer's weights'
+// gradient) was zeroed and read back from memory on every call: 8 simulated cores made 8 such calls.
+template <class AddItem, class ReduceGroup>
+std::vector<float> fixed_group_results(std::int64_t items, std::int64_t partial_size, std::int64_t result_size, AddItem&& add_item,
+                                       ReduceGroup&& reduce_group) {
+    std::vector<float> results(static_cast<std::size_t>(k_fixed_groups * result_size), 0.0f);
+#pragma omp parallel
+    {
+        std::vector<float> partial(static_cast<std::size_t>(partial_size));
+#pragma omp for schedule(dynamic, 1)
+        for (std::int64_t group = 0; group < k_fixed_groups; ++group) {
+            std::fill(partial.begin(), partial.end(), 0.0f);
+            for (std::int64_t item = group * items / k_fixed_groups; item < (group + 1) * items / k_fixed_groups; ++item)
+                add_item(partial.data(), item);
+            reduce_group(static_cast<const float*>(partial.data()), results.data() + group * result_size);
+        }
+    }
+    return results;
 }
 
 }  // namespace tessera::ops

@@ -253,14 +253,10 @@ __attribute__((target("avx512f"))) void gradient_item(const PaddedRows& input, c
     }
 }
 
-__attribute__((target("avx512f"))) float lane_sum(const float* partials, std::int64_t stride, std::int64_t count) {
-    __m512 sum = _mm512_setzero_ps();
-    for (std::int64_t g = 0; g < count; ++g) sum = _mm512_add_ps(sum, _mm512_loadu_ps(partials + g * stride));
-    // Lane by lane (GCC 12's _mm512_reduce_add_ps trips its own -Wuninitialized).
-    alignas(64) float lanes[k_lanes];
-    _mm512_store_ps(lanes, sum);
+// A vector's 16 lanes added in lane order.
+float lane_sum(const float* lanes) {
     float total = 0;
-    for (float lane : lanes) total += lane;
+    for (std::int64_t lane = 0; lane < k_lanes; ++lane) total += lanes[lane];
     return total;
 }
 
@@ -428,21 +424,30 @@ void row_conv_weights_gradient(const PaddedRows& input, const PaddedRows& gradie
     const std::int64_t row_blocks = (out_height + rows_per_item - 1) / rows_per_item;
     const std::int64_t items = input.batch * out_depth * row_blocks;
     const std::int64_t partial_size = out_channels * in_channels * taps_z * 3 * 3 * k_lanes;
-    const std::vector<float> partials = fixed_group_partials(items, partial_size, [&](float* partial, std::int64_t item) {
-        const std::int64_t row_block = item % row_blocks, z = (item / row_blocks) % out_depth, n = item / (row_blocks * out_depth);
-        const std::int64_t y_begin = row_block * rows_per_item, y_end = std::min(out_height, y_begin + rows_per_item);
-        gradient_item(input, gradient, offset, taps_z, n, z, y_begin, y_end, chunks, partial);
-    });
-    // Partial vector (block, i, kz, ky, j, kx) → weight (o = block·8 + j, i, kz, ky, kx); groups summed in order.
+    const std::int64_t vectors = partial_size / k_lanes;
+    // Each group's vectors summed lane by lane into one float each, then the groups in order: the same
+    // bits on any thread count.
+    const std::vector<float> group_sums = fixed_group_results(
+        items, partial_size, vectors,
+        [&](float* partial, std::int64_t item) {
+            const std::int64_t row_block = item % row_blocks, z = (item / row_blocks) % out_depth, n = item / (row_blocks * out_depth);
+            const std::int64_t y_begin = row_block * rows_per_item, y_end = std::min(out_height, y_begin + rows_per_item);
+            gradient_item(input, gradient, offset, taps_z, n, z, y_begin, y_end, chunks, partial);
+        },
+        [&](const float* partial, float* sums) {
+            for (std::int64_t vector = 0; vector < vectors; ++vector) sums[vector] = lane_sum(partial + vector * k_lanes);
+        });
+    // Vector (block, i, kz, ky, j, kx) → weight (o = block·8 + j, i, kz, ky, kx).
     const std::int64_t taps = taps_of(rank);
-#pragma omp parallel for collapse(2) schedule(static)
     for (std::int64_t o = 0; o < out_channels; ++o) {
         for (std::int64_t i = 0; i < in_channels; ++i) {
             for (std::int64_t t = 0; t < taps; ++t) {
                 const std::int64_t kx = t % 3, ky = (t / 3) % 3, kz = t / 9;
                 const std::int64_t vector =
                     ((((o / k_block) * in_channels + i) * taps_z + kz) * 3 + ky) * k_block * 3 + (o % k_block) * 3 + kx;
-                weights_gradient[(o * in_channels + i) * taps + t] = lane_sum(partials.data() + vector * k_lanes, partial_size, k_fixed_groups);
+                float sum = 0;
+                for (std::int64_t group = 0; group < k_fixed_groups; ++group) sum += group_sums[static_cast<std::size_t>(group * vectors + vector)];
+                weights_gradient[(o * in_channels + i) * taps + t] = sum;
             }
         }
     }
