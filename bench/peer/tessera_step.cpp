@@ -2,7 +2,11 @@
 // per step.
 //
 // Usage: tessera_step --case unet2d|unet3d|retinanet50 [--precision f32|bf16] [--steps N] [--warmup W]
-//                     [--profile 1] [--precision-map 1]
+//                     [--profile 1] [--precision-map 1] [--peak 1]
+// --peak 1 measures the FMA peak on the step's threads right before every timed step (best of 3 bursts of
+// ~5 ms, fma_peak's chains) and prints `peak_gflops=<x> fraction_of_peak=<f>` after its `step_ms`, then
+// `median_fraction_of_peak=<f> best_step_fraction_of_best_peak=<f>`: the machine's speed drifts within
+// seconds, so a step compares with the peak measured beside it, not with one taken minutes apart.
 // --profile 1 prints the last step node by node: forward and backward time, GFLOP/s, and which code ran
 // the node's forward (oneDNN's primitive name, or rows:avx512 for a row convolution).
 // Prints `flops_per_step=<F>` and `parameters=<count>` once, then one `step_ms=<ms>` line per timed step
@@ -21,7 +25,9 @@
 #include "networks/retinanet.hpp"
 #include "ops/dnnl_support.hpp"
 #include "train/trainer.hpp"
+#include "fma_chains.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -41,13 +47,18 @@ std::vector<std::vector<detection::LabeledBox>> retinanet_objects() {
     };
 }
 
+double median(std::vector<double> values) {
+    std::sort(values.begin(), values.end());
+    return values[values.size() / 2];
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
     tessera::retain_freed_memory();  // as the studio and tessera-cli run
     std::string case_name;
     int steps = 10, warmup = 3, threads = 2;
-    bool profile = false, precision_map = false;
+    bool profile = false, precision_map = false, peak = false;
     std::string precision = "f32";
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!std::strcmp(argv[i], "--case")) case_name = argv[i + 1];
@@ -57,6 +68,7 @@ int main(int argc, char** argv) {
         else if (!std::strcmp(argv[i], "--precision")) precision = argv[i + 1];
         else if (!std::strcmp(argv[i], "--profile")) profile = std::atoi(argv[i + 1]) != 0;
         else if (!std::strcmp(argv[i], "--precision-map")) precision_map = std::atoi(argv[i + 1]) != 0;
+        else if (!std::strcmp(argv[i], "--peak")) peak = std::atoi(argv[i + 1]) != 0;
     }
     networks::UNetConfig unet;
     Shape input;
@@ -133,7 +145,15 @@ int main(int argc, char** argv) {
             labels.data<std::int32_t>()[i] = random.uniform() > 0.5;
         }
     }
+    if (peak && !__builtin_cpu_supports("avx512f")) {
+        std::fprintf(stderr, "tessera_step: --peak measures AVX-512 FMA chains; this CPU has no AVX-512F\n");
+        return 2;
+    }
+    std::vector<double> fractions;
+    double best_step_ms = 1e300, best_peak_gflops = 0;
     for (int step = 0; step < warmup + steps; ++step) {
+        const double peak_gflops =
+            peak && step >= warmup ? bench::best_rate(threads, 2'000'000, bench::k_fma_flops_per_iteration, bench::fma_chains, 3) : 0.0;
         const auto start = std::chrono::steady_clock::now();
         train::StepResult result;
         try {
@@ -145,7 +165,20 @@ int main(int argc, char** argv) {
         const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
         if (detection) std::printf("loss=%.6g\n", result.loss);  // a smoke check that the step trains
         if (step >= warmup) std::printf("step_ms=%.3f\n", ms);
+        if (peak && step >= warmup) {
+            const double fraction = flops / (ms * 1e-3) / (peak_gflops * 1e9);
+            fractions.push_back(fraction);
+            best_step_ms = std::min(best_step_ms, ms);
+            best_peak_gflops = std::max(best_peak_gflops, peak_gflops);
+            std::printf("peak_gflops=%.1f fraction_of_peak=%.3f\n", peak_gflops, fraction);
+        }
         std::fflush(stdout);
+    }
+    if (!fractions.empty()) {
+        // Where a burst caught the machine slowed (another tenant on the core), the step beside it may not
+        // have been: the best step against the best peak of the run says what the step reaches at full speed.
+        std::printf("median_fraction_of_peak=%.3f best_step_fraction_of_best_peak=%.3f\n", median(fractions),
+                    flops / (best_step_ms * 1e-3) / (best_peak_gflops * 1e9));
     }
     if (profile) {  // the last step, node by node: where the time goes
         const auto timings = trainer.executor().timings();
