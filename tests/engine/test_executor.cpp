@@ -738,6 +738,15 @@ struct InPlaceCase {
     ops::Extents offset;
 };
 
+// The start every in-place case shares: `c`'s input and a same-padded convolution "a" to c.channels
+// (g.before), the producer's input.
+HaloGraph halo_graph_from_convolution(const std::string& name, const InPlaceCase& c) {
+    HaloGraph g{.graph = Graph(name), .offset = c.offset};
+    const int x = g.graph.input(c.input);
+    g.before = g.graph.conv(x, c.channels, ops::ConvAttributes::same(static_cast<int>(c.input.size()) - 2, 3), "a");
+    return g;
+}
+
 // A concatenation read by a halo node alone is written into the halo buffer's interior (and its gradient
 // read from there): the same values and gradients as with the halo node's copies (TESSERA_HALO_IN_PLACE=0),
 // its bytes counted once. Blocked 2D (16 + 16 channels, nChw16c where oneDNN picks it) and channels-last
@@ -748,9 +757,7 @@ TEST(Executor, ConcatenationIntoAHaloBufferMatchesTheCopies) {
     for (const InPlaceCase& c : cases) {
         const int rank = static_cast<int>(c.input.size()) - 2;
         const std::string name = shape_to_string(c.input);
-        HaloGraph g{.graph = Graph("join"), .offset = c.offset};
-        const int x = g.graph.input(c.input);
-        g.before = g.graph.conv(x, c.channels, ops::ConvAttributes::same(rank, 3), "a");
+        HaloGraph g = halo_graph_from_convolution("join", c);
         const int b = g.graph.conv(g.before, c.channels, ops::ConvAttributes::same(rank, 3), "b");
         g.producer = g.graph.concat({g.before, b}, "joined");
         const Shape joined_shape = g.graph.node(g.producer).output_shape;  // a copy: adding nodes moves them
@@ -790,12 +797,9 @@ TEST(Executor, BatchNormIntoAHaloBufferMatchesTheCopies) {
     for (const bool vector_loops : {true, false})
     for (const Case& c : cases) {
         const InPlaceCase& shapes = c.shapes;
-        const int rank = static_cast<int>(shapes.input.size()) - 2;
         const std::string name = shape_to_string(shapes.input) + " x" + std::to_string(shapes.channels) + (vector_loops ? "" : " plain loops");
         if (!vector_loops) ::setenv("TESSERA_ROW_KERNELS", "0", 1);
-        HaloGraph g{.graph = Graph("normalised"), .offset = shapes.offset};
-        const int x = g.graph.input(shapes.input);
-        g.before = g.graph.conv(x, shapes.channels, ops::ConvAttributes::same(rank, 3), "a");
+        HaloGraph g = halo_graph_from_convolution("normalised", shapes);
         g.producer = g.graph.batch_norm(g.before, {.fuse_relu = c.relu}, "bn");
         const Shape normalised_shape = g.graph.node(g.producer).output_shape;
         widen_and_finish(g, normalised_shape, shapes.widened);
@@ -831,9 +835,7 @@ TEST(Executor, PoolingIntoAHaloBufferMatchesTheCopies) {
     for (const InPlaceCase& c : cases) {
         const int rank = static_cast<int>(c.input.size()) - 2;
         const std::string name = shape_to_string(c.input);
-        HaloGraph g{.graph = Graph("pooled"), .offset = c.offset};
-        const int x = g.graph.input(c.input);
-        g.before = g.graph.conv(x, c.channels, ops::ConvAttributes::same(rank, 3), "a");
+        HaloGraph g = halo_graph_from_convolution("pooled", c);
         g.producer = g.graph.pool(g.before, ops::PoolAttributes::max_down(rank), "pool");
         const Shape pooled_shape = g.graph.node(g.producer).output_shape;
         widen_and_finish(g, pooled_shape, c.widened);
