@@ -254,12 +254,11 @@ __attribute__((target("avx512f"))) void gradient_item(const PaddedRows& input, c
 }
 
 // A vector's 16 lanes added in a fixed tree (each lane with the one 8 away, then 4, 2, 1): the same bits
-// every time. Lane by lane, 16 dependent additions a vector cost ~0.6 ms a 16 → 8 3D layer's call. (In
-// 512-bit registers throughout: GCC 12 warns of uninitialised lanes in its 256-bit extracts.)
+// every time. Lane by lane, 16 dependent additions a vector cost ~0.6 ms a 16 → 8 3D layer's call.
 __attribute__((target("avx512f"))) inline float lane_sum(const float* lanes) {
     __m512 sum = _mm512_loadu_ps(lanes);
-    // The masked forms with every lane selected: the plain ones take GCC 12's _mm512_undefined_ps, which
-    // its -Wuninitialized reports.
+    // 512-bit masked forms with every lane selected: the plain shuffles (and 256-bit extracts) take GCC 12's
+    // _mm512_undefined_ps, which its -Wuninitialized reports.
     constexpr __mmask16 all = 0xFFFF;
     sum = _mm512_add_ps(sum, _mm512_mask_shuffle_f32x4(sum, all, sum, sum, _MM_SHUFFLE(1, 0, 3, 2)));
     sum = _mm512_add_ps(sum, _mm512_mask_shuffle_f32x4(sum, all, sum, sum, _MM_SHUFFLE(2, 3, 0, 1)));
@@ -438,8 +437,8 @@ void row_conv_weights_gradient(const PaddedRows& input, const PaddedRows& gradie
     const std::int64_t items = input.batch * out_depth * row_blocks;
     const std::int64_t partial_size = out_channels * in_channels * taps_z * 3 * 3 * k_lanes;
     const std::int64_t vectors = partial_size / k_lanes;
-    // Each group's vectors summed lane by lane into one float each, then the groups in order: the same
-    // bits on any thread count.
+    // Each group's vectors reduced to one float each (lane_sum's fixed tree), then the groups added in
+    // order: the same bits on any thread count.
     const std::vector<float> group_sums = fixed_group_results(
         items, partial_size, vectors,
         [&](float* partial, std::int64_t item) {
