@@ -19,11 +19,11 @@ namespace {
 template <class Forward, class BackwardData, class BackwardWeights>
 class WeightedWindowKernel final : public Kernel {
 public:
-    // `gradient_window`, when given: backward_data was described for an output gradient larger than the
-    // output, which sits in it at these offsets with zeros around (see make_direct_conv_kernel).
+    // `input_window`, when given: backward_data was described for an input larger than the real one,
+    // which sits in it at these offsets (see make_direct_conv_kernel); its gradient is that window's.
     WeightedWindowKernel(const KernelInputs& in, Parameter* weight, Parameter* bias, memory::desc weights_plain,
                          const typename Forward::desc& forward, const typename BackwardData::desc& backward_data,
-                         const typename BackwardWeights::desc& backward_weights, const memory::dims& gradient_window = {})
+                         const typename BackwardWeights::desc& backward_weights, const memory::dims& input_window = {})
         : Kernel(in), m_weight(weight), m_bias(bias), m_needs_diff_input(in.needs_gradient[0]), m_weights_plain(weights_plain) {
         m_forward_pd = m_scratchpad.fit(typename Forward::primitive_desc(forward, Scratchpad::attributes(), cpu_engine()));
         m_forward = Forward(m_forward_pd);
@@ -35,16 +35,15 @@ public:
                 typename BackwardData::primitive_desc(backward_data, Scratchpad::attributes(), cpu_engine(), m_forward_pd));
             m_backward_data = BackwardData(m_backward_data_pd);
             m_backward_data_weights = Converted(m_scratchpad, m_weights_plain, m_backward_data_pd.weights_desc(), Lifetime::Call);
-            if (gradient_window.empty()) {
-                m_backward_data_diff_dst = Converted(m_scratchpad, m_output_desc, m_backward_data_pd.diff_dst_desc(), Lifetime::Call);
+            m_backward_data_diff_dst = Converted(m_scratchpad, m_output_desc, m_backward_data_pd.diff_dst_desc(), Lifetime::Call);
+            if (input_window.empty()) {
+                m_diff_src = Staged(m_scratchpad, m_backward_data_pd.diff_src_desc(), in.descs[0]);
             } else {
-                // Kept, zeroed once: each call writes only the window, so the border stays zero.
-                m_widened_gradient = memory(m_backward_data_pd.diff_dst_desc(), cpu_engine());
-                std::memset(m_widened_gradient.get_data_handle(), 0, m_backward_data_pd.diff_dst_desc().get_size());
-                m_gradient_window = m_backward_data_pd.diff_dst_desc().submemory_desc(m_output_desc.dims(), gradient_window);
-                m_into_gradient_window = Copy(m_scratchpad, m_output_desc, m_gradient_window);
+                // The widened input's gradient in the call arena; the real input's window copied out.
+                m_widened_diff_src = m_scratchpad.call_buffer(m_backward_data_pd.diff_src_desc());
+                m_input_window = m_backward_data_pd.diff_src_desc().submemory_desc(in.descs[0].dims(), input_window);
+                m_from_input_window = Copy(m_scratchpad, m_input_window, in.descs[0]);
             }
-            m_diff_src = Staged(m_scratchpad, m_backward_data_pd.diff_src_desc(), in.descs[0]);
         }
         m_backward_weights_pd = m_scratchpad.fit(
             typename BackwardWeights::primitive_desc(backward_weights, Scratchpad::attributes(), cpu_engine(), m_forward_pd));
@@ -97,25 +96,24 @@ public:
                          const std::vector<memory>& diff_inputs) override {
         if (!m_needs_diff_input) return;
         const memory& target = diff_inputs[0];
-        m_scratchpad.execute(m_backward_data, {{DNNL_ARG_DIFF_DST, backward_data_gradient(diff_output)},
+        const memory diff_src = m_widened_diff_src ? m_widened_diff_src : m_diff_src.destination(target);
+        m_scratchpad.execute(m_backward_data, {{DNNL_ARG_DIFF_DST, m_backward_data_diff_dst(diff_output)},
                                                {DNNL_ARG_WEIGHTS, m_backward_data_weights(weights(m_weight->value))},
-                                               {DNNL_ARG_DIFF_SRC, m_diff_src.destination(target)}});
-        m_diff_src.finish(target);
+                                               {DNNL_ARG_DIFF_SRC, diff_src}});
+        if (m_widened_diff_src) {
+            m_from_input_window(memory(m_input_window, cpu_engine(), m_widened_diff_src.get_data_handle()), target);
+        } else {
+            m_diff_src.finish(target);
+        }
     }
 
     std::int64_t bytes() const override {
         return m_src.bytes() + m_forward_weights.bytes() + m_backward_data_weights.bytes() +
                m_backward_data_diff_dst.bytes() + m_diff_src.bytes() + m_backward_weights_src.bytes() +
-               m_backward_weights_diff_dst.bytes() + m_diff_weights.bytes() + m_diff_bias.bytes() +
-               (m_widened_gradient ? static_cast<std::int64_t>(m_widened_gradient.get_desc().get_size()) : 0);
+               m_backward_weights_diff_dst.bytes() + m_diff_weights.bytes() + m_diff_bias.bytes();
     }
 
 private:
-    memory backward_data_gradient(const memory& diff_output) {
-        if (!m_widened_gradient) return m_backward_data_diff_dst(diff_output);
-        m_into_gradient_window(diff_output, memory(m_gradient_window, cpu_engine(), m_widened_gradient.get_data_handle()));
-        return m_widened_gradient;
-    }
 
     // The f32 master (value or gradient) as oneDNN memory in our plain weight layout.
     memory weights(const Tensor& tensor) const {
@@ -136,9 +134,9 @@ private:
         m_backward_weights_diff_dst;
     Staged m_diff_src, m_diff_weights, m_diff_bias;
     memory m_last_src;  // the input in the forward primitive's layout, kept for the weights gradient
-    memory m_widened_gradient;          // backward_data's output gradient, larger than the output (or none)
-    memory::desc m_gradient_window;     // the output's place in it
-    Copy m_into_gradient_window;
+    memory m_widened_diff_src;     // backward_data's input gradient, for an input larger than the real one (or none)
+    memory::desc m_input_window;   // the real input's place in it
+    Copy m_from_input_window;
 };
 
 using ConvKernel = WeightedWindowKernel<dnnl::convolution_forward, dnnl::convolution_backward_data,
@@ -171,23 +169,24 @@ bool runs_as_winograd(const ConvAttributes& a, const Shape& output_shape, std::i
 // oneDNN 2.6's Winograd input gradient accepts padding that differs between the two sides of an axis (a
 // tile at the edge of a partitioned image) and computes it wrong (1.3 relative in
 // Kernels.WinogradConvolutionsMatchTheReference); its forward and weights' gradient get it right. Such a
-// layer's input gradient is computed with the padding made symmetric (the larger side's on both): that
-// convolution's output holds the real one at an offset plus one more row or column on the side that had
-// less padding; those outputs do not exist, so their gradient is zero. The input gradient of the
-// widened convolution, fed the real output gradient framed by zeros, is the real input gradient.
+// layer's input gradient is computed with the padding made symmetric, the smaller side's on both: the
+// zeros the larger side lost become rows of a widened input (the real one at an offset, framed by
+// them), so the convolution and its output are unchanged. The widened input's gradient, restricted to
+// the real input's window, is the real input gradient. (Widening the output instead, the larger side's
+// padding on both, adds an output row: a 16-row edge tile runs 5 Winograd tile rows instead of 4.)
 struct SymmetricPadding {
-    memory::dims pad;                 // both sides of each axis
-    memory::dims gradient_window;     // the output's offsets in the widened output [N, C, (D,) H, W]
-    Shape widened_output;
+    memory::dims pad;               // both sides of each axis
+    memory::dims input_window;      // the real input's offsets in the widened input [N, C, (D,) H, W]
+    Shape widened_input;
     bool changed = false;
 };
-SymmetricPadding symmetric_padding(const ConvAttributes& a, const Shape& output_shape) {
-    SymmetricPadding s{.pad = {}, .gradient_window = memory::dims(output_shape.size(), 0), .widened_output = output_shape};
+SymmetricPadding symmetric_padding(const ConvAttributes& a, const Shape& input_shape) {
+    SymmetricPadding s{.pad = {}, .input_window = memory::dims(input_shape.size(), 0), .widened_input = input_shape};
     for (std::size_t axis = 0; axis < a.pad_begin.size(); ++axis) {
-        const std::int64_t pad = std::max(a.pad_begin[axis], a.pad_end[axis]);
+        const std::int64_t pad = std::min(a.pad_begin[axis], a.pad_end[axis]);
         s.pad.push_back(pad);
-        s.gradient_window[axis + 2] = pad - a.pad_begin[axis];
-        s.widened_output[axis + 2] += (pad - a.pad_begin[axis]) + (pad - a.pad_end[axis]);
+        s.input_window[axis + 2] = a.pad_begin[axis] - pad;
+        s.widened_input[axis + 2] += (a.pad_begin[axis] - pad) + (a.pad_end[axis] - pad);
         s.changed = s.changed || a.pad_begin[axis] != a.pad_end[axis];
     }
     return s;
@@ -236,13 +235,13 @@ std::unique_ptr<Kernel> make_direct_conv_kernel(const ConvAttributes& a, const S
                                                              optional_bias_desc(bias), dst_any, strides, dilates, pad_l, pad_r);
         const auto backward_weights = dnnl::convolution_backward_weights::desc(
             algorithm, src_any, diff_weights_any, optional_bias_desc(bias), diff_dst_any, strides, dilates, pad_l, pad_r);
-        const SymmetricPadding symmetric = symmetric_padding(a, output_shape);
+        const SymmetricPadding symmetric = symmetric_padding(a, input_shape);
         if (algorithm == dnnl::algorithm::convolution_winograd && symmetric.changed) {
             const auto backward_data = dnnl::convolution_backward_data::desc(
-                algorithm, src_any, weights_any, activation(symmetric.widened_output, compute), strides, dilates, symmetric.pad,
+                algorithm, activation(symmetric.widened_input, compute), weights_any, diff_dst_any, strides, dilates, symmetric.pad,
                 symmetric.pad);
             return std::make_unique<ConvKernel>(in, weight, bias, plain_desc(weights_shape), forward, backward_data, backward_weights,
-                                                symmetric.gradient_window);
+                                                symmetric.input_window);
         }
         const auto backward_data =
             dnnl::convolution_backward_data::desc(algorithm, src_any, weights_any, diff_dst_any, strides, dilates, pad_l, pad_r);
