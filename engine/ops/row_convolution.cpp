@@ -314,9 +314,16 @@ void fill_padded(const PaddedRows& padded, const SourceLayout& source, const std
         std::memset(row, 0, static_cast<std::size_t>(first) * sizeof(float));
         std::memset(row + first + width, 0, static_cast<std::size_t>(padded.row - first - width) * sizeof(float));
     };
-    // Channels-last, or inside a channel block of 8 or more: 8 channels at a time, transposed.
-    const bool side_by_side = (source.block == 1 && source.block_stride == 1) || (source.block % 8 == 0 && source.block > 1);
-    const std::int64_t group = side_by_side && padded.channels % 8 == 0 && row_convolution_available() ? 8 : 1;
+    // Channels-last, or inside a channel block of 8 or more: 8 channels at a time, transposed. Where 16
+    // lie side by side (a position's cache line), one task takes the 16 — two 8-channel passes over the
+    // same lines, the second from L1 — rather than two tasks reading every line from memory (16 channels
+    // at 64³, 2 threads: 1.46 against 3 × the 8-channel 0.50 ms).
+    const bool channels_last = source.block == 1 && source.block_stride == 1;
+    const bool side_by_side = channels_last || (source.block % 8 == 0 && source.block > 1);
+    const bool sixteen_side_by_side = channels_last || source.block % 16 == 0;
+    const std::int64_t group = !side_by_side || padded.channels % 8 != 0 || !row_convolution_available() ? 1
+                               : sixteen_side_by_side && padded.channels % 16 == 0                  ? 16
+                                                                                                    : 8;
     const std::int64_t groups = padded.channels / group;
 #pragma omp parallel for collapse(3) schedule(dynamic, 1)
     for (std::int64_t n = 0; n < padded.batch; ++n) {
@@ -326,7 +333,7 @@ void fill_padded(const PaddedRows& padded, const SourceLayout& source, const std
                 const float* channel =
                     source.data + n * source.batch_stride + (c0 / source.block) * source.block_stride + c0 % source.block;
                 for (std::int64_t y = 0; y < padded.height; ++y) {
-                    float* rows[8];
+                    float* rows[16];
                     for (std::int64_t c = 0; c < group; ++c) rows[c] = padded.at(n, c0 + c, z, y) - padded.lead;
                     const std::int64_t sz = z - margin_z, sy = y - margin_y;
                     if (sz < 0 || sz >= depth || sy < 0 || sy >= height) {
@@ -335,8 +342,9 @@ void fill_padded(const PaddedRows& padded, const SourceLayout& source, const std
                     }
                     const float* values = channel + sz * source.spatial_stride[0] + sy * source.spatial_stride[1];
                     for (std::int64_t c = 0; c < group; ++c) zero_row_ends(rows[c]);
-                    if (group == 8) {
-                        transpose_row_in(values, source.spatial_stride[2], width, rows, first);
+                    if (group >= 8) {
+                        for (std::int64_t eight = 0; eight < group; eight += 8)
+                            transpose_row_in(values + eight, source.spatial_stride[2], width, rows + eight, first);
                     } else if (source.spatial_stride[2] == 1) {
                         std::memcpy(rows[0] + first, values, static_cast<std::size_t>(width) * sizeof(float));
                     } else {

@@ -326,7 +326,7 @@ TEST(Kernels, NarrowPointwiseHeadsMatchTheReference) {
 // 3×3(×3) stride-1 layers with few channels in blocks of 8 run as row convolutions on AVX-512 CPUs
 // (ops/row_convolution.hpp): 2D and 3D, rows ending inside a vector, shorter than one or a few
 // positions past whole vectors, one-sided and no padding (a halo-widened tile), bias, inputs plain,
-// channels-last and channel-blocked, and a layer whose input needs no gradient.
+// channels-last and channel-blocked (by 8 and 16), and a layer whose input needs no gradient.
 TEST(Kernels, FewChannelConvolutionsRunAsRowsAndMatchTheReference) {
     if (!ops::row_convolutions_enabled()) GTEST_SKIP() << "row convolutions need AVX-512F (and not TESSERA_ROW_CONVOLUTIONS=0); oneDNN runs these layers";
     struct Case {
@@ -358,6 +358,10 @@ TEST(Kernels, FewChannelConvolutionsRunAsRowsAndMatchTheReference) {
         {{1, 8, 5, 36}, 8, ops::ConvAttributes::same(2, 3), false, memory::format_tag::undef, true},
         {{2, 8, 6, 4}, 8, ops::ConvAttributes::same(2, 3), true, memory::format_tag::nhwc, true},
         {{1, 16, 4, 5, 33}, 8, corner, false, memory::format_tag::ndhwc, true},
+        // Padded copies 16 channels to a task where 16 lie side by side: two such groups channels-last, and
+        // blocks of 8 (8 at a time).
+        {{1, 32, 3, 4, 21}, 8, ops::ConvAttributes::same(3, 3), true, memory::format_tag::ndhwc, true},
+        {{1, 16, 3, 4, 21}, 8, ops::ConvAttributes::same(3, 3), false, memory::format_tag::nCdhw8c, true},
     };
     for (const Case& c : cases) {
         ops::ConvAttributes attributes = c.attributes;
