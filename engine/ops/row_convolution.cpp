@@ -197,13 +197,41 @@ __attribute__((target("avx512f"))) void transpose_row_in(const float* source, st
         for (std::int64_t c = 0; c < 8; ++c) rows[c][first + x] = source[x * position_stride + c];
 }
 
+// The products of one output row's Chunks vectors with one input row, per output channel j of a block
+// and tap kx: acc[j][kx] += dy_j · x shifted by kx. dy_j lies at dy + j · channel_stride.
+template <int Chunks>
+__attribute__((target("avx512f"))) inline void gradient_row_products(const float* x_row, const float* dy, std::int64_t channel_stride,
+                                                                     std::int64_t chunks, __m512 (&acc)[k_block][3]) {
+    if constexpr (Chunks > 0) chunks = Chunks;
+#pragma GCC unroll 4
+    for (std::int64_t c = 0; c < chunks; ++c) {
+        const std::int64_t x = c * k_lanes;
+        const __m512 x0 = _mm512_loadu_ps(x_row + x), x1 = _mm512_loadu_ps(x_row + x + 1), x2 = _mm512_loadu_ps(x_row + x + 2);
+#pragma GCC unroll 8
+        for (std::int64_t j = 0; j < k_block; ++j) {
+            __m512 dy_j = _mm512_loadu_ps(dy + j * channel_stride + x);
+            // Kept in a register: GCC would fold it into all three products as a memory
+            // operand, loading it three times (the loads, not the products, then bound the
+            // loop: 4.2 against 7.8 ms for 8 → 8 channels at 64³, Xeon model 207).
+            asm("" : "+v"(dy_j));
+            acc[j][0] = _mm512_fmadd_ps(dy_j, x0, acc[j][0]);
+            acc[j][1] = _mm512_fmadd_ps(dy_j, x1, acc[j][1]);
+            acc[j][2] = _mm512_fmadd_ps(dy_j, x2, acc[j][2]);
+        }
+    }
+}
+
 // One item of the weights' gradient: up to k_gradient_rows output rows of one (n, z), every channel
-// pair and tap, added into `partial` ([C_out/8][C_in][taps_z][3][8][3] vectors).
+// pair and tap, added into `partial` ([C_out/8][C_in][taps_z][3][8][3] vectors). Chunks: 16-wide
+// vectors a row, 1–4 unrolled (a 3D U-Net's rows), 0 for `chunks` of them.
+template <int Chunks>
 __attribute__((target("avx512f"))) void gradient_item(const PaddedRows& input, const PaddedRows& gradient,
                                                       const std::array<std::int64_t, 3>& offset, int taps_z, std::int64_t n,
-                                                      std::int64_t z, std::int64_t y_begin, std::int64_t y_end,
-                                                      std::int64_t chunks, float* partial) {
+                                                      std::int64_t z, std::int64_t y_begin, std::int64_t y_end, std::int64_t chunks,
+                                                      float* partial) {
+    if constexpr (Chunks > 0) chunks = Chunks;
     const std::int64_t in_channels = input.channels, blocks = gradient.channels / k_block;
+    const std::int64_t channel_stride = gradient.depth * gradient.height * gradient.row;  // between dy's channels
     for (std::int64_t block = 0; block < blocks; ++block) {
         for (std::int64_t i = 0; i < in_channels; ++i) {
             for (int kz = 0; kz < taps_z; ++kz) {
@@ -222,28 +250,10 @@ __attribute__((target("avx512f"))) void gradient_item(const PaddedRows& input, c
 #pragma GCC unroll 8
                     for (std::int64_t j = 0; j < k_block; ++j)
                         for (int kx = 0; kx < 3; ++kx) acc[j][kx] = _mm512_loadu_ps(sums + (j * 3 + kx) * k_lanes);
-                    for (std::int64_t y = y_begin; y < y_end; ++y) {
-                        const float* x_row = input.at(n, i, z + kz, y + ky);
-                        const float* dy_rows[k_block];
-                        for (std::int64_t j = 0; j < k_block; ++j)
-                            dy_rows[j] = gradient.at(n, block * k_block + j, z + offset[0], y + offset[1]) + offset[2];
-                        for (std::int64_t c = 0; c < chunks; ++c) {
-                            const std::int64_t x = c * k_lanes;
-                            const __m512 x0 = _mm512_loadu_ps(x_row + x), x1 = _mm512_loadu_ps(x_row + x + 1),
-                                         x2 = _mm512_loadu_ps(x_row + x + 2);
-#pragma GCC unroll 8
-                            for (std::int64_t j = 0; j < k_block; ++j) {
-                                __m512 dy = _mm512_loadu_ps(dy_rows[j] + x);
-                                // Kept in a register: GCC would fold it into all three products as a memory
-                                // operand, loading it three times (the loads, not the products, then bound the
-                                // loop: 4.2 against 7.8 ms for 8 → 8 channels at 64³, Xeon model 207).
-                                asm("" : "+v"(dy));
-                                acc[j][0] = _mm512_fmadd_ps(dy, x0, acc[j][0]);
-                                acc[j][1] = _mm512_fmadd_ps(dy, x1, acc[j][1]);
-                                acc[j][2] = _mm512_fmadd_ps(dy, x2, acc[j][2]);
-                            }
-                        }
-                    }
+                    const float* x_row = input.at(n, i, z + kz, y_begin + ky);
+                    const float* dy = gradient.at(n, block * k_block, z + offset[0], y_begin + offset[1]) + offset[2];
+                    for (std::int64_t y = y_begin; y < y_end; ++y, x_row += input.row, dy += gradient.row)
+                        gradient_row_products<Chunks>(x_row, dy, channel_stride, chunks, acc);
 #pragma GCC unroll 8
                     for (std::int64_t j = 0; j < k_block; ++j)
                         for (int kx = 0; kx < 3; ++kx) _mm512_storeu_ps(sums + (j * 3 + kx) * k_lanes, acc[j][kx]);
@@ -457,7 +467,13 @@ void row_conv_weights_gradient(const PaddedRows& input, const PaddedRows& gradie
         [&](float* partial, std::int64_t item) {
             const std::int64_t row_block = item % row_blocks, z = (item / row_blocks) % out_depth, n = item / (row_blocks * out_depth);
             const std::int64_t y_begin = row_block * rows_per_item, y_end = std::min(out_height, y_begin + rows_per_item);
-            gradient_item(input, gradient, offset, taps_z, n, z, y_begin, y_end, chunks, partial);
+            switch (chunks) {
+                case 1: gradient_item<1>(input, gradient, offset, taps_z, n, z, y_begin, y_end, chunks, partial); break;
+                case 2: gradient_item<2>(input, gradient, offset, taps_z, n, z, y_begin, y_end, chunks, partial); break;
+                case 3: gradient_item<3>(input, gradient, offset, taps_z, n, z, y_begin, y_end, chunks, partial); break;
+                case 4: gradient_item<4>(input, gradient, offset, taps_z, n, z, y_begin, y_end, chunks, partial); break;
+                default: gradient_item<0>(input, gradient, offset, taps_z, n, z, y_begin, y_end, chunks, partial); break;
+            }
         },
         [&](const float* partial, float* sums) {
             lane_sums(partial, vectors, sums);

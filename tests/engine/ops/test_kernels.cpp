@@ -362,6 +362,8 @@ TEST(Kernels, FewChannelConvolutionsRunAsRowsAndMatchTheReference) {
         // blocks of 8 (8 at a time).
         {{1, 32, 3, 4, 21}, 8, ops::ConvAttributes::same(3, 3), true, memory::format_tag::ndhwc, true},
         {{1, 16, 3, 4, 21}, 8, ops::ConvAttributes::same(3, 3), false, memory::format_tag::nCdhw8c, true},
+        // Rows of more than 4 vectors (the weights' gradient's loop that is not unrolled).
+        {{1, 8, 5, 70}, 8, ops::ConvAttributes::same(2, 3), true, memory::format_tag::nhwc, true},
     };
     for (const Case& c : cases) {
         ops::ConvAttributes attributes = c.attributes;
