@@ -222,13 +222,14 @@ __attribute__((target("avx512f"))) inline void gradient_row_products(const float
 }
 
 // One item of the weights' gradient: up to k_gradient_rows output rows of one (n, z), every channel
-// pair and tap, added into `partial` ([C_out/8][C_in][taps_z][3][8][3] vectors). Chunks: 16-wide
-// vectors a row, 1–4 unrolled (a 3D U-Net's rows), 0 for `chunks` of them.
+// pair and tap, added into `partial` ([C_out/8][C_in][taps_z][3][8][3] vectors), or written over it
+// when `overwrite` (a group's first item). Chunks: 16-wide vectors a row, 1–4 unrolled (a 3D U-Net's
+// rows), 0 for `chunks` of them.
 template <int Chunks>
 __attribute__((target("avx512f"))) void gradient_item(const PaddedRows& input, const PaddedRows& gradient,
                                                       const std::array<std::int64_t, 3>& offset, int taps_z, std::int64_t n,
                                                       std::int64_t z, std::int64_t y_begin, std::int64_t y_end, std::int64_t chunks,
-                                                      float* partial) {
+                                                      bool overwrite, float* partial) {
     if constexpr (Chunks > 0) chunks = Chunks;
     const std::int64_t in_channels = input.channels, blocks = gradient.channels / k_block;
     const std::int64_t channel_stride = gradient.depth * gradient.height * gradient.row;  // between dy's channels
@@ -249,7 +250,7 @@ __attribute__((target("avx512f"))) void gradient_item(const PaddedRows& input, c
                     __m512 acc[k_block][3];
 #pragma GCC unroll 8
                     for (std::int64_t j = 0; j < k_block; ++j)
-                        for (int kx = 0; kx < 3; ++kx) acc[j][kx] = _mm512_loadu_ps(sums + (j * 3 + kx) * k_lanes);
+                        for (int kx = 0; kx < 3; ++kx) acc[j][kx] = overwrite ? _mm512_setzero_ps() : _mm512_loadu_ps(sums + (j * 3 + kx) * k_lanes);
                     const float* x_row = input.at(n, i, z + kz, y_begin + ky);
                     const float* dy = gradient.at(n, block * k_block, z + offset[0], y_begin + offset[1]) + offset[2];
                     for (std::int64_t y = y_begin; y < y_end; ++y, x_row += input.row, dy += gradient.row)
@@ -464,15 +465,15 @@ void row_conv_weights_gradient(const PaddedRows& input, const PaddedRows& gradie
     // order: the same bits on any thread count.
     const std::vector<float> group_sums = fixed_group_results(
         items, partial_size, vectors,
-        [&](float* partial, std::int64_t item) {
+        [&](float* partial, std::int64_t item, bool first) {
             const std::int64_t row_block = item % row_blocks, z = (item / row_blocks) % out_depth, n = item / (row_blocks * out_depth);
             const std::int64_t y_begin = row_block * rows_per_item, y_end = std::min(out_height, y_begin + rows_per_item);
             switch (chunks) {
-                case 1: gradient_item<1>(input, gradient, offset, taps_z, n, z, y_begin, y_end, chunks, partial); break;
-                case 2: gradient_item<2>(input, gradient, offset, taps_z, n, z, y_begin, y_end, chunks, partial); break;
-                case 3: gradient_item<3>(input, gradient, offset, taps_z, n, z, y_begin, y_end, chunks, partial); break;
-                case 4: gradient_item<4>(input, gradient, offset, taps_z, n, z, y_begin, y_end, chunks, partial); break;
-                default: gradient_item<0>(input, gradient, offset, taps_z, n, z, y_begin, y_end, chunks, partial); break;
+                case 1: gradient_item<1>(input, gradient, offset, taps_z, n, z, y_begin, y_end, chunks, first, partial); break;
+                case 2: gradient_item<2>(input, gradient, offset, taps_z, n, z, y_begin, y_end, chunks, first, partial); break;
+                case 3: gradient_item<3>(input, gradient, offset, taps_z, n, z, y_begin, y_end, chunks, first, partial); break;
+                case 4: gradient_item<4>(input, gradient, offset, taps_z, n, z, y_begin, y_end, chunks, first, partial); break;
+                default: gradient_item<0>(input, gradient, offset, taps_z, n, z, y_begin, y_end, chunks, first, partial); break;
             }
         },
         [&](const float* partial, float* sums) {
