@@ -3,6 +3,7 @@
 #include "core/error.hpp"
 #include "ops/dnnl_support.hpp"
 #include "ops/fixed_sums.hpp"
+#include "ops/stolen_ranges.hpp"
 #include "ops/vector_transpose.hpp"
 
 #include <immintrin.h>
@@ -417,28 +418,29 @@ void row_conv_forward(const PaddedRows& input, const std::vector<float>& relaid,
     // Groups of k_tail_rows rows to whichever host thread is free (outputs are per row: the same values),
     // each group's tail right after its vectors while their input rows are in cache (in a pass of its own
     // it read them from memory again: one thread, a corner tile's 33³ input gradient 1–4 % slower).
-    // Guided: each thread first takes a long run of planes, whose input planes it reuses from its own L2
-    // (a plane feeds three), and the runs shrink towards the end, where they balance the threads. Groups
-    // dealt 4 at a time sent a plane's rows to both threads, each reading every plane. In one process,
-    // calls alternating, 64³ 2 threads, paired ratio median against dynamic,4: 8 → 8 0.91/0.91,
-    // 16 → 8 0.94/1.03; against static 0.90–0.99 (Xeon model 207).
+    // Each thread takes its own contiguous run of planes in order, reusing from its own L2 the input planes
+    // the previous one read (a plane feeds three), and at the end takes what is left of the other's from
+    // its back (stolen_ranges.hpp). Groups dealt 4 at a time sent a plane's rows to both threads, each
+    // reading every plane. In one process, calls alternating, 64³ 2 threads (Xeon model 207), paired
+    // median: OpenMP's guided schedule against dynamic,4 8 → 8 0.91/0.91, 16 → 8 0.94/1.03 (guided's first
+    // chunk is half the loop, which the other thread cannot share); against static 0.90–0.99; these ranges
+    // against guided 0.91/0.91 (8 → 8), 0.94/0.95 (16 → 8), 0.93/0.97 (the input gradient of 16 → 8).
     const std::int64_t groups = (out_height + k_tail_rows - 1) / k_tail_rows;
-#pragma omp parallel for collapse(3) schedule(guided)
-    for (std::int64_t n = 0; n < input.batch; ++n) {
-        for (std::int64_t z = 0; z < out_depth; ++z) {
-            for (std::int64_t group = 0; group < groups; ++group) {
-                const std::int64_t y0 = group * k_tail_rows, rows = std::min(k_tail_rows, out_height - y0);
-                for (std::int64_t y = y0; y < y0 + rows; ++y) {
-                    for (std::int64_t block = 0; block < blocks; ++block) {
-                        forward_row(input, relaid.data() + block * block_weights, bias ? bias + block * k_block : nullptr, taps_z, n, z,
-                                    y, out_width, rows_of(n, z, y, block));
-                    }
-                }
-                if (tail == 0) continue;
-                for (std::int64_t block = 0; block < blocks; ++block) tail_of(n, z, y0, rows, block);
+    const auto run_group = [&](std::int64_t item) {  // item: (n, z, group)
+        const std::int64_t group = item % groups, z = (item / groups) % out_depth, n = item / (groups * out_depth);
+        const std::int64_t y0 = group * k_tail_rows, rows = std::min(k_tail_rows, out_height - y0);
+        for (std::int64_t y = y0; y < y0 + rows; ++y) {
+            for (std::int64_t block = 0; block < blocks; ++block) {
+                forward_row(input, relaid.data() + block * block_weights, bias ? bias + block * k_block : nullptr, taps_z, n, z, y,
+                            out_width, rows_of(n, z, y, block));
             }
         }
-    }
+        if (tail == 0) return;
+        for (std::int64_t block = 0; block < blocks; ++block) tail_of(n, z, y0, rows, block);
+    };
+    for_stolen_ranges(input.batch * out_depth * groups, 1, [&](std::int64_t begin, std::int64_t end) {
+        for (std::int64_t item = begin; item < end; ++item) run_group(item);
+    });
 }
 
 void row_conv_weights_gradient(const PaddedRows& input, const PaddedRows& gradient, const std::vector<std::int64_t>& gradient_offset,

@@ -5,6 +5,7 @@
 #include "core/random.hpp"
 #include "ops/kernels.hpp"
 #include "ops/row_convolution.hpp"
+#include "ops/stolen_ranges.hpp"
 #include "ops/tile_rows.hpp"
 #include "reference/reference_ops.hpp"
 
@@ -14,6 +15,10 @@
 #include <cstdlib>
 #include <algorithm>
 #include <cstring>
+#include <thread>
+#include <omp.h>
+#include <chrono>
+#include <atomic>
 #include <limits>
 #include <functional>
 
@@ -443,6 +448,58 @@ TEST(Kernels, RowConvolutionGradientsHaveTheSameBitsOnAnyThreadCount) {
     ops::set_num_threads(threads);
     EXPECT_EQ(std::memcmp(gradients[0].raw_data(), gradients[2].raw_data(), gradients[0].num_bytes()), 0);
     EXPECT_EQ(std::memcmp(gradients[1].raw_data(), gradients[3].raw_data(), gradients[1].num_bytes()), 0);
+}
+
+// for_stolen_ranges (the row convolutions' loop): every iteration exactly once, in contiguous ranges,
+// on 1 to 3 threads, for counts below, at and above the thread count and chunks of 1 and 3; and with a
+// thread held back at its first chunk, the other takes the rest of its range, from its back.
+TEST(Kernels, StolenRangesRunEveryIterationOnce) {
+    const int threads = ops::num_threads();
+    for (int count_threads : {1, 2, 3}) {
+        ops::set_num_threads(count_threads);
+        for (std::int64_t count : {1, 2, 5, 64, 1001}) {
+            for (std::int64_t chunk : {1, 3}) {
+                std::vector<std::atomic<int>> runs(static_cast<std::size_t>(count));
+                std::atomic<bool> bad_range{false};
+                ops::for_stolen_ranges(count, chunk, [&](std::int64_t begin, std::int64_t end) {
+                    if (begin < 0 || end > count || end <= begin || end - begin > chunk) bad_range = true;
+                    for (std::int64_t i = begin; i < end; ++i) runs[static_cast<std::size_t>(i)]++;
+                });
+                EXPECT_FALSE(bad_range) << count_threads << " threads, " << count << " iterations, chunks of " << chunk;
+                for (std::int64_t i = 0; i < count; ++i)
+                    ASSERT_EQ(runs[static_cast<std::size_t>(i)].load(), 1) << "iteration " << i << " of " << count << ", " << count_threads << " threads";
+            }
+        }
+    }
+    // Two threads: thread 0 (range [0, 50)) holds the first iteration it gets until the other thread has
+    // run every other one (or 10 s). Thread 1 runs its own 50..99, then thread 0's from the back, down to 1.
+    ops::set_num_threads(2);
+    std::atomic<int> team{0}, others_run{0}, order{0};
+    std::atomic<std::int64_t> held{-1};
+    std::vector<int> thread_of(100, -1), turn_of(100, -1);
+    ops::for_stolen_ranges(100, 1, [&](std::int64_t begin, std::int64_t) {
+        team = omp_get_num_threads();
+        const int me = omp_get_thread_num();
+        std::int64_t none = -1;
+        if (me == 0 && held.compare_exchange_strong(none, begin)) {
+            const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+            while (others_run.load() < 99 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+            return;
+        }
+        thread_of[static_cast<std::size_t>(begin)] = me;
+        turn_of[static_cast<std::size_t>(begin)] = order++;
+        others_run++;
+    });
+    ops::set_num_threads(threads);
+    ASSERT_EQ(team.load(), 2) << "the test needs a team of 2 OpenMP threads";
+    int previous_turn = std::numeric_limits<int>::max();
+    for (std::int64_t i = 0; i < 50; ++i) {
+        if (i == held.load()) continue;
+        EXPECT_EQ(thread_of[static_cast<std::size_t>(i)], 1) << "iteration " << i << " waited for the held thread";
+        // Taken from the back: a lower iteration, a later turn.
+        EXPECT_LT(turn_of[static_cast<std::size_t>(i)], previous_turn) << "iteration " << i << " was not taken from the back";
+        previous_turn = turn_of[static_cast<std::size_t>(i)];
+    }
 }
 
 TEST(Kernels, StridedThreeDConvolutionMatchesTheReference) {
