@@ -21,8 +21,13 @@ template <class Body>
 void for_stolen_ranges(std::int64_t count, std::int64_t chunk, Body&& body) {
     if (count <= 0) return;
     chunk = std::max<std::int64_t>(1, chunk);
+    if (count > std::int64_t{0xffffffff}) {  // beyond the 32-bit cursors below: plain dynamic chunks
+#pragma omp parallel for schedule(dynamic, 1)
+        for (std::int64_t begin = 0; begin < count; begin += chunk) body(begin, std::min(count, begin + chunk));
+        return;
+    }
     // Per thread: the front (low 32 bits) and back (high 32) of what is left of its range, one word so that
-    // the owner's and a thief's claims cannot cross. Iterations past 2^32 − 1 are not supported here.
+    // the owner's and a thief's claims cannot cross.
     struct alignas(64) Range {
         std::atomic<std::uint64_t> left{0};
     };

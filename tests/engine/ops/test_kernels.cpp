@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cstring>
 #include <thread>
+#include <mutex>
 #include <omp.h>
 #include <chrono>
 #include <atomic>
@@ -452,7 +453,8 @@ TEST(Kernels, RowConvolutionGradientsHaveTheSameBitsOnAnyThreadCount) {
 
 // for_stolen_ranges (the row convolutions' loop): every iteration exactly once, in contiguous ranges,
 // on 1 to 3 threads, for counts below, at and above the thread count and chunks of 1 and 3; and with a
-// thread held back at its first chunk, the other takes the rest of its range, from its back.
+// thread held back at its first chunk, the other takes the rest of its range, from its back; past 2^32
+// iterations, plain chunks.
 TEST(Kernels, StolenRangesRunEveryIterationOnce) {
     const int threads = ops::num_threads();
     for (int count_threads : {1, 2, 3}) {
@@ -470,6 +472,21 @@ TEST(Kernels, StolenRangesRunEveryIterationOnce) {
                     ASSERT_EQ(runs[static_cast<std::size_t>(i)].load(), 1) << "iteration " << i << " of " << count << ", " << count_threads << " threads";
             }
         }
+    }
+    // Past 2^32 − 1 iterations (the cursors' width): plain chunks, still every iteration once.
+    {
+        const std::int64_t count = (std::int64_t{1} << 32) + 5, chunk = std::int64_t{1} << 30;
+        std::atomic<std::int64_t> covered{0};
+        std::vector<std::pair<std::int64_t, std::int64_t>> taken;
+        std::mutex taken_mutex;
+        ops::for_stolen_ranges(count, chunk, [&](std::int64_t begin, std::int64_t end) {
+            covered += end - begin;
+            const std::lock_guard lock(taken_mutex);
+            taken.emplace_back(begin, end);
+        });
+        std::sort(taken.begin(), taken.end());
+        EXPECT_EQ(covered.load(), count);
+        for (std::size_t k = 0; k < taken.size(); ++k) EXPECT_EQ(taken[k].first, k == 0 ? 0 : taken[k - 1].second);
     }
     // Two threads: thread 0 (range [0, 50)) holds the first iteration it gets until the other thread has
     // run every other one (or 10 s). Thread 1 runs its own 50..99, then thread 0's from the back, down to 1.
