@@ -265,6 +265,37 @@ __attribute__((target("avx512f"))) void gradient_item(const PaddedRows& input, c
     }
 }
 
+// Σ of one channel's output gradient over its rows (the bias gradient), in doubles, in a fixed order: 16
+// floats at a time into 4 vectors of 8 doubles, added at the end in order. Each row is read as `chunks`
+// whole vectors from its first value: past the values the padded rows hold zeros. One value at a time, the
+// additions waited on each other: a layer's bias gradient cost 1.1–1.6 ms beside its 4–5 ms weights'
+// gradient (8 → 8 at 64³, 2 threads, Xeon model 207).
+__attribute__((target("avx512f"))) double channel_gradient_sum(const PaddedRows& gradient, std::int64_t channel,
+                                                               const std::array<std::int64_t, 3>& offset, std::int64_t out_depth,
+                                                               std::int64_t out_height, std::int64_t chunks) {
+    __m512d sums[4] = {_mm512_setzero_pd(), _mm512_setzero_pd(), _mm512_setzero_pd(), _mm512_setzero_pd()};
+    int next = 0;  // the pair of sums the next vector goes to
+    for (std::int64_t n = 0; n < gradient.batch; ++n)
+        for (std::int64_t z = 0; z < out_depth; ++z)
+            for (std::int64_t y = 0; y < out_height; ++y) {
+                const float* row = gradient.at(n, channel, z + offset[0], y + offset[1]) + offset[2];
+                for (std::int64_t c = 0; c < chunks; ++c) {
+                    // Zero-masked conversions: the plain ones take GCC 12's _mm512_undefined_pd, which its
+                    // -Wmaybe-uninitialized reports.
+                    constexpr __mmask8 all = 0xFF;
+                    sums[next] = _mm512_add_pd(sums[next], _mm512_maskz_cvtps_pd(all, _mm256_loadu_ps(row + c * k_lanes)));
+                    sums[next + 1] = _mm512_add_pd(sums[next + 1], _mm512_maskz_cvtps_pd(all, _mm256_loadu_ps(row + c * k_lanes + 8)));
+                    next ^= 2;
+                }
+            }
+    alignas(64) double lanes[4][8];
+    for (int k = 0; k < 4; ++k) _mm512_store_pd(lanes[k], sums[k]);
+    double total = 0;
+    for (int k = 0; k < 4; ++k)
+        for (int lane = 0; lane < 8; ++lane) total += lanes[k][lane];
+    return total;
+}
+
 // A vector's 16 lanes added in a fixed tree (each lane with the one 8 away, then 4, 2, 1): the same bits
 // every time. Lane by lane, 16 dependent additions a vector cost ~0.6 ms a 16 → 8 3D layer's call.
 __attribute__((target("avx512f"))) inline float lane_sum(const float* lanes) {
@@ -498,14 +529,7 @@ void row_conv_weights_gradient(const PaddedRows& input, const PaddedRows& gradie
     if (bias_gradient == nullptr) return;
 #pragma omp parallel for schedule(static)
     for (std::int64_t o = 0; o < out_channels; ++o) {
-        double sum = 0;
-        for (std::int64_t n = 0; n < input.batch; ++n)
-            for (std::int64_t z = 0; z < out_depth; ++z)
-                for (std::int64_t y = 0; y < out_height; ++y) {
-                    const float* row = gradient.at(n, o, z + offset[0], y + offset[1]) + offset[2];
-                    for (std::int64_t x = 0; x < out_width; ++x) sum += row[x];
-                }
-        bias_gradient[o] = static_cast<float>(sum);
+        bias_gradient[o] = static_cast<float>(channel_gradient_sum(gradient, o, offset, out_depth, out_height, chunks));
     }
 }
 

@@ -428,27 +428,31 @@ TEST(Kernels, WideOrStridedConvolutionsStayWithOneDnn) {
     }
 }
 
-// The weights' gradient sums fixed groups of rows in a fixed order: the same bits on one thread or two.
+// The weights' gradient sums fixed groups of rows in a fixed order, the bias gradient each channel on one
+// thread in a fixed order: the same bits on one thread or two.
 TEST(Kernels, RowConvolutionGradientsHaveTheSameBitsOnAnyThreadCount) {
     if (!ops::row_convolutions_enabled()) GTEST_SKIP() << "row convolutions need AVX-512F and not TESSERA_ROW_CONVOLUTIONS=0";
-    const ops::ConvAttributes attributes = ops::ConvAttributes::same(3, 3);
+    ops::ConvAttributes attributes = ops::ConvAttributes::same(3, 3);
+    attributes.has_bias = true;
     const Tensor x = random_tensor({1, 8, 12, 10, 24}, 31);
     const Shape y_shape = ops::conv_output_shape(x.shape(), 8, attributes);
     const Tensor dy = random_tensor(y_shape, 32);
-    std::vector<Tensor> gradients;
+    std::vector<Tensor> gradients;  // per thread count: weights', input's, bias'
     const int threads = ops::num_threads();
     for (int count : {1, 2}) {
         ops::set_num_threads(count);
         Parameter weight = parameter("w", random_tensor(ops::conv_weight_shape(8, 8, attributes), 33));
+        Parameter bias = parameter("b", random_tensor({8}, 34));
         const Ran ran = run_kernel({x}, dy, [&](const ops::KernelInputs& in) {
-            return ops::make_conv_kernel(attributes, x.shape(), y_shape, in, &weight, nullptr, memory::data_type::f32, memory::data_type::f32);
+            return ops::make_conv_kernel(attributes, x.shape(), y_shape, in, &weight, &bias, memory::data_type::f32, memory::data_type::f32);
         });
         gradients.push_back(weight.gradient.clone());
         gradients.push_back(ran.input_gradients[0]);
+        gradients.push_back(bias.gradient.clone());
     }
     ops::set_num_threads(threads);
-    EXPECT_EQ(std::memcmp(gradients[0].raw_data(), gradients[2].raw_data(), gradients[0].num_bytes()), 0);
-    EXPECT_EQ(std::memcmp(gradients[1].raw_data(), gradients[3].raw_data(), gradients[1].num_bytes()), 0);
+    for (std::size_t k = 0; k < 3; ++k)
+        EXPECT_EQ(std::memcmp(gradients[k].raw_data(), gradients[k + 3].raw_data(), gradients[k].num_bytes()), 0) << "gradient " << k;
 }
 
 // for_stolen_ranges (the row convolutions' loop): every iteration exactly once, in contiguous ranges,
