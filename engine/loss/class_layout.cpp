@@ -1,5 +1,7 @@
 #include "loss/class_layout.hpp"
 
+#include "core/fixed_groups.hpp"
+
 #include <sstream>
 #include <vector>
 
@@ -75,34 +77,32 @@ LabelTally tally_labels(std::string_view what, const Tensor& labels, std::int64_
     const std::int64_t count = labels.num_elements();
     const std::int32_t ignore = ignore_label.value_or(-1);
     const bool has_ignore = ignore_label.has_value();
-    // Counted in fixed runs over the host threads (a 64³ volume's labels took ~0.5 ms of a step on one
+    // Counted in fixed groups over the host threads (a 64³ volume's labels took ~0.5 ms of a step on one
     // thread while the other waited); the first bad label found is the first in memory, as one pass finds.
-    constexpr std::int64_t k_runs = 8;
-    std::vector<LabelTally> runs(static_cast<std::size_t>(k_runs));
-    std::vector<std::int64_t> first_bad(static_cast<std::size_t>(k_runs), -1);
-#pragma omp parallel for schedule(dynamic, 1) if (count >= 65536)
-    for (std::int64_t run = 0; run < k_runs; ++run) {
-        LabelTally& tally = runs[static_cast<std::size_t>(run)];
+    std::vector<LabelTally> groups(static_cast<std::size_t>(k_fixed_groups));
+    std::vector<std::int64_t> first_bad(static_cast<std::size_t>(k_fixed_groups), -1);
+    for_fixed_groups(count, count >= 65536, [&](std::int64_t group, std::int64_t begin, std::int64_t end) {
+        LabelTally& tally = groups[static_cast<std::size_t>(group)];
         tally.per_class.assign(static_cast<std::size_t>(classes), 0);
         std::int64_t* per_class = tally.per_class.data();
-        for (std::int64_t i = run * count / k_runs; i < (run + 1) * count / k_runs; ++i) {
+        for (std::int64_t i = begin; i < end; ++i) {
             const std::int32_t y = label[i];
             if (y >= 0 && y < classes) {
                 ++per_class[y];
             } else if (has_ignore && y == ignore) {
                 ++tally.num_ignored;
             } else {
-                first_bad[static_cast<std::size_t>(run)] = i;
-                break;
+                first_bad[static_cast<std::size_t>(group)] = i;
+                return;
             }
         }
-    }
+    });
     LabelTally tally;
     tally.per_class.assign(static_cast<std::size_t>(classes), 0);
-    for (std::int64_t run = 0; run < k_runs; ++run) {
-        const std::int64_t bad = first_bad[static_cast<std::size_t>(run)];
+    for (std::int64_t group = 0; group < k_fixed_groups; ++group) {
+        const std::int64_t bad = first_bad[static_cast<std::size_t>(group)];
         if (bad >= 0) throw_bad_label(what, labels.shape(), bad, label[bad], classes, ignore_label);
-        const LabelTally& part = runs[static_cast<std::size_t>(run)];
+        const LabelTally& part = groups[static_cast<std::size_t>(group)];
         for (std::int64_t c = 0; c < classes; ++c) tally.per_class[static_cast<std::size_t>(c)] += part.per_class[static_cast<std::size_t>(c)];
         tally.num_ignored += part.num_ignored;
     }

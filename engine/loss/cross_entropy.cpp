@@ -1,5 +1,6 @@
 #include "loss/cross_entropy.hpp"
 
+#include "core/fixed_groups.hpp"
 #include "loss/class_layout.hpp"
 #include "loss/fast_math.hpp"
 
@@ -133,21 +134,17 @@ double fused_kernel(const Prepared& in, std::int32_t ignore, bool has_ignore, fl
     return total;
 }
 
-// The tile's blocks in k_groups fixed runs, in parallel, their sums added in run order: the same bits on
-// any thread count. Serial, the loss and its gradient were 2–4 ms of a 3D U-Net step (64³, 2 classes)
-// in which the other host thread waited.
-constexpr std::int64_t k_groups = 8;
-
+// The tile's blocks in fixed groups (core/fixed_groups.hpp), in parallel, their sums added in group
+// order: the same bits on any thread count. Serial, the loss and its gradient were 2–4 ms of a 3D U-Net
+// step (64³, 2 classes) in which the other host thread waited.
 double run_kernel(const Prepared& prepared, const CrossEntropyOptions& options, float* gradient,
                   float gradient_scale) {
     const std::int64_t blocks = prepared.layout.batch * ((prepared.layout.spatial + k_block - 1) / k_block);
-    std::array<double, k_groups> group_sums{};
-#pragma omp parallel for schedule(dynamic, 1) if (blocks >= 4 * k_groups)
-    for (std::int64_t group = 0; group < k_groups; ++group) {
-        group_sums[static_cast<std::size_t>(group)] =
-            fused_kernel(prepared, options.ignore_label.value_or(0), options.ignore_label.has_value(), gradient, gradient_scale,
-                         group * blocks / k_groups, (group + 1) * blocks / k_groups);
-    }
+    std::array<double, k_fixed_groups> group_sums{};
+    for_fixed_groups(blocks, blocks >= 4 * k_fixed_groups, [&](std::int64_t group, std::int64_t begin, std::int64_t end) {
+        group_sums[static_cast<std::size_t>(group)] = fused_kernel(prepared, options.ignore_label.value_or(0),
+                                                                   options.ignore_label.has_value(), gradient, gradient_scale, begin, end);
+    });
     double total = 0;
     for (const double sum : group_sums) total += sum;
     return total;

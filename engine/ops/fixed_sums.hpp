@@ -1,10 +1,12 @@
-// Sums over many items with the same bits on any thread count: the items are split into a fixed number
-// of groups by index (not by thread), each group adds its items in order into its own partial buffer,
-// and the caller adds the groups' partials in group order.
+// Sums over many items with the same bits on any thread count: the items are split into fixed groups
+// (core/fixed_groups.hpp), each group adds its items in order into its own partial buffer, and the
+// caller adds the groups' partials in group order.
 //
 //   const std::vector<float> partials = fixed_group_partials(items, partial_size, [&](float* partial, std::int64_t item) {...});
 //   for (group = 0; group < k_fixed_groups; ++group) total += partials[group * partial_size + entry];
 #pragma once
+
+#include "core/fixed_groups.hpp"
 
 #include <algorithm>
 #include <cstdint>
@@ -13,17 +15,14 @@
 
 namespace tessera::ops {
 
-constexpr std::int64_t k_fixed_groups = 8;
-
 // add_item(partial, item) adds item's terms into `partial` (partial_size floats, zero at first).
 template <class AddItem>
 std::vector<float> fixed_group_partials(std::int64_t items, std::int64_t partial_size, AddItem&& add_item) {
     std::vector<float> partials(static_cast<std::size_t>(k_fixed_groups * partial_size), 0.0f);
-#pragma omp parallel for schedule(dynamic, 1)
-    for (std::int64_t group = 0; group < k_fixed_groups; ++group) {
+    for_fixed_groups(items, true, [&](std::int64_t group, std::int64_t begin, std::int64_t end) {
         float* partial = partials.data() + group * partial_size;
-        for (std::int64_t item = group * items / k_fixed_groups; item < (group + 1) * items / k_fixed_groups; ++item) add_item(partial, item);
-    }
+        for (std::int64_t item = begin; item < end; ++item) add_item(partial, item);
+    });
     return partials;
 }
 
@@ -45,7 +44,7 @@ std::vector<float> fixed_group_results(std::int64_t items, std::int64_t partial_
         const std::unique_ptr<float[]> partial(new float[static_cast<std::size_t>(partial_size)]);  // written by each group's first item
 #pragma omp for schedule(dynamic, 1)
         for (std::int64_t group = 0; group < k_fixed_groups; ++group) {
-            const std::int64_t begin = group * items / k_fixed_groups, end = (group + 1) * items / k_fixed_groups;
+            const std::int64_t begin = fixed_group_begin(group, items), end = fixed_group_begin(group + 1, items);
             if (begin == end) continue;
             for (std::int64_t item = begin; item < end; ++item) add_item(partial.get(), item, item == begin);
             reduce_group(static_cast<const float*>(partial.get()), results.data() + group * result_size);
