@@ -9,8 +9,11 @@
 //
 // The loop runs over OpenMP's threads where the calling translation unit is built with OpenMP (the
 // engine's loss and ops libraries are), else on the calling thread: the groups, and so the results, are
-// the same either way.
+// the same either way; inside a thread pool's task (a simulated core's loss or kernel) the groups are
+// shared with the pool's idle threads (loop_helpers.hpp).
 #pragma once
+
+#include "core/loop_helpers.hpp"
 
 #include <cstdint>
 
@@ -25,6 +28,12 @@ constexpr std::int64_t fixed_group_begin(std::int64_t group, std::int64_t count)
 // counts are not worth waking them for).
 template <class Body>
 void for_fixed_groups(std::int64_t count, bool parallel, Body&& body) {
+    if (LoopHelpers* helpers = loop_helpers(); helpers != nullptr && parallel) {
+        for_shared_range(*helpers, k_fixed_groups, 1, [&](std::int64_t first, std::int64_t last) {
+            for (std::int64_t group = first; group < last; ++group) body(group, fixed_group_begin(group, count), fixed_group_begin(group + 1, count));
+        });
+        return;
+    }
 #pragma omp parallel for schedule(dynamic, 1) if (parallel)
     for (std::int64_t group = 0; group < k_fixed_groups; ++group) body(group, fixed_group_begin(group, count), fixed_group_begin(group + 1, count));
 }

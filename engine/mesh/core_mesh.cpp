@@ -1051,6 +1051,7 @@ struct CoreMesh::Impl {
         for (Core& core : local_cores()) core.events.clear();
         step_halo_wait = step_gradient_reduce = 0;
 
+        pool->wake_up();  // to poll while the batch is scattered, not sleep through the first phase
         scatter();
         forward(graph::Mode::Train);
         std::vector<std::vector<Tensor>> output_gradients;  // per mesh core: d loss / d (its tiles of the outputs)

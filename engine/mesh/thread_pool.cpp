@@ -17,10 +17,16 @@ namespace {
 // step to waiting with 200 µs, 4.8 ms with 2 ms (phases' wall time × 2 − their tasks' time).
 constexpr auto kSpin = std::chrono::microseconds(2000);
 
-template <class Ready>
-bool spin_until(Ready&& ready) {
-    const auto deadline = std::chrono::steady_clock::now() + kSpin;
+// Polls `ready` for up to kSpin, helping offered loops meanwhile (`help`: whether it found one; the
+// time spent helping restarts the clock); false when it timed out.
+template <class Ready, class Help>
+bool spin_until(Ready&& ready, Help&& help) {
+    auto deadline = std::chrono::steady_clock::now() + kSpin;
     while (!ready()) {
+        if (help()) {
+            deadline = std::chrono::steady_clock::now() + kSpin;
+            continue;
+        }
         if (std::chrono::steady_clock::now() > deadline) return false;
         std::this_thread::yield();
     }
@@ -78,6 +84,7 @@ void ThreadPool::run_tasks(std::uint64_t generation, int thread) {
             if (!cursor_of.compare_exchange_weak(cursor, cursor + 1, std::memory_order_acq_rel)) continue;
             const std::int64_t count = m_count.load(std::memory_order_relaxed);  // stable until this task is counted
             try {
+                const ScopedLoopHelpers helpers(threads > 1 ? this : nullptr);
                 (*m_task)(index);
             } catch (...) {
                 std::lock_guard lock(m_mutex);
@@ -112,7 +119,7 @@ void ThreadPool::run(std::int64_t count, const std::function<void(std::int64_t)>
     }
     m_wake.notify_all();
     run_tasks(generation, 0);
-    if (!spin_until([&] { return m_finished.load() == count; })) {
+    if (!spin_until([&] { return m_finished.load() == count; }, [&] { return help_a_loop(); })) {
         std::unique_lock lock(m_mutex);
         m_done.wait(lock, [&] { return m_finished.load() == count; });
     }
@@ -125,17 +132,76 @@ void ThreadPool::run(std::int64_t count, const std::function<void(std::int64_t)>
     if (error) std::rethrow_exception(error);
 }
 
+void ThreadPool::wake_up() {
+    {
+        const std::lock_guard lock(m_mutex);
+        m_wake_ups.fetch_add(1);
+    }
+    m_wake.notify_all();
+}
+
+void ThreadPool::offer(SharedLoop& loop) {
+    const std::lock_guard lock(m_offered_mutex);
+    m_offered.push_back({&loop, 0, false});
+    m_open_loops.fetch_add(1, std::memory_order_release);
+}
+
+void ThreadPool::withdraw(SharedLoop& loop) noexcept {
+    std::unique_lock lock(m_offered_mutex);
+    const auto find = [&] { return std::find_if(m_offered.begin(), m_offered.end(), [&](const Offered& o) { return o.loop == &loop; }); };
+    auto offered = find();
+    if (!offered->closed) {
+        offered->closed = true;
+        m_open_loops.fetch_sub(1, std::memory_order_relaxed);
+    }
+    while (offered->helping > 0) {  // a helper still runs a claim it took: at most one chunk
+        lock.unlock();
+        std::this_thread::yield();
+        lock.lock();
+        offered = find();
+    }
+    m_offered.erase(offered);
+}
+
+bool ThreadPool::help_a_loop() {
+    if (m_open_loops.load(std::memory_order_acquire) == 0) return false;
+    SharedLoop* loop = nullptr;
+    {
+        const std::lock_guard lock(m_offered_mutex);
+        const auto open = std::find_if(m_offered.begin(), m_offered.end(), [](const Offered& o) { return !o.closed; });
+        if (open == m_offered.end()) return false;
+        ++open->helping;
+        loop = open->loop;
+    }
+    while (loop->help()) {
+    }
+    const std::lock_guard lock(m_offered_mutex);
+    // Still listed: its owner waits in withdraw() until `helping` is back to zero.
+    Offered& offered = *std::find_if(m_offered.begin(), m_offered.end(), [&](const Offered& o) { return o.loop == loop; });
+    --offered.helping;
+    if (!offered.closed) {
+        offered.closed = true;
+        m_open_loops.fetch_sub(1, std::memory_order_relaxed);
+    }
+    return true;
+}
+
 void ThreadPool::work(int thread) {
     ops::set_num_threads(1);  // this thread's OpenMP team: itself
-    std::uint64_t seen = 0;
-    auto announced = [&] { return m_stop.load() || (m_cursors[0].value.load(std::memory_order_acquire) >> 32) != seen; };
+    std::uint64_t seen = 0, seen_wake_ups = 0;
+    auto announced = [&] {
+        return m_stop.load() || (m_cursors[0].value.load(std::memory_order_acquire) >> 32) != seen || m_wake_ups.load() != seen_wake_ups;
+    };
     while (true) {
-        if (!spin_until(announced)) {
+        if (!spin_until(announced, [&] { return help_a_loop(); })) {
             std::unique_lock lock(m_mutex);
             m_wake.wait(lock, announced);
         }
         if (m_stop) return;
-        seen = m_cursors[0].value.load(std::memory_order_acquire) >> 32;
+        seen_wake_ups = m_wake_ups.load();
+        const std::uint64_t generation = m_cursors[0].value.load(std::memory_order_acquire) >> 32;
+        if (generation == seen) continue;  // woken ahead of a phase: poll for it
+        seen = generation;
         run_tasks(seen, thread);
     }
 }

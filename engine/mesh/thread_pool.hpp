@@ -6,11 +6,15 @@
 // cores of a device step together between exchanges. A step has a few hundred short phases, so
 // threads spin for up to 2 ms for the next one before they sleep (waking a sleeping thread cost more
 // than a small phase). Tasks run oneDNN single-threaded: the parallelism is across cores, and an OpenMP
-// team per thread would only fight for the same host cores.
+// team per thread would only fight for the same host cores. A thread whose tasks are done helps the
+// loops the others' tasks offer (core/loop_helpers.hpp) until the phase ends: one vCPU running slower
+// for a while then costs part of a core's kernel rather than the whole of it.
 //
 //   ThreadPool pool(2);
 //   pool.run(num_cores, [&](std::int64_t core) { executors[core]->forward_node(node); });
 #pragma once
+
+#include "core/loop_helpers.hpp"
 
 #include <atomic>
 #include <condition_variable>
@@ -23,7 +27,7 @@
 
 namespace tessera::mesh {
 
-class ThreadPool {
+class ThreadPool final : private LoopHelpers {
 public:
     explicit ThreadPool(int num_threads);  // threads that run tasks, the caller included
     ~ThreadPool();
@@ -33,10 +37,16 @@ public:
     int num_threads() const { return static_cast<int>(m_workers.size()) + 1; }
     // Runs task(0) … task(count − 1); rethrows the first exception a task threw, after all finished.
     void run(std::int64_t count, const std::function<void(std::int64_t)>& task);
+    // Wakes sleeping threads to poll for the next phase: a step's first phase found them asleep after
+    // the gap between steps and began with the caller alone.
+    void wake_up();
 
 private:
     void work(int thread);
     void run_tasks(std::uint64_t generation, int thread);
+    void offer(SharedLoop& loop) override;
+    void withdraw(SharedLoop& loop) noexcept override;
+    bool help_a_loop();  // helps one offered loop until it has nothing left; false when none was offered
 
     std::vector<std::thread> m_workers;
     std::mutex m_mutex;
@@ -55,6 +65,17 @@ private:
     std::vector<Cursor> m_cursors;
     std::atomic<std::int64_t> m_finished{0};
     std::atomic<bool> m_stop{false};
+    std::atomic<std::uint64_t> m_wake_ups{0};
+    // Loops the running tasks offered. `helping`: threads inside loop->help(); `closed`: nothing left to
+    // claim, or withdrawn — no helper picks it up again.
+    struct Offered {
+        SharedLoop* loop;
+        int helping;
+        bool closed;
+    };
+    std::mutex m_offered_mutex;
+    std::vector<Offered> m_offered;
+    std::atomic<int> m_open_loops{0};  // offered and not closed: idle threads look only when non-zero
     std::exception_ptr m_error;
 };
 

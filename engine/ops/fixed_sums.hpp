@@ -7,10 +7,12 @@
 #pragma once
 
 #include "core/fixed_groups.hpp"
+#include "core/loop_helpers.hpp"
 
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <omp.h>
 #include <vector>
 
 namespace tessera::ops {
@@ -39,16 +41,26 @@ template <class AddItem, class ReduceGroup>
 std::vector<float> fixed_group_results(std::int64_t items, std::int64_t partial_size, std::int64_t result_size, AddItem&& add_item,
                                        ReduceGroup&& reduce_group) {
     std::vector<float> results(static_cast<std::size_t>(k_fixed_groups * result_size), 0.0f);
+    const auto run_group = [&](float* partial, std::int64_t group) {
+        const std::int64_t begin = fixed_group_begin(group, items), end = fixed_group_begin(group + 1, items);
+        if (begin == end) return;
+        for (std::int64_t item = begin; item < end; ++item) add_item(partial, item, item == begin);
+        reduce_group(static_cast<const float*>(partial), results.data() + group * result_size);
+    };
+    if (LoopHelpers* helpers = loop_helpers(); helpers != nullptr && !omp_in_parallel()) {
+        // A simulated core's kernel: its groups shared with the pool's idle threads, each with its own partial.
+        for_shared_range(*helpers, k_fixed_groups, 1, [&](std::int64_t first, std::int64_t last) {
+            thread_local std::vector<float> partial;
+            partial.resize(std::max(partial.size(), static_cast<std::size_t>(partial_size)));
+            for (std::int64_t group = first; group < last; ++group) run_group(partial.data(), group);
+        });
+        return results;
+    }
 #pragma omp parallel
     {
         const std::unique_ptr<float[]> partial(new float[static_cast<std::size_t>(partial_size)]);  // written by each group's first item
 #pragma omp for schedule(dynamic, 1)
-        for (std::int64_t group = 0; group < k_fixed_groups; ++group) {
-            const std::int64_t begin = fixed_group_begin(group, items), end = fixed_group_begin(group + 1, items);
-            if (begin == end) continue;
-            for (std::int64_t item = begin; item < end; ++item) add_item(partial.get(), item, item == begin);
-            reduce_group(static_cast<const float*>(partial.get()), results.data() + group * result_size);
-        }
+        for (std::int64_t group = 0; group < k_fixed_groups; ++group) run_group(partial.get(), group);
     }
     return results;
 }

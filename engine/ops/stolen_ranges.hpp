@@ -6,8 +6,12 @@
 //   for_stolen_ranges(planes, 1, [&](std::int64_t begin, std::int64_t end) { for (p = begin; p < end; ++p) ...; });
 //
 // Every iteration runs once, on some thread; which one depends on timing, so the body's results must
-// not (each iteration writes its own outputs).
+// not (each iteration writes its own outputs). Inside a thread pool's task (a simulated core's kernel,
+// OpenMP single-threaded there) the loop is offered to the pool's idle threads instead
+// (core/loop_helpers.hpp).
 #pragma once
+
+#include "core/loop_helpers.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -21,6 +25,10 @@ template <class Body>
 void for_stolen_ranges(std::int64_t count, std::int64_t chunk, Body&& body) {
     if (count <= 0) return;
     chunk = std::max<std::int64_t>(1, chunk);
+    if (LoopHelpers* helpers = loop_helpers(); helpers != nullptr && !omp_in_parallel()) {
+        for_shared_range(*helpers, count, chunk, body);
+        return;
+    }
     if (count > std::int64_t{0xffffffff}) {  // beyond the 32-bit cursors below: plain dynamic chunks
 #pragma omp parallel for schedule(dynamic, 1)
         for (std::int64_t begin = 0; begin < count; begin += chunk) body(begin, std::min(count, begin + chunk));

@@ -5,6 +5,8 @@
 #include "support/error_of.hpp"
 #include "mesh/thread_pool.hpp"
 #include "ops/dnnl_support.hpp"
+#include "ops/fixed_sums.hpp"
+#include "ops/stolen_ranges.hpp"
 #include "core/random.hpp"
 #include "networks/models.hpp"
 #include "networks/retinanet.hpp"
@@ -16,8 +18,10 @@
 
 #include <cmath>
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <set>
+#include <thread>
 
 using namespace tessera;
 
@@ -406,6 +410,100 @@ TEST(ThreadPool, AnExceptionReachesTheCallerAfterThePhase) {
     EXPECT_EQ(finished.load(), 5);
     pool.run(2, [&](std::int64_t) { finished.fetch_add(1); });  // the pool still works
     EXPECT_EQ(finished.load(), 7);
+}
+
+// Task 1 splits a loop (ops/stolen_ranges.hpp, as a row convolution does); task 0 has nothing to do and
+// its thread, once done, must take iterations of task 1's loop from the back. Task 1's thread holds its
+// first iteration until another thread has run one (at most `patience`): without helping it gives up.
+// Returns the distinct threads that ran iterations; every iteration must run once, all before the loop
+// returns.
+std::size_t threads_in_a_helped_loop(mesh::ThreadPool& pool, std::chrono::milliseconds patience) {
+    constexpr std::int64_t kIterations = 64;
+    std::vector<std::atomic<int>> runs(kIterations);
+    std::vector<std::thread::id> ran_on(kIterations);
+    std::atomic<bool> helped{false}, loop_started{false};
+    std::thread::id owner;
+    pool.run(2, [&](std::int64_t task) {
+        if (task == 0) {
+            while (!loop_started.load()) std::this_thread::yield();  // then it waits for the phase's end
+            return;
+        }
+        owner = std::this_thread::get_id();
+        loop_started = true;
+        ops::for_stolen_ranges(kIterations, 1, [&](std::int64_t begin, std::int64_t end) {
+            for (std::int64_t i = begin; i < end; ++i) {
+                const std::thread::id me = std::this_thread::get_id();
+                if (me == owner && i == 0) {
+                    const auto deadline = std::chrono::steady_clock::now() + patience;
+                    while (!helped.load() && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+                }
+                if (me != owner) helped = true;
+                ran_on[static_cast<std::size_t>(i)] = me;
+                std::this_thread::sleep_for(std::chrono::microseconds(100));
+                runs[static_cast<std::size_t>(i)].fetch_add(1);
+            }
+        });
+        for (std::int64_t i = 0; i < kIterations; ++i) EXPECT_EQ(runs[static_cast<std::size_t>(i)].load(), 1) << "iteration " << i;
+    });
+    EXPECT_EQ(ran_on[0], owner);  // the owner takes the front
+    return std::set<std::thread::id>(ran_on.begin(), ran_on.end()).size();
+}
+
+TEST(ThreadPool, AThreadWithoutTasksHelpsAnotherTasksLoop) {
+    mesh::ThreadPool pool(2);
+    // A loaded machine may keep the idle thread off its vCPU past the patience: a few tries.
+    std::size_t threads = 0;
+    for (int attempt = 0; attempt < 5 && threads < 2; ++attempt) threads = threads_in_a_helped_loop(pool, std::chrono::milliseconds(500));
+    EXPECT_EQ(threads, 2u) << "the loop ran on its task's thread alone";
+    // Outside the pool's tasks the loop is OpenMP's again: every iteration once.
+    std::vector<std::atomic<int>> runs(100);
+    ops::for_stolen_ranges(100, 3, [&](std::int64_t begin, std::int64_t end) {
+        for (std::int64_t i = begin; i < end; ++i) runs[static_cast<std::size_t>(i)].fetch_add(1);
+    });
+    for (const std::atomic<int>& r : runs) EXPECT_EQ(r.load(), 1);
+}
+
+TEST(ThreadPool, AHelpersExceptionReachesTheCallerAndTheLoopStillEnds) {
+    mesh::ThreadPool pool(2);
+    std::atomic<int> finished{0};
+    const std::string message = error_of([&] {
+        pool.run(1, [&](std::int64_t) {
+            ops::for_stolen_ranges(40, 1, [&](std::int64_t begin, std::int64_t end) {
+                for (std::int64_t i = begin; i < end; ++i) {
+                    std::this_thread::sleep_for(std::chrono::microseconds(200));
+                    if (i == 39) TESSERA_FAIL("iteration 39 failed");  // the back: the helper's first claim, if it came
+                    finished.fetch_add(1);
+                }
+            });
+        });
+    });
+    EXPECT_NE(message.find("iteration 39 failed"), std::string::npos) << message;
+    EXPECT_EQ(finished.load(), 39);  // the other claims still ran
+    pool.run(3, [&](std::int64_t) { finished.fetch_add(1); });
+    EXPECT_EQ(finished.load(), 42);
+}
+
+TEST(ThreadPool, FixedGroupSumsOnThePoolKeepTheirBits) {
+    // Sums whose float rounding depends on the order: the groups' results must not depend on which
+    // thread ran a group (in a pool's task, with a helper, against OpenMP outside any pool).
+    constexpr std::int64_t kItems = 1000, kSize = 4;
+    const auto add_item = [](float* partial, std::int64_t item, bool first) {
+        for (std::int64_t k = 0; k < kSize; ++k) {
+            const float term = 1.0f / static_cast<float>(item + 1 + k) + (item % 7 == 0 ? 1e4f : 0.0f);
+            partial[k] = first ? term : partial[k] + term;
+        }
+    };
+    const auto reduce = [](const float* partial, float* result) {
+        for (std::int64_t k = 0; k < kSize; ++k) result[k] = partial[k];
+    };
+    const std::vector<float> expected = ops::fixed_group_results(kItems, kSize, kSize, add_item, reduce);
+    mesh::ThreadPool pool(2);
+    for (int repeat = 0; repeat < 50; ++repeat) {
+        std::vector<float> on_pool;
+        pool.run(1, [&](std::int64_t) { on_pool = ops::fixed_group_results(kItems, kSize, kSize, add_item, reduce); });
+        ASSERT_EQ(on_pool.size(), expected.size());
+        ASSERT_EQ(std::memcmp(on_pool.data(), expected.data(), expected.size() * sizeof(float)), 0) << "repeat " << repeat;
+    }
 }
 
 TEST(CoreMesh, ADivergedGradientIsTracedToTheCoreItCameFrom) {
