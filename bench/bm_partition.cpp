@@ -9,12 +9,17 @@
 // medians, bytes exchanged against the tiling plan's halo volume, per-core memory, and ends with one line
 // per case:
 //   case=<name> unpartitioned_ms=<median> partitioned_ms=<median> overhead=<ratio> paired_overhead=<ratio>
-//   paired_q1=<ratio> paired_q3=<ratio> pairs=<count>
+//   paired_q1=<ratio> paired_q3=<ratio> pairs=<count> vcpu_slowest_over_fastest=<ratio>
+// The last is how quiet the machine was: each CPU's FMA rate alone (a thread pinned to it), before and
+// after the case's steps, the slowest of either measurement over the fastest (1 on a quiet machine; a
+// VM's vCPUs can differ by 20 % for seconds, and the partitioned step, whose cores split evenly over
+// the threads, then waits for the slow one). 0 when it cannot be measured (no AVX-512F).
 #include "mesh/core_mesh.hpp"
 #include "core/allocator_policy.hpp"
 #include "core/random.hpp"
 #include "networks/models.hpp"
 #include "ops/dnnl_support.hpp"
+#include "peer/fma_chains.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -97,6 +102,19 @@ int main(int argc, char** argv) {
         // Warm-up: first-touch of every buffer, oneDNN's lazily built kernels.
         unpartitioned.train_step(images, labels);
         partitioned.train_step(images, labels);
+
+        std::vector<double> vcpu_rates;
+        const auto measure_vcpus = [&](const char* when) {
+            const std::vector<std::pair<int, double>> rates = bench::per_cpu_rates(1'000'000);
+            if (rates.empty()) return;
+            std::printf("  vCPU FMA rates alone %s:", when);
+            for (const auto& [cpu, rate] : rates) {
+                std::printf(" cpu%d %.1f", cpu, rate);
+                vcpu_rates.push_back(rate);
+            }
+            std::printf(" GFLOP/s\n");
+        };
+        measure_vcpus("before");
 
         std::vector<double> round_unpartitioned, round_partitioned, round_ratio, pair_ratio;
         for (int round = 0; round < rounds; ++round) {
@@ -189,14 +207,19 @@ int main(int argc, char** argv) {
             }
 
         }
+        measure_vcpus("after");
+        const double vcpu_ratio =
+            vcpu_rates.empty() ? 0.0 : *std::min_element(vcpu_rates.begin(), vcpu_rates.end()) / *std::max_element(vcpu_rates.begin(), vcpu_rates.end());
         // The overhead is the median of the rounds' ratios: each ratio compares steps run side by side.
         const double u = median(round_unpartitioned), p = median(round_partitioned);
-        char line[256];
+        char line[320];
         std::sort(pair_ratio.begin(), pair_ratio.end());
         const auto quantile = [&](double q) { return pair_ratio[static_cast<std::size_t>(q * static_cast<double>(pair_ratio.size() - 1) + 0.5)]; };
         std::snprintf(line, sizeof line,
-                      "case=%s unpartitioned_ms=%.1f partitioned_ms=%.1f overhead=%.3f paired_overhead=%.3f paired_q1=%.3f paired_q3=%.3f pairs=%zu",
-                      c.name.c_str(), u, p, median(round_ratio), median(pair_ratio), quantile(0.25), quantile(0.75), pair_ratio.size());
+                      "case=%s unpartitioned_ms=%.1f partitioned_ms=%.1f overhead=%.3f paired_overhead=%.3f paired_q1=%.3f paired_q3=%.3f pairs=%zu "
+                      "vcpu_slowest_over_fastest=%.3f",
+                      c.name.c_str(), u, p, median(round_ratio), median(pair_ratio), quantile(0.25), quantile(0.75), pair_ratio.size(),
+                      vcpu_ratio);
         summary_lines.push_back(line);
     }
     for (const std::string& line : summary_lines) std::printf("%s\n", line.c_str());

@@ -3,11 +3,14 @@
 #pragma once
 
 #include <immintrin.h>
+#include <pthread.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace tessera::bench {
@@ -52,6 +55,32 @@ double best_rate(int threads, long iterations, double flops_per_iteration, Chain
         if (sink[0] == 42) std::printf(" ");
     }
     return best;
+}
+
+// Each CPU this process may run on, measured alone: one thread pinned to it runs the chains (best of
+// `rounds`), in GFLOP/s. Under a hypervisor one vCPU can run well below another for seconds (a Xeon
+// model 207 VM: 137 against 176); work split evenly between the two then waits for the slow one, so a
+// comparison run in such a moment was not run on a quiet machine. Empty without AVX-512F.
+inline std::vector<std::pair<int, double>> per_cpu_rates(long iterations, int rounds = 3) {
+    std::vector<std::pair<int, double>> rates;
+    if (!__builtin_cpu_supports("avx512f")) return rates;
+    cpu_set_t allowed;
+    CPU_ZERO(&allowed);
+    if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0) return rates;
+    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+        if (!CPU_ISSET(cpu, &allowed)) continue;
+        double rate = 0;
+        std::thread pinned([&] {
+            cpu_set_t only;
+            CPU_ZERO(&only);
+            CPU_SET(cpu, &only);
+            if (pthread_setaffinity_np(pthread_self(), sizeof(only), &only) != 0) return;
+            rate = best_rate(1, iterations, k_fma_flops_per_iteration, fma_chains, rounds);
+        });
+        pinned.join();
+        if (rate > 0) rates.emplace_back(cpu, rate);
+    }
+    return rates;
 }
 
 }  // namespace tessera::bench
