@@ -132,7 +132,11 @@ fuzz-smoke: fuzz-build
 # instrumented), so oneDNN runs one thread there (OMP_NUM_THREADS=1): the threads checked are the core
 # mesh's pool, the data prefetcher and the studio's workers. Debian's Qt is not built for TSan, so the
 # studio's workers hand results over with the C++ library only (std::thread, std::mutex, GuiMailbox),
-# which TSan sees; tests/sanitizers/tsan.supp names uninstrumented third-party code only.
+# which TSan sees; tests/sanitizers/tsan.supp (the engine's) and tsan_studio.supp (added for the studio's
+# tests) name uninstrumented third-party code only. The engine
+# label includes the MPI mesh tests (ranks under mpirun, each with its pool), and the studio starts MPI
+# runs with mpirun (a fork of its multithreaded process, then exec), which TSan refuses by default
+# (die_after_fork=0); those ranks run the TSan build's tessera-cli.
 ASAN_BUILD_DIR ?= build-asan
 TSAN_BUILD_DIR ?= build-tsan
 SANITIZER_BUILD_TYPE ?= RelWithDebInfo
@@ -140,11 +144,10 @@ SANITIZER_SUPPRESSIONS := $(CURDIR)/tests/sanitizers
 ASAN_ENV := ASAN_OPTIONS=detect_leaks=1:check_initialization_order=1 \
 	LSAN_OPTIONS=suppressions=$(SANITIZER_SUPPRESSIONS)/lsan.supp:print_suppressions=0 \
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 QTEST_FUNCTION_TIMEOUT=2700000
-TSAN_ENV := OMP_NUM_THREADS=1 \
-	TSAN_OPTIONS=suppressions=$(SANITIZER_SUPPRESSIONS)/tsan.supp:second_deadlock_stack=1:history_size=7 \
-	QTEST_FUNCTION_TIMEOUT=2700000
+TSAN_COMMON := second_deadlock_stack=1:history_size=7:die_after_fork=0
+TSAN_ENV := OMP_NUM_THREADS=1 QTEST_FUNCTION_TIMEOUT=2700000
 TSAN_TARGETS := test_engine_mesh test_equivalence_report test_uneven_threads test_engine_trainer test_engine_run test_host_prediction \
-	run_files_tool tst_gui_mailbox tst_training_studio tst_planner_panel tst_equivalence_view
+	run_files_tool tst_gui_mailbox tst_training_studio tst_planner_panel tst_equivalence_view tessera-cli test_mpi_mesh
 .PHONY: sanitize sanitize-build tsan tsan-build
 
 sanitize-build: deps
@@ -163,7 +166,10 @@ tsan-build: deps
 # Only $(TSAN_TARGETS) are built there: the gtests among them carry the label "engine", the QtTests
 # are named.
 tsan: tsan-build
+	cat $(SANITIZER_SUPPRESSIONS)/tsan.supp $(SANITIZER_SUPPRESSIONS)/tsan_studio.supp > $(TSAN_BUILD_DIR)/tsan_with_studio.supp
 	cd $(TSAN_BUILD_DIR) && $(TSAN_ENV) QT_QPA_PLATFORM=xcb $(XVFB) sh -c \
-	  'ctest --output-on-failure -j $(JOBS) --timeout 2700 -L engine; e=$$?; \
-	   ctest --output-on-failure -j $(JOBS) --timeout 2700 -R "^tst_(gui_mailbox|training_studio|planner_panel|equivalence_view)$$"; \
+	  'TSAN_OPTIONS=suppressions=$(SANITIZER_SUPPRESSIONS)/tsan.supp:$(TSAN_COMMON) \
+	     ctest --output-on-failure -j $(JOBS) --timeout 2700 -L engine; e=$$?; \
+	   TSAN_OPTIONS=suppressions=$(abspath $(TSAN_BUILD_DIR))/tsan_with_studio.supp:$(TSAN_COMMON) \
+	     ctest --output-on-failure -j $(JOBS) --timeout 2700 -R "^tst_(gui_mailbox|training_studio|planner_panel|equivalence_view)$$"; \
 	   exit $$(( e || $$? ))'
