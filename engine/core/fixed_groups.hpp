@@ -28,14 +28,15 @@ constexpr std::int64_t fixed_group_begin(std::int64_t group, std::int64_t count)
 // counts are not worth waking them for).
 template <class Body>
 void for_fixed_groups(std::int64_t count, bool parallel, Body&& body) {
+    const auto run_group = [&](std::int64_t group) { body(group, fixed_group_begin(group, count), fixed_group_begin(group + 1, count)); };
     if (LoopHelpers* helpers = loop_helpers(); helpers != nullptr && parallel) {
         for_shared_range(*helpers, k_fixed_groups, 1, [&](std::int64_t first, std::int64_t last) {
-            for (std::int64_t group = first; group < last; ++group) body(group, fixed_group_begin(group, count), fixed_group_begin(group + 1, count));
+            for (std::int64_t group = first; group < last; ++group) run_group(group);
         });
         return;
     }
 #pragma omp parallel for schedule(dynamic, 1) if (parallel)
-    for (std::int64_t group = 0; group < k_fixed_groups; ++group) body(group, fixed_group_begin(group, count), fixed_group_begin(group + 1, count));
+    for (std::int64_t group = 0; group < k_fixed_groups; ++group) run_group(group);
 }
 
 }  // namespace tessera

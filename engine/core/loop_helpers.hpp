@@ -63,37 +63,61 @@ private:
     LoopHelpers* m_saved;
 };
 
-namespace detail {
-
-// [0, count) in chunks: the owner claims from the front, helpers from the back. The front (low 32 bits)
-// and back (high 32) of what is left share one word, so two claims can never overlap.
-template <class Body>
-class SharedRange final : public SharedLoop {
+// What is left of a range of iterations: its front (low 32 bits) and back (high 32) in one word, so that
+// a claim from the front (the range's owner) and one from the back (a helper or thief) can never overlap.
+// Also ops/stolen_ranges.hpp's per-thread ranges.
+class ClaimableRange {
 public:
-    SharedRange(std::int64_t count, std::int64_t chunk, Body& body)
-        : m_left(static_cast<std::uint64_t>(count) << 32), m_chunk(static_cast<std::uint64_t>(chunk)), m_body(body) {}
+    void reset(std::uint64_t begin, std::uint64_t end) { m_left.store(begin | (end << 32)); }
 
-    void run_front() {
+    // Up to `chunk` iterations from the front into [begin, end); false when none is left.
+    bool claim_front(std::uint64_t chunk, std::uint64_t& begin, std::uint64_t& end) {
+        std::uint64_t left = m_left.load();
         while (true) {
-            std::uint64_t left = m_left.load();
             const std::uint64_t front = left & 0xffffffffu, back = left >> 32;
-            if (front >= back) return;
-            const std::uint64_t end = std::min(back, front + m_chunk);
-            if (!m_left.compare_exchange_weak(left, end | (back << 32))) continue;
-            run(front, end);
+            if (front >= back) return false;
+            begin = front;
+            end = std::min(back, front + chunk);
+            if (m_left.compare_exchange_weak(left, end | (back << 32))) return true;
         }
     }
 
-    bool help() noexcept override {
+    // Up to `chunk` iterations from the back into [begin, end); false when none is left.
+    bool claim_back(std::uint64_t chunk, std::uint64_t& begin, std::uint64_t& end) {
+        std::uint64_t left = m_left.load();
         while (true) {
-            std::uint64_t left = m_left.load();
             const std::uint64_t front = left & 0xffffffffu, back = left >> 32;
             if (front >= back) return false;
-            const std::uint64_t begin = back - std::min(back - front, m_chunk);
-            if (!m_left.compare_exchange_weak(left, front | (begin << 32))) continue;
-            run(begin, back);
-            return true;
+            begin = back - std::min(back - front, chunk);
+            end = back;
+            if (m_left.compare_exchange_weak(left, front | (begin << 32))) return true;
         }
+    }
+
+private:
+    std::atomic<std::uint64_t> m_left{0};
+};
+
+namespace detail {
+
+// [0, count) in chunks: the owner claims from the front, helpers from the back.
+template <class Body>
+class SharedRange final : public SharedLoop {
+public:
+    SharedRange(std::int64_t count, std::int64_t chunk, Body& body) : m_chunk(static_cast<std::uint64_t>(chunk)), m_body(body) {
+        m_left.reset(0, static_cast<std::uint64_t>(count));
+    }
+
+    void run_front() {
+        std::uint64_t begin = 0, end = 0;
+        while (m_left.claim_front(m_chunk, begin, end)) run(begin, end);
+    }
+
+    bool help() noexcept override {
+        std::uint64_t begin = 0, end = 0;
+        if (!m_left.claim_back(m_chunk, begin, end)) return false;
+        run(begin, end);
+        return true;
     }
 
     void rethrow() const {
@@ -110,7 +134,7 @@ private:
         }
     }
 
-    std::atomic<std::uint64_t> m_left;
+    ClaimableRange m_left;
     const std::uint64_t m_chunk;
     Body& m_body;
     std::mutex m_error_mutex;

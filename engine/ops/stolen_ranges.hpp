@@ -14,7 +14,6 @@
 #include "core/loop_helpers.hpp"
 
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <omp.h>
@@ -34,43 +33,27 @@ void for_stolen_ranges(std::int64_t count, std::int64_t chunk, Body&& body) {
         for (std::int64_t begin = 0; begin < count; begin += chunk) body(begin, std::min(count, begin + chunk));
         return;
     }
-    // Per thread: the front (low 32 bits) and back (high 32) of what is left of its range, one word so that
-    // the owner's and a thief's claims cannot cross.
+    // Per thread: what is left of its range (core/loop_helpers.hpp), on its own cache line.
     struct alignas(64) Range {
-        std::atomic<std::uint64_t> left{0};
+        ClaimableRange left;
     };
     std::unique_ptr<Range[]> ranges;
-    const auto pack = [](std::uint64_t front, std::uint64_t back) { return front | (back << 32); };
+    const auto step = static_cast<std::uint64_t>(chunk);
 #pragma omp parallel
     {
         const int threads = omp_get_num_threads(), me = omp_get_thread_num();
 #pragma omp single
         {
             ranges.reset(new Range[static_cast<std::size_t>(threads)]);
-            for (int t = 0; t < threads; ++t) {
-                ranges[t].left.store(pack(static_cast<std::uint64_t>(count * t / threads), static_cast<std::uint64_t>(count * (t + 1) / threads)));
-            }
+            for (int t = 0; t < threads; ++t)
+                ranges[t].left.reset(static_cast<std::uint64_t>(count * t / threads), static_cast<std::uint64_t>(count * (t + 1) / threads));
         }  // implicit barrier: every range is set before anyone takes from it
-        // Own range from the front.
-        while (true) {
-            std::uint64_t left = ranges[me].left.load();
-            const std::uint64_t front = left & 0xffffffffu, back = left >> 32;
-            if (front >= back) break;
-            const std::uint64_t end = std::min(back, front + static_cast<std::uint64_t>(chunk));
-            if (!ranges[me].left.compare_exchange_weak(left, pack(end, back))) continue;
-            body(static_cast<std::int64_t>(front), static_cast<std::int64_t>(end));
-        }
-        // Then the others' from the back.
+        std::uint64_t begin = 0, end = 0;
+        // Own range from the front, then the others' from the back.
+        while (ranges[me].left.claim_front(step, begin, end)) body(static_cast<std::int64_t>(begin), static_cast<std::int64_t>(end));
         for (int k = 1; k < threads; ++k) {
-            Range& other = ranges[(me + k) % threads];
-            while (true) {
-                std::uint64_t left = other.left.load();
-                const std::uint64_t front = left & 0xffffffffu, back = left >> 32;
-                if (front >= back) break;
-                const std::uint64_t begin = back - std::min(back - front, static_cast<std::uint64_t>(chunk));
-                if (!other.left.compare_exchange_weak(left, pack(front, begin))) continue;
-                body(static_cast<std::int64_t>(begin), static_cast<std::int64_t>(back));
-            }
+            ClaimableRange& other = ranges[(me + k) % threads].left;
+            while (other.claim_back(step, begin, end)) body(static_cast<std::int64_t>(begin), static_cast<std::int64_t>(end));
         }
     }
 }
