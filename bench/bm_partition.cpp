@@ -10,10 +10,14 @@
 // per case:
 //   case=<name> unpartitioned_ms=<median> partitioned_ms=<median> overhead=<ratio> paired_overhead=<ratio>
 //   paired_q1=<ratio> paired_q3=<ratio> pairs=<count> vcpu_slowest_over_fastest=<ratio>
-// The last is how quiet the machine was: each CPU's FMA rate alone (a thread pinned to it), before and
-// after the case's steps, the slowest of either measurement over the fastest (1 on a quiet machine; a
-// VM's vCPUs can differ by 20 % for seconds, and the partitioned step, whose cores split evenly over
-// the threads, then waits for the slow one). 0 when it cannot be measured (no AVX-512F).
+//   idle_thread_ms=<median> idle_thread_share=<median>
+// vcpu_slowest_over_fastest is how quiet the machine was: each CPU's FMA rate alone (a thread pinned to
+// it), before and after the case's steps, the slowest of either measurement over the fastest (1 on a
+// quiet machine; a VM's vCPUs can differ by 20 % for seconds, and the partitioned step, whose cores split
+// evenly over the threads, then waits for the slow one). 0 when it cannot be measured (no AVX-512F).
+// idle_thread_ms / _share: in each partitioned step, the pool's thread time inside its phases that no
+// core's task used (StepSummary::rank_idle_thread_seconds), as wall time (÷ threads) and as a share of
+// the threads' time in the phases: that much of the step's overhead is waiting at phase ends.
 #include "mesh/core_mesh.hpp"
 #include "core/allocator_policy.hpp"
 #include "core/random.hpp"
@@ -117,6 +121,9 @@ int main(int argc, char** argv) {
         measure_vcpus("before");
 
         std::vector<double> round_unpartitioned, round_partitioned, round_ratio, pair_ratio;
+        // Per partitioned step: its pool's idle thread time inside the phases, as wall time (÷ threads) and as
+        // a share of the threads' time in the phases — the part of the overhead the vCPUs' unequal speed makes.
+        std::vector<double> idle_ms, idle_share;
         for (int round = 0; round < rounds; ++round) {
             std::vector<double> a, b;
             // Step by step, in pairs ordered AB, BA, AB, …: the machine's speed drifts within seconds
@@ -124,7 +131,12 @@ int main(int argc, char** argv) {
             // steps run less than a second apart, and the order cancels a drift across the pair.
             for (int s = 0; s < steps; ++s) {
                 const auto run_unpartitioned = [&] { a.push_back(time_ms([&] { unpartitioned.train_step(images, labels); })); };
-                const auto run_partitioned = [&] { b.push_back(time_ms([&] { partitioned.train_step(images, labels); })); };
+                const auto run_partitioned = [&] {
+                    b.push_back(time_ms([&] { partitioned.train_step(images, labels); }));
+                    const mesh::StepSummary& step_summary = partitioned.summary();
+                    idle_ms.push_back(step_summary.rank_idle_thread_seconds * 1e3 / mesh.host_threads);
+                    idle_share.push_back(step_summary.rank_idle_thread_seconds / (mesh.host_threads * step_summary.rank_phase_seconds));
+                };
                 if (s % 2 == 0) {
                     run_unpartitioned();
                     run_partitioned();
@@ -212,14 +224,14 @@ int main(int argc, char** argv) {
             vcpu_rates.empty() ? 0.0 : *std::min_element(vcpu_rates.begin(), vcpu_rates.end()) / *std::max_element(vcpu_rates.begin(), vcpu_rates.end());
         // The overhead is the median of the rounds' ratios: each ratio compares steps run side by side.
         const double u = median(round_unpartitioned), p = median(round_partitioned);
-        char line[320];
+        char line[400];
         std::sort(pair_ratio.begin(), pair_ratio.end());
         const auto quantile = [&](double q) { return pair_ratio[static_cast<std::size_t>(q * static_cast<double>(pair_ratio.size() - 1) + 0.5)]; };
         std::snprintf(line, sizeof line,
                       "case=%s unpartitioned_ms=%.1f partitioned_ms=%.1f overhead=%.3f paired_overhead=%.3f paired_q1=%.3f paired_q3=%.3f pairs=%zu "
-                      "vcpu_slowest_over_fastest=%.3f",
+                      "vcpu_slowest_over_fastest=%.3f idle_thread_ms=%.1f idle_thread_share=%.3f",
                       c.name.c_str(), u, p, median(round_ratio), median(pair_ratio), quantile(0.25), quantile(0.75), pair_ratio.size(),
-                      vcpu_ratio);
+                      vcpu_ratio, median(idle_ms), median(idle_share));
         summary_lines.push_back(line);
     }
     for (const std::string& line : summary_lines) std::printf("%s\n", line.c_str());

@@ -125,6 +125,7 @@ struct CoreMesh::Impl {
     StepSummary summary;
     Clock::time_point step_start;
     double step_halo_wait = 0, step_gradient_reduce = 0;  // this rank's, this step (StepSummary)
+    double step_phase_seconds = 0, step_idle_thread_seconds = 0;
 
     Impl(graph::Graph m, MeshConfig me, train::TrainerConfig c)
         : model(std::move(m)), mesh(std::move(me)), config(std::move(c)), plan(model, mesh.grid),
@@ -148,12 +149,22 @@ struct CoreMesh::Impl {
     template <class Task>
     void each_core(StepPhase phase, int layer, Task&& task) {
         std::vector<double> finished(cores.size(), 0.0);
+        std::vector<double> task_seconds(cores.size(), 0.0);
+        const double phase_start = now();
+        const double helped_before = pool->helping_seconds();
         pool->run(end_local - first_local, [&](std::int64_t i) {
             const auto c = static_cast<std::size_t>(first_local + i);
+            const double task_start = now();
             task(cores[c]);
             finished[c] = now();
+            task_seconds[c] = finished[c] - task_start;
         });
         const double end = now();
+        const std::int64_t threads = std::min<std::int64_t>(pool->num_threads(), end_local - first_local);
+        double busy = pool->helping_seconds() - helped_before;  // idle threads' share of the tasks' loops
+        for (const double seconds : task_seconds) busy += seconds;
+        step_phase_seconds += end - phase_start;
+        step_idle_thread_seconds += std::max(0.0, static_cast<double>(threads) * (end - phase_start) - busy);
         for (auto c = static_cast<std::size_t>(first_local); c < static_cast<std::size_t>(end_local); ++c) {
             if (end - finished[c] > 1e-6) {
                 cores[c].events.push_back({static_cast<std::int64_t>(c), layer, EventKind::Wait, phase, finished[c], end, 0, 0, -1});
@@ -1050,6 +1061,7 @@ struct CoreMesh::Impl {
         step_start = Clock::now();
         for (Core& core : local_cores()) core.events.clear();
         step_halo_wait = step_gradient_reduce = 0;
+        step_phase_seconds = step_idle_thread_seconds = 0;
 
         pool->wake_up();  // to poll while the batch is scattered, not sleep through the first phase
         scatter();
@@ -1397,6 +1409,8 @@ struct CoreMesh::Impl {
                                           first_local_core().executor->value_buffer(halo.halo_node).element_size();
         }
         result.halo_fraction_of_compute = result.compute_seconds > 0 ? result.halo_seconds / result.compute_seconds : 0;
+        result.rank_phase_seconds = step_phase_seconds;
+        result.rank_idle_thread_seconds = step_idle_thread_seconds;
         if (!single_rank()) {
             result.rank_halo_wait_seconds = step_halo_wait;
             result.rank_gradient_reduce_seconds = step_gradient_reduce;

@@ -93,6 +93,13 @@ struct StepSummary {
     // from other ranks, and the weight-gradient all-reduce (its own cores' sum included).
     double rank_halo_wait_seconds = 0;
     double rank_gradient_reduce_seconds = 0;
+    // This rank's host threads over the step's phases (each phase runs the rank's cores on the thread
+    // pool and ends when its last task does): the phases' wall time, and the thread time in it that no
+    // task used — threads × wall − the tasks' time − the time idle threads spent running the tasks'
+    // offered loops, threads as many as the phase had tasks, at most the pool's. A vCPU slower than the
+    // other leaves its partner idle at the end of every phase whose work cannot be shared.
+    double rank_phase_seconds = 0;
+    double rank_idle_thread_seconds = 0;
 };
 
 struct MemoryItem {

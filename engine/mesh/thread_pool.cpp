@@ -173,8 +173,11 @@ bool ThreadPool::help_a_loop() {
         ++open->helping;
         loop = open->loop;
     }
+    const auto start = std::chrono::steady_clock::now();
     while (loop->help()) {
     }
+    m_helping_nanoseconds.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count(),
+                                    std::memory_order_relaxed);
     const std::lock_guard lock(m_offered_mutex);
     // Still listed: its owner waits in withdraw() until `helping` is back to zero.
     Offered& offered = *std::find_if(m_offered.begin(), m_offered.end(), [&](const Offered& o) { return o.loop == loop; });

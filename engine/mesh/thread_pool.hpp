@@ -40,6 +40,9 @@ public:
     // Wakes sleeping threads to poll for the next phase: a step's first phase found them asleep after
     // the gap between steps and began with the caller alone.
     void wake_up();
+    // Thread time spent so far running claims of other tasks' offered loops (the pool's lifetime, all
+    // threads): busy time no task of the helper's own counts.
+    double helping_seconds() const { return static_cast<double>(m_helping_nanoseconds.load(std::memory_order_relaxed)) * 1e-9; }
 
 private:
     void work(int thread);
@@ -76,6 +79,7 @@ private:
     std::mutex m_offered_mutex;
     std::vector<Offered> m_offered;
     std::atomic<int> m_open_loops{0};  // offered and not closed: idle threads look only when non-zero
+    std::atomic<std::int64_t> m_helping_nanoseconds{0};
     std::exception_ptr m_error;
 };
 

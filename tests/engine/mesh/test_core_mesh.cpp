@@ -525,3 +525,31 @@ TEST(CoreMesh, ADivergedGradientIsTracedToTheCoreItCameFrom) {
     const Tensor& after = mesh.executor(0).parameters()[0].value;
     EXPECT_EQ(std::memcmp(before.raw_data(), after.raw_data(), static_cast<std::size_t>(before.num_elements()) * 4), 0);
 }
+
+// The pool's idle thread time per step: with one task per phase (one core) or one thread there is
+// nothing for a second thread to do or no second thread, so the phases are the tasks' time but for the
+// pool's bookkeeping; with 4 cores on 2 threads it lies between none and all of the threads' time.
+TEST(CoreMesh, IdleThreadTimeIsThePhasesThreadTimeNoTaskUsed) {
+    const graph::Graph model = unet();
+    auto [images, labels] = random_batch(kInput, 4);
+    const auto step = [&](std::vector<std::int64_t> pieces, int threads) {
+        mesh::MeshConfig config = grid(kInput, std::move(pieces));
+        config.host_threads = threads;
+        mesh::CoreMesh cores(model, config, sgd());
+        cores.train_step(images, labels);  // warm-up: first touch, oneDNN's lazily built kernels
+        const train::StepResult result = cores.train_step(images, labels);
+        const mesh::StepSummary& summary = cores.summary();
+        EXPECT_GT(summary.rank_phase_seconds, 0.0);
+        EXPECT_LE(summary.rank_phase_seconds, result.forward_seconds + result.backward_seconds + result.update_seconds + 1e-6);
+        EXPECT_GE(summary.rank_idle_thread_seconds, 0.0);
+        return summary;
+    };
+    for (const auto& [pieces, threads] : {std::pair{std::vector<std::int64_t>{1, 1}, 2}, std::pair{std::vector<std::int64_t>{2, 2}, 1}}) {
+        const mesh::StepSummary summary = step(pieces, threads);
+        // Bookkeeping between a task's end and its phase's: microseconds a phase, the phases ~100 µs and more.
+        EXPECT_LT(summary.rank_idle_thread_seconds, 0.25 * summary.rank_phase_seconds)
+            << pieces[0] << "×" << pieces[1] << " cores on " << threads << " threads";
+    }
+    const mesh::StepSummary shared = step({2, 2}, 2);
+    EXPECT_LE(shared.rank_idle_thread_seconds, 2 * shared.rank_phase_seconds);
+}
