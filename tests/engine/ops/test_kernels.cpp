@@ -757,6 +757,79 @@ TEST(Kernels, BatchNormWithFusedReluMatchesTheReferenceAndUpdatesTheRunningStati
     EXPECT_LE(relative_difference(beta.gradient, gradients.beta), tolerance);
 }
 
+// A whole image (not a simulated core's tile) of fewer than 16 channels channels-last runs batch norm's
+// own row loops, over the host threads in fixed groups of rows: against the reference (forward, running
+// statistics, every gradient), 2D and 3D, with and without the ReLU, one image small enough for one
+// thread and one large enough to be split; and the same bits on 1 and 2 threads. 16 channels keep oneDNN's.
+TEST(Kernels, BatchNormOfANarrowChannelsLastImageRunsTheRowLoopsOnAnyThreadCount) {
+    struct Case {
+        Shape shape;
+        bool relu;
+    };
+    const Case cases[] = {{{2, 8, 5, 7}, true}, {{1, 8, 6, 5, 12}, false}, {{2, 8, 16, 20, 28}, true}, {{3, 4, 80, 72}, true}};
+    const int saved_threads = ops::num_threads();
+    for (const Case& c : cases) {
+        SCOPED_TRACE(shape_to_string(c.shape) + (c.relu ? " with ReLU" : ""));
+        const ops::BatchNormAttributes attributes{.epsilon = 1e-5, .momentum = 0.9, .fuse_relu = c.relu};
+        const std::int64_t channels = c.shape[1];
+        const Tensor x = random_tensor(c.shape, 51);
+        const Tensor dy = random_tensor(c.shape, 52);
+        const memory::format_tag layout = c.shape.size() == 4 ? memory::format_tag::nhwc : memory::format_tag::ndhwc;
+        struct Result {
+            Ran ran;
+            Tensor running_mean, running_variance, gamma_gradient, beta_gradient;
+            std::string implementation;
+        };
+        const auto run = [&](int threads) {
+            ops::set_num_threads(threads);
+            Parameter gamma = parameter("gamma", random_tensor({channels}, 53));
+            Parameter beta = parameter("beta", random_tensor({channels}, 54));
+            Result result{.ran = {}, .running_mean = Tensor::zeros({channels}, DType::F32),
+                          .running_variance = Tensor::full<float>({channels}, 1.0f), .gamma_gradient = {}, .beta_gradient = {},
+                          .implementation = {}};
+            result.ran = run_kernel({x}, dy, [&](const ops::KernelInputs& in) {
+                return ops::make_batch_norm_kernel(attributes, c.shape, in, &gamma, &beta, &result.running_mean, &result.running_variance, false);
+            }, layout, true, &result.implementation);
+            result.gamma_gradient = gamma.gradient.clone();
+            result.beta_gradient = beta.gradient.clone();
+            return result;
+        };
+        const Result one = run(1), two = run(2);
+        ops::set_num_threads(saved_threads);
+        if (ops::vector_row_kernels_enabled()) {
+            EXPECT_EQ(two.implementation, "rows:avx2");
+        }
+        Parameter gamma = parameter("gamma", random_tensor({channels}, 53));
+        Parameter beta = parameter("beta", random_tensor({channels}, 54));
+        const reference::BatchNormTrainingResult expected = reference::batch_norm_forward_training(
+            x, gamma.value, beta.value, Tensor::zeros({channels}, DType::F32), Tensor::full<float>({channels}, 1.0f), attributes);
+        const reference::BatchNormGradients gradients =
+            reference::batch_norm_backward(dy, x, gamma.value, beta.value, expected.mean, expected.variance, attributes);
+        EXPECT_LE(relative_difference(two.ran.output, expected.y), tolerance);
+        EXPECT_LE(relative_difference(two.running_mean, expected.running_mean), tolerance);
+        EXPECT_LE(relative_difference(two.running_variance, expected.running_variance), tolerance);
+        EXPECT_LE(relative_difference(two.ran.input_gradients[0], gradients.x), tolerance);
+        EXPECT_LE(relative_difference(two.gamma_gradient, gradients.gamma), tolerance);
+        EXPECT_LE(relative_difference(two.beta_gradient, gradients.beta), tolerance);
+        for (const auto& [a, b] : {std::pair{&one.ran.output, &two.ran.output}, {&one.ran.input_gradients[0], &two.ran.input_gradients[0]},
+                                   {&one.running_variance, &two.running_variance}, {&one.gamma_gradient, &two.gamma_gradient},
+                                   {&one.beta_gradient, &two.beta_gradient}}) {
+            EXPECT_EQ(std::memcmp(a->raw_data(), b->raw_data(), static_cast<std::size_t>(a->num_elements()) * 4), 0);
+        }
+    }
+    // 16 channels channels-last: oneDNN's kernel (on the 16-channel block it is byte for byte).
+    const Shape wide{2, 16, 5, 7};
+    Parameter gamma = parameter("gamma", random_tensor({16}, 55));
+    Parameter beta = parameter("beta", random_tensor({16}, 56));
+    Tensor running_mean = Tensor::zeros({16}, DType::F32), running_variance = Tensor::full<float>({16}, 1.0f);
+    std::string implementation;
+    run_kernel({random_tensor(wide, 57)}, random_tensor(wide, 58), [&](const ops::KernelInputs& in) {
+        return ops::make_batch_norm_kernel({.epsilon = 1e-5, .momentum = 0.9, .fuse_relu = true}, wide, in, &gamma, &beta, &running_mean,
+                                           &running_variance, false);
+    }, memory::format_tag::nhwc, true, &implementation);
+    EXPECT_EQ(implementation.rfind("rows", 0), std::string::npos) << implementation;
+}
+
 // 16 channels channels-last and one 16-channel block are the same bytes: kernels pass such values on
 // without a copy, and batch norm runs a channels-last 16-channel input as the block while handing its
 // output on in the input's own layout. Padded blocks, other channel counts, plain layouts and views at
