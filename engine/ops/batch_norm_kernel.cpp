@@ -1,5 +1,5 @@
-// Batch normalisation: oneDNN on one executor; on a simulated core, statistics and backward sums
-// reduced over the replica (make_batch_norm_kernel).
+// Batch normalisation: oneDNN on one executor (its own row loops for narrow channels-last images); on a
+// simulated core, statistics and backward sums reduced over the replica (make_batch_norm_kernel).
 #include "ops/kernels.hpp"
 #include "ops/tile_rows.hpp"
 #include "core/fixed_groups.hpp"
@@ -241,7 +241,9 @@ void update_running_statistics(const float* mean, const float* variance, std::in
     }
 }
 
-// Batch normalisation. On one executor oneDNN computes the batch statistics and the whole backward pass.
+// Batch normalisation. On one executor oneDNN computes the batch statistics and the whole backward pass,
+// except for channels-last images of fewer than 16 channels (whole_image_row_loops), which run the row
+// loops below with the image's own statistics and sums.
 //
 // Distributed (a simulated core's tile of a replica): forward (training), Σx then Σ(x − mean)² are
 // reduced over the replica's cores, then the tile is normalised with those statistics. One pass over the
