@@ -70,6 +70,12 @@ struct Executor::Impl {
     // per halo node: whether its kernel is skipped.
     std::vector<int> inside_halo_of;
     std::vector<bool> halo_in_place;
+    // A node a concatenation alone reads whose kernel writes into a channel range of that concatenation's
+    // buffer (Kernel::write_into_channels) writes its output there and reads its gradient from there; the
+    // concatenation copies only its other inputs. Per node: the concatenation (−1: none) and the first
+    // channel of its range.
+    std::vector<int> inside_concat_of;
+    std::vector<std::int64_t> concat_first_channel;
 
     const std::vector<memory>& inputs_of(const Node& node) {
         node_inputs.clear();
@@ -109,11 +115,29 @@ struct Executor::Impl {
         return memory(view, cpu_engine(), static_cast<char*>(widened.get_data_handle()) + first * memory::data_type_size(view.data_type()));
     }
 
+    // Channels [first, first + C) of a buffer (value or gradient) as memory of `part_shape` [N, C, ...]: the
+    // sub-memory's strides, its first element as the handle.
+    static memory channel_view(const memory& whole, const Shape& part_shape, std::int64_t first) {
+        memory::dims offsets(part_shape.size(), 0);
+        offsets[1] = first;
+        memory::desc view = whole.get_desc().submemory_desc(ops::to_dims(part_shape), offsets);
+        const auto at = static_cast<std::size_t>(view.data.offset0);
+        view.data.offset0 = 0;
+        return memory(view, cpu_engine(), static_cast<char*>(whole.get_data_handle()) + at * memory::data_type_size(view.data_type()));
+    }
+
     void allocate_gradients() {
         const std::vector<Node>& nodes = graph.nodes();
         const std::size_t count = nodes.size();
         std::vector<BufferLifetime> node_lifetimes = gradient_lifetimes(graph);
         // A node inside a halo buffer reads its gradient there: the halo's gradient lives until then.
+        // Likewise a node inside a concatenation's buffer (its backward runs after the concatenation's);
+        // first, so that a halo buffer holding that concatenation lives until then too.
+        for (std::size_t n = 0; n < count; ++n) {
+            if (inside_concat_of[n] < 0) continue;
+            BufferLifetime& whole = node_lifetimes[static_cast<std::size_t>(inside_concat_of[n])];
+            whole.last_step = std::max(whole.last_step, node_lifetimes[n].last_step);
+        }
         for (std::size_t n = 0; n < count; ++n) {
             if (inside_halo_of[n] >= 0) node_lifetimes[static_cast<std::size_t>(inside_halo_of[n])].last_step = node_lifetimes[n].last_step;
         }
@@ -126,7 +150,7 @@ struct Executor::Impl {
         std::vector<BufferLifetime> lifetimes;
         for (std::size_t n = 0; n < count; ++n) {
             if (nodes[n].kind == OpKind::Input) continue;
-            if (inside_halo_of[n] < 0) {
+            if (inside_halo_of[n] < 0 && inside_concat_of[n] < 0) {
                 slots.push_back({n, own, outputs[n].get_desc()});
                 lifetimes.push_back(node_lifetimes[n]);
             }
@@ -171,6 +195,10 @@ struct Executor::Impl {
             if (inside_halo_of[n] < 0) continue;
             const auto halo = static_cast<std::size_t>(inside_halo_of[n]);
             gradients[n] = interior_view(gradients[halo], nodes[halo], nodes[n].output_shape);
+        }
+        for (std::size_t n = 0; n < count; ++n) {  // after the halo views: a concatenation may sit in one
+            if (inside_concat_of[n] < 0) continue;
+            gradients[n] = channel_view(gradients[static_cast<std::size_t>(inside_concat_of[n])], nodes[n].output_shape, concat_first_channel[n]);
         }
     }
 
@@ -358,6 +386,38 @@ Executor::Executor(const Graph& graph, ExecutorOptions options) : m_impl(std::ma
             impl.outputs[producer] = Impl::interior_view(impl.outputs[id], node, tile.output_shape);
             impl.inside_halo_of[producer] = node.id;
             impl.halo_in_place[id] = true;
+        }
+    }
+
+    // Nodes into the channel ranges of the concatenations they alone feed (Impl::inside_concat_of), after
+    // the halo buffers (a concatenation may write into one). f32 only, as above.
+    impl.inside_concat_of.assign(count, -1);
+    impl.concat_first_channel.assign(count, 0);
+    if (impl.options.precision == Precision::F32 && !ops::switched_off("TESSERA_CONCAT_IN_PLACE")) {
+        for (const Node& node : nodes) {
+            const auto id = static_cast<std::size_t>(node.id);
+            if (node.kind != OpKind::Concat || !impl.kernels[id]->leaves_inputs_in_place()) continue;
+            std::int64_t first = 0;
+            for (std::size_t slot = 0; slot < node.inputs.size(); ++slot) {
+                const auto producer = static_cast<std::size_t>(node.inputs[slot]);
+                const Shape& shape = nodes[producer].output_shape;
+                const std::int64_t at = first;
+                first += shape[1];
+                if (!impl.kernels[producer] || consumers[producer].size() != 1 || is_output[producer] || is_data[producer] ||
+                    impl.inside_halo_of[producer] >= 0 || impl.inside_concat_of[producer] >= 0)
+                    continue;
+                memory view;
+                try {
+                    view = Impl::channel_view(impl.outputs[id], shape, at);
+                } catch (const dnnl::error&) {  // the range cuts a channel block
+                    continue;
+                }
+                if (!impl.kernels[producer]->write_into_channels(view.get_desc())) continue;
+                impl.kernels[id]->leave_input_in_place(slot);
+                impl.outputs[producer] = view;
+                impl.inside_concat_of[producer] = node.id;
+                impl.concat_first_channel[producer] = at;
+            }
         }
     }
 
@@ -725,8 +785,8 @@ MemoryReport Executor::memory_report() const {
     report.activation_gradients = impl.gradient_arena_bytes;
     const auto& nodes = impl.graph.nodes();
     for (std::size_t n = 0; n < impl.outputs.size(); ++n) {
-        // A node inside a halo buffer owns no bytes: the halo node's buffers count them.
-        const bool inside_halo = impl.inside_halo_of[n] >= 0;
+        // A node inside a halo buffer or a concatenation's owns no bytes: that node's buffers count them.
+        const bool inside_halo = impl.inside_halo_of[n] >= 0 || impl.inside_concat_of[n] >= 0;
         const auto value = inside_halo ? std::int64_t{0} : static_cast<std::int64_t>(impl.outputs[n].get_desc().get_size());
         const std::int64_t gradient =
             impl.gradients[n] && !inside_halo ? static_cast<std::int64_t>(impl.gradients[n].get_desc().get_size()) : 0;

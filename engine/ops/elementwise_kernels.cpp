@@ -244,7 +244,8 @@ private:
 class ConcatKernel final : public Kernel {
 public:
     ConcatKernel(const std::vector<Shape>& input_shapes, const Shape& output_shape, const KernelInputs& in)
-        : Kernel(in), m_needs_gradient(in.needs_gradient), m_input_shapes(input_shapes), m_channel_runs(in.descs, input_shapes, output_shape) {
+        : Kernel(in), m_needs_gradient(in.needs_gradient), m_left(input_shapes.size(), false), m_input_shapes(input_shapes),
+          m_channel_runs(in.descs, input_shapes, output_shape) {
         if (m_channel_runs.applies()) {
             m_output_desc = m_channel_runs.output_desc();
             return;
@@ -281,7 +282,10 @@ public:
         }
     }
 
-    void forward(const std::vector<memory>& inputs, const memory& output, Mode) override {
+    void forward(const std::vector<memory>& given, const memory& output, Mode) override {
+        std::vector<memory> inputs = given;  // an input left in place: none, its channels skipped
+        for (std::size_t i = 0; i < inputs.size(); ++i)
+            if (m_left[i]) inputs[i] = memory();
         if (m_channel_runs.applies() && output.get_desc() != m_output_desc) {
             in_place(inputs, output, true);
             return;
@@ -321,6 +325,14 @@ public:
     std::int64_t bytes() const override { return m_diff_plain.bytes(); }
     std::string implementation() const override { return m_channel_runs.applies() ? "channel runs" : std::string(); }
     bool writes_into_views() const override { return m_channel_runs.applies(); }
+    // Channel runs skip an input without memory: its producer writes its channels (and reads their gradient)
+    // in place. oneDNN's concatenation joins every input.
+    bool leaves_inputs_in_place() const override { return m_channel_runs.applies(); }
+    void leave_input_in_place(std::size_t slot) override {
+        TESSERA_ASSERT(m_channel_runs.applies(), "only channel runs leave an input's channels in place");
+        m_left[slot] = true;
+        m_needs_gradient[slot] = false;
+    }
 
 private:
     // The output (or its gradient) inside a wider buffer — the interior of the halo buffer the output alone
@@ -335,7 +347,7 @@ private:
         std::int64_t first = 0;
         for (std::size_t i = 0; i < parts.size(); ++i) {
             const Shape& shape = m_input_shapes[i];
-            if (into_whole || m_needs_gradient[i]) {
+            if (into_whole ? !m_left[i] : m_needs_gradient[i]) {
                 const TileBuffer slice = channel_slice(whole_buffer, first, shape[1]);
                 const Box origin(shape.size() - 2, 0), extent(shape.begin() + 2, shape.end());
                 if (into_whole) {
@@ -357,7 +369,7 @@ private:
     void join_pixels(const std::vector<memory>& parts, const TileBuffer& whole, bool into_whole) const {
         std::vector<TileBuffer> part_buffers;  // an input without a gradient: none, and its channels skipped
         for (std::size_t i = 0; i < parts.size(); ++i)
-            part_buffers.push_back(into_whole || m_needs_gradient[i] ? tile_buffer_of(parts[i]) : TileBuffer{.shape = m_input_shapes[i]});
+            part_buffers.push_back((into_whole ? !m_left[i] : m_needs_gradient[i]) ? tile_buffer_of(parts[i]) : TileBuffer{.shape = m_input_shapes[i]});
         const Shape& shape = m_input_shapes[0];
         const bool volume = shape.size() == 5;
         const std::int64_t batch = shape[0], depth = volume ? shape[2] : 1, height = shape[shape.size() - 2], width = shape.back();
@@ -368,7 +380,8 @@ private:
                 for (std::int64_t y = 0; y < height; ++y) {
                     Element* row = static_cast<Element*>(whole.data) + whole.offset(n, 0, z, y, 0);
                     if constexpr (std::is_same_v<Element, float>) {
-                        if (into_whole && part_buffers.size() == 2 && part_buffers[0].channels() == 8 && part_buffers[1].channels() == 8 &&
+                        if (into_whole && part_buffers.size() == 2 && part_buffers[0].data && part_buffers[1].data &&
+                            part_buffers[0].channels() == 8 && part_buffers[1].channels() == 8 &&
                             pixel_stride == 16 && streams_lines(row, pixel_stride)) {
                             const TileBuffer &a = part_buffers[0], &b = part_buffers[1];
                             stream_pixels_8_8(static_cast<const float*>(a.data) + a.offset(n, 0, z, y, 0), a.spatial_stride[2],
@@ -379,8 +392,12 @@ private:
                     std::int64_t first = 0;
                     for (std::size_t i = 0; i < part_buffers.size(); ++i) {
                         const TileBuffer& part = part_buffers[i];
-                        auto* in_part = static_cast<Element*>(part.data) + part.offset(n, 0, z, y, 0);
                         const std::int64_t channels = part.channels();
+                        if (!part.data) {  // no gradient wanted, or written in place
+                            first += channels;
+                            continue;
+                        }
+                        auto* in_part = static_cast<Element*>(part.data) + part.offset(n, 0, z, y, 0);
                         if (!into_whole) {
                             if (m_needs_gradient[i]) copy_pixels(row + first, pixel_stride, in_part, part.spatial_stride[2], width, channels);
                         } else if constexpr (std::is_same_v<Element, float>) {
@@ -419,7 +436,8 @@ private:
     }
 
     bool m_parts_in_place = false;
-    std::vector<bool> m_needs_gradient;
+    std::vector<bool> m_needs_gradient;  // and not left in place
+    std::vector<bool> m_left;            // inputs whose producers write their channels in place (leave_input_in_place)
     std::vector<Shape> m_input_shapes;
     ChannelRuns m_channel_runs;
     std::vector<Converted> m_sources;

@@ -235,6 +235,17 @@ public:
     // Whether forward may be handed an output — and backward its gradient — that is a view inside a wider
     // buffer (the same layout, other strides): graph::Executor then places it in the halo buffer it feeds.
     virtual bool writes_into_views() const { return false; }
+    // Whether forward can write its output into — and backward read its gradient from — `view`, a channel
+    // range of the concatenation it alone feeds, in that buffer's layout; a kernel that returns true does
+    // so from then on (graph::Executor places it there, and the concatenation leaves those channels).
+    virtual bool write_into_channels(const memory::desc& view) {
+        (void)view;
+        return false;
+    }
+    // A concatenation: whether it can leave an input's channels to that input's producer (written in place,
+    // above) in forward and backward; leave_input_in_place(slot) makes it do so for input `slot`.
+    virtual bool leaves_inputs_in_place() const { return false; }
+    virtual void leave_input_in_place(std::size_t slot) { (void)slot; }
     // Sums shared across executors (simulated cores) before forward / backward; none by default.
     virtual int reduction_phases(Pass, Mode) const { return 0; }
     virtual std::vector<double> partial(Pass, int, const std::vector<memory>&, const memory&, const memory&,

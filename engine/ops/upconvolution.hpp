@@ -38,6 +38,8 @@ public:
     static std::optional<UpconvPlan> make(const UpconvGeometry& geometry, const ChannelAddressing& input_at,
                                           const ChannelAddressing& output_at);
 
+    const UpconvGeometry& geometry() const { return m_geometry; }
+
     // y = the transposed convolution of x; weights [C_in, C_out, (kD,) kH, kW], bias [C_out] or null.
     void forward(const float* x, const float* weights, const float* bias, float* y) const;
     // From dy (in the output's layout): dx in the input's layout (if not null), dw [C_in, C_out, (kD,) kH, kW]

@@ -958,3 +958,67 @@ TEST(ExecutorBf16, MatchesTheF32RunWithinBf16Precision) {
 }
 
 }  // namespace
+
+// An up-convolution read by a concatenation alone writes its output into the concatenation's channel
+// range and reads its gradient from there where that range is whole 16-channel blocks; the concatenation
+// copies the skip connection alone. The same values and gradients as with the copy
+// (TESSERA_CONCAT_IN_PLACE=0), its bytes counted once: U-Net levels of 32 + 32 channels in blocks, 2D and
+// 3D; levels of 16 + 16 channels-last (each range every other 64 bytes of a pixel) keep the copy.
+TEST(Executor, UpConvolutionIntoItsConcatenationMatchesTheCopy) {
+    struct Case {
+        Shape input;
+        std::int64_t channels;
+        bool in_place;  // on AVX-512 (the up-convolution that writes into views)
+    };
+    // 4 input channels: the 16-channel convolution writes channels-last; 16: the 32-channel one writes blocks.
+    const std::vector<Case> cases{
+        {{2, 4, 16, 12}, 16, false}, {{2, 16, 8, 12}, 32, true}, {{1, 4, 6, 8, 8}, 16, false}, {{1, 16, 4, 6, 6}, 32, true}};
+    for (const Case& c : cases) {
+        const int rank = static_cast<int>(c.input.size()) - 2;
+        const std::string name = shape_to_string(c.input) + ", " + std::to_string(c.channels) + " + " + std::to_string(c.channels);
+        Graph graph("level");
+        const int x = graph.input(c.input);
+        const int skip = graph.conv(x, c.channels, ops::ConvAttributes::same(rank, 3), "skip");
+        const int pooled = graph.pool(skip, ops::PoolAttributes::max_down(rank), "pool");
+        const int deep = graph.conv(pooled, 2 * c.channels, ops::ConvAttributes::same(rank, 3), "deep");
+        const int up = graph.conv_transpose(deep, c.channels, ops::ConvTransposeAttributes::upsample(rank), "up");
+        const int joined = graph.concat({skip, up}, "joined");
+        graph.set_output(graph.conv(joined, 4, ops::ConvAttributes::same(rank, 3), "after"));
+        const Tensor input = reference::random_uniform(c.input, 7);
+        struct Step {
+            Tensor output, up_value, up_gradient, skip_gradient;
+            std::vector<Tensor> weight_gradients;
+            MemoryReport memory;
+            std::string implementation;
+        };
+        const auto step = [&](bool in_place) {
+            if (!in_place) ::setenv("TESSERA_CONCAT_IN_PLACE", "0", 1);
+            Executor executor(graph, {.keep_activation_gradients = true});
+            ::unsetenv("TESSERA_CONCAT_IN_PLACE");
+            executor.initialize_parameters(3);
+            Step r;
+            r.output = executor.forward(input, Mode::Train);
+            executor.backward(reference::random_uniform(r.output.shape(), 8));
+            r.up_value = executor.activation(up);
+            r.up_gradient = executor.activation_gradient(up);
+            r.skip_gradient = executor.activation_gradient(skip);
+            for (const Parameter& p : executor.parameters()) r.weight_gradients.push_back(p.gradient.clone());
+            r.memory = executor.memory_report();
+            r.implementation = executor.implementation(up);
+            return r;
+        };
+        const Step in_place = step(true), copied = step(false);
+        EXPECT_TRUE(same_bits(in_place.output, copied.output)) << name;
+        EXPECT_TRUE(same_bits(in_place.up_value, copied.up_value)) << name;
+        EXPECT_TRUE(same_bits(in_place.up_gradient, copied.up_gradient)) << name;
+        EXPECT_TRUE(same_bits(in_place.skip_gradient, copied.skip_gradient)) << name;
+        ASSERT_EQ(in_place.weight_gradients.size(), copied.weight_gradients.size());
+        for (std::size_t p = 0; p < copied.weight_gradients.size(); ++p)
+            EXPECT_TRUE(same_bits(in_place.weight_gradients[p], copied.weight_gradients[p])) << name << " parameter " << p;
+        if (ops::row_convolution_available()) {  // AVX-512: the up-convolution that writes into channel ranges
+            EXPECT_EQ(in_place.implementation, "upconv:avx512") << name;
+            const std::int64_t up_bytes = num_elements_of(graph.node(up).output_shape) * 4;
+            EXPECT_EQ(copied.memory.activations - in_place.memory.activations, c.in_place ? up_bytes : 0) << name;
+        }
+    }
+}

@@ -6,6 +6,7 @@
 #include "mesh/thread_pool.hpp"
 #include "ops/dnnl_support.hpp"
 #include "ops/fixed_sums.hpp"
+#include "ops/row_convolution.hpp"
 #include "ops/stolen_ranges.hpp"
 #include "core/random.hpp"
 #include "networks/models.hpp"
@@ -114,6 +115,28 @@ TEST(CoreMesh, RunsAreBitReproducibleForAGivenSeedAndLayout) {
         EXPECT_EQ(std::memcmp(&loss_a, &loss_b, sizeof loss_a), 0) << "step " << step;
     }
     test::expect_identical_weights(a, b, model);
+}
+
+// The up-convolutions write into their concatenations' channel ranges — inside the halo buffers the
+// concatenations feed on a simulated core — and read their gradients there: the same bits as with the
+// copies (TESSERA_CONCAT_IN_PLACE=0), whose buffers must live until the up-convolution's backward.
+TEST(CoreMesh, UpConvolutionsInPlaceGiveTheCopiesBits) {
+    const Shape input{2, 1, 64, 64};
+    const graph::Graph model = networks::make_unet({.depth = 3, .base_width = 16, .num_classes = 2}, input);
+    mesh::CoreMesh in_place(model, grid(input, {2, 2}), sgd());
+    ::setenv("TESSERA_CONCAT_IN_PLACE", "0", 1);
+    mesh::CoreMesh copied(model, grid(input, {2, 2}), sgd());
+    ::unsetenv("TESSERA_CONCAT_IN_PLACE");
+    for (int step = 0; step < 2; ++step) {
+        auto [images, labels] = random_batch(input, 20 + static_cast<std::uint64_t>(step));
+        const double loss_a = in_place.train_step(images, labels).loss;
+        const double loss_b = copied.train_step(images, labels).loss;
+        EXPECT_EQ(std::memcmp(&loss_a, &loss_b, sizeof loss_a), 0) << "step " << step;
+    }
+    test::expect_identical_weights(in_place, copied, model);
+    if (ops::row_convolution_available()) {  // the up-convolutions' bytes counted once, inside the halo buffers
+        EXPECT_LT(in_place.executor(0).memory_report().activations, copied.executor(0).memory_report().activations);
+    }
 }
 
 // oneDNN fixes a kernel's threads when it creates it. Core 0 was once compiled on the caller's thread
