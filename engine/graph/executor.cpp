@@ -104,26 +104,25 @@ struct Executor::Impl {
     std::vector<bool> gradient_in_arena;             // per node
     std::vector<std::vector<bool>> scratch_in_arena;  // per node and input slot, like diff_is_scratch
 
-    // The interior of a halo node's buffer (value or gradient) as memory of the tile's shape: the
+    // A box of a buffer (value or gradient) as memory of `shape`, at `offsets` [N, C, (D,) H, W]: the
     // sub-memory's strides, its first element as the handle.
+    static memory sub_view(const memory& whole, const Shape& shape, const memory::dims& offsets) {
+        memory::desc view = whole.get_desc().submemory_desc(ops::to_dims(shape), offsets);
+        const auto first = static_cast<std::size_t>(view.data.offset0);
+        view.data.offset0 = 0;
+        return memory(view, cpu_engine(), static_cast<char*>(whole.get_data_handle()) + first * memory::data_type_size(view.data_type()));
+    }
+    // The interior of a halo node's buffer, of the tile's shape.
     static memory interior_view(const memory& widened, const Node& halo, const Shape& tile_shape) {
         memory::dims offsets(tile_shape.size(), 0);
         for (std::size_t axis = 0; axis < halo.halo.interior_offset.size(); ++axis) offsets[axis + 2] = halo.halo.interior_offset[axis];
-        memory::desc view = widened.get_desc().submemory_desc(ops::to_dims(tile_shape), offsets);
-        const auto first = static_cast<std::size_t>(view.data.offset0);
-        view.data.offset0 = 0;
-        return memory(view, cpu_engine(), static_cast<char*>(widened.get_data_handle()) + first * memory::data_type_size(view.data_type()));
+        return sub_view(widened, tile_shape, offsets);
     }
-
-    // Channels [first, first + C) of a buffer (value or gradient) as memory of `part_shape` [N, C, ...]: the
-    // sub-memory's strides, its first element as the handle.
+    // Channels [first, first + C) of a buffer, of `part_shape` [N, C, ...].
     static memory channel_view(const memory& whole, const Shape& part_shape, std::int64_t first) {
         memory::dims offsets(part_shape.size(), 0);
         offsets[1] = first;
-        memory::desc view = whole.get_desc().submemory_desc(ops::to_dims(part_shape), offsets);
-        const auto at = static_cast<std::size_t>(view.data.offset0);
-        view.data.offset0 = 0;
-        return memory(view, cpu_engine(), static_cast<char*>(whole.get_data_handle()) + at * memory::data_type_size(view.data_type()));
+        return sub_view(whole, part_shape, offsets);
     }
 
     void allocate_gradients() {
@@ -786,10 +785,10 @@ MemoryReport Executor::memory_report() const {
     const auto& nodes = impl.graph.nodes();
     for (std::size_t n = 0; n < impl.outputs.size(); ++n) {
         // A node inside a halo buffer or a concatenation's owns no bytes: that node's buffers count them.
-        const bool inside_halo = impl.inside_halo_of[n] >= 0 || impl.inside_concat_of[n] >= 0;
-        const auto value = inside_halo ? std::int64_t{0} : static_cast<std::int64_t>(impl.outputs[n].get_desc().get_size());
+        const bool inside_another = impl.inside_halo_of[n] >= 0 || impl.inside_concat_of[n] >= 0;
+        const auto value = inside_another ? std::int64_t{0} : static_cast<std::int64_t>(impl.outputs[n].get_desc().get_size());
         const std::int64_t gradient =
-            impl.gradients[n] && !inside_halo ? static_cast<std::int64_t>(impl.gradients[n].get_desc().get_size()) : 0;
+            impl.gradients[n] && !inside_another ? static_cast<std::int64_t>(impl.gradients[n].get_desc().get_size()) : 0;
         const std::int64_t own_gradient = impl.gradient_in_arena[n] ? 0 : gradient;
         if (nodes[n].kind == OpKind::Halo) {
             report.halo_buffers += value + own_gradient;

@@ -102,19 +102,25 @@ TEST(CoreMesh, HaloBytesMatchTheTilingPlanAndEventsAreConsistent) {
     EXPECT_GT(summary.all_reduce_bytes, 0);
 }
 
+// Two meshes of one model trained on the same batches (seeds first_seed, first_seed + 1, …): the same
+// loss bits at every step and the same weights after.
+void expect_same_steps(mesh::CoreMesh& a, mesh::CoreMesh& b, const graph::Graph& model, const Shape& input, std::uint64_t first_seed) {
+    for (int step = 0; step < 2; ++step) {
+        auto [images, labels] = random_batch(input, first_seed + static_cast<std::uint64_t>(step));
+        const double loss_a = a.train_step(images, labels).loss;
+        const double loss_b = b.train_step(images, labels).loss;
+        EXPECT_EQ(std::memcmp(&loss_a, &loss_b, sizeof loss_a), 0) << "step " << step;
+    }
+    test::expect_identical_weights(a, b, model);
+}
+
 TEST(CoreMesh, RunsAreBitReproducibleForAGivenSeedAndLayout) {
     const graph::Graph model = unet();
     mesh::MeshConfig two_threads = grid(kInput, {2, 2});
     mesh::MeshConfig one_thread = two_threads;
     one_thread.host_threads = 1;
     mesh::CoreMesh a(model, two_threads, sgd()), b(model, one_thread, sgd());
-    for (int step = 0; step < 2; ++step) {
-        auto [images, labels] = random_batch(kInput, 10 + static_cast<std::uint64_t>(step));
-        const double loss_a = a.train_step(images, labels).loss;
-        const double loss_b = b.train_step(images, labels).loss;
-        EXPECT_EQ(std::memcmp(&loss_a, &loss_b, sizeof loss_a), 0) << "step " << step;
-    }
-    test::expect_identical_weights(a, b, model);
+    expect_same_steps(a, b, model, kInput, 10);
 }
 
 // The up-convolutions write into their concatenations' channel ranges — inside the halo buffers the
@@ -127,13 +133,7 @@ TEST(CoreMesh, UpConvolutionsInPlaceGiveTheCopiesBits) {
     ::setenv("TESSERA_CONCAT_IN_PLACE", "0", 1);
     mesh::CoreMesh copied(model, grid(input, {2, 2}), sgd());
     ::unsetenv("TESSERA_CONCAT_IN_PLACE");
-    for (int step = 0; step < 2; ++step) {
-        auto [images, labels] = random_batch(input, 20 + static_cast<std::uint64_t>(step));
-        const double loss_a = in_place.train_step(images, labels).loss;
-        const double loss_b = copied.train_step(images, labels).loss;
-        EXPECT_EQ(std::memcmp(&loss_a, &loss_b, sizeof loss_a), 0) << "step " << step;
-    }
-    test::expect_identical_weights(in_place, copied, model);
+    expect_same_steps(in_place, copied, model, input, 20);
     if (ops::row_convolution_available()) {  // the up-convolutions' bytes counted once, inside the halo buffers
         EXPECT_LT(in_place.executor(0).memory_report().activations, copied.executor(0).memory_report().activations);
     }
