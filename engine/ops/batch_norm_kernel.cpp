@@ -473,7 +473,6 @@ public:
     }
 
 private:
-    // This tile's per-channel mean and Σ(x − that mean)², in one pass.
     // The batch's mean and (biased) variance from this executor's image alone, in one pass (tile_moments).
     void whole_image_statistics(const memory& input) {
         tile_moments(input);
@@ -485,6 +484,7 @@ private:
         }
     }
 
+    // This tile's (or image's) per-channel mean and Σ(x − that mean)², in one pass.
     void tile_moments(const memory& input) {
         const TileBuffer x = tile_buffer_of(input);
         const auto padded = static_cast<std::size_t>(padded_channels(x));
@@ -513,11 +513,11 @@ private:
                 // in cache). The lane loop keeps rows: its single float accumulator per lane suits a row's length.
                 constexpr std::int64_t k_run_floats = 16384;  // 64 KB of f32: the second pass reads it from L2
                 const Element* run = nullptr;
-                std::int64_t run_first = 0, run_lanes = 0, run_pixels = 0;
+                std::int64_t run_first = 0, run_pixels = 0;
                 const auto merge_run = [&] {
                     if (run_pixels == 0) return;
                     auto& count = moments.merged[static_cast<std::size_t>(run_first)];
-                    add_run_moments(run, run_lanes, run_pixels, count, moments.mean.data() + run_first, moments.m2.data() + run_first,
+                    add_run_moments(run, rows.lanes, run_pixels, count, moments.mean.data() + run_first, moments.m2.data() + run_first,
                                     sums.data(), squares.data(), centre.data(), m_vector_moments);
                     count += run_pixels;
                     run_pixels = 0;
@@ -535,7 +535,6 @@ private:
                     merge_run();
                     run = row;
                     run_first = first;
-                    run_lanes = lanes;
                     run_pixels = pixels;
                 }
                 merge_run();
