@@ -139,6 +139,32 @@ TEST(CoreMesh, UpConvolutionsInPlaceGiveTheCopiesBits) {
     }
 }
 
+// Batch norm's row loops on the tiles (16, 32 and 64 channels, channels-last and blocked, with the fused
+// ReLU) take their AVX-512 forms on an AVX-512 CPU: the same bits as the AVX2 loops (TESSERA_BN_AVX512=0),
+// so a run reproduces on a CPU with AVX2 alone.
+TEST(CoreMesh, BatchNormsAvx512RowLoopsGiveTheAvx2Bits) {
+    if (!__builtin_cpu_supports("avx512f")) GTEST_SKIP() << "no AVX-512F: the AVX2 loops only";
+    const Shape input{2, 1, 64, 64};
+    const graph::Graph model = networks::make_unet({.depth = 3, .base_width = 16, .num_classes = 2}, input);
+    mesh::CoreMesh avx512(model, grid(input, {4, 1}), sgd());
+    ::setenv("TESSERA_BN_AVX512", "0", 1);
+    mesh::CoreMesh avx2(model, grid(input, {4, 1}), sgd());
+    ::unsetenv("TESSERA_BN_AVX512");
+    // Every batch norm (two a block: two levels down, the bottleneck, two up) runs the loops asked for.
+    const auto batch_norms_running = [](mesh::CoreMesh& mesh, const std::string& implementation) {
+        int count = 0;
+        for (const graph::Node& node : mesh.core_graphs().graphs[0].nodes()) {
+            if (node.kind != graph::OpKind::BatchNorm) continue;
+            EXPECT_EQ(mesh.executor(0).implementation(node.id), implementation) << node.name;
+            ++count;
+        }
+        return count;
+    };
+    EXPECT_EQ(batch_norms_running(avx512, "rows:avx512"), 10);
+    EXPECT_EQ(batch_norms_running(avx2, "rows:avx2"), 10);
+    expect_same_steps(avx512, avx2, model, input, 30);
+}
+
 // oneDNN fixes a kernel's threads when it creates it. Core 0 was once compiled on the caller's thread
 // with its 2-thread team: each of its kernels then opened a team of its own inside a single-threaded
 // core task, oversubscribing the host and slowing every core's kernels 2–5× (bm_partition: 1.26× the

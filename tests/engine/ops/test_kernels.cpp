@@ -760,7 +760,9 @@ TEST(Kernels, BatchNormWithFusedReluMatchesTheReferenceAndUpdatesTheRunningStati
 // A whole image (not a simulated core's tile) of fewer than 16 channels channels-last runs batch norm's
 // own row loops, over the host threads in fixed groups of rows: against the reference (forward, running
 // statistics, every gradient), 2D and 3D, with and without the ReLU, one image small enough for one
-// thread and one large enough to be split; and the same bits on 1 and 2 threads. 16 channels keep oneDNN's.
+// thread and one large enough to be split; and the same bits on 1 and 2 threads, and — on an AVX-512 CPU —
+// with the AVX2 loops (TESSERA_BN_AVX512=0) as with their AVX-512 forms (rows of 56 and 96 floats: the
+// AVX2 code's tails, and rows both on and off 64-byte boundaries). 16 channels keep oneDNN's.
 TEST(Kernels, BatchNormOfANarrowChannelsLastImageRunsTheRowLoopsOnAnyThreadCount) {
     struct Case {
         Shape shape;
@@ -780,8 +782,9 @@ TEST(Kernels, BatchNormOfANarrowChannelsLastImageRunsTheRowLoopsOnAnyThreadCount
             Tensor running_mean, running_variance, gamma_gradient, beta_gradient;
             std::string implementation;
         };
-        const auto run = [&](int threads) {
+        const auto run = [&](int threads, bool avx2_only = false) {
             ops::set_num_threads(threads);
+            if (avx2_only) setenv("TESSERA_BN_AVX512", "0", 1);  // read when the kernel is built
             Parameter gamma = parameter("gamma", random_tensor({channels}, 53));
             Parameter beta = parameter("beta", random_tensor({channels}, 54));
             Result result{.ran = {}, .running_mean = Tensor::zeros({channels}, DType::F32),
@@ -790,14 +793,17 @@ TEST(Kernels, BatchNormOfANarrowChannelsLastImageRunsTheRowLoopsOnAnyThreadCount
             result.ran = run_kernel({x}, dy, [&](const ops::KernelInputs& in) {
                 return ops::make_batch_norm_kernel(attributes, c.shape, in, &gamma, &beta, &result.running_mean, &result.running_variance, false);
             }, layout, true, &result.implementation);
+            if (avx2_only) unsetenv("TESSERA_BN_AVX512");
             result.gamma_gradient = gamma.gradient.clone();
             result.beta_gradient = beta.gradient.clone();
             return result;
         };
-        const Result one = run(1), two = run(2);
+        const bool avx512 = __builtin_cpu_supports("avx512f") != 0;
+        const Result one = run(1), two = run(2), avx2 = avx512 ? run(2, true) : run(2);
         ops::set_num_threads(saved_threads);
         if (ops::vector_row_kernels_enabled()) {
-            EXPECT_EQ(two.implementation, "rows:avx2");
+            EXPECT_EQ(two.implementation, avx512 ? "rows:avx512" : "rows:avx2");
+            EXPECT_EQ(avx2.implementation, "rows:avx2");
         }
         Parameter gamma = parameter("gamma", random_tensor({channels}, 53));
         Parameter beta = parameter("beta", random_tensor({channels}, 54));
@@ -811,10 +817,14 @@ TEST(Kernels, BatchNormOfANarrowChannelsLastImageRunsTheRowLoopsOnAnyThreadCount
         EXPECT_LE(relative_difference(two.ran.input_gradients[0], gradients.x), tolerance);
         EXPECT_LE(relative_difference(two.gamma_gradient, gradients.gamma), tolerance);
         EXPECT_LE(relative_difference(two.beta_gradient, gradients.beta), tolerance);
-        for (const auto& [a, b] : {std::pair{&one.ran.output, &two.ran.output}, {&one.ran.input_gradients[0], &two.ran.input_gradients[0]},
-                                   {&one.running_variance, &two.running_variance}, {&one.gamma_gradient, &two.gamma_gradient},
-                                   {&one.beta_gradient, &two.beta_gradient}}) {
-            EXPECT_EQ(std::memcmp(a->raw_data(), b->raw_data(), static_cast<std::size_t>(a->num_elements()) * 4), 0);
+        for (const Result* other : {&one, &avx2}) {
+            for (const auto& [a, b] : {std::pair{&other->ran.output, &two.ran.output},
+                                       {&other->ran.input_gradients[0], &two.ran.input_gradients[0]},
+                                       {&other->running_mean, &two.running_mean}, {&other->running_variance, &two.running_variance},
+                                       {&other->gamma_gradient, &two.gamma_gradient}, {&other->beta_gradient, &two.beta_gradient}}) {
+                EXPECT_EQ(std::memcmp(a->raw_data(), b->raw_data(), static_cast<std::size_t>(a->num_elements()) * 4), 0)
+                    << (other == &one ? "1 thread against 2" : "AVX2 against AVX-512");
+            }
         }
     }
     // 16 channels channels-last: oneDNN's kernel (on the 16-channel block it is byte for byte).
