@@ -327,11 +327,7 @@ template <class Element>
 void add_sums(const Element* run, std::int64_t lanes, std::int64_t pixels, const float* centre, double* sums, bool vectors, bool avx512) {
     if constexpr (std::is_same_v<Element, float>) {
         if (vectors) {
-            if (avx512) {
-                add_run_sums_avx512(run, lanes, lanes * pixels, centre, sums);
-            } else {
-                add_run_sums(run, lanes, lanes * pixels, centre, sums);
-            }
+            (avx512 ? add_run_sums_avx512 : add_run_sums)(run, lanes, lanes * pixels, centre, sums);
             return;
         }
     }
@@ -731,11 +727,8 @@ private:
                 const std::int64_t first = x_starts[row].first_channel;
                 if (m_vector_moments) {
                     const std::int64_t group = first / x_rows.lanes;
-                    if (m_avx512) {
-                        affine_run_avx512(from, to, floats, slope32.data() + group * 32, offset32.data() + group * 32, mask);
-                    } else {
-                        affine_run(from, to, floats, slope32.data() + group * 32, offset32.data() + group * 32, mask);
-                    }
+                    (m_avx512 ? affine_run_avx512 : affine_run)(from, to, floats, slope32.data() + group * 32, offset32.data() + group * 32,
+                                                                mask);
                     continue;
                 }
                 if (mask) std::memset(mask, 0, static_cast<std::size_t>(row_mask_bytes));
@@ -940,7 +933,7 @@ private:
     Tensor* m_running_variance;
     bool m_needs_diff_input;
     bool m_distributed;
-    bool m_vector_moments = false;  // tile_moments runs the AVX2 loop (vector_moments)
+    bool m_vector_moments = false;  // the row loops run vectors (vector_moments): AVX2, or AVX-512 below
     bool m_avx512 = false;          // the row loops' AVX-512 forms (avx512_row_loops)
     bool m_row_loops = false;       // distributed, with this kernel's own loops (and writes_into_views)
     std::int64_t m_tile_count = 1;  // elements per channel on this executor

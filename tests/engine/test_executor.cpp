@@ -671,6 +671,12 @@ bool same_bits(const Tensor& first, const Tensor& second) {
     return first.shape() == second.shape() && std::memcmp(first.raw_data(), second.raw_data(), first.num_bytes()) == 0;
 }
 
+// Two runs' weight gradients, parameter by parameter.
+void expect_same_weight_gradients(const std::vector<Tensor>& first, const std::vector<Tensor>& second, const std::string& name) {
+    ASSERT_EQ(first.size(), second.size()) << name;
+    for (std::size_t p = 0; p < second.size(); ++p) EXPECT_TRUE(same_bits(first[p], second[p])) << name << " parameter " << p;
+}
+
 // What the in-place tests compare: one training step of a graph where `producer` feeds `halo` (its tile at
 // `offset`) and reads `before`, then an eval forward, every activation gradient kept.
 struct HaloStep {
@@ -716,9 +722,7 @@ void expect_same_step(const HaloStep& in_place, const HaloStep& copied, std::int
     EXPECT_TRUE(same_bits(in_place.value, copied.value)) << name;
     EXPECT_TRUE(same_bits(in_place.gradient, copied.gradient)) << name;
     EXPECT_TRUE(same_bits(in_place.before_gradient, copied.before_gradient)) << name;
-    ASSERT_EQ(in_place.weight_gradients.size(), copied.weight_gradients.size());
-    for (std::size_t p = 0; p < copied.weight_gradients.size(); ++p)
-        EXPECT_TRUE(same_bits(in_place.weight_gradients[p], copied.weight_gradients[p])) << name << " parameter " << p;
+    expect_same_weight_gradients(in_place.weight_gradients, copied.weight_gradients, name);
     EXPECT_EQ(copied.memory.activations - in_place.memory.activations, producer_bytes) << name;
     EXPECT_EQ(copied.memory.halo_buffers, in_place.memory.halo_buffers) << name;
 }
@@ -1012,9 +1016,7 @@ TEST(Executor, UpConvolutionIntoItsConcatenationMatchesTheCopy) {
         EXPECT_TRUE(same_bits(in_place.up_value, copied.up_value)) << name;
         EXPECT_TRUE(same_bits(in_place.up_gradient, copied.up_gradient)) << name;
         EXPECT_TRUE(same_bits(in_place.skip_gradient, copied.skip_gradient)) << name;
-        ASSERT_EQ(in_place.weight_gradients.size(), copied.weight_gradients.size());
-        for (std::size_t p = 0; p < copied.weight_gradients.size(); ++p)
-            EXPECT_TRUE(same_bits(in_place.weight_gradients[p], copied.weight_gradients[p])) << name << " parameter " << p;
+        expect_same_weight_gradients(in_place.weight_gradients, copied.weight_gradients, name);
         if (ops::row_convolution_available()) {  // AVX-512: the up-convolution that writes into channel ranges
             EXPECT_EQ(in_place.implementation, "upconv:avx512") << name;
             const std::int64_t up_bytes = num_elements_of(graph.node(up).output_shape) * 4;
